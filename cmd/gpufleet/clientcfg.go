@@ -1,0 +1,66 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/api/client"
+)
+
+// Files `up` and `server` write into the data dir for local clients.
+const (
+	serverFile = "server.json"
+	tokenFile  = "admin.token"
+)
+
+// serverInfo is what a running server tells local clients.
+type serverInfo struct {
+	URL string `json:"url"`
+	PID int    `json:"pid"`
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("GPUFLEET_DATA_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".gpufleet"
+	}
+	return filepath.Join(home, ".gpufleet")
+}
+
+// newClient finds the server and token: GPUFLEET_SERVER and GPUFLEET_TOKEN
+// first, then the files a local server wrote into the data dir.
+func newClient(dataDir string) (*client.Client, error) {
+	server, token := os.Getenv("GPUFLEET_SERVER"), os.Getenv("GPUFLEET_TOKEN")
+	if server == "" {
+		data, err := os.ReadFile(filepath.Join(dataDir, serverFile))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no gpufleet server found: start one with `gpufleet up` (data dir %s), or set GPUFLEET_SERVER and GPUFLEET_TOKEN", dataDir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading server address: %w", err)
+		}
+		var info serverInfo
+		if err := json.Unmarshal(data, &info); err != nil || info.URL == "" {
+			return nil, fmt.Errorf("%s is damaged; restart the server with `gpufleet up`", filepath.Join(dataDir, serverFile))
+		}
+		server = info.URL
+	}
+	if token == "" {
+		data, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("reading admin token: %w", err)
+		}
+		token = strings.TrimSpace(string(data))
+		if token == "" {
+			return nil, fmt.Errorf("no token: set GPUFLEET_TOKEN, or run `gpufleet up` once to create %s", filepath.Join(dataDir, tokenFile))
+		}
+	}
+	return client.New(server, token, nil), nil
+}

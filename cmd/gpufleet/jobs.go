@@ -1,0 +1,341 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+func newJobsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "jobs",
+		Aliases: []string{"job"},
+		Short:   "List, inspect, follow and cancel jobs",
+	}
+	cmd.AddCommand(newJobsListCmd(g), newJobsGetCmd(g), newJobsLogsCmd(g), newJobsCancelCmd(g))
+	return cmd
+}
+
+func newJobsListCmd(g *globals) *cobra.Command {
+	var (
+		out    string
+		states []string
+		limit  int
+		all    bool
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List jobs, newest first",
+		Example: `  gpufleet jobs list
+  gpufleet jobs list --state running,queued -o json
+  gpufleet jobs list --all --limit 50`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := newClient(g.dataDir)
+			if err != nil {
+				return err
+			}
+			if len(states) == 0 && !all {
+				states = []string{"queued", "admitted", "provisioning", "running"}
+			}
+			jobs, err := c.Jobs(cmd.Context(), states, limit)
+			if err != nil {
+				return err
+			}
+			return render(cmd.OutOrStdout(), out, api.JobList{Jobs: jobs}, func(tw *tabwriter.Writer) {
+				row(tw, "ID", "NAME", "STATE", "GPUS", "ATTEMPTS", "AGE", "REASON")
+				for _, j := range jobs {
+					row(tw, j.ID, dash(j.Name), j.State, gpuSummary(j), j.Attempts, age(j.SubmittedAt), dash(truncate(j.Reason, 60)))
+				}
+			})
+		},
+	}
+	outputFlag(cmd, &out)
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these states (default: unfinished jobs)")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include finished jobs")
+	cmd.Flags().IntVar(&limit, "limit", 100, "most jobs to show")
+	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		var s []string
+		for _, st := range model.JobStates {
+			s = append(s, string(st))
+		}
+		return s, cobra.ShellCompDirectiveNoFileComp
+	})
+	return cmd
+}
+
+func newJobsGetCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "get JOB",
+		Short: "Show a job, its attempts and why it waits",
+		Example: `  gpufleet jobs get j-abcdefghij
+  gpufleet jobs get j-abcdefghij -o yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := newClient(g.dataDir)
+			if err != nil {
+				return err
+			}
+			v, err := c.Job(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return render(cmd.OutOrStdout(), out, v, func(tw *tabwriter.Writer) { jobTable(tw, v) })
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func jobTable(tw *tabwriter.Writer, v *api.JobView) {
+	j := v.Job
+	row(tw, "ID:", j.ID)
+	row(tw, "Name:", dash(j.Name))
+	row(tw, "Project:", j.Project)
+	row(tw, "User:", dash(j.User))
+	row(tw, "State:", j.State)
+	if j.Reason != "" {
+		row(tw, "Reason:", j.Reason)
+	}
+	if j.ExitCode != nil {
+		row(tw, "Exit code:", *j.ExitCode)
+	}
+	row(tw, "Queue:", j.Spec.Queue)
+	row(tw, "Resources:", fmt.Sprintf("%d × %s", j.Spec.Replicas, replicaResources(j.Spec.Resources)))
+	row(tw, "Command:", strings.Join(j.Spec.Run.Command, " "))
+	row(tw, "Submitted:", j.SubmittedAt.Local().Format(time.RFC3339)+" ("+age(j.SubmittedAt)+" ago)")
+	if len(j.Tags) > 0 {
+		var tags []string
+		for k, val := range j.Tags {
+			tags = append(tags, k+"="+val)
+		}
+		sort.Strings(tags)
+		row(tw, "Tags:", strings.Join(tags, ","))
+	}
+	if v.Pending != nil {
+		row(tw, "Queue position:", v.Pending.Position)
+		for _, r := range v.Pending.Reasons {
+			row(tw, "Waiting:", r.Scope+": "+r.Message)
+		}
+	}
+	if len(v.AttemptDetails) > 0 {
+		row(tw, "")
+		row(tw, "ATTEMPT", "STATE", "NODES", "GPUS", "STARTED", "ENDED", "EXIT", "REASON")
+		for _, a := range v.AttemptDetails {
+			var nodes, gpus []string
+			for _, r := range a.Replicas {
+				nodes = append(nodes, r.NodeID)
+				gpus = append(gpus, ints(r.GPUs))
+			}
+			row(tw, a.Number, a.State, strings.Join(nodes, ","), dash(strings.Join(gpus, ";")), timeOrDash(a.StartedAt), timeOrDash(a.EndedAt), codeOrDash(a.ExitCode), dash(a.Reason))
+		}
+	}
+}
+
+func newJobsLogsCmd(g *globals) *cobra.Command {
+	var (
+		o      client.LogOptions
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs JOB",
+		Short: "Print a job's output (stdout and stderr)",
+		Example: `  gpufleet jobs logs j-abcdefghij
+  gpufleet jobs logs -f j-abcdefghij            # follow until the job ends
+  gpufleet jobs logs --attempt 1 --rank 2 j-abcdefghij`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(g.dataDir)
+			if err != nil {
+				return err
+			}
+			if follow && o.Attempt == 0 {
+				_, err := followJob(cmd, c, args[0], o.Rank)
+				return err
+			}
+			o.Follow = follow
+			_, err = c.Logs(cmd.Context(), args[0], o, cmd.OutOrStdout())
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the output until the job ends (across attempts)")
+	cmd.Flags().IntVar(&o.Attempt, "attempt", 0, "attempt number (default: the latest)")
+	cmd.Flags().IntVar(&o.Rank, "rank", 0, "replica rank of a multi-replica job")
+	return cmd
+}
+
+// followJob streams a job's output attempt after attempt until it ends and
+// returns the job.
+func followJob(cmd *cobra.Command, c *client.Client, id string, rank int) (*api.JobView, error) {
+	ctx := cmd.Context()
+	attempt := 0
+	for {
+		v, err := c.Job(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case v.Attempts > attempt:
+			attempt++
+			if attempt > 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: following attempt %d of %s\n", attempt, id)
+			}
+			if _, err := c.Logs(ctx, id, client.LogOptions{Attempt: attempt, Rank: rank, Follow: true}, cmd.OutOrStdout()); err != nil {
+				return nil, err
+			}
+			continue
+		case v.State.Terminal():
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: stopped following; %s goes on (cancel it with `gpufleet jobs cancel %s`)\n", id, id)
+			return nil, ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func newJobsCancelCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "cancel JOB...",
+		Short: "Cancel jobs: running replicas get their checkpoint signal, then SIGKILL after the grace period",
+		Example: `  gpufleet jobs cancel j-abcdefghij
+  gpufleet jobs cancel j-abcdefghij j-klmnopqrst`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := newClient(g.dataDir)
+			if err != nil {
+				return err
+			}
+			var views []*api.JobView
+			var failed []string
+			for _, id := range args {
+				v, err := c.Cancel(cmd.Context(), id)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: cancelling %s: %v\n", id, err)
+					failed = append(failed, id)
+					continue
+				}
+				views = append(views, v)
+			}
+			err = render(cmd.OutOrStdout(), out, views, func(tw *tabwriter.Writer) {
+				row(tw, "ID", "STATE", "NOTE")
+				for _, v := range views {
+					note := "cancelled"
+					if !v.State.Terminal() {
+						note = fmt.Sprintf("stopping: %s, then SIGKILL after %s", v.Spec.Checkpoint.Signal, v.Spec.Checkpoint.Grace)
+					}
+					row(tw, v.ID, v.State, note)
+				}
+			})
+			if err == nil && len(failed) > 0 {
+				err = fmt.Errorf("could not cancel %s", strings.Join(failed, ", "))
+			}
+			return err
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func gpuSummary(j *model.Job) string {
+	r := j.Spec.Resources
+	if r.GPUs == 0 {
+		return "0"
+	}
+	s := fmt.Sprintf("%g", r.GPUs)
+	if len(r.GPU.Models) > 0 {
+		s += "×" + strings.Join(r.GPU.Models, "|")
+	}
+	if j.Spec.Replicas > 1 {
+		s = fmt.Sprintf("%d×(%s)", j.Spec.Replicas, s)
+	}
+	return s
+}
+
+func replicaResources(r model.Resources) string {
+	parts := []string{fmt.Sprintf("%g GPU", r.GPUs)}
+	if len(r.GPU.Models) > 0 {
+		parts[0] += " " + strings.Join(r.GPU.Models, "|")
+	}
+	if r.GPU.MinMemory > 0 {
+		parts = append(parts, "≥"+r.GPU.MinMemory.String()+" GPU memory")
+	}
+	if r.CPU > 0 {
+		parts = append(parts, fmt.Sprintf("%g CPU", r.CPU))
+	}
+	if r.Memory > 0 {
+		parts = append(parts, r.Memory.String()+" memory")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func timeOrDash(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("15:04:05")
+}
+
+func codeOrDash(c *int) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprint(*c)
+}
+
+func ints(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/controller"
+)
+
+func newNodesCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "nodes",
+		Aliases: []string{"node"},
+		Short:   "Inspect the machines that run jobs",
+	}
+	var out string
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List nodes, their GPUs and how many are free",
+		Example: `  gpufleet nodes list
+  gpufleet nodes list -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := newClient(g.dataDir)
+			if err != nil {
+				return err
+			}
+			nodes, err := c.Nodes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return render(cmd.OutOrStdout(), out, nodes, func(tw *tabwriter.Writer) {
+				row(tw, "ID", "NAME", "STATE", "PROVIDER", "GPUS", "FREE", "CPU", "MEMORY", "GPU SOURCE", "AGE")
+				for _, n := range nodes.Nodes {
+					row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory, dash(n.GPUSource), age(n.RegisteredAt))
+				}
+			})
+		},
+	}
+	outputFlag(list, &out)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+// gpuList summarises a node's GPUs as "8×H100 (80Gi)".
+func gpuList(n controller.NodeInfo) string {
+	if len(n.GPUs) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d×%s (%s)", len(n.GPUs), n.GPUs[0].Model, n.GPUs[0].Memory)
+}

@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+)
+
+// Names in the agent's directory.
+const (
+	lockFile     = "agent.lock"
+	nodeIDFile   = "node-id"
+	replicasDir  = "replicas"
+	ackedFile    = "acked"
+	maxReplicaID = 200 // bytes; a replica id is a directory name
+)
+
+// Agent runs the replicas the control plane assigns to one node.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	replicas string // Dir/replicas
+
+	// changed is rung (never blocks, holds one ring) when a replica's
+	// reported status changes, to cut the long poll short.
+	changed chan struct{}
+	// tending counts the goroutines that tend replicas; Run waits for them.
+	tending sync.WaitGroup
+
+	mu      sync.Mutex
+	tracked map[string]*replica // by id; guarded by mu
+
+	// Owned by Run's goroutine.
+	nodeID     string
+	heartbeat  time.Duration
+	generation uint64
+	delivered  map[string]agentapi.ReplicaStatus // as the server last received them
+	draining   bool
+}
+
+// New checks cfg and returns an agent; it touches nothing until Run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("configuring agent: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("configuring agent: dir: %w", err)
+	}
+	cfg.Dir = dir
+	return &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		replicas: filepath.Join(dir, replicasDir),
+		changed:  make(chan struct{}, 1),
+		tracked:  map[string]*replica{},
+	}, nil
+}
+
+// Run registers the node, re-adopts the replicas found in Dir, and then
+// syncs with the control plane until ctx ends, starting and stopping
+// replicas as the desired set says. It returns nil when ctx ends, and an
+// error only when it cannot use Dir (including when another agent holds
+// it). Run may be called once.
+//
+// Replicas keep running after Run returns: their supervisors are detached.
+// A goroutine reaping each supervisor this agent started lives until that
+// supervisor exits.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(a.replicas, 0o700); err != nil {
+		return fmt.Errorf("creating agent directory: %w", err)
+	}
+	unlock, err := lockDir(a.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := a.register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer a.tending.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the Wait above: stop tending on any return
+	if err := a.adoptAll(ctx); err != nil {
+		return err
+	}
+	a.syncLoop(ctx)
+	return nil
+}
+
+// lockDir takes an exclusive lock on dir, so that two agents never manage
+// the same replicas. The lock goes with the process.
+func lockDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("locking agent directory: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("locking agent directory: another agent is running on %s", dir)
+		}
+		return nil, fmt.Errorf("locking agent directory: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// register announces the node, retrying until the server answers, and keeps
+// the node id it is given for the next start.
+func (a *Agent) register(ctx context.Context) error {
+	path := filepath.Join(a.cfg.Dir, nodeIDFile)
+	saved, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading node id: %w", err)
+	}
+	reg := a.cfg.Registration
+	reg.NodeID = strings.TrimSpace(string(saved))
+	retry := a.newBackoff()
+	for {
+		resp, err := a.cfg.ControlPlane.Register(ctx, reg)
+		if err == nil && resp.NodeID == "" {
+			err = errors.New("server gave no node id")
+		}
+		if err == nil {
+			if resp.NodeID != reg.NodeID {
+				if err := atomicfile.Write(path, []byte(resp.NodeID+"\n"), 0o600); err != nil {
+					return fmt.Errorf("saving node id: %w", err)
+				}
+			}
+			a.nodeID, a.heartbeat = resp.NodeID, resp.HeartbeatInterval.D()
+			a.log = a.log.With("node_id", resp.NodeID)
+			a.log.Info("registered node", "name", reg.Name, "gpus", len(reg.GPUs), "reregistered", reg.NodeID == resp.NodeID)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d := retry.next()
+		a.log.Warn("registering node", "err", err, "retry_in", d)
+		if !a.sleep(ctx, d) {
+			return ctx.Err()
+		}
+	}
+}
+
+// adoptAll tends every replica directory not yet acknowledged.
+func (a *Agent) adoptAll(ctx context.Context) error {
+	entries, err := os.ReadDir(a.replicas)
+	if err != nil {
+		return fmt.Errorf("listing replicas: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(a.replicas, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, ackedFile)); err == nil {
+			continue
+		}
+		a.log.Info("adopting replica", "replica_id", e.Name())
+		a.track(ctx, a.newReplica(e.Name(), dir, nil))
+	}
+	return nil
+}
+
+func (a *Agent) newBackoff() *backoff {
+	return &backoff{min: a.cfg.RetryBackoff, max: a.cfg.MaxRetryBackoff}
+}
+
+// sleep waits d on the Clock; false means ctx ended first.
+func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-a.cfg.Clock.After(d):
+		return true
+	}
+}
+
+// ring notes a change without blocking; one pending ring is enough.
+func ring(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Config configures an Agent. Zero optional fields take the defaults noted.
+type Config struct {
+	// Dir is the agent's state directory, e.g. <data-dir>/agent. Required.
+	Dir string
+	// ControlPlane is the server. Required.
+	ControlPlane agentapi.ControlPlane
+	// Registration is the node's facts. Its NodeID is ignored: the agent
+	// keeps the id the server gave it in Dir.
+	Registration agentapi.Registration
+	// SupervisorCommand is the argv that starts a supervisor; the replica
+	// directory is appended. Typically {os.Executable(), "supervise", "--dir"}.
+	// Required.
+	SupervisorCommand []string
+	// Clock drives polling, backoff and timeouts. Default clock.Real.
+	Clock clock.Clock
+	// Logger receives the agent's log. Default: discard.
+	Logger *slog.Logger
+
+	// SyncWait is how long a sync may wait on the server for a change (long
+	// poll), capped by the server's heartbeat interval. Default 10s.
+	SyncWait time.Duration
+	// LogChunkSize is the most bytes of output sent in one AppendLog.
+	// Default 256 KiB.
+	LogChunkSize int
+	// PollInterval is how often a replica's records and processes are
+	// checked and its new output shipped. Default 1s.
+	PollInterval time.Duration
+	// StartTimeout is how long a supervisor may take to record its pid
+	// before its replica counts as lost. Default 30s.
+	StartTimeout time.Duration
+	// RetryBackoff is the first wait after a failed call to the server; it
+	// doubles up to MaxRetryBackoff. Defaults 1s and 30s.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+}
+
+// Validate reports every problem with c at once, each with its field path.
+func (c Config) Validate() error {
+	var errs model.FieldErrors
+	if c.Dir == "" {
+		errs.Add("dir", "is required")
+	}
+	if c.ControlPlane == nil {
+		errs.Add("controlPlane", "is required")
+	}
+	switch {
+	case len(c.SupervisorCommand) == 0:
+		errs.Add("supervisorCommand", "is required")
+	case c.SupervisorCommand[0] == "":
+		errs.Add("supervisorCommand[0]", "must name a program")
+	}
+	for path, d := range map[string]time.Duration{
+		"syncWait":        c.SyncWait,
+		"pollInterval":    c.PollInterval,
+		"startTimeout":    c.StartTimeout,
+		"retryBackoff":    c.RetryBackoff,
+		"maxRetryBackoff": c.MaxRetryBackoff,
+	} {
+		if d < 0 {
+			errs.Add(path, "must not be negative")
+		}
+	}
+	if c.LogChunkSize < 0 {
+		errs.Add("logChunkSize", "must not be negative")
+	}
+	if c.RetryBackoff > 0 && c.MaxRetryBackoff > 0 && c.MaxRetryBackoff < c.RetryBackoff {
+		errs.Add("maxRetryBackoff", "must not be less than retryBackoff")
+	}
+	return errs.Err()
+}
+
+// withDefaults fills in zero optional fields.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.SyncWait == 0 {
+		c.SyncWait = 10 * time.Second
+	}
+	if c.LogChunkSize == 0 {
+		c.LogChunkSize = 256 << 10
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 30 * time.Second
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = time.Second
+	}
+	if c.MaxRetryBackoff == 0 {
+		c.MaxRetryBackoff = max(30*time.Second, c.RetryBackoff)
+	}
+	return c
+}

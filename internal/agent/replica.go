@@ -1,0 +1,332 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// shipBurst is how many log chunks a replica ships per round while it
+// runs, so that a backlog does not delay noticing its exit or a stop.
+const shipBurst = 16
+
+// replica is one tracked replica. Its files are the truth; the agent's
+// view is re-derived from them every PollInterval by the replica's own
+// goroutine (tend).
+type replica struct {
+	id  string
+	dir string // empty for one refused or stopped before it had a directory
+	// since is when this agent launched or adopted the replica; a supervisor
+	// without a pid record by since+StartTimeout is taken for lost.
+	since time.Time
+	// launched is the supervisor this agent launched; nil for adopted
+	// replicas, which are only polled.
+	launched *launched
+	// wake prompts tend to act on a stop request now.
+	wake chan struct{}
+
+	// Guarded by Agent.mu.
+	status agentapi.ReplicaStatus // Phase empty while there is nothing to report
+	stop   bool
+}
+
+// launched is a supervisor process this agent started.
+type launched struct {
+	proc *os.Process
+	done <-chan struct{} // closed once it has exited and been reaped
+}
+
+// wait returns a channel closed when the supervisor has exited; for nil, a
+// channel that never closes.
+func (l *launched) wait() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.done
+}
+
+// exited reports whether the supervisor has exited; nil never has, as far
+// as this agent knows.
+func (l *launched) exited() bool {
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *Agent) newReplica(id, dir string, l *launched) *replica {
+	return &replica{id: id, dir: dir, since: a.cfg.Clock.Now(), launched: l, wake: make(chan struct{}, 1)}
+}
+
+// track adds r to the tracked replicas and starts tending it.
+func (a *Agent) track(ctx context.Context, r *replica) {
+	a.mu.Lock()
+	a.tracked[r.id] = r
+	a.mu.Unlock()
+	a.tending.Go(func() { a.tend(ctx, r) })
+}
+
+// trackEnded tracks a replica that ended before it could run, with phase
+// and reason. It is reported at once.
+func (a *Agent) trackEnded(ctx context.Context, id, dir string, phase agentapi.Phase, reason string) *replica {
+	r := a.newReplica(id, dir, nil)
+	now := a.cfg.Clock.Now()
+	r.status = agentapi.ReplicaStatus{ID: id, Phase: phase, Reason: reason, EndedAt: &now}
+	a.mu.Lock()
+	a.tracked[id] = r
+	a.mu.Unlock()
+	ring(a.changed)
+	return r
+}
+
+// launch writes the spec and starts a detached supervisor on dir.
+func (a *Agent) launch(dir string, spec agentapi.ReplicaSpec) (*launched, error) {
+	if err := supervisor.WriteSpec(dir, spec); err != nil {
+		return nil, fmt.Errorf("writing replica spec: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, supervisor.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening supervisor log: %w", err)
+	}
+	defer logf.Close()
+	argv := append(slices.Clone(a.cfg.SupervisorCommand), dir)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// A session of its own: no terminal signals, and it outlives the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting supervisor: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait() // reap it; how the replica ended is in exit.json
+		close(done)
+	}()
+	return &launched{proc: cmd.Process, done: done}, nil
+}
+
+// requestStop asks for r to be stopped; tend signals its supervisor.
+func (a *Agent) requestStop(r *replica) {
+	a.mu.Lock()
+	already := r.stop
+	r.stop = true
+	a.mu.Unlock()
+	if !already {
+		ring(r.wake)
+	}
+}
+
+// publish sets what is reported for r, and wakes the sync loop on change.
+func (a *Agent) publish(r *replica, s agentapi.ReplicaStatus) {
+	a.mu.Lock()
+	changed := !reflect.DeepEqual(r.status, s)
+	r.status = s
+	a.mu.Unlock()
+	if changed {
+		ring(a.changed)
+	}
+}
+
+// tend follows one replica until it has ended and its log is shipped, or
+// ctx ends: it observes the replica's files and processes, reports what it
+// sees, relays a stop request to the supervisor, and ships new output.
+func (a *Agent) tend(ctx context.Context, r *replica) {
+	log := a.log.With("replica_id", r.id)
+	ship := &shipper{
+		cp:        a.cfg.ControlPlane,
+		nodeID:    a.nodeID,
+		replicaID: r.id,
+		path:      filepath.Join(r.dir, supervisor.OutputFile),
+		chunkSize: int64(a.cfg.LogChunkSize),
+	}
+	retry := a.newBackoff()
+	var retryAt time.Time
+	tick := a.cfg.Clock.NewTicker(a.cfg.PollInterval)
+	defer tick.Stop()
+	signalled := false
+	for ctx.Err() == nil {
+		obs := a.observe(r, log)
+		if ended(obs.status.Phase) {
+			a.finish(ctx, r, obs.status, ship, log)
+			return
+		}
+		if obs.status.Phase != "" {
+			a.publish(r, obs.status)
+		}
+		a.mu.Lock()
+		stop := r.stop
+		a.mu.Unlock()
+		if stop && !signalled && obs.pids != nil {
+			signalled = signalStop(obs.pids.Supervisor, log)
+		}
+		more := false
+		if now := a.cfg.Clock.Now(); !now.Before(retryAt) {
+			var err error
+			if more, err = ship.ship(ctx, false, shipBurst); err != nil {
+				more = false
+				d := retry.next()
+				retryAt = now.Add(d)
+				log.Warn("shipping replica output", "err", err, "retry_in", d)
+			} else {
+				retry.reset()
+			}
+		}
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C():
+		case <-r.wake:
+		case <-r.launched.wait():
+		}
+	}
+}
+
+// finish ships the rest of an ended replica's output with EOF, retrying
+// until the server has it, and only then reports the end.
+func (a *Agent) finish(ctx context.Context, r *replica, status agentapi.ReplicaStatus, ship *shipper, log *slog.Logger) {
+	retry := a.newBackoff()
+	for {
+		_, err := ship.ship(ctx, true, 0)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return // the next run ships it
+		}
+		d := retry.next()
+		log.Warn("shipping replica output", "err", err, "retry_in", d)
+		if !a.sleep(ctx, d) {
+			return
+		}
+	}
+	a.publish(r, status)
+	attrs := []any{"phase", status.Phase, "reason", status.Reason}
+	if status.ExitCode != nil {
+		attrs = append(attrs, "exit_code", *status.ExitCode, "signal", status.Signal)
+	}
+	log.Info("replica ended", attrs...)
+}
+
+// observation is what the replica's files and processes show.
+type observation struct {
+	status agentapi.ReplicaStatus // Phase empty while the supervisor starts
+	pids   *supervisor.PIDs       // set while the supervisor runs
+}
+
+// observe derives r's state from its directory:
+//
+//	exit.json                          → exited
+//	pid.json, supervisor alive         → running once the child is recorded
+//	pid.json, supervisor gone          → exited if exit.json appeared meanwhile, else lost
+//	no pid.json                        → starting, or lost once the supervisor
+//	                                     exited or StartTimeout passed
+func (a *Agent) observe(r *replica, log *slog.Logger) observation {
+	exit, ok, exitErr := supervisor.ReadExit(r.dir)
+	if ok {
+		return observation{status: exitedStatus(r.id, exit)}
+	}
+	pids, ok, err := supervisor.ReadPIDs(r.dir)
+	if err != nil {
+		log.Warn("reading supervisor pids", "err", err)
+	}
+	if !ok {
+		switch {
+		case r.launched.exited():
+			return observation{status: a.lostStatus(r.id, nil, "supervisor exited without recording its pid")}
+		case a.cfg.Clock.Now().Sub(r.since) > a.cfg.StartTimeout:
+			if r.launched != nil {
+				// It has not started the replica (pid.json comes first)
+				// and must not start it now that it counts as lost.
+				log.Warn("killing a supervisor that did not record its pid", "pid", r.launched.proc.Pid)
+				if err := r.launched.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+					log.Error("killing supervisor", "pid", r.launched.proc.Pid, "err", err)
+				}
+			}
+			return observation{status: a.lostStatus(r.id, nil, fmt.Sprintf("supervisor did not record its pid within %v", a.cfg.StartTimeout))}
+		}
+		return observation{}
+	}
+	if supervisor.Alive(pids.Supervisor.PID, pids.Supervisor.Start) {
+		obs := observation{pids: &pids}
+		if pids.Child != nil {
+			obs.status = agentapi.ReplicaStatus{ID: r.id, Phase: agentapi.PhaseRunning, StartedAt: pids.Child.StartedAt}
+		}
+		return obs
+	}
+	// The supervisor writes exit.json before it exits: look again, it may
+	// have done so since the first look.
+	if exit, ok, err := supervisor.ReadExit(r.dir); ok {
+		return observation{status: exitedStatus(r.id, exit)}
+	} else if err != nil {
+		exitErr = err
+	}
+	reason := model.ReasonLost
+	if exitErr != nil {
+		reason = fmt.Sprintf("%s: %v", model.ReasonLost, exitErr)
+	}
+	if c := pids.Child; c != nil && supervisor.Alive(c.PID, c.Start) {
+		// Nobody would record its end, and the server will run the work
+		// elsewhere: end it. The child leads its process group.
+		log.Warn("killing the processes of a replica whose supervisor is gone", "pgid", c.PID)
+		if err := syscall.Kill(-c.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			log.Error("killing the processes of a lost replica", "pgid", c.PID, "err", err)
+		}
+	}
+	return observation{status: a.lostStatus(r.id, pids.Child, reason)}
+}
+
+func exitedStatus(id string, exit supervisor.Exit) agentapi.ReplicaStatus {
+	code, end := exit.Code, exit.EndedAt
+	return agentapi.ReplicaStatus{
+		ID:        id,
+		Phase:     agentapi.PhaseExited,
+		ExitCode:  &code,
+		Signal:    exit.Signal,
+		Reason:    exit.Reason,
+		StartedAt: exit.StartedAt,
+		EndedAt:   &end,
+	}
+}
+
+func (a *Agent) lostStatus(id string, child *supervisor.Process, reason string) agentapi.ReplicaStatus {
+	now := a.cfg.Clock.Now()
+	s := agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseLost, Reason: reason, EndedAt: &now}
+	if child != nil {
+		s.StartedAt = child.StartedAt
+	}
+	return s
+}
+
+// signalStop sends SIGTERM to a live supervisor, which ends its replica
+// with the replica's signal and grace period. It reports whether there is
+// nothing left to do: signalled, or the supervisor is gone.
+func signalStop(sup supervisor.Process, log *slog.Logger) bool {
+	if !supervisor.Alive(sup.PID, sup.Start) {
+		return true
+	}
+	if err := syscall.Kill(sup.PID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		log.Error("asking the supervisor to stop its replica", "pid", sup.PID, "err", err)
+		return false
+	}
+	log.Info("stopping replica", "supervisor_pid", sup.PID)
+	return true
+}

@@ -1,0 +1,335 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// DefaultPath is the child's PATH when the supervisor's environment has none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Exit codes of a child that could not be started, as shells report them.
+const (
+	CodeCannotRun = 126
+	CodeNotFound  = 127
+)
+
+const (
+	// reapTimeout bounds the wait for the child's process group to die after
+	// SIGKILL; a process inside a GPU driver call can take seconds to go.
+	reapTimeout = 30 * time.Second
+	reapPoll    = 20 * time.Millisecond
+)
+
+// Run supervises the replica described by dir/spec.json until it ends and
+// returns the process exit status: 0 once exit.json is written, 1 when the
+// supervisor could not record its pid or the exit (the agent then reports
+// the replica lost). It is the body of `gpufleet supervise --dir DIR` and
+// owns the process: it handles SIGTERM (stop the replica) and logs to stderr.
+// Run uses the wall clock: runtime limits and grace periods are real time.
+func Run(dir string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("replica_dir", dir)
+	// Handle the agent's stop request before pid.json can tell it our pid.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM)
+	defer signal.Stop(stop)
+
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		log.Error("resolving replica directory", "err", err)
+		return 1
+	}
+	s := &supervisor{dir: abs, log: log}
+	start, err := ProcessStartTime(os.Getpid())
+	if err != nil {
+		log.Error("recording supervisor pid", "err", err)
+		return 1
+	}
+	s.pids.Supervisor = Process{PID: os.Getpid(), Start: start, StartedAt: time.Now()}
+	if err := writeJSON(filepath.Join(abs, PIDFile), s.pids); err != nil {
+		log.Error("recording supervisor pid", "err", err)
+		return 1
+	}
+
+	exit, err := s.supervise(stop)
+	if err != nil {
+		// Without an exit record the agent reports the replica lost, which
+		// is the truth: how it ended is unknown.
+		log.Error("supervising replica", "err", err)
+		return 1
+	}
+	if err := writeJSON(filepath.Join(abs, ExitFile), exit); err != nil {
+		log.Error("recording replica exit", "err", err, "exit_code", exit.Code)
+		return 1
+	}
+	s.log.Info("replica exited", "exit_code", exit.Code, "signal", exit.Signal, "reason", exit.Reason)
+	return 0
+}
+
+type supervisor struct {
+	dir  string
+	log  *slog.Logger
+	pids PIDs
+}
+
+// supervise starts the child, waits for it to end, and returns its exit
+// record. Failures to start are exit records too; the error is for a child
+// whose end could not be observed.
+func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
+	spec, err := ReadSpec(s.dir)
+	if err != nil {
+		return s.notStarted(nil, CodeCannotRun, err), nil
+	}
+	s.log = s.log.With("replica_id", spec.ID)
+	out, err := os.OpenFile(filepath.Join(s.dir, OutputFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return s.notStarted(nil, CodeCannotRun, fmt.Errorf("opening output log: %w", err)), nil
+	}
+	defer out.Close()
+	sig, err := parseSignal(spec.Signal)
+	if err != nil {
+		return s.notStarted(out, CodeCannotRun, fmt.Errorf("reading spec: %w", err)), nil
+	}
+	cmd, err := command(s.dir, spec, out)
+	if err != nil {
+		code := CodeCannotRun
+		if errors.Is(err, exec.ErrNotFound) {
+			code = CodeNotFound
+		}
+		return s.notStarted(out, code, err), nil
+	}
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		code := CodeCannotRun
+		if errors.Is(err, fs.ErrNotExist) {
+			code = CodeNotFound
+		}
+		return s.notStarted(out, code, fmt.Errorf("starting %s: %w", spec.Command[0], err)), nil
+	}
+	pgid := cmd.Process.Pid
+	// The child is ours and unreaped, so its stat stays readable even if it
+	// has already exited.
+	childStart, err := ProcessStartTime(pgid)
+	if err != nil {
+		s.log.Warn("reading child start time", "pid", pgid, "err", err)
+	}
+	s.pids.Child = &Process{PID: pgid, Start: childStart, StartedAt: started}
+	if err := writeJSON(filepath.Join(s.dir, PIDFile), s.pids); err != nil {
+		// The agent will not see the replica running, only its exit.
+		s.log.Error("recording child pid", "pid", pgid, "err", err)
+	}
+	s.log.Info("replica started", "pid", pgid, "program", cmd.Path)
+
+	reason := s.watch(pgid, spec, sig, stop)
+	ended := time.Now()
+	s.killGroup(pgid)
+	// Wait reaps the child. Its error is a non-zero exit, read from
+	// ProcessState below, unless there is no status at all.
+	if err := cmd.Wait(); cmd.ProcessState == nil {
+		return Exit{}, fmt.Errorf("waiting for child %d: %w", pgid, err)
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	exit := Exit{Code: ws.ExitStatus(), Reason: reason, StartedAt: started, EndedAt: ended}
+	if ws.Signaled() {
+		exit.Code = 128 + int(ws.Signal())
+		exit.Signal = signalName(ws.Signal())
+	}
+	return exit, nil
+}
+
+// notStarted is the exit record of a child that could not be started. The
+// reason also goes to the output log, where the user looks first.
+func (s *supervisor) notStarted(out *os.File, code int, err error) Exit {
+	s.log.Error("starting replica", "err", err, "exit_code", code)
+	if out != nil {
+		fmt.Fprintf(out, "gpufleet supervise: %v\n", err)
+	}
+	now := time.Now()
+	return Exit{Code: code, Reason: err.Error(), StartedAt: now, EndedAt: now}
+}
+
+// watch waits for the child to exit, ending it when its runtime passes or
+// the agent asks to stop, and returns why it ended it ("" when the child
+// exited on its own). The child is left unreaped, so its pid, and with it the
+// process group id, cannot be reused while the group is being signalled.
+func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Signal, stop <-chan os.Signal) string {
+	exited := make(chan error, 1)
+	go func() { exited <- waitExited(pgid) }()
+	var limit, kill <-chan time.Time
+	if spec.Runtime > 0 {
+		t := time.NewTimer(spec.Runtime.D())
+		defer t.Stop()
+		limit = t.C
+	}
+	reason := ""
+	end := func(why string) {
+		if reason != "" {
+			return // already ending; the first reason stands
+		}
+		reason = why
+		s.log.Info("ending replica", "reason", why, "signal", signalName(sig), "grace", spec.Grace.D())
+		s.signalGroup(pgid, sig)
+		kill = time.After(spec.Grace.D())
+	}
+	for {
+		select {
+		case err := <-exited:
+			if err != nil {
+				// Not expected for our own child; the group is killed and
+				// reaped next, so nothing is left behind either way.
+				s.log.Error("waiting for child", "pid", pgid, "err", err)
+			}
+			return reason
+		case <-limit:
+			end(model.ReasonRuntimeLimit)
+		case <-stop:
+			end(agentapi.ReasonStopped)
+		case <-kill:
+			s.log.Info("grace period over; killing replica", "pid", pgid)
+			s.signalGroup(pgid, syscall.SIGKILL)
+			kill = nil
+		}
+	}
+}
+
+// killGroup kills whatever the child left in its process group and waits,
+// up to reapTimeout, until none of it is alive.
+func (s *supervisor) killGroup(pgid int) {
+	deadline := time.Now().Add(reapTimeout)
+	tick := time.NewTicker(reapPoll)
+	defer tick.Stop()
+	for {
+		s.signalGroup(pgid, syscall.SIGKILL)
+		live, err := groupLive(pgid)
+		if err != nil {
+			s.log.Error("checking the replica's process group", "pgid", pgid, "err", err)
+			return
+		}
+		if !live {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.log.Warn("processes of the replica survive SIGKILL", "pgid", pgid, "waited", reapTimeout)
+			return
+		}
+		<-tick.C
+	}
+}
+
+func (s *supervisor) signalGroup(pgid int, sig syscall.Signal) {
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		s.log.Warn("signalling the replica's process group", "pgid", pgid, "signal", signalName(sig), "err", err)
+	}
+}
+
+// waitExited blocks until child pid has exited but leaves it unreaped
+// (waitid with WNOWAIT).
+func waitExited(pid int) error {
+	const idtypePID = 1 // P_PID
+	var info [128]byte  // siginfo_t, unused
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, idtypePID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		default:
+			return fmt.Errorf("waiting for process %d: %w", pid, errno)
+		}
+	}
+}
+
+// command builds the child's command: the program resolved in the child's
+// PATH, its environment, workdir (created if missing; a relative or empty
+// one is under dir/work) and output, in a process group of its own.
+func command(dir string, spec agentapi.ReplicaSpec, out *os.File) (*exec.Cmd, error) {
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return nil, errors.New("reading spec: no command")
+	}
+	workdir := spec.Workdir
+	if !filepath.IsAbs(workdir) {
+		workdir = filepath.Join(dir, "work", workdir)
+	}
+	if err := os.MkdirAll(workdir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating workdir: %w", err)
+	}
+	env := childEnv(spec.Env, os.LookupEnv)
+	path, err := lookPath(spec.Command[0], env["PATH"], workdir)
+	if err != nil {
+		return nil, err
+	}
+	return &exec.Cmd{
+		Path:        path,
+		Args:        spec.Command,
+		Env:         environ(env),
+		Dir:         workdir,
+		Stdout:      out,
+		Stderr:      out,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}, nil
+}
+
+// childEnv is the child's environment: the few variables a process expects
+// from its host, taken from lookup (the supervisor's environment), under the
+// spec's own.
+func childEnv(spec map[string]string, lookup func(string) (string, bool)) map[string]string {
+	env := map[string]string{"PATH": DefaultPath}
+	// LD_LIBRARY_PATH is how many hosts point at their CUDA libraries.
+	for _, k := range []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH"} {
+		if v, ok := lookup(k); ok {
+			env[k] = v
+		}
+	}
+	maps.Copy(env, spec)
+	return env
+}
+
+// environ formats env as KEY=value lines, sorted.
+func environ(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// lookPath resolves the program as a shell in workdir with the child's PATH
+// would, to an absolute path: a name with a slash is taken relative to
+// workdir; another is searched for in pathList, where relative entries
+// (including the empty one) are relative to workdir.
+func lookPath(file, pathList, workdir string) (string, error) {
+	if strings.Contains(file, "/") {
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(workdir, file)
+		}
+		return file, nil // starting it reports a missing or unrunnable file
+	}
+	for _, d := range filepath.SplitList(pathList) {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(workdir, d)
+		}
+		p := filepath.Join(d, file)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("looking up %q: %w", file, exec.ErrNotFound)
+}

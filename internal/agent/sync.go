@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// syncLoop reports statuses and applies the desired set until ctx ends.
+// Each round:
+//  1. collect the statuses of all tracked replicas;
+//  2. sync: a long poll, unless there is news for the server, and cut short
+//     when a replica's status changes meanwhile;
+//  3. on success apply the desired set: start, stop, acknowledge; on failure
+//     wait a backoff and go again, leaving every replica running.
+func (a *Agent) syncLoop(ctx context.Context) {
+	retry := a.newBackoff()
+	for ctx.Err() == nil {
+		// Changes before this point are in the request below.
+		select {
+		case <-a.changed:
+		default:
+		}
+		req, endedIDs := a.request()
+		resp, woken, err := a.sync(ctx, req)
+		switch {
+		case err == nil:
+			retry.reset()
+			a.delivered = make(map[string]agentapi.ReplicaStatus, len(req.Statuses))
+			for _, s := range req.Statuses {
+				a.delivered[s.ID] = s
+			}
+			a.apply(ctx, resp, endedIDs)
+		case ctx.Err() != nil:
+			return
+		case woken:
+			// A replica changed during the long poll: report it now.
+		default:
+			d := retry.next()
+			a.log.Warn("syncing with the server; replicas keep running", "err", err, "retry_in", d)
+			a.sleep(ctx, d)
+		}
+	}
+}
+
+// request builds the next sync: every tracked replica with something to
+// report, and the ids of those reported as ended. It waits on the server
+// only when the server already has all of it.
+func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
+	a.mu.Lock()
+	statuses := make([]agentapi.ReplicaStatus, 0, len(a.tracked))
+	for _, r := range a.tracked {
+		if r.status.Phase != "" {
+			statuses = append(statuses, r.status)
+		}
+	}
+	a.mu.Unlock()
+	slices.SortFunc(statuses, func(x, y agentapi.ReplicaStatus) int { return strings.Compare(x.ID, y.ID) })
+
+	wait := a.cfg.SyncWait
+	if a.heartbeat > 0 {
+		wait = min(wait, a.heartbeat)
+	}
+	endedIDs := map[string]bool{}
+	for _, s := range statuses {
+		if ended(s.Phase) {
+			endedIDs[s.ID] = true
+		}
+		if last, ok := a.delivered[s.ID]; !ok || !reflect.DeepEqual(last, s) {
+			wait = 0
+		}
+	}
+	return agentapi.SyncRequest{
+		NodeID:     a.nodeID,
+		Generation: a.generation,
+		Statuses:   statuses,
+		Wait:       model.Duration(wait),
+	}, endedIDs
+}
+
+// sync calls the server, cancelling the call if a replica's status changes
+// before it answers; woken reports that.
+func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (resp agentapi.SyncResponse, woken bool, err error) {
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan struct{})
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		select {
+		case <-a.changed:
+			woken = true
+			cancel()
+		case <-answered:
+		}
+	}()
+	resp, err = a.cfg.ControlPlane.Sync(callCtx, req)
+	close(answered)
+	<-listening
+	return resp, woken, err
+}
+
+// apply acts on the desired set: it takes on replicas it does not track,
+// stops those marked Stop or no longer listed, and forgets ended ones the
+// server no longer lists in answer to a report of their end.
+func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedEnded map[string]bool) {
+	a.generation = resp.Generation
+	if resp.Drain != a.draining {
+		a.draining = resp.Drain
+		a.log.Info("node drain changed", "draining", resp.Drain)
+	}
+	desired := make(map[string]bool, len(resp.Replicas))
+	for _, spec := range resp.Replicas {
+		desired[spec.ID] = true
+		a.mu.Lock()
+		r := a.tracked[spec.ID]
+		a.mu.Unlock()
+		if r == nil {
+			r = a.admit(ctx, spec)
+		}
+		if spec.Stop {
+			a.requestStop(r)
+		}
+	}
+
+	var stop, forget []*replica
+	a.mu.Lock()
+	for id, r := range a.tracked {
+		switch {
+		case desired[id]:
+		case reportedEnded[id]:
+			forget = append(forget, r)
+			delete(a.tracked, id)
+		case !ended(r.status.Phase):
+			stop = append(stop, r)
+		}
+	}
+	a.mu.Unlock()
+	for _, r := range stop {
+		a.requestStop(r)
+	}
+	for _, r := range forget {
+		a.log.Info("replica end recorded by the server; forgetting it", "replica_id", r.id)
+		if r.dir == "" {
+			continue
+		}
+		if err := atomicfile.Write(filepath.Join(r.dir, ackedFile), nil, 0o600); err != nil {
+			// It will be reported again after a restart; the server
+			// ignores what it already has.
+			a.log.Warn("marking replica acknowledged", "replica_id", r.id, "err", err)
+		}
+	}
+}
+
+// admit takes on a replica the server wants and the agent does not track.
+// A replica whose directory exists was started before, by this agent or an
+// earlier run: it is adopted, never started again. One the server wants
+// stopped is not started at all, and reported as stopped.
+func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
+	log := a.log.With("replica_id", spec.ID, "job_id", spec.JobID, "attempt_id", spec.AttemptID)
+	if err := validID(spec.ID); err != nil {
+		log.Error("refusing replica", "err", err)
+		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent refused the replica: %v", err))
+	}
+	dir := filepath.Join(a.replicas, spec.ID)
+	if spec.Stop {
+		if _, err := os.Stat(dir); err != nil {
+			log.Info("not starting a replica the server wants stopped")
+			return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
+		}
+	}
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		log.Info("replica started before; adopting it, not starting it again")
+		if err := os.Remove(filepath.Join(dir, ackedFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("un-marking replica acknowledged", "err", err)
+		}
+		r := a.newReplica(spec.ID, dir, nil)
+		a.track(ctx, r)
+		return r
+	}
+	if err == nil {
+		err = atomicfile.SyncDir(a.replicas)
+	}
+	if err != nil {
+		log.Error("creating replica directory", "err", err)
+		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent could not create the replica directory: %v", err))
+	}
+	l, err := a.launch(dir, spec)
+	if err != nil {
+		log.Error("launching supervisor", "err", err)
+		return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, fmt.Sprintf("agent could not launch the supervisor: %v", err))
+	}
+	log.Info("started replica", "gpus", spec.GPUs)
+	r := a.newReplica(spec.ID, dir, l)
+	a.track(ctx, r)
+	return r
+}
+
+// validID checks that a replica id is a safe directory name.
+func validID(id string) error {
+	if id == "" || len(id) > maxReplicaID {
+		return fmt.Errorf("replica id %q: want 1 to %d characters", id, maxReplicaID)
+	}
+	if id[0] == '.' {
+		return fmt.Errorf("replica id %q: must not start with a dot", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("replica id %q: only letters, digits, '-', '_' and '.' are allowed", id)
+		}
+	}
+	return nil
+}
+
+// ended reports whether a phase is final.
+func ended(p agentapi.Phase) bool { return p == agentapi.PhaseExited || p == agentapi.PhaseLost }

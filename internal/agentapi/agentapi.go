@@ -1,0 +1,146 @@
+// Package agentapi is the agent protocol (DESIGN.md §4): the messages a node
+// agent and the control plane exchange, and the ControlPlane interface an
+// agent calls. The in-process agent of the local node calls the controller
+// directly through this interface; a remote agent calls the same methods over
+// HTTP under /v1/agent/. Agents pull: they report what they observe and
+// receive the desired set of replicas, so a lost message is repaired by the
+// next sync.
+package agentapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Version is the protocol version; a server refuses agents of another major.
+const Version = "v1"
+
+// ControlPlane is what an agent needs from the server. Implementations are
+// safe for concurrent use.
+type ControlPlane interface {
+	// Register announces the node and its GPUs. A NodeID the server already
+	// knows re-registers that node (after an agent or server restart); an
+	// empty NodeID asks for a new one. Idempotent.
+	Register(ctx context.Context, r Registration) (RegisterResponse, error)
+	// Sync reports the agent's observed replicas and returns the desired set.
+	// When req.Generation equals the server's current generation for the
+	// node, Sync waits up to req.Wait for a change before answering (long
+	// poll). Every Sync is also a heartbeat.
+	Sync(ctx context.Context, req SyncRequest) (SyncResponse, error)
+	// AppendLog stores a chunk of a replica's output at its offset. Chunks
+	// are idempotent: bytes the server already has are ignored, and a chunk
+	// that starts past the server's end is not stored. Either way the ack's
+	// Size says where the agent must continue.
+	AppendLog(ctx context.Context, c LogChunk) (LogAck, error)
+}
+
+// Registration is the node's facts as its agent sees them.
+type Registration struct {
+	NodeID       string             `json:"nodeId,omitempty"`
+	Name         string             `json:"name"`
+	Provider     string             `json:"provider"`
+	GPUs         []model.GPU        `json:"gpus"`
+	GPUSource    string             `json:"gpuSource"`
+	CPU          float64            `json:"cpu"`
+	Memory       model.Bytes        `json:"memory"`
+	Labels       map[string]string  `json:"labels,omitempty"`
+	Region       string             `json:"region,omitempty"`
+	Zone         string             `json:"zone,omitempty"`
+	InstanceType string             `json:"instanceType,omitempty"`
+	CapacityType model.CapacityType `json:"capacityType,omitempty"`
+	AgentVersion string             `json:"agentVersion"`
+}
+
+// RegisterResponse names the node and how often it must sync.
+type RegisterResponse struct {
+	NodeID            string         `json:"nodeId"`
+	HeartbeatInterval model.Duration `json:"heartbeatInterval"`
+}
+
+// ReplicaSpec is one replica the server wants running (or stopped) on the node.
+type ReplicaSpec struct {
+	// ID is unique per attempt and rank (model.ReplicaID); an agent never
+	// starts the same ID twice.
+	ID        string            `json:"id"`
+	JobID     string            `json:"jobId"`
+	AttemptID string            `json:"attemptId"`
+	Attempt   int               `json:"attempt"`
+	Rank      int               `json:"rank"`
+	Command   []string          `json:"command"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Env       map[string]string `json:"env"`
+	GPUs      []int             `json:"gpus"`
+	// Runtime limits the run; 0 means none. When it passes, the replica
+	// gets Signal, then SIGKILL after Grace, and exits with ReasonRuntimeLimit.
+	Runtime model.Duration `json:"runtime,omitempty"`
+	Signal  string         `json:"signal"`
+	Grace   model.Duration `json:"grace"`
+	// Stop asks for Signal, Grace, then SIGKILL.
+	Stop bool `json:"stop,omitempty"`
+}
+
+// Phase is what an agent observes of a replica.
+type Phase string
+
+// Replica phases.
+const (
+	PhaseRunning Phase = "running"
+	PhaseExited  Phase = "exited"
+	// PhaseLost: the replica's process is gone and left no exit record.
+	PhaseLost Phase = "lost"
+)
+
+// ReplicaStatus is what the agent observed of one replica.
+type ReplicaStatus struct {
+	ID    string `json:"id"`
+	Phase Phase  `json:"phase"`
+	// ExitCode is set when Phase is exited; a replica killed by a signal
+	// exits 128+signal, as shells report it.
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// Reason is set when the agent or supervisor ended the replica:
+	// model.ReasonRuntimeLimit, "stopped", or why it was lost.
+	Reason    string     `json:"reason,omitempty"`
+	StartedAt time.Time  `json:"startedAt"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+}
+
+// Reasons a supervisor records.
+const (
+	ReasonStopped = "stopped"
+)
+
+// SyncRequest reports observations and asks for the desired set.
+type SyncRequest struct {
+	NodeID     string          `json:"nodeId"`
+	Generation uint64          `json:"generation"`
+	Statuses   []ReplicaStatus `json:"statuses"`
+	Wait       model.Duration  `json:"wait,omitempty"`
+}
+
+// SyncResponse is the complete desired set for the node. A replica the agent
+// runs that is absent here must be stopped; a finished replica absent here has
+// been recorded and can be forgotten.
+type SyncResponse struct {
+	Generation uint64        `json:"generation"`
+	Replicas   []ReplicaSpec `json:"replicas"`
+	// Drain tells the agent the node is being drained.
+	Drain bool `json:"drain,omitempty"`
+}
+
+// LogChunk is part of one replica's combined stdout and stderr.
+type LogChunk struct {
+	NodeID    string `json:"nodeId"`
+	ReplicaID string `json:"replicaId"`
+	Offset    int64  `json:"offset"`
+	Data      []byte `json:"data"`
+	// EOF marks the end of the log: the replica exited and everything was sent.
+	EOF bool `json:"eof,omitempty"`
+}
+
+// LogAck tells the agent how much of the log the server holds.
+type LogAck struct {
+	Size int64 `json:"size"`
+}

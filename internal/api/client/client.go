@@ -1,0 +1,242 @@
+// Package client is the Go client of gpufleet's HTTP API, used by the CLI.
+// Errors from the server come back as *api.Problem, with every invalid field.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Client calls one gpufleet server. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// New returns a client for server (e.g. "http://127.0.0.1:7777") with a
+// bearer token. hc may be nil for a default client.
+func New(server, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			Proxy:               nil, // the server is named explicitly; never route it through a proxy
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return &Client{base: strings.TrimRight(server, "/"), token: token, hc: hc}
+}
+
+// Server returns the server URL.
+func (c *Client) Server() string { return c.base }
+
+func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, body io.Reader, out any) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling gpufleet server at %s (is it running? start it with `gpufleet up`): %w", c.base, err)
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return resp, decodeProblem(resp)
+	}
+	if out == nil {
+		return resp, nil // the caller reads and closes the body
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return resp, fmt.Errorf("decoding %s %s response: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+func decodeProblem(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	p := &api.Problem{}
+	if err := json.Unmarshal(data, p); err != nil || p.Status == 0 {
+		return &api.Problem{Title: http.StatusText(resp.StatusCode), Status: resp.StatusCode, Detail: strings.TrimSpace(string(data))}
+	}
+	return p
+}
+
+// StatusOf returns the HTTP status of an API error, or 0.
+func StatusOf(err error) int {
+	var p *api.Problem
+	if errors.As(err, &p) {
+		return p.Status
+	}
+	return 0
+}
+
+// SubmitOptions tune SubmitJob.
+type SubmitOptions struct {
+	// YAML says the manifest is YAML rather than JSON.
+	YAML bool
+	// IdempotencyKey makes retries return the first submission's job.
+	IdempotencyKey string
+}
+
+// SubmitJob sends a Job manifest and returns the new (or, for a repeated
+// idempotency key, the existing) job.
+func (c *Client) SubmitJob(ctx context.Context, manifest []byte, opts SubmitOptions) (*api.JobView, error) {
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	if opts.YAML {
+		hdr.Set("Content-Type", "application/yaml")
+	}
+	if opts.IdempotencyKey != "" {
+		hdr.Set(api.IdempotencyHeader, opts.IdempotencyKey)
+	}
+	var v api.JobView
+	if _, err := c.do(ctx, "POST", "/v1/jobs", hdr, bytes.NewReader(manifest), &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Jobs lists jobs, newest first.
+func (c *Client) Jobs(ctx context.Context, states []string, limit int) ([]*model.Job, error) {
+	q := url.Values{}
+	if len(states) > 0 {
+		q.Set("state", strings.Join(states, ","))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.JobList
+	if _, err := c.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Jobs, nil
+}
+
+// Job returns one job with its attempts.
+func (c *Client) Job(ctx context.Context, id string) (*api.JobView, error) {
+	var v api.JobView
+	if _, err := c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(id), nil, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Cancel asks the server to cancel a job.
+func (c *Client) Cancel(ctx context.Context, id string) (*api.JobView, error) {
+	var v api.JobView
+	if _, err := c.do(ctx, "POST", "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// LogOptions select a log.
+type LogOptions struct {
+	Attempt int // 0: latest
+	Rank    int
+	Follow  bool
+	Offset  int64
+}
+
+// Logs copies a replica's log to w; with Follow it returns when the attempt
+// ends. It returns the attempt number served.
+func (c *Client) Logs(ctx context.Context, id string, o LogOptions, w io.Writer) (int, error) {
+	q := url.Values{}
+	if o.Attempt > 0 {
+		q.Set("attempt", strconv.Itoa(o.Attempt))
+	}
+	if o.Rank > 0 {
+		q.Set("rank", strconv.Itoa(o.Rank))
+	}
+	if o.Offset > 0 {
+		q.Set("offset", strconv.FormatInt(o.Offset, 10))
+	}
+	if o.Follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.do(ctx, "GET", "/v1/jobs/"+url.PathEscape(id)+"/logs?"+q.Encode(), nil, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	attempt, _ := strconv.Atoi(resp.Header.Get("X-Gpufleet-Attempt"))
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return attempt, fmt.Errorf("reading log: %w", err)
+	}
+	return attempt, nil
+}
+
+// Nodes lists the nodes.
+func (c *Client) Nodes(ctx context.Context) (api.NodeList, error) {
+	var out api.NodeList
+	_, err := c.do(ctx, "GET", "/v1/nodes", nil, nil, &out)
+	return out, err
+}
+
+// Offers queries the catalog with the parameters of GET /v1/offers.
+func (c *Client) Offers(ctx context.Context, q url.Values) ([]model.Offer, error) {
+	var out api.OfferList
+	if _, err := c.do(ctx, "GET", "/v1/offers?"+q.Encode(), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Offers, nil
+}
+
+// Version returns the server's version.
+func (c *Client) Version(ctx context.Context) (api.VersionInfo, error) {
+	var out api.VersionInfo
+	_, err := c.do(ctx, "GET", "/v1/version", nil, nil, &out)
+	return out, err
+}
+
+// CreateToken creates a token and returns it with its secret.
+func (c *Client) CreateToken(ctx context.Context, req api.TokenCreate) (*api.TokenCreated, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	var out api.TokenCreated
+	if _, err := c.do(ctx, "POST", "/v1/tokens", hdr, bytes.NewReader(body), &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Tokens lists unexpired tokens.
+func (c *Client) Tokens(ctx context.Context) ([]*model.Token, error) {
+	var out api.TokenList
+	if _, err := c.do(ctx, "GET", "/v1/tokens", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Tokens, nil
+}
+
+// RevokeToken revokes a token by id.
+func (c *Client) RevokeToken(ctx context.Context, id string) error {
+	resp, err := c.do(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}

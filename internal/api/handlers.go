@@ -1,0 +1,412 @@
+package api
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// IdempotencyHeader names the header that makes a submission retry-safe.
+const IdempotencyHeader = "Idempotency-Key"
+
+func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, VersionInfo{Version: s.cfg.Version, GoVersion: runtime.Version(), APIVersion: "v1"})
+}
+
+// readBody reads a limited body; it answers 413 itself when the body is too big.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeProblem(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit), nil)
+		return nil, false
+	case err != nil:
+		writeProblem(w, r, http.StatusBadRequest, "reading request body: "+err.Error(), nil)
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	key := r.Header.Get(IdempotencyHeader)
+	if len(key) > 255 || strings.ContainsFunc(key, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "header." + IdempotencyHeader, Message: "must be at most 255 printable ASCII characters"}})
+		return
+	}
+	format := manifest.JSON
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.Contains(mt, "yaml") {
+		format = manifest.YAML
+	}
+	job, problems := manifest.ParseJob(body, format, s.cfg.Catalog.KnownGPU)
+	if len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "the job spec is invalid; fix the fields below", problems)
+		return
+	}
+	for i, m := range job.Spec.Resources.GPU.Models {
+		if c, ok := s.cfg.Catalog.CanonicalGPU(m); ok {
+			job.Spec.Resources.GPU.Models[i] = c
+		}
+	}
+	project := job.Metadata.Project
+	if project == "" {
+		project = model.DefaultProject
+	}
+	sum := sha256.Sum256(body)
+	created, isNew, err := s.cfg.Controller.Submit(r.Context(), controller.Submission{
+		Name: job.Metadata.Name, Project: project, User: caller(r).Subject, Tags: job.Metadata.Tags,
+		Spec: job.Spec, IdempotencyKey: key, BodyHash: sum[:],
+	})
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	w.Header().Set("Location", "/v1/jobs/"+created.ID)
+	status := http.StatusCreated
+	if !isNew {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, JobView{Job: created})
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f controller.JobFilter
+	var problems model.FieldErrors
+	if v := q.Get("state"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			st = strings.TrimSpace(st)
+			if !validJobState(st) {
+				problems.Add("query.state", fmt.Sprintf("unknown state %q", st))
+				continue
+			}
+			f.States = append(f.States, model.JobState(st))
+		}
+	}
+	f.Project = q.Get("project")
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			problems.Add("query.limit", "must be a positive integer")
+		}
+		f.Limit = n
+	}
+	if len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", problems)
+		return
+	}
+	writeJSON(w, http.StatusOK, JobList{Jobs: nonNil(s.cfg.Controller.Jobs(f))})
+}
+
+func validJobState(s string) bool {
+	for _, st := range model.JobStates {
+		if string(st) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (s *Server) jobView(id string) (JobView, error) {
+	j, err := s.cfg.Controller.Job(id)
+	if err != nil {
+		return JobView{}, err
+	}
+	atts, err := s.cfg.Controller.Attempts(id)
+	if err != nil {
+		return JobView{}, err
+	}
+	v := JobView{Job: j, AttemptDetails: atts}
+	if j.State == model.JobQueued {
+		if verdict, ok := s.cfg.Controller.Verdict(id); ok {
+			v.Pending = &verdict
+		}
+	}
+	return v, nil
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	v, err := s.jobView(r.PathValue("id"))
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := s.cfg.Controller.Cancel(r.Context(), id); err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	v, err := s.jobView(id)
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, v)
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, NodeList{Nodes: nonNil(s.cfg.Controller.Nodes())})
+}
+
+// ParseOfferQuery turns query parameters into a catalog query, naming every
+// bad parameter.
+func ParseOfferQuery(q map[string][]string, canonical func(string) (string, bool)) (catalog.Query, model.FieldErrors) {
+	get := func(k string) string {
+		if v := q[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	list := func(k string) []string {
+		var out []string
+		for _, v := range strings.Split(get(k), ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	var cq catalog.Query
+	var fe model.FieldErrors
+	for _, g := range list("gpu") {
+		c, ok := canonical(g)
+		if !ok {
+			fe.Add("query.gpu", fmt.Sprintf("unknown GPU model %q", g))
+			continue
+		}
+		cq.GPUs = append(cq.GPUs, c)
+	}
+	if v := get("minGpuMemory"); v != "" {
+		b, err := model.ParseBytes(v)
+		if err != nil {
+			fe.Add("query.minGpuMemory", err.Error())
+		}
+		cq.MinGPUMemory = b
+	}
+	if v := get("gpus"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fe.Add("query.gpus", "must be a positive integer")
+		}
+		cq.GPUCount = n
+	}
+	cq.Providers = list("provider")
+	cq.Regions = list("region")
+	for _, c := range list("capacity") {
+		cq.CapacityTypes = append(cq.CapacityTypes, model.CapacityType(c))
+	}
+	if v := get("maxPrice"); v != "" {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || p < 0 {
+			fe.Add("query.maxPrice", "must be a non-negative number")
+		}
+		cq.MaxPricePerHour = p
+	}
+	cq.Sort = get("sort")
+	if v := get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fe.Add("query.limit", "must be a positive integer")
+		}
+		cq.Limit = n
+	}
+	for _, e := range cq.Validate() {
+		fe = append(fe, model.FieldError{Path: "query." + strings.TrimPrefix(e.Path, "query."), Message: e.Message})
+	}
+	return cq, fe
+}
+
+func (s *Server) listOffers(w http.ResponseWriter, r *http.Request) {
+	q, problems := ParseOfferQuery(r.URL.Query(), s.cfg.Catalog.CanonicalGPU)
+	if len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", problems)
+		return
+	}
+	writeJSON(w, http.StatusOK, OfferList{Offers: nonNil(s.cfg.Catalog.Query(q))})
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req TokenCreate
+	if problems := manifest.DecodeJSON(body, &req); len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", problems)
+		return
+	}
+	var fe model.FieldErrors
+	if req.Kind != model.TokenUser && req.Kind != model.TokenAgent {
+		fe.Add("kind", "must be user or agent")
+	}
+	if req.Subject == "" {
+		fe.Add("subject", "must name the user or node")
+	}
+	if req.TTL.D() <= 0 || req.TTL.D() > maxTokenTTL {
+		fe.Add("ttl", "must be between 1s and 366d: every token expires")
+	}
+	if req.Admin && req.Kind != model.TokenUser {
+		fe.Add("admin", "only user tokens can be admin")
+	}
+	if len(fe) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", fe)
+		return
+	}
+	tok, secret, err := s.cfg.Controller.CreateToken(r.Context(), controller.TokenRequest{
+		Kind: req.Kind, Subject: req.Subject, Name: req.Name, Admin: req.Admin, TTL: req.TTL.D(),
+	})
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusCreated, TokenCreated{Token: tok, Secret: secret})
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, TokenList{Tokens: nonNil(s.cfg.Controller.Tokens())})
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	if err := s.cfg.Controller.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// jobLogs writes one replica's log; with follow it streams until the attempt
+// has ended and its log is complete.
+func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	var fe model.FieldErrors
+	intParam := func(name string, def, min int) int {
+		v := q.Get(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min {
+			fe.Add("query."+name, fmt.Sprintf("must be an integer ≥ %d", min))
+		}
+		return n
+	}
+	attempt := intParam("attempt", 0, 1)
+	rank := intParam("rank", 0, 0)
+	offset := int64(intParam("offset", 0, 0))
+	follow := q.Get("follow") == "true" || q.Get("follow") == "1"
+	if len(fe) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", fe)
+		return
+	}
+	job, err := s.cfg.Controller.Job(id)
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	if rank >= job.Spec.Replicas {
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "query.rank", Message: fmt.Sprintf("job has %d replicas", job.Spec.Replicas)}})
+		return
+	}
+	ctx := r.Context()
+	// Wait for the attempt to exist when following a job that has not started.
+	for attempt == 0 || job.Attempts < attempt {
+		if attempt == 0 && job.Attempts > 0 {
+			attempt = job.Attempts
+			break
+		}
+		if !follow || job.State.Terminal() {
+			if attempt > job.Attempts {
+				writeProblem(w, r, http.StatusNotFound, fmt.Sprintf("job %s has %d attempts", id, job.Attempts), nil)
+			} else {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(http.StatusOK)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		if job, err = s.cfg.Controller.Job(id); err != nil {
+			writeProblem(w, r, statusOf(err), err.Error(), nil)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Gpufleet-Attempt", strconv.Itoa(attempt))
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	key := logstore.Key{JobID: id, Attempt: attempt, Rank: rank}
+	for {
+		changed := s.cfg.Logs.Changed(key)
+		offset, err = s.cfg.Logs.ReadAt(key, offset, w)
+		if err != nil {
+			s.cfg.Log.Warn("reading log", "job_id", id, "attempt", attempt, "err", err)
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if !follow || s.logDone(key, offset) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// logDone reports whether a followed log can end: it is complete, or its
+// replica ended without one (lost) and everything stored has been sent.
+func (s *Server) logDone(key logstore.Key, offset int64) bool {
+	size, complete, err := s.cfg.Logs.Size(key)
+	if err != nil || offset < size {
+		return err != nil
+	}
+	if complete {
+		return true
+	}
+	atts, err := s.cfg.Controller.Attempts(key.JobID)
+	if err != nil || key.Attempt > len(atts) {
+		return true
+	}
+	a := atts[key.Attempt-1]
+	if key.Rank >= len(a.Replicas) {
+		return true
+	}
+	rs := a.Replicas[key.Rank].State
+	return rs == model.AttemptLost || (a.State.Terminal() && rs.Terminal() && a.Replicas[key.Rank].ExitCode == nil)
+}

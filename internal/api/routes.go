@@ -1,0 +1,122 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Permission names what a route lets its caller do.
+type Permission string
+
+// Permissions. User tokens hold them by role (admin tokens hold all); agent
+// and job tokens hold only those their routes declare for their kind.
+const (
+	PermJobsSubmit   Permission = "jobs.submit"
+	PermJobsRead     Permission = "jobs.read"
+	PermJobsCancel   Permission = "jobs.cancel"
+	PermNodesRead    Permission = "nodes.read"
+	PermOffersRead   Permission = "offers.read"
+	PermTokensManage Permission = "tokens.manage"
+	PermMetricsRead  Permission = "metrics.read"
+	PermAPIRead      Permission = "api.read"
+)
+
+// scope limits a non-user token to its own object.
+type scope int
+
+const (
+	scopeNone scope = iota
+	// scopeOwnJob: a job token may call the route only for its own job
+	// (the {id} path value).
+	scopeOwnJob
+)
+
+// Route is one declared endpoint.
+type Route struct {
+	Method  string
+	Pattern string
+	// Perm is what the caller must hold; Kinds are the token kinds that
+	// may hold it at all.
+	Perm  Permission
+	Kinds []model.TokenKind
+	Scope scope
+	// Public routes need no token (health only).
+	Public bool
+
+	Summary string
+	// Query documents query parameters for the OpenAPI document.
+	Query []Param
+	// Request and Response are example values whose types document the
+	// bodies; nil means none (or, for Response, not JSON).
+	Request  any
+	Response any
+	// ResponseType overrides the response media type (logs, metrics).
+	ResponseType string
+	Status       int
+	handler      func(s *Server) http.HandlerFunc
+}
+
+// Param is a documented query parameter.
+type Param struct {
+	Name, Type, Description string
+}
+
+var (
+	users      = []model.TokenKind{model.TokenUser}
+	usersJobs  = []model.TokenKind{model.TokenUser, model.TokenJob}
+	allHolders = []model.TokenKind{model.TokenUser, model.TokenAgent, model.TokenJob}
+)
+
+// Routes is the table every endpoint is served from.
+func Routes() []Route {
+	return []Route{
+		{Method: "GET", Pattern: "/healthz", Public: true, Summary: "Liveness: the process serves HTTP.", ResponseType: "text/plain", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.healthz }},
+		{Method: "GET", Pattern: "/readyz", Public: true, Summary: "Readiness: state is loaded and the store accepts writes.", ResponseType: "text/plain", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.readyz }},
+		{Method: "GET", Pattern: "/metrics", Perm: PermMetricsRead, Kinds: users, Summary: "Prometheus metrics.", ResponseType: "text/plain", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.metrics }},
+		{Method: "GET", Pattern: "/v1/openapi.json", Perm: PermAPIRead, Kinds: allHolders, Summary: "This API's OpenAPI 3 document.", ResponseType: "application/json", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.openAPI }},
+		{Method: "GET", Pattern: "/v1/version", Perm: PermAPIRead, Kinds: allHolders, Summary: "Server version.", Response: VersionInfo{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.version }},
+		{Method: "POST", Pattern: "/v1/jobs", Perm: PermJobsSubmit, Kinds: users, Summary: "Submit a job (a Job manifest as JSON or YAML). Send Idempotency-Key to make retries safe.",
+			Request: JobManifest{}, Response: JobView{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.submitJob }},
+		{Method: "GET", Pattern: "/v1/jobs", Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
+			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"limit", "integer", "most jobs to return (default 1000)"}},
+			Response: JobList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listJobs }},
+		{Method: "GET", Pattern: "/v1/jobs/{id}", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",
+			Response: JobView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.getJob }},
+		{Method: "POST", Pattern: "/v1/jobs/{id}/cancel", Perm: PermJobsCancel, Kinds: users, Summary: "Cancel a job: running replicas get their checkpoint signal and grace period.",
+			Response: JobView{}, Status: 202,
+			handler: func(s *Server) http.HandlerFunc { return s.cancelJob }},
+		{Method: "GET", Pattern: "/v1/jobs/{id}/logs", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A replica's combined stdout and stderr; follow=true streams until the attempt ends.",
+			Query: []Param{{"attempt", "integer", "attempt number (default: latest)"}, {"rank", "integer", "replica rank (default 0)"},
+				{"follow", "boolean", "stream until the attempt ends"}, {"offset", "integer", "byte offset to start at"}},
+			ResponseType: "text/plain", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.jobLogs }},
+		{Method: "GET", Pattern: "/v1/nodes", Perm: PermNodesRead, Kinds: users, Summary: "Nodes, their GPUs and what holds them.",
+			Response: NodeList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listNodes }},
+		{Method: "GET", Pattern: "/v1/offers", Perm: PermOffersRead, Kinds: users, Summary: "Query the GPU catalog's offers.",
+			Query: []Param{{"gpu", "string", "comma-separated GPU models"}, {"minGpuMemory", "string", "e.g. 40Gi"}, {"gpus", "integer", "GPUs per instance"},
+				{"provider", "string", "comma-separated providers"}, {"region", "string", "comma-separated region patterns, e.g. us-*"},
+				{"capacity", "string", "comma-separated capacity types (on-demand, spot)"}, {"maxPrice", "number", "max $/h per instance"},
+				{"sort", "string", "price | total | memory | gpus"}, {"limit", "integer", "most offers to return"}},
+			Response: OfferList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listOffers }},
+		{Method: "POST", Pattern: "/v1/tokens", Perm: PermTokensManage, Kinds: users, Summary: "Create a user or agent token; its secret is returned once.",
+			Request: TokenCreate{}, Response: TokenCreated{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.createToken }},
+		{Method: "GET", Pattern: "/v1/tokens", Perm: PermTokensManage, Kinds: users, Summary: "Tokens that have not expired (never their secrets).",
+			Response: TokenList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listTokens }},
+		{Method: "DELETE", Pattern: "/v1/tokens/{id}", Perm: PermTokensManage, Kinds: users, Summary: "Revoke a token at once.",
+			Status:  204,
+			handler: func(s *Server) http.HandlerFunc { return s.revokeToken }},
+	}
+}

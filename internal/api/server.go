@@ -1,0 +1,211 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpufleet/gpufleet/internal/auth"
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+var (
+	errNotFound = controller.ErrNotFound
+	errConflict = controller.ErrConflict
+)
+
+// Config wires a Server.
+type Config struct {
+	Controller *controller.Controller // required
+	Catalog    *catalog.Catalog       // required
+	Logs       *logstore.Store        // required
+	Log        *slog.Logger
+	// Registry serves /metrics and receives the API's own series.
+	Registry *prometheus.Registry
+	// MaxBodyBytes bounds request bodies (1 MiB).
+	MaxBodyBytes int64
+	Version      string
+	// Ready reports whether the server can take writes; nil means yes.
+	Ready func() error
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg      Config
+	handler  http.Handler
+	duration *prometheus.HistogramVec
+	openapi  []byte
+}
+
+// New builds the server and its mux from the route table.
+func New(cfg Config) (*Server, error) {
+	if cfg.Controller == nil || cfg.Catalog == nil || cfg.Logs == nil {
+		return nil, errors.New("api config: Controller, Catalog and Logs are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	s := &Server{cfg: cfg}
+	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gpufleet_api_request_duration_seconds",
+		Help:    "API request duration by route and status code.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
+	}, []string{"route", "code"})
+	if err := cfg.Registry.Register(s.duration); err != nil {
+		return nil, err
+	}
+	doc, err := OpenAPI(cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	s.openapi = doc
+	mux := http.NewServeMux()
+	for _, rt := range Routes() {
+		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, http.StatusNotFound, "no such route; see /v1/openapi.json", nil)
+	})
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+type ctxKey struct{}
+
+// caller returns the authenticated token of a request.
+func caller(r *http.Request) *model.Token {
+	t, _ := r.Context().Value(ctxKey{}).(*model.Token)
+	return t
+}
+
+// statusRecorder remembers the status code for metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// wrap adds metrics, body limits, authentication and authorisation.
+func (s *Server) wrap(rt Route) http.Handler {
+	h := rt.handler(s)
+	label := rt.Method + " " + rt.Pattern
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			code := rec.code
+			if code == 0 {
+				code = http.StatusOK
+			}
+			s.duration.WithLabelValues(label, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+		}()
+		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.MaxBodyBytes)
+		if !rt.Public {
+			tok, problem := s.authorize(rt, r)
+			if problem != 0 {
+				if problem == http.StatusUnauthorized {
+					rec.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
+					writeProblem(rec, r, problem, "a valid bearer token is required: set GPUFLEET_TOKEN or run `gpufleet up` to create one", nil)
+				} else {
+					writeProblem(rec, r, problem, "this token may not "+string(rt.Perm), nil)
+				}
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, tok))
+		}
+		h(rec, r)
+	})
+}
+
+// authorize checks the bearer token against the route's declaration. It
+// returns the token, or the status to refuse with.
+func (s *Server) authorize(rt Route, r *http.Request) (*model.Token, int) {
+	secret, ok := auth.Bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return nil, http.StatusUnauthorized
+	}
+	tok, err := s.cfg.Controller.Authenticate(secret)
+	if err != nil {
+		return nil, http.StatusUnauthorized
+	}
+	kindOK := false
+	for _, k := range rt.Kinds {
+		if k == tok.Kind {
+			kindOK = true
+		}
+	}
+	if !kindOK {
+		return nil, http.StatusForbidden
+	}
+	switch {
+	case tok.Kind == model.TokenJob && rt.Scope == scopeOwnJob:
+		if r.PathValue("id") != tok.Subject {
+			return nil, http.StatusForbidden
+		}
+	case tok.Kind == model.TokenUser && !tok.Admin && rt.Perm == PermTokensManage:
+		return nil, http.StatusForbidden
+	}
+	return tok, 0
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			writeProblem(w, r, http.StatusServiceUnavailable, err.Error(), nil)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(s.openapi)
+}

@@ -1,0 +1,463 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/auth"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+var _ agentapi.ControlPlane = (*Controller)(nil)
+
+// Register records a node and its GPUs, or refreshes a known one.
+func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (agentapi.RegisterResponse, error) {
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	id := r.NodeID
+	var n *model.Node
+	if old, ok := c.st.Node(id); ok && id != "" {
+		n = old.Clone()
+		n.Version++
+	} else {
+		if id == "" {
+			id = newID("n-")
+		}
+		n = &model.Node{ID: id, RegisteredAt: now, Version: 1}
+	}
+	n.Name, n.Provider, n.GPUs, n.GPUSource = r.Name, r.Provider, r.GPUs, r.GPUSource
+	n.CPU, n.Memory, n.Labels = r.CPU, r.Memory, r.Labels
+	n.Region, n.Zone, n.InstanceType, n.CapacityType = r.Region, r.Zone, r.InstanceType, r.CapacityType
+	n.State = model.NodeReady
+	n.LastHeartbeat = now
+	c.st.PutNode(n)
+	c.lastSeen[id] = now
+	c.nodeGen[id]++
+	c.broadcastLocked()
+	cm := c.com.submit(&store.Batch{Nodes: []*model.Node{n}})
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return agentapi.RegisterResponse{}, fmt.Errorf("recording node: %w", err)
+	}
+	c.trigger()
+	c.cfg.Log.Info("node registered", "node_id", id, "name", r.Name, "gpus", len(r.GPUs), "gpu_source", r.GPUSource)
+	return agentapi.RegisterResponse{NodeID: id, HeartbeatInterval: model.Duration(c.cfg.HeartbeatInterval)}, nil
+}
+
+// Sync records the agent's observations, then returns the node's desired
+// replicas, waiting up to req.Wait for a change when the agent is current.
+func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
+	c.mu.Lock()
+	if _, ok := c.st.Node(req.NodeID); !ok {
+		c.mu.Unlock()
+		return agentapi.SyncResponse{}, fmt.Errorf("node %s is not registered: %w", req.NodeID, ErrNotFound)
+	}
+	c.lastSeen[req.NodeID] = c.cfg.Clock.Now()
+	b := &store.Batch{}
+	for _, st := range req.Statuses {
+		c.observeLocked(req.NodeID, st, b)
+	}
+	var cm *commit
+	if !b.Empty() {
+		c.broadcastLocked()
+		cm = c.com.submit(b)
+	}
+	gen, changed := c.nodeGen[req.NodeID], c.changed
+	c.mu.Unlock()
+	if cm != nil {
+		if err := cm.wait(ctx); err != nil {
+			return agentapi.SyncResponse{}, fmt.Errorf("recording replica status: %w", err)
+		}
+		c.trigger()
+	}
+	if req.Generation == gen && req.Wait > 0 && cm == nil {
+		timeout := c.cfg.Clock.After(req.Wait.D())
+	wait:
+		for {
+			select {
+			case <-changed:
+				c.mu.Lock()
+				gen, changed = c.nodeGen[req.NodeID], c.changed
+				c.mu.Unlock()
+				if gen != req.Generation {
+					break wait
+				}
+			case <-timeout:
+				break wait
+			case <-ctx.Done():
+				return agentapi.SyncResponse{}, ctx.Err()
+			}
+		}
+	}
+	c.mu.Lock()
+	resp, b2, err := c.desiredLocked(req.NodeID)
+	if err != nil {
+		c.mu.Unlock()
+		return agentapi.SyncResponse{}, err
+	}
+	if !b2.Empty() {
+		c.com.submit(b2)
+	}
+	seq := c.com.next
+	c.mu.Unlock()
+	// Nothing reaches an agent before it is durable: an agent must never
+	// start a replica that a crash would make the server forget.
+	if err := c.com.barrier(ctx, seq); err != nil {
+		return agentapi.SyncResponse{}, err
+	}
+	return resp, nil
+}
+
+// desiredLocked builds the node's desired set: every replica of a live
+// attempt on it that has not finished. It mints job tokens that are missing
+// (after a restart the secrets are gone) and returns them in a batch.
+func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, error) {
+	resp := agentapi.SyncResponse{Generation: c.nodeGen[nodeID], Replicas: []agentapi.ReplicaSpec{}}
+	b := &store.Batch{}
+	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
+		resp.Drain = true
+	}
+	for _, a := range c.st.LiveAttempts() {
+		job, _ := c.st.Job(a.JobID)
+		for _, r := range a.Replicas {
+			if r.NodeID != nodeID || r.State.Terminal() {
+				continue
+			}
+			secret, ok := c.secrets[a.ID]
+			if !ok {
+				tok, s, err := auth.New(model.TokenJob, a.JobID, a.ID, c.cfg.Clock.Now(), c.jobTokenTTL(job))
+				if err != nil {
+					return resp, nil, fmt.Errorf("minting job token: %w", err)
+				}
+				c.putToken(tok)
+				b.Tokens = append(b.Tokens, tok)
+				c.secrets[a.ID] = s
+				secret = s
+			}
+			spec, err := c.replicaSpec(job, a, r, secret)
+			if err != nil {
+				return resp, nil, err
+			}
+			resp.Replicas = append(resp.Replicas, spec)
+		}
+	}
+	sort.Slice(resp.Replicas, func(i, j int) bool { return resp.Replicas[i].ID < resp.Replicas[j].ID })
+	return resp, b, nil
+}
+
+func (c *Controller) jobTokenTTL(job *model.Job) time.Duration {
+	return job.Spec.Limits.Runtime.D() + c.cfg.JobTokenTTL
+}
+
+// masterPort gives each job a stable rendezvous port for torchrun.
+func masterPort(jobID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(jobID))
+	return 29500 + int(h.Sum32()%1000)
+}
+
+func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
+	ckpt, err := c.checkpointDir(job.ID)
+	if err != nil {
+		return agentapi.ReplicaSpec{}, err
+	}
+	env := make(map[string]string, len(job.Spec.Run.Env)+12)
+	for k, v := range job.Spec.Run.Env {
+		env[k] = v
+	}
+	gpus := make([]string, len(r.GPUs))
+	for i, g := range r.GPUs {
+		gpus[i] = strconv.Itoa(g)
+	}
+	master := "127.0.0.1"
+	if n, ok := c.st.Node(a.Replicas[0].NodeID); ok && n.Labels["gpufleet.dev/address"] != "" {
+		master = n.Labels["gpufleet.dev/address"]
+	}
+	perReplica := len(r.GPUs)
+	if perReplica == 0 {
+		perReplica = 1
+	}
+	for k, v := range map[string]string{
+		"GPUFLEET_SERVER":         c.cfg.ServerURL,
+		"GPUFLEET_JOB_ID":         job.ID,
+		"GPUFLEET_ATTEMPT":        strconv.Itoa(a.Number),
+		"GPUFLEET_JOB_TOKEN":      secret,
+		"GPUFLEET_CHECKPOINT_DIR": ckpt,
+		"CUDA_VISIBLE_DEVICES":    strings.Join(gpus, ","),
+		"MASTER_ADDR":             master,
+		"MASTER_PORT":             strconv.Itoa(masterPort(job.ID)),
+		"WORLD_SIZE":              strconv.Itoa(len(a.Replicas)),
+		"RANK":                    strconv.Itoa(r.Rank),
+		"NODE_RANK":               strconv.Itoa(r.Rank),
+		"LOCAL_WORLD_SIZE":        strconv.Itoa(perReplica),
+	} {
+		env[k] = v
+	}
+	spec := agentapi.ReplicaSpec{
+		ID:        model.ReplicaID(a.ID, r.Rank),
+		JobID:     job.ID,
+		AttemptID: a.ID,
+		Attempt:   a.Number,
+		Rank:      r.Rank,
+		Command:   job.Spec.Run.Command,
+		Workdir:   job.Spec.Run.Workdir,
+		Env:       env,
+		GPUs:      r.GPUs,
+		Runtime:   job.Spec.Limits.Runtime,
+		Signal:    job.Spec.Checkpoint.Signal,
+		Grace:     job.Spec.Checkpoint.Grace,
+		Stop:      a.Stop,
+	}
+	return spec, nil
+}
+
+// splitReplicaID undoes model.ReplicaID.
+func splitReplicaID(id string) (attemptID string, rank int, ok bool) {
+	i := strings.LastIndex(id, "-r")
+	if i < 0 {
+		return "", 0, false
+	}
+	rank, err := strconv.Atoi(id[i+2:])
+	if err != nil || rank < 0 {
+		return "", 0, false
+	}
+	return id[:i], rank, true
+}
+
+// observeLocked applies one replica status from nodeID.
+func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *store.Batch) {
+	attemptID, rank, ok := splitReplicaID(st.ID)
+	if !ok {
+		return
+	}
+	a, ok := c.st.Attempt(attemptID)
+	if !ok || a.State.Terminal() || rank >= len(a.Replicas) || a.Replicas[rank].NodeID != nodeID {
+		return // unknown or already recorded: leaving it out of the desired set acknowledges it
+	}
+	r := a.Replicas[rank]
+	if r.State.Terminal() {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	a = a.Clone()
+	r = a.Replicas[rank]
+	switch st.Phase {
+	case agentapi.PhaseRunning:
+		if r.State == model.AttemptRunning {
+			return
+		}
+		r.State = model.AttemptRunning
+	case agentapi.PhaseExited:
+		code := 0
+		if st.ExitCode != nil {
+			code = *st.ExitCode
+		}
+		r.ExitCode = &code
+		r.Reason = st.Reason
+		r.State = model.AttemptFailed
+		if code == 0 && st.Reason != model.ReasonRuntimeLimit {
+			r.State = model.AttemptSucceeded
+		}
+	case agentapi.PhaseLost:
+		r.State, r.Reason = model.AttemptLost, st.Reason
+		if r.Reason == "" {
+			r.Reason = model.ReasonLost
+		}
+	default:
+		return
+	}
+	a.Replicas[rank] = r
+	a.Version++
+	if a.State == model.AttemptStarting && r.State == model.AttemptRunning {
+		a.State = model.AttemptRunning
+		a.StartedAt = &now
+		if j, ok := c.st.Job(a.JobID); ok && !j.State.Terminal() {
+			j = j.Clone()
+			j.State = model.JobRunning
+			if j.StartedAt == nil {
+				j.StartedAt = &now
+			}
+			j.Version++
+			c.st.PutJob(j)
+			b.Jobs = append(b.Jobs, j)
+		}
+	}
+	c.settleLocked(a, b, now)
+}
+
+// settleLocked decides what an attempt's replica states add up to: a gang
+// with a failed or lost replica stops the others; an attempt whose replicas
+// have all ended is finished and its job moves on.
+func (c *Controller) settleLocked(a *model.Attempt, b *store.Batch, now time.Time) {
+	allDone, anyBad := true, false
+	for _, r := range a.Replicas {
+		if !r.State.Terminal() {
+			allDone = false
+		} else if r.State != model.AttemptSucceeded {
+			anyBad = true
+		}
+	}
+	if !allDone {
+		if anyBad && !a.Stop {
+			a.Stop, a.StopState, a.StopWhy = true, model.AttemptFailed, "another replica of the gang ended"
+			c.bumpNodesLocked(a)
+		}
+		c.st.PutAttempt(a)
+		b.Attempts = append(b.Attempts, a)
+		return
+	}
+	c.finishLocked(a, b, now)
+}
+
+// finishLocked ends an attempt and moves its job on: done, or requeued by
+// its retry policy.
+func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Time) {
+	a.State, a.Reason, a.ExitCode = outcome(a)
+	a.EndedAt = &now
+	c.st.PutAttempt(a)
+	b.Attempts = append(b.Attempts, a)
+	delete(c.secrets, a.ID)
+
+	j, ok := c.st.Job(a.JobID)
+	if !ok || j.State.Terminal() {
+		return
+	}
+	j = j.Clone()
+	j.Version++
+	j.ExitCode, j.Reason = a.ExitCode, a.Reason
+	requeue := false
+	switch a.State {
+	case model.AttemptSucceeded:
+		j.State = model.JobSucceeded
+	case model.AttemptCancelled:
+		j.State = model.JobCancelled
+	case model.AttemptPreempted, model.AttemptLost:
+		j.Preemptions++
+		requeue = j.Preemptions <= j.Spec.Retries.Preemptions
+		if !requeue {
+			j.State, j.Reason = model.JobFailed, fmt.Sprintf("%s; interrupted %d times, retries.preemptions is %d", a.Reason, j.Preemptions, j.Spec.Retries.Preemptions)
+		}
+	default:
+		j.Failures++
+		requeue = j.Failures <= j.Spec.Retries.Failures && a.Reason != model.ReasonRuntimeLimit
+		if !requeue {
+			j.State = model.JobFailed
+		}
+	}
+	if requeue {
+		j.State, j.EnqueuedAt = model.JobQueued, now
+		j.Reason = fmt.Sprintf("requeued after attempt %d ended %s", a.Number, a.State)
+	} else {
+		j.FinishedAt = &now
+		c.revokeJobTokensLocked(j.ID, b)
+	}
+	c.st.PutJob(j)
+	b.Jobs = append(b.Jobs, j)
+	c.cfg.Log.Info("attempt ended", "job_id", j.ID, "attempt", a.Number, "state", a.State, "reason", a.Reason, "job_state", j.State)
+}
+
+// outcome derives an attempt's end from its replicas. A requested stop
+// decides the state (cancelled, preempted) whatever the exit codes; a lost
+// replica makes the attempt lost; otherwise the first failure decides.
+func outcome(a *model.Attempt) (model.AttemptState, string, *int) {
+	var firstBad *model.Replica
+	for i := range a.Replicas {
+		r := &a.Replicas[i]
+		if r.State == model.AttemptLost {
+			return model.AttemptLost, r.Reason, nil
+		}
+		// A replica stopped because of another's failure is not the cause.
+		if r.State != model.AttemptSucceeded && (firstBad == nil || firstBad.Reason == agentapi.ReasonStopped && r.Reason != agentapi.ReasonStopped) {
+			firstBad = r
+		}
+	}
+	if a.Stop && a.StopState != model.AttemptFailed {
+		var code *int
+		if firstBad != nil {
+			code = firstBad.ExitCode
+		}
+		return a.StopState, a.StopWhy, code
+	}
+	if firstBad == nil {
+		zero := 0
+		return model.AttemptSucceeded, "", &zero
+	}
+	reason := firstBad.Reason
+	if reason == "" && firstBad.ExitCode != nil {
+		reason = fmt.Sprintf("exit code %d", *firstBad.ExitCode)
+	}
+	return model.AttemptFailed, reason, firstBad.ExitCode
+}
+
+// AppendLog stores a chunk of replica output.
+func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agentapi.LogAck, error) {
+	attemptID, rank, ok := splitReplicaID(ch.ReplicaID)
+	if !ok {
+		return agentapi.LogAck{}, fmt.Errorf("replica %q: %w", ch.ReplicaID, ErrNotFound)
+	}
+	c.mu.Lock()
+	a, ok := c.st.Attempt(attemptID)
+	c.mu.Unlock()
+	if !ok || rank >= len(a.Replicas) || a.Replicas[rank].NodeID != ch.NodeID {
+		return agentapi.LogAck{}, fmt.Errorf("replica %s on node %s: %w", ch.ReplicaID, ch.NodeID, ErrNotFound)
+	}
+	size, err := c.cfg.Logs.Append(logstore.Key{JobID: a.JobID, Attempt: a.Number, Rank: rank}, ch.Offset, ch.Data, ch.EOF)
+	if err != nil {
+		return agentapi.LogAck{Size: size}, fmt.Errorf("storing log of %s: %w", ch.ReplicaID, err)
+	}
+	return agentapi.LogAck{Size: size}, nil
+}
+
+// checkNodes marks nodes silent past the heartbeat timeout lost, and their
+// live attempts with them.
+func (c *Controller) checkNodes(ctx context.Context) {
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	b := &store.Batch{}
+	for _, n := range c.st.Nodes() {
+		if n.State != model.NodeReady && n.State != model.NodeDraining {
+			continue
+		}
+		if now.Sub(c.lastSeen[n.ID]) <= c.cfg.HeartbeatTimeout {
+			continue
+		}
+		n = n.Clone()
+		n.State = model.NodeLost
+		n.Version++
+		c.st.PutNode(n)
+		b.Nodes = append(b.Nodes, n)
+		c.cfg.Log.Warn("node lost: no heartbeat", "node_id", n.ID, "timeout", c.cfg.HeartbeatTimeout)
+		for _, a := range c.st.LiveAttempts() {
+			changed := false
+			a = a.Clone()
+			for i, r := range a.Replicas {
+				if r.NodeID == n.ID && !r.State.Terminal() {
+					a.Replicas[i].State, a.Replicas[i].Reason = model.AttemptLost, model.ReasonNodeLost
+					changed = true
+				}
+			}
+			if changed {
+				a.Version++
+				c.settleLocked(a, b, now)
+			}
+		}
+	}
+	if b.Empty() {
+		c.mu.Unlock()
+		return
+	}
+	c.broadcastLocked()
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err == nil {
+		c.trigger()
+	}
+}

@@ -1,0 +1,233 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/state"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// Config wires a Controller. The zero value of each optional field means its
+// default.
+type Config struct {
+	Store store.Store // required
+	Logs  *logstore.Store
+	Clock clock.Clock
+	Log   *slog.Logger
+	// ServerURL is handed to jobs as GPUFLEET_SERVER.
+	ServerURL string
+	// CheckpointDir holds one folder per job (GPUFLEET_CHECKPOINT_DIR).
+	CheckpointDir string
+	// Interval between scheduling passes when nothing triggers one (1s).
+	Interval time.Duration
+	// HeartbeatTimeout after which a silent node is lost (60s).
+	HeartbeatTimeout time.Duration
+	// HeartbeatInterval agents are asked to sync at (10s).
+	HeartbeatInterval time.Duration
+	// JobTokenTTL bounds a job token beyond the job's runtime limit (24h).
+	JobTokenTTL time.Duration
+	// IdempotencyTTL is how long an Idempotency-Key is remembered (24h).
+	IdempotencyTTL time.Duration
+	// Seed feeds the scheduler's tie-breaking.
+	Seed int64
+	// Offers lists capacity that could be bought, for scheduling candidates.
+	Offers func(ctx context.Context) []model.Offer
+	// Metrics, when set, is updated as the controller works.
+	Metrics *Metrics
+	// Fatal is called once if the store fails; the process should stop.
+	Fatal func(error)
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil {
+		return errors.New("controller config: Store is required")
+	}
+	if c.Logs == nil {
+		return errors.New("controller config: Logs is required")
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 60 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.JobTokenTTL == 0 {
+		c.JobTokenTTL = 24 * time.Hour
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.Offers == nil {
+		c.Offers = func(context.Context) []model.Offer { return nil }
+	}
+	if c.Fatal == nil {
+		c.Fatal = func(err error) { panic(fmt.Sprintf("controller: store failed: %v", err)) }
+	}
+	return nil
+}
+
+// Controller owns the in-memory state. Its methods are safe for concurrent use.
+type Controller struct {
+	cfg Config
+	com *committer
+
+	mu       sync.Mutex
+	st       *state.State
+	seq      uint64
+	tokens   map[string]*model.Token // by hex hash
+	tokenIDs map[string]*model.Token
+	idem     map[idemKey]store.Idempotency
+	verdicts map[string]scheduler.Verdict
+	// secrets holds the job-token secret minted for each live attempt; it
+	// never reaches the store.
+	secrets map[string]string
+	// lastSeen is when each node last synced; in memory only, reset at start.
+	lastSeen map[string]time.Time
+	nodeGen  map[string]uint64
+	// changed is closed and replaced at every job, attempt or node change,
+	// so watchers (log followers, long-polling agents) wake up.
+	changed chan struct{}
+
+	kick      chan struct{}
+	fatalOnce sync.Once
+	stopCom   context.CancelFunc
+	comDone   chan struct{}
+}
+
+type idemKey struct{ subject, key string }
+
+// New loads the state from the store and returns a controller ready to Run.
+func New(ctx context.Context, cfg Config) (*Controller, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		cfg:      cfg,
+		st:       state.New(),
+		tokens:   map[string]*model.Token{},
+		tokenIDs: map[string]*model.Token{},
+		idem:     map[idemKey]store.Idempotency{},
+		verdicts: map[string]scheduler.Verdict{},
+		secrets:  map[string]string{},
+		lastSeen: map[string]time.Time{},
+		nodeGen:  map[string]uint64{},
+		changed:  make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+	}
+	c.com = newCommitter(cfg.Store, c.fail)
+	dump, err := cfg.Store.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading state: %w", err)
+	}
+	now := cfg.Clock.Now()
+	for _, j := range dump.Jobs {
+		c.st.PutJob(j)
+		if j.Seq > c.seq {
+			c.seq = j.Seq
+		}
+	}
+	for _, n := range dump.Nodes {
+		c.st.PutNode(n)
+		c.lastSeen[n.ID] = now // a restarted server gives every node a full timeout to check in
+	}
+	for _, a := range dump.Attempts {
+		c.st.PutAttempt(a)
+	}
+	for _, t := range dump.Tokens {
+		c.putToken(t)
+	}
+	for _, r := range dump.Idempotency {
+		c.idem[idemKey{r.Subject, r.Key}] = r
+	}
+	comCtx, stopCom := context.WithCancel(context.Background())
+	c.stopCom, c.comDone = stopCom, make(chan struct{})
+	go func() { c.com.run(comCtx); close(c.comDone) }()
+	cfg.Log.Info("state loaded", "jobs", len(dump.Jobs), "attempts", len(dump.Attempts), "nodes", len(dump.Nodes), "live_attempts", len(c.st.LiveAttempts()))
+	return c, nil
+}
+
+func (c *Controller) fail(err error) {
+	c.fatalOnce.Do(func() {
+		c.cfg.Log.Error("store commit failed; stopping", "err", err)
+		c.cfg.Fatal(err)
+	})
+}
+
+// Close waits for every queued change to be durable and stops the commit
+// acknowledger. Call it after Run has returned and the API has stopped.
+func (c *Controller) Close() {
+	c.stopCom()
+	<-c.comDone
+}
+
+// Run drives scheduling passes and node health checks until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	tick := c.cfg.Clock.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Log.Error("scheduling pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+			c.checkNodes(ctx)
+		case <-c.kick:
+		}
+	}
+}
+
+// trigger asks for a scheduling pass soon; it never blocks.
+func (c *Controller) trigger() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// broadcastLocked wakes every watcher. Callers hold c.mu.
+func (c *Controller) broadcastLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next change of any job, attempt or
+// node.
+func (c *Controller) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns prefix and 10 random base32 characters.
+func newID(prefix string) string {
+	var b [7]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err)) // the OS has no entropy: nothing can proceed
+	}
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:])[:10])
+}

@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// pass runs one scheduling cycle:
+//  1. snapshot the state under the mutex (cheap: pointers and free lists);
+//  2. compute a Plan without the mutex (pure);
+//  3. under the mutex, commit each binding whose job and GPUs are unchanged
+//     since the snapshot; the rest are planned again next pass;
+//  4. wait for the commit, then wake the agents of the touched nodes.
+func (c *Controller) pass(ctx context.Context) error {
+	offers := c.cfg.Offers(ctx)
+	c.mu.Lock()
+	snap := c.st.Snapshot()
+	c.mu.Unlock()
+	if len(snap.Pending) == 0 {
+		return nil
+	}
+	now := c.cfg.Clock.Now()
+	plan := scheduler.Schedule(snap, offers, now, c.cfg.Seed)
+
+	c.mu.Lock()
+	b := &store.Batch{}
+	bound := 0
+	for _, bnd := range plan.Bindings {
+		job, attempt, ok := c.bindLocked(bnd)
+		if !ok {
+			continue
+		}
+		bound++
+		b.Jobs = append(b.Jobs, job)
+		b.Attempts = append(b.Attempts, attempt)
+		c.cfg.Metrics.queueWait(now.Sub(job.EnqueuedAt))
+	}
+	c.verdicts = plan.Verdicts
+	if bound == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.broadcastLocked()
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return fmt.Errorf("committing %d bindings: %w", bound, err)
+	}
+	c.mu.Lock()
+	for _, a := range b.Attempts {
+		c.bumpNodesLocked(a)
+	}
+	c.mu.Unlock()
+	c.cfg.Log.Debug("bindings committed", "count", bound, "snapshot", plan.SnapshotVersion)
+	return nil
+}
+
+// bindLocked turns a binding into a new attempt if the job is still the
+// version the plan saw and every GPU it names is still free.
+func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attempt, bool) {
+	j, ok := c.st.Job(bnd.JobID)
+	if !ok || j.Version != bnd.JobVersion || j.State != model.JobQueued {
+		return nil, nil, false
+	}
+	for _, p := range bnd.Replicas {
+		n, ok := c.st.Node(p.NodeID)
+		if !ok || n.State != model.NodeReady {
+			return nil, nil, false
+		}
+		for _, g := range p.GPUs {
+			if c.st.GPUHolder(p.NodeID, g) != "" {
+				return nil, nil, false
+			}
+		}
+	}
+	now := c.cfg.Clock.Now()
+	j = j.Clone()
+	j.Attempts++
+	j.State = model.JobAdmitted
+	j.Reason = ""
+	j.Version++
+	a := &model.Attempt{
+		ID:        model.AttemptID(j.ID, j.Attempts),
+		JobID:     j.ID,
+		Number:    j.Attempts,
+		State:     model.AttemptStarting,
+		CreatedAt: now,
+		Version:   1,
+	}
+	for _, p := range bnd.Replicas {
+		a.Replicas = append(a.Replicas, model.Replica{Rank: p.Rank, NodeID: p.NodeID, GPUs: append([]int(nil), p.GPUs...), State: model.AttemptStarting})
+	}
+	c.st.PutJob(j)
+	c.st.PutAttempt(a)
+	delete(c.verdicts, j.ID)
+	return j, a, true
+}
+
+// bumpNodesLocked tells the agents of a's nodes that their desired set changed.
+func (c *Controller) bumpNodesLocked(a *model.Attempt) {
+	for _, r := range a.Replicas {
+		c.nodeGen[r.NodeID]++
+	}
+	c.broadcastLocked()
+}
+
+// checkpointDir returns (and creates) the job's checkpoint folder; it belongs
+// to the job, so every attempt sees the same one.
+func (c *Controller) checkpointDir(jobID string) (string, error) {
+	if c.cfg.CheckpointDir == "" {
+		return "", nil
+	}
+	dir := filepath.Join(c.cfg.CheckpointDir, jobID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating checkpoint dir: %w", err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,93 @@
+package model
+
+import (
+	"fmt"
+	"time"
+)
+
+// AttemptState is where one try at running a job is.
+type AttemptState string
+
+// Attempt states. Starting and Running are live; the rest are final.
+const (
+	AttemptStarting  AttemptState = "starting"
+	AttemptRunning   AttemptState = "running"
+	AttemptSucceeded AttemptState = "succeeded"
+	AttemptFailed    AttemptState = "failed"
+	AttemptCancelled AttemptState = "cancelled"
+	AttemptPreempted AttemptState = "preempted"
+	AttemptLost      AttemptState = "lost"
+)
+
+// Terminal reports whether s is a final state.
+func (s AttemptState) Terminal() bool { return s != AttemptStarting && s != AttemptRunning }
+
+// Reasons an attempt or job ended, recorded in Reason fields.
+const (
+	ReasonRuntimeLimit = "runtime limit exceeded"
+	ReasonCancelled    = "cancelled by user"
+	ReasonLost         = "process gone without an exit record"
+	ReasonNodeLost     = "node lost"
+)
+
+// Attempt is one try at running a job: its replicas bound to GPUs on nodes.
+// Treat a published *Attempt as immutable.
+type Attempt struct {
+	ID       string       `json:"id"`
+	JobID    string       `json:"jobId"`
+	Number   int          `json:"number"`
+	Replicas []Replica    `json:"replicas"`
+	State    AttemptState `json:"state"`
+	Reason   string       `json:"reason,omitempty"`
+	ExitCode *int         `json:"exitCode,omitempty"`
+
+	// Stop asks the agents to stop the replicas with the job's checkpoint
+	// signal and grace period; StopState is the state the attempt ends in.
+	Stop      bool         `json:"stop,omitempty"`
+	StopState AttemptState `json:"stopState,omitempty"`
+	StopWhy   string       `json:"stopWhy,omitempty"`
+
+	CreatedAt time.Time  `json:"createdAt"`
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	Version   uint64     `json:"version"`
+}
+
+// AttemptID names attempt n of a job.
+func AttemptID(jobID string, n int) string { return fmt.Sprintf("%s-a%d", jobID, n) }
+
+// Clone returns a deep copy.
+func (a *Attempt) Clone() *Attempt {
+	c := *a
+	c.Replicas = make([]Replica, len(a.Replicas))
+	for i, r := range a.Replicas {
+		c.Replicas[i] = r.clone()
+	}
+	if a.ExitCode != nil {
+		v := *a.ExitCode
+		c.ExitCode = &v
+	}
+	return &c
+}
+
+// Replica is one rank of an attempt on one node.
+type Replica struct {
+	Rank     int          `json:"rank"`
+	NodeID   string       `json:"nodeId"`
+	GPUs     []int        `json:"gpus"`
+	State    AttemptState `json:"state"`
+	ExitCode *int         `json:"exitCode,omitempty"`
+	Reason   string       `json:"reason,omitempty"`
+}
+
+func (r Replica) clone() Replica {
+	r.GPUs = append([]int(nil), r.GPUs...)
+	if r.ExitCode != nil {
+		v := *r.ExitCode
+		r.ExitCode = &v
+	}
+	return r
+}
+
+// ReplicaID names rank r of an attempt, as agents see it.
+func ReplicaID(attemptID string, rank int) string { return fmt.Sprintf("%s-r%d", attemptID, rank) }

@@ -1,0 +1,335 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// JobState is where a job is in its life. Terminal states never change.
+type JobState string
+
+// Job states, in lifecycle order.
+const (
+	JobQueued       JobState = "queued"
+	JobAdmitted     JobState = "admitted"
+	JobProvisioning JobState = "provisioning"
+	JobRunning      JobState = "running"
+	JobSucceeded    JobState = "succeeded"
+	JobFailed       JobState = "failed"
+	JobCancelled    JobState = "cancelled"
+	JobStoppedEarly JobState = "stopped-early"
+)
+
+// JobStates lists every job state, for metrics and validation.
+var JobStates = []JobState{JobQueued, JobAdmitted, JobProvisioning, JobRunning, JobSucceeded, JobFailed, JobCancelled, JobStoppedEarly}
+
+// Terminal reports whether s is a final state.
+func (s JobState) Terminal() bool {
+	switch s {
+	case JobSucceeded, JobFailed, JobCancelled, JobStoppedEarly:
+		return true
+	}
+	return false
+}
+
+// SpotPolicy says whether a job may run on interruptible capacity.
+type SpotPolicy string
+
+// Spot policies.
+const (
+	SpotNever    SpotPolicy = "never"
+	SpotAllowed  SpotPolicy = "allowed"
+	SpotRequired SpotPolicy = "required"
+)
+
+// Job is a unit of work as the controller keeps it: the user's spec plus
+// status. Treat a published *Job as immutable; see the package doc.
+type Job struct {
+	ID      string            `json:"id"`
+	Name    string            `json:"name,omitempty"`
+	Project string            `json:"project"`
+	User    string            `json:"user,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+	Spec    JobSpec           `json:"spec"`
+
+	State    JobState `json:"state"`
+	Reason   string   `json:"reason,omitempty"`
+	ExitCode *int     `json:"exitCode,omitempty"`
+	// Attempts counts attempts started so far; the current one is Attempts.
+	Attempts    int `json:"attempts"`
+	Failures    int `json:"failures"`
+	Preemptions int `json:"preemptions"`
+
+	SubmittedAt time.Time `json:"submittedAt"`
+	// EnqueuedAt is when the job last entered the queue: at submission, or
+	// when a preempted or failed attempt requeued it.
+	EnqueuedAt time.Time  `json:"enqueuedAt"`
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+
+	// Seq orders jobs by acceptance; it never repeats.
+	Seq uint64 `json:"seq"`
+	// Version increases with every committed change.
+	Version uint64 `json:"version"`
+}
+
+// Clone returns a copy that can be changed without touching j.
+func (j *Job) Clone() *Job {
+	c := *j
+	if j.ExitCode != nil {
+		v := *j.ExitCode
+		c.ExitCode = &v
+	}
+	return &c
+}
+
+// TotalGPUs is replicas × per-replica GPUs.
+func (j *Job) TotalGPUs() float64 { return float64(j.Spec.Replicas) * j.Spec.Resources.GPUs }
+
+// JobSpec is what a user asks for (DESIGN.md §2).
+type JobSpec struct {
+	Queue           string       `json:"queue,omitempty"`
+	Priority        string       `json:"priority,omitempty"`
+	Replicas        int          `json:"replicas,omitempty"`
+	Resources       Resources    `json:"resources"`
+	Run             RunSpec      `json:"run"`
+	Spot            SpotPolicy   `json:"spot,omitempty"`
+	MaxPricePerHour float64      `json:"maxPricePerHour,omitempty"`
+	Regions         RegionPolicy `json:"regions,omitempty"`
+	Checkpoint      Checkpoint   `json:"checkpoint,omitempty"`
+	Retries         RetryPolicy  `json:"retries,omitempty"`
+	Limits          Limits       `json:"limits,omitempty"`
+	Estimate        Estimate     `json:"estimate,omitempty"`
+	EarlyStop       *EarlyStop   `json:"earlyStop,omitempty"`
+}
+
+// Resources are per replica.
+type Resources struct {
+	// GPUs per replica: a whole number, or a fraction of one GPU below 1.
+	GPUs   float64    `json:"gpus"`
+	GPU    GPURequest `json:"gpu,omitempty"`
+	CPU    float64    `json:"cpu,omitempty"`
+	Memory Bytes      `json:"memory,omitempty"`
+}
+
+// GPURequest constrains which GPUs qualify.
+type GPURequest struct {
+	// Models allowed, in order of preference; empty means any.
+	Models       []string `json:"models,omitempty"`
+	MinMemory    Bytes    `json:"minMemory,omitempty"`
+	Interconnect string   `json:"interconnect,omitempty"`
+}
+
+// RunSpec is the workload.
+type RunSpec struct {
+	Command []string          `json:"command"`
+	Image   string            `json:"image,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// RegionPolicy is a data-residency constraint: shell-style patterns.
+type RegionPolicy struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// Checkpoint says how a job is asked to save its state before it is stopped.
+type Checkpoint struct {
+	Interval Duration `json:"interval,omitempty"`
+	Signal   string   `json:"signal,omitempty"`
+	Grace    Duration `json:"grace,omitempty"`
+}
+
+// RetryPolicy bounds automatic requeues.
+type RetryPolicy struct {
+	// Failures is how many failed attempts are retried (default 0).
+	Failures int `json:"failures,omitempty"`
+	// Preemptions is how many involuntary interruptions (preempted or lost
+	// attempts) are retried; 0 means the default, DefaultPreemptionRetries.
+	Preemptions              int `json:"preemptions,omitempty"`
+	OnDemandAfterPreemptions int `json:"onDemandAfterPreemptions,omitempty"`
+}
+
+// Limits bound a job's run.
+type Limits struct {
+	Runtime  Duration   `json:"runtime,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// Estimate is the user's guess, used for backfill and cost to finish.
+type Estimate struct {
+	Runtime Duration `json:"runtime,omitempty"`
+}
+
+// EarlyStop stops runs whose metric stopped improving.
+type EarlyStop struct {
+	Policy   string  `json:"policy"`
+	Metric   string  `json:"metric"`
+	Patience int     `json:"patience,omitempty"`
+	MinDelta float64 `json:"minDelta,omitempty"`
+	Mode     string  `json:"mode,omitempty"`
+}
+
+// Defaults used when a spec leaves a field empty.
+const (
+	DefaultQueue    = "default"
+	DefaultPriority = "normal"
+	DefaultProject  = "default"
+	DefaultSignal   = "SIGTERM"
+	DefaultGrace    = Duration(30 * time.Second)
+	// DefaultPreemptionRetries: an interruption is not the job's fault, so
+	// jobs survive a few by default.
+	DefaultPreemptionRetries = 10
+)
+
+// Signals a job may name for its checkpoint signal.
+var Signals = []string{"SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT"}
+
+// Default fills empty fields with their defaults. It is idempotent.
+func (s *JobSpec) Default() {
+	if s.Queue == "" {
+		s.Queue = DefaultQueue
+	}
+	if s.Priority == "" {
+		s.Priority = DefaultPriority
+	}
+	if s.Replicas == 0 {
+		s.Replicas = 1
+	}
+	if s.Spot == "" {
+		s.Spot = SpotNever
+	}
+	if s.Checkpoint.Signal == "" {
+		s.Checkpoint.Signal = DefaultSignal
+	}
+	if s.Checkpoint.Grace == 0 {
+		s.Checkpoint.Grace = DefaultGrace
+	}
+	if s.Retries.Preemptions == 0 {
+		s.Retries.Preemptions = DefaultPreemptionRetries
+	}
+}
+
+// Validate reports every problem in s, with paths under prefix (usually
+// "spec"). knownGPU says whether a GPU model name exists in the catalog; nil
+// accepts any name.
+func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
+	var fe FieldErrors
+	p := func(f string) string { return prefix + "." + f }
+	if s.Replicas < 0 {
+		fe.Add(p("replicas"), "must be ≥ 1")
+	}
+	if s.Replicas > 4096 {
+		fe.Add(p("replicas"), "must be ≤ 4096")
+	}
+	g := s.Resources.GPUs
+	switch {
+	case math.IsNaN(g) || g < 0:
+		fe.Add(p("resources.gpus"), "must be ≥ 0")
+	case g > 1 && g != math.Trunc(g):
+		fe.Add(p("resources.gpus"), "must be a whole number, or a fraction below 1 for a shared GPU")
+	case g > 1024:
+		fe.Add(p("resources.gpus"), "must be ≤ 1024")
+	}
+	if s.Resources.CPU < 0 || math.IsNaN(s.Resources.CPU) {
+		fe.Add(p("resources.cpu"), "must be ≥ 0")
+	}
+	if s.Resources.Memory < 0 {
+		fe.Add(p("resources.memory"), "must be ≥ 0")
+	}
+	if s.Resources.GPU.MinMemory < 0 {
+		fe.Add(p("resources.gpu.minMemory"), "must be ≥ 0")
+	}
+	for i, m := range s.Resources.GPU.Models {
+		if m == "" {
+			fe.Add(fmt.Sprintf("%s[%d]", p("resources.gpu.models"), i), "must not be empty")
+		} else if knownGPU != nil && !knownGPU(m) {
+			fe.Add(fmt.Sprintf("%s[%d]", p("resources.gpu.models"), i), fmt.Sprintf("unknown GPU model %q (see `gpufleet offers` for the catalog's models)", m))
+		}
+	}
+	switch s.Resources.GPU.Interconnect {
+	case "", "nvlink", "nvswitch", "pcie", "any":
+	default:
+		fe.Add(p("resources.gpu.interconnect"), "must be one of nvlink, nvswitch, pcie, any")
+	}
+	if g == 0 && (len(s.Resources.GPU.Models) > 0 || s.Resources.GPU.MinMemory > 0) {
+		fe.Add(p("resources.gpu"), "GPU constraints need resources.gpus > 0")
+	}
+	if len(s.Run.Command) == 0 {
+		fe.Add(p("run.command"), "must not be empty: give the program to run and its arguments")
+	} else if strings.TrimSpace(s.Run.Command[0]) == "" {
+		fe.Add(p("run.command[0]"), "must name a program")
+	}
+	for k := range s.Run.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			fe.Add(p("run.env"), fmt.Sprintf("invalid variable name %q", k))
+		} else if strings.HasPrefix(k, "GPUFLEET_") || k == "CUDA_VISIBLE_DEVICES" {
+			fe.Add(p("run.env."+k), "is set by gpufleet and cannot be overridden")
+		}
+	}
+	switch s.Spot {
+	case "", SpotNever, SpotAllowed, SpotRequired:
+	default:
+		fe.Add(p("spot"), "must be one of never, allowed, required")
+	}
+	if s.MaxPricePerHour < 0 || math.IsNaN(s.MaxPricePerHour) {
+		fe.Add(p("maxPricePerHour"), "must be ≥ 0")
+	}
+	if s.Checkpoint.Signal != "" && !contains(Signals, s.Checkpoint.Signal) {
+		fe.Add(p("checkpoint.signal"), "must be one of "+strings.Join(Signals, ", "))
+	}
+	if s.Checkpoint.Grace < 0 {
+		fe.Add(p("checkpoint.grace"), "must be ≥ 0")
+	}
+	if s.Checkpoint.Interval < 0 {
+		fe.Add(p("checkpoint.interval"), "must be ≥ 0")
+	}
+	if s.Retries.Failures < 0 {
+		fe.Add(p("retries.failures"), "must be ≥ 0")
+	}
+	if s.Retries.Preemptions < 0 {
+		fe.Add(p("retries.preemptions"), "must be ≥ 0")
+	}
+	if s.Retries.OnDemandAfterPreemptions < 0 {
+		fe.Add(p("retries.onDemandAfterPreemptions"), "must be ≥ 0")
+	}
+	if s.Limits.Runtime < 0 {
+		fe.Add(p("limits.runtime"), "must be ≥ 0")
+	}
+	if s.Estimate.Runtime < 0 {
+		fe.Add(p("estimate.runtime"), "must be ≥ 0")
+	}
+	for i, r := range s.Regions.Allow {
+		if r == "" {
+			fe.Add(fmt.Sprintf("%s[%d]", p("regions.allow"), i), "must not be empty")
+		}
+	}
+	if es := s.EarlyStop; es != nil {
+		switch es.Policy {
+		case "median", "plateau", "threshold", "nan":
+		default:
+			fe.Add(p("earlyStop.policy"), "must be one of median, plateau, threshold, nan")
+		}
+		if es.Metric == "" {
+			fe.Add(p("earlyStop.metric"), "must name the metric to watch")
+		}
+		switch es.Mode {
+		case "", "alert", "stop":
+		default:
+			fe.Add(p("earlyStop.mode"), "must be alert or stop")
+		}
+	}
+	return fe
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

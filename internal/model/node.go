@@ -1,0 +1,101 @@
+package model
+
+import "time"
+
+// NodeState is where a machine is in its life.
+type NodeState string
+
+// Node states.
+const (
+	NodeLaunching  NodeState = "launching"
+	NodeReady      NodeState = "ready"
+	NodeDraining   NodeState = "draining"
+	NodeTerminated NodeState = "terminated"
+	NodeLost       NodeState = "lost"
+)
+
+// CapacityType is how capacity is bought.
+type CapacityType string
+
+// Capacity types. Owned machines are "owned": bought outright.
+const (
+	OnDemand CapacityType = "on-demand"
+	Spot     CapacityType = "spot"
+	Reserved CapacityType = "reserved"
+	Owned    CapacityType = "owned"
+)
+
+// Node is one machine with GPUs. Treat a published *Node as immutable.
+type Node struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Provider     string            `json:"provider"`
+	Pool         string            `json:"pool,omitempty"`
+	State        NodeState         `json:"state"`
+	GPUs         []GPU             `json:"gpus"`
+	CPU          float64           `json:"cpu"`
+	Memory       Bytes             `json:"memory"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Region       string            `json:"region,omitempty"`
+	Zone         string            `json:"zone,omitempty"`
+	InstanceType string            `json:"instanceType,omitempty"`
+	CapacityType CapacityType      `json:"capacityType,omitempty"`
+	PricePerHour float64           `json:"pricePerHour,omitempty"`
+	// GPUSource says where the GPU list came from: nvml, nvidia-smi, fake or none.
+	GPUSource     string    `json:"gpuSource,omitempty"`
+	RegisteredAt  time.Time `json:"registeredAt"`
+	LastHeartbeat time.Time `json:"lastHeartbeat"`
+	Version       uint64    `json:"version"`
+}
+
+// Clone returns a deep copy.
+func (n *Node) Clone() *Node {
+	c := *n
+	c.GPUs = append([]GPU(nil), n.GPUs...)
+	if n.Labels != nil {
+		c.Labels = make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			c.Labels[k] = v
+		}
+	}
+	return &c
+}
+
+// GPU is one device on a node.
+type GPU struct {
+	Index  int    `json:"index"`
+	UUID   string `json:"uuid"`
+	Model  string `json:"model"`
+	Memory Bytes  `json:"memory"`
+	// NVLinkGroup numbers the GPUs that share an NVLink/NVSwitch domain on
+	// the node; -1 means PCIe only.
+	NVLinkGroup int `json:"nvlinkGroup"`
+}
+
+// Offer is capacity that can be bought now (DESIGN.md §2). Owned capacity is
+// an offer with an amortised price.
+type Offer struct {
+	Provider     string       `json:"provider"`
+	Region       string       `json:"region"`
+	Zone         string       `json:"zone,omitempty"`
+	InstanceType string       `json:"instanceType"`
+	GPU          string       `json:"gpu"`
+	GPUCount     int          `json:"gpuCount"`
+	GPUMemory    Bytes        `json:"gpuMemory"`
+	VCPUs        float64      `json:"vcpus,omitempty"`
+	Memory       Bytes        `json:"memory,omitempty"`
+	CapacityType CapacityType `json:"capacityType"`
+	PricePerHour float64      `json:"pricePerHour"`
+	// InterruptionRate is the expected interruptions per instance-hour
+	// (spot only; 0 when unknown or not spot).
+	InterruptionRate float64 `json:"interruptionRate,omitempty"`
+	Interconnect     string  `json:"interconnect,omitempty"`
+}
+
+// PricePerGPUHour is the offer's hourly price divided by its GPUs.
+func (o Offer) PricePerGPUHour() float64 {
+	if o.GPUCount == 0 {
+		return o.PricePerHour
+	}
+	return o.PricePerHour / float64(o.GPUCount)
+}

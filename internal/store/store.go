@@ -1,0 +1,87 @@
+// Package store is the control plane's durable storage: the interface the
+// controller writes through, and the records it keeps. The embedded default
+// is SQLite (package sqlite); a replicated control plane will use PostgreSQL
+// behind the same interface.
+//
+// The controller keeps every live object in memory (DESIGN.md §1) and uses the
+// store as the truth on disk: it loads everything once at start, then submits
+// batches of upserts. The store never decides anything; it only makes the
+// controller's decisions durable, in order.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Store persists control-plane objects. Implementations are safe for
+// concurrent use.
+type Store interface {
+	// Load reads every stored object. It is called once, at start, before
+	// any Submit.
+	Load(ctx context.Context) (*Dump, error)
+	// Submit queues b to be written and returns at once. Batches become
+	// durable in the order Submit was called; batches submitted while a
+	// commit is in flight are grouped into the next transaction. The
+	// channel yields nil once b is durable (synced to disk), or the error
+	// that stopped it, and is then closed. An upsert whose Version is lower
+	// than the stored row's is ignored, so a late write never rolls an
+	// object back.
+	Submit(b *Batch) <-chan error
+	// Close commits what was submitted, then releases the database.
+	Close() error
+}
+
+// Commit submits b and waits until it is durable or ctx ends.
+func Commit(ctx context.Context, s Store, b *Batch) error {
+	select {
+	case err := <-s.Submit(b):
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Batch is one atomic set of upserts. A nil or empty field writes nothing.
+type Batch struct {
+	Jobs        []*model.Job
+	Attempts    []*model.Attempt
+	Nodes       []*model.Node
+	Tokens      []*model.Token
+	Idempotency []Idempotency
+	// Meta sets small named values (counters, settings).
+	Meta map[string]string
+}
+
+// Empty reports whether b writes nothing.
+func (b *Batch) Empty() bool {
+	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta) == 0
+}
+
+// Idempotency maps a client's Idempotency-Key to the job it created, per
+// token subject, until Expires.
+type Idempotency struct {
+	Subject string `json:"subject"`
+	Key     string `json:"key"`
+	JobID   string `json:"jobId"`
+	// BodyHash is the SHA-256 of the request body, so a reused key with a
+	// different body can be refused.
+	BodyHash []byte    `json:"bodyHash"`
+	Expires  time.Time `json:"expires"`
+}
+
+// Dump is everything Load returns.
+type Dump struct {
+	Jobs        []*model.Job
+	Attempts    []*model.Attempt
+	Nodes       []*model.Node
+	Tokens      []*model.Token
+	Idempotency []Idempotency
+	Meta        map[string]string
+}
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("store closed")
