@@ -42,6 +42,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	handler  http.Handler
+	metricsH http.Handler
 	duration *prometheus.HistogramVec
 	openapi  []byte
 }
@@ -74,6 +75,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.openapi = doc
+	s.metricsH = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
 	for _, rt := range Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
@@ -202,7 +204,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	s.metricsH.ServeHTTP(w, r)
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {

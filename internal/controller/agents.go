@@ -256,14 +256,9 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 		}
 		r.State = model.AttemptRunning
 	case agentapi.PhaseExited:
-		code := 0
-		if st.ExitCode != nil {
-			code = *st.ExitCode
-		}
-		r.ExitCode = &code
-		r.Reason = st.Reason
-		r.State = model.AttemptFailed
-		if code == 0 && st.Reason != model.ReasonRuntimeLimit {
+		// No exit code: the agent stopped a replica it never started.
+		r.ExitCode, r.Reason, r.State = st.ExitCode, st.Reason, model.AttemptFailed
+		if st.ExitCode != nil && *st.ExitCode == 0 && st.Reason != model.ReasonRuntimeLimit {
 			r.State = model.AttemptSucceeded
 		}
 	case agentapi.PhaseLost:
@@ -407,7 +402,11 @@ func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agent
 	a, ok := c.st.Attempt(attemptID)
 	c.mu.Unlock()
 	if !ok || rank >= len(a.Replicas) || a.Replicas[rank].NodeID != ch.NodeID {
-		return agentapi.LogAck{}, fmt.Errorf("replica %s on node %s: %w", ch.ReplicaID, ch.NodeID, ErrNotFound)
+		// The server does not know this replica (its state was reset): take
+		// the output and drop it, so the agent can finish and forget it
+		// instead of retrying forever.
+		c.cfg.Log.Warn("dropping log of unknown replica", "replica_id", ch.ReplicaID, "node_id", ch.NodeID)
+		return agentapi.LogAck{Size: ch.Offset + int64(len(ch.Data))}, nil
 	}
 	size, err := c.cfg.Logs.Append(logstore.Key{JobID: a.JobID, Attempt: a.Number, Rank: rank}, ch.Offset, ch.Data, ch.EOF)
 	if err != nil {

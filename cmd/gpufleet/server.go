@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/agent/gpu"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+)
+
+// serverConfig is everything `up` and `server` take.
+type serverConfig struct {
+	DataDir  string
+	Listen   string
+	FakeGPUs string
+	NoAgent  bool
+	LogLevel string
+	LogJSON  bool
+	// Banner prints the quickstart once the server is ready (`up`).
+	Banner bool
+	// AdminTokenTTL bounds the admin token `up` creates.
+	AdminTokenTTL time.Duration
+}
+
+// Validate reports every problem at once, by flag name.
+func (c *serverConfig) Validate() error {
+	var fe model.FieldErrors
+	if c.DataDir == "" {
+		fe.Add("--data-dir", "is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		fe.Add("--listen", fmt.Sprintf("%q is not host:port", c.Listen))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		fe.Add("--log-level", "must be debug, info, warn or error")
+	}
+	return fe.Err()
+}
+
+func addServerFlags(cmd *cobra.Command, c *serverConfig) {
+	fl := cmd.Flags()
+	listen := os.Getenv("GPUFLEET_LISTEN")
+	if listen == "" {
+		listen = "127.0.0.1:7777"
+	}
+	fl.StringVar(&c.Listen, "listen", listen, "address the API listens on (env GPUFLEET_LISTEN)")
+	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs on this machine instead of discovering them (e.g. 8xH100)")
+	fl.BoolVar(&c.NoAgent, "no-local-agent", false, "do not run jobs on this machine (control plane only)")
+	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func newUpCmd(g *globals) *cobra.Command {
+	c := &serverConfig{Banner: true, AdminTokenTTL: 90 * 24 * time.Hour}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start gpufleet on this machine: control plane, API and a local node",
+		Long: `Start gpufleet on this machine in the foreground: the control plane, the API on
+--listen, and an agent that runs jobs here on this machine's GPUs (found with
+NVML or nvidia-smi; none on a CPU-only machine unless --fake-gpus declares demo
+GPUs). On first start it creates an admin token in the data dir, where the CLI
+finds it. Jobs keep running if the server stops; a restart re-adopts them.`,
+		Example: `  gpufleet up
+  gpufleet up --fake-gpus 8xH100 --listen 127.0.0.1:8080
+  GPUFLEET_DATA_DIR=/srv/gpufleet gpufleet up`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.DataDir = g.dataDir
+			return serve(cmd.Context(), c)
+		},
+	}
+	addServerFlags(cmd, c)
+	return cmd
+}
+
+func newServerCmd(g *globals) *cobra.Command {
+	c := &serverConfig{AdminTokenTTL: 90 * 24 * time.Hour}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the gpufleet server (headless, JSON logs)",
+		Long: `Run the gpufleet server as a daemon: the same control plane as 'up', with
+structured JSON logs and no banner, for systemd and containers.`,
+		Example: `  gpufleet server --data-dir /var/lib/gpufleet --listen 0.0.0.0:7777`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.DataDir = g.dataDir
+			c.LogJSON = true
+			return serve(cmd.Context(), c)
+		},
+	}
+	addServerFlags(cmd, c)
+	return cmd
+}
+
+func newSuperviseCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "supervise --dir DIR",
+		Short:  "Supervise one replica (started by the agent; not for direct use)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if code := supervisorRun(dir); code != 0 {
+				return exitError{code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "replica directory")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+func newLogger(c *serverConfig) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.LogJSON {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// serve runs the server until ctx ends or the store fails.
+func serve(ctx context.Context, c *serverConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(c)
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	cat, err := catalog.Load()
+	if err != nil {
+		return fmt.Errorf("loading catalog: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	commitSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "gpufleet_store_commit_seconds", Help: "Store transaction latency, begin to fsync.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+	commitBatches := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "gpufleet_store_commit_batches", Help: "Batches grouped into one store transaction.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+	})
+	reg.MustRegister(commitSeconds, commitBatches)
+	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, "gpufleet.db"), sqlite.Options{
+		Logger: log,
+		CommitObserver: func(d time.Duration, batches int) {
+			commitSeconds.Observe(d.Seconds())
+			commitBatches.Observe(float64(batches))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	logs, err := logstore.New(filepath.Join(c.DataDir, "logs"))
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s (is another gpufleet running? pick another with --listen): %w", c.Listen, err)
+	}
+	defer ln.Close()
+	url := "http://" + ln.Addr().String()
+
+	var ctrl *controller.Controller
+	ctrl, err = controller.New(ctx, controller.Config{
+		Store: st, Logs: logs, Log: log, ServerURL: url,
+		CheckpointDir: filepath.Join(c.DataDir, "checkpoints"),
+		Seed:          time.Now().UnixNano(),
+		Metrics:       controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
+		Fatal:         func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
+	})
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
+	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
+		return err
+	}
+	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Log: log, Registry: reg, Version: version})
+	if err != nil {
+		return err
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	errc := make(chan error, 3)
+	go func() { errc <- ignoreClosed(httpSrv.Serve(ln)) }()
+	go func() { errc <- ctrl.Run(ctx) }()
+	running := 2
+	if !c.NoAgent {
+		ag, inv, err := localAgent(ctx, c, ctrl, cat, log)
+		if err != nil {
+			cancel(nil)
+			return errors.Join(err, drain(httpSrv, errc, running))
+		}
+		go func() { errc <- ag.Run(ctx) }()
+		running++
+		log.Info("local node", "gpus", len(inv.GPUs), "gpu_source", inv.Source)
+	}
+	if err := writeServerInfo(c.DataDir, url); err != nil {
+		cancel(nil)
+		return errors.Join(err, drain(httpSrv, errc, running))
+	}
+	defer os.Remove(filepath.Join(c.DataDir, serverFile))
+	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", version)
+	if c.Banner {
+		printBanner(url, c.DataDir)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		running--
+		if err != nil {
+			cancel(err)
+		}
+	}
+	log.Info("shutting down; running jobs keep running and are re-adopted at the next start")
+	cancel(nil)
+	if err := drain(httpSrv, errc, running); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// drain stops the HTTP server and waits for the other goroutines.
+func drain(httpSrv *http.Server, errc chan error, running int) error {
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(shutdown)
+	var errs []error
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// localAgent discovers this machine's GPUs and returns the in-process agent
+// that runs jobs here, speaking the agent protocol to the controller.
+func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, cat *catalog.Catalog, log *slog.Logger) (*agent.Agent, gpu.Inventory, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	inv, err := gpu.Discover(dctx, gpu.Options{
+		Fake: c.FakeGPUs,
+		MemoryOf: func(name string) (model.Bytes, bool) {
+			a, ok := cat.Accelerator(name)
+			return a.Memory, ok && a.Memory > 0
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, inv, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, inv, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
+	}
+	host, _ := os.Hostname()
+	ag, err := agent.New(agent.Config{
+		Dir:          filepath.Join(c.DataDir, "agent"),
+		ControlPlane: cp,
+		Registration: agentapi.Registration{
+			Name: host, Provider: local.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
+			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Region: local.Region,
+			CapacityType: model.Owned, AgentVersion: version,
+		},
+		SupervisorCommand: []string{exe, "supervise", "--dir"},
+		Clock:             clock.Real{},
+		Logger:            log.With("component", "agent"),
+		PollInterval:      200 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, inv, err
+	}
+	return ag, inv, nil
+}
+
+// totalMemory reads MemTotal from /proc/meminfo; 0 when unknown.
+func totalMemory() model.Bytes {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return model.Bytes(kb) * model.KiB
+		}
+	}
+	return 0
+}
+
+// ensureAdminToken keeps the admin token in the data dir valid: it creates
+// one on first start, or when the stored one expired or was revoked.
+func ensureAdminToken(ctx context.Context, ctrl *controller.Controller, c *serverConfig) error {
+	path := filepath.Join(c.DataDir, tokenFile)
+	if data, err := os.ReadFile(path); err == nil {
+		if _, err := ctrl.Authenticate(strings.TrimSpace(string(data))); err == nil {
+			return nil
+		}
+	}
+	_, secret, err := ctrl.CreateToken(ctx, controller.TokenRequest{
+		Kind: model.TokenUser, Subject: "admin", Name: "created by gpufleet up", Admin: true, TTL: c.AdminTokenTTL,
+	})
+	if err != nil {
+		return fmt.Errorf("creating admin token: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing admin token: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing admin token: %w", err)
+	}
+	return nil
+}
+
+func writeServerInfo(dataDir, url string) error {
+	data, _ := json.Marshal(serverInfo{URL: url, PID: os.Getpid()})
+	tmp := filepath.Join(dataDir, serverFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("writing server address: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(dataDir, serverFile))
+}
+
+func printBanner(url, dataDir string) {
+	fmt.Fprintf(os.Stderr, `
+gpufleet is up at %s (data in %s)
+
+In another terminal:
+  gpufleet run --gpus 0 -- sh -c 'echo hello'   # prints the job id
+  gpufleet jobs list --all
+  gpufleet jobs logs JOB_ID
+  gpufleet nodes list
+The CLI finds this server and its admin token in the data dir.
+Press Ctrl-C to stop; running jobs keep running and are re-adopted at the next start.
+
+`, url, dataDir)
+}
