@@ -239,9 +239,23 @@ func ParseOfferQuery(q map[string][]string, canonical func(string) (string, bool
 		cq.Limit = n
 	}
 	for _, e := range cq.Validate() {
-		fe = append(fe, model.FieldError{Path: "query." + strings.TrimPrefix(e.Path, "query."), Message: e.Message})
+		field, index, _ := strings.Cut(e.Path, "[")
+		if p, ok := offerParams[field]; ok {
+			field = p
+		}
+		if index != "" {
+			field += "[" + index
+		}
+		fe = append(fe, model.FieldError{Path: "query." + field, Message: e.Message})
 	}
 	return cq, fe
+}
+
+// offerParams names catalog.Query fields by the query parameters that set
+// them, so errors point at what the caller sent.
+var offerParams = map[string]string{
+	"gpus": "gpu", "minGPUMemory": "minGpuMemory", "gpuCount": "gpus", "minGPUCount": "gpus",
+	"providers": "provider", "regions": "region", "capacityTypes": "capacity", "maxPricePerHour": "maxPrice",
 }
 
 func (s *Server) listOffers(w http.ResponseWriter, r *http.Request) {

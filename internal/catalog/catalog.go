@@ -76,7 +76,8 @@ type InstanceType struct {
 	// marketplace offers); zero for TPU slices.
 	GPUMemory model.Bytes `json:"gpuMemory,omitempty"`
 	// Interconnect is the fabric between the instance's GPUs, one of the
-	// Interconnect constants; see interconnectRules.
+	// Interconnect constants, derived from the instance family by the table
+	// in interconnect.go.
 	Interconnect string `json:"interconnect"`
 }
 

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// These tests run the real binary as real processes: a server on loopback,
+// CLI commands against it, jobs as child processes.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpufleet-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gpufleet")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gpufleet:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is a `gpufleet up` process.
+type server struct {
+	t       *testing.T
+	dataDir string
+	listen  string
+	cmd     *exec.Cmd
+	out     *bytes.Buffer
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startServer(t *testing.T, dataDir, listen string) *server {
+	t.Helper()
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &bytes.Buffer{}}
+	s.cmd = exec.Command(binary, "up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100")
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	s.cmd.Env = cleanEnv()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dataDir, serverFile)); err == nil {
+			if out, err := s.gpufleetErr("nodes", "list", "-o", "json"); err == nil && strings.Contains(out, `"ready"`) {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not come up:\n%s", s.out)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a child process's readiness; bounded by the deadline
+	}
+}
+
+func (s *server) kill() {
+	if s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GPUFLEET_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// gpufleetErr runs a CLI command against the server.
+func (s *server) gpufleetErr(args ...string) (string, error) {
+	cmd := exec.Command(binary, append([]string{"--data-dir", s.dataDir}, args...)...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (s *server) gpufleet(args ...string) string {
+	s.t.Helper()
+	out, err := s.gpufleetErr(args...)
+	if err != nil {
+		s.t.Fatalf("gpufleet %s: %v\n%s\nserver log:\n%s", strings.Join(args, " "), err, out, s.out)
+	}
+	return out
+}
+
+func (s *server) job(id string) api.JobView {
+	s.t.Helper()
+	var v api.JobView
+	if err := json.Unmarshal([]byte(s.gpufleet("jobs", "get", id, "-o", "json")), &v); err != nil {
+		s.t.Fatal(err)
+	}
+	return v
+}
+
+func (s *server) waitJob(id string, ok func(api.JobView) bool, what string) api.JobView {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v := s.job(id)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("job %s never %s; it is %s (%s)\nserver log:\n%s", id, what, v.State, v.Reason, s.out)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
+	}
+}
+
+func TestQuickstart(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t))
+	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "0", "--", "sh", "-c", "echo hello"))
+	if !strings.HasPrefix(id, "j-") {
+		t.Fatalf("run printed %q, want a job id", id)
+	}
+	s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if got := s.gpufleet("jobs", "logs", id); got != "hello\n" {
+		t.Fatalf("logs = %q, want %q", got, "hello\n")
+	}
+	if v := s.job(id); v.State != model.JobSucceeded {
+		t.Fatalf("job %s, want succeeded", v.State)
+	}
+	// --follow streams the output and exits with the job's code.
+	cmd := exec.Command(binary, "--data-dir", s.dataDir, "run", "--follow", "--gpus", "2", "--gpu", "H100", "--", "sh", "-c", "echo gpus=$CUDA_VISIBLE_DEVICES; exit 7")
+	cmd.Env = cleanEnv()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 7 {
+		t.Fatalf("run --follow exit = %v, want 7", err)
+	}
+	if stdout.String() != "gpus=0,1\n" {
+		t.Fatalf("followed output = %q", stdout.String())
+	}
+}
+
+func TestRuntimeLimitAndCancel(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t))
+	limited := strings.TrimSpace(s.gpufleet("run", "--runtime", "1s", "--grace", "5s", "--", "sh", "-c", `trap 'echo checkpoint; exit 0' TERM; sleep 60 & wait`))
+	v := s.waitJob(limited, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobFailed || v.Reason != model.ReasonRuntimeLimit {
+		t.Fatalf("limited job = %s %q, want failed %q", v.State, v.Reason, model.ReasonRuntimeLimit)
+	}
+	if got := s.gpufleet("jobs", "logs", limited); got != "checkpoint\n" {
+		t.Fatalf("limited job's log = %q: the grace period should let it checkpoint", got)
+	}
+	long := strings.TrimSpace(s.gpufleet("run", "--grace", "1s", "--", "sh", "-c", "echo started; sleep 60"))
+	s.waitJob(long, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
+	s.gpufleet("jobs", "cancel", long)
+	v = s.waitJob(long, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobCancelled {
+		t.Fatalf("cancelled job = %s", v.State)
+	}
+}
+
+// TestKill9 kills the server mid-run and restarts it on the same data dir:
+// every accepted job is there; a replica still running is re-adopted (it
+// runs once, to the end); one that finished meanwhile keeps its exit status;
+// one whose processes died without a record is lost and runs again.
+func TestKill9(t *testing.T) {
+	dataDir, listen := t.TempDir(), freePort(t)
+	marks := t.TempDir()
+	s := startServer(t, dataDir, listen)
+
+	script := func(name, body string) []string {
+		return []string{"run", "--name", name, "--", "sh", "-c", fmt.Sprintf("echo $$ >> %s/%s.starts; %s", marks, name, body)}
+	}
+	survivor := strings.TrimSpace(s.gpufleet(script("survivor", fmt.Sprintf("while [ ! -e %s/release ]; do sleep 0.1; done; echo finished", marks))...))
+	finisher := strings.TrimSpace(s.gpufleet(script("finisher", fmt.Sprintf("while [ ! -e %s/finish ]; do sleep 0.1; done; exit 4", marks))...))
+	victim := strings.TrimSpace(s.gpufleet(script("victim", "sleep 600")...))
+	queued := strings.TrimSpace(s.gpufleet("run", "--gpus", "8", "--name", "too-big", "--", "true")) // 8 > 4 GPUs: stays queued
+	for _, id := range []string{survivor, finisher, victim} {
+		s.waitJob(id, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
+	}
+	victimBefore := s.job(victim)
+
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Wait()
+
+	// While the server is down: one job finishes, one loses its processes.
+	if err := os.WriteFile(filepath.Join(marks, "finish"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	killReplica(t, dataDir, model.ReplicaID(model.AttemptID(victim, 1), 0))
+	waitFile(t, filepath.Join(dataDir, "agent", "replicas", model.ReplicaID(model.AttemptID(finisher, 1), 0), "exit.json"))
+
+	s2 := startServer(t, dataDir, listen)
+	for _, id := range []string{survivor, finisher, victim, queued} {
+		s2.job(id) // every accepted job is still there
+	}
+	if v := s2.job(queued); v.State != model.JobQueued {
+		t.Fatalf("queued job = %s after restart", v.State)
+	}
+	v := s2.waitJob(finisher, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobFailed || v.ExitCode == nil || *v.ExitCode != 4 {
+		t.Fatalf("finisher = %s exit %v, want failed with its real exit code 4", v.State, v.ExitCode)
+	}
+	v = s2.waitJob(victim, func(v api.JobView) bool { return v.Attempts == 2 && v.State == model.JobRunning }, "ran a second attempt")
+	if v.AttemptDetails[0].State != model.AttemptLost {
+		t.Fatalf("victim's first attempt = %s, want lost", v.AttemptDetails[0].State)
+	}
+	if v.Preemptions != 1 || victimBefore.Attempts != 1 {
+		t.Fatalf("victim preemptions = %d (attempts before the kill %d)", v.Preemptions, victimBefore.Attempts)
+	}
+	if err := os.WriteFile(filepath.Join(marks, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v = s2.waitJob(survivor, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobSucceeded || v.Attempts != 1 {
+		t.Fatalf("survivor = %s after %d attempts, want succeeded in its one re-adopted attempt", v.State, v.Attempts)
+	}
+	if got := s2.gpufleet("jobs", "logs", survivor); got != "finished\n" {
+		t.Fatalf("survivor's log = %q", got)
+	}
+	starts, _ := os.ReadFile(filepath.Join(marks, "survivor.starts"))
+	if n := strings.Count(string(starts), "\n"); n != 1 {
+		t.Fatalf("survivor started %d times, want once", n)
+	}
+	s2.gpufleet("jobs", "cancel", victim)
+}
+
+// killReplica SIGKILLs a replica's supervisor and its process group and
+// leaves no exit record, as a machine crash would.
+func killReplica(t *testing.T, dataDir, replicaID string) {
+	t.Helper()
+	pids, ok, err := supervisor.ReadPIDs(filepath.Join(dataDir, "agent", "replicas", replicaID))
+	if err != nil || !ok || pids.Child == nil {
+		t.Fatalf("reading pids of %s: ok=%v err=%v", replicaID, ok, err)
+	}
+	_ = syscall.Kill(pids.Supervisor.PID, syscall.SIGKILL)
+	_ = syscall.Kill(-pids.Child.PID, syscall.SIGKILL)
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never appeared", path)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
