@@ -38,7 +38,7 @@ func newNodesCmd(g *globals) *cobra.Command {
 			return render(cmd.OutOrStdout(), out, nodes, func(tw *tabwriter.Writer) {
 				row(tw, "ID", "NAME", "STATE", "PROVIDER", "GPUS", "FREE", "CPU", "MEMORY", "GPU SOURCE", "AGE")
 				for _, n := range nodes.Nodes {
-					row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory, dash(n.GPUSource), age(n.RegisteredAt))
+					row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory.Human(), dash(n.GPUSource), age(n.RegisteredAt))
 				}
 			})
 		},
@@ -53,5 +53,5 @@ func gpuList(n controller.NodeInfo) string {
 	if len(n.GPUs) == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d×%s (%s)", len(n.GPUs), n.GPUs[0].Model, n.GPUs[0].Memory)
+	return fmt.Sprintf("%d×%s (%s)", len(n.GPUs), n.GPUs[0].Model, n.GPUs[0].Memory.Human())
 }

@@ -135,3 +135,16 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 	*d = v
 	return nil
 }
+
+// Human writes b rounded to one decimal for people: "23.5Gi", "512Mi", "80Gi".
+func (b Bytes) Human() string {
+	for _, u := range []struct {
+		s string
+		v Bytes
+	}{{"Ti", TiB}, {"Gi", GiB}, {"Mi", MiB}, {"Ki", KiB}} {
+		if b >= u.v {
+			return strings.TrimSuffix(strconv.FormatFloat(float64(b)/float64(u.v), 'f', 1, 64), ".0") + u.s
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
