@@ -32,6 +32,10 @@ type Config struct {
 	CheckpointDir string
 	// Interval between scheduling passes when nothing triggers one (1s).
 	Interval time.Duration
+	// PassGap is the least time between two passes (25ms), so a burst of
+	// submissions is scheduled in a few passes instead of one pass each;
+	// negative means none.
+	PassGap time.Duration
 	// HeartbeatTimeout after which a silent node is lost (60s).
 	HeartbeatTimeout time.Duration
 	// HeartbeatInterval agents are asked to sync at (10s).
@@ -65,6 +69,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Interval == 0 {
 		c.Interval = time.Second
+	}
+	if c.PassGap == 0 {
+		c.PassGap = 25 * time.Millisecond
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 60 * time.Second
@@ -188,6 +195,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Error("scheduling pass failed", "err", err)
+		}
+		if c.cfg.PassGap > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-c.cfg.Clock.After(c.cfg.PassGap):
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -101,7 +101,7 @@ func newHarness(t *testing.T, st *memStore, clk *clock.Fake) *harness {
 	}
 	c, err := New(context.Background(), Config{
 		Store: st, Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777",
-		CheckpointDir: t.TempDir(), HeartbeatTimeout: time.Minute,
+		CheckpointDir: t.TempDir(), HeartbeatTimeout: time.Minute, PassGap: -1,
 		Fatal: func(err error) { t.Errorf("fatal: %v", err) },
 	})
 	if err != nil {

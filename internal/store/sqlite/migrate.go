@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -8,7 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -50,7 +51,7 @@ func readMigrations(fsys fs.FS) ([]migration, error) {
 		}
 		migs = append(migs, migration{version: v, name: name, sql: string(b)})
 	}
-	sort.Slice(migs, func(i, j int) bool { return migs[i].version < migs[j].version })
+	slices.SortFunc(migs, func(a, b migration) int { return cmp.Compare(a.version, b.version) })
 	for i, m := range migs {
 		if m.version != i+1 {
 			return nil, fmt.Errorf("migration %s: want number %d (numbers run from 1 without gaps or repeats)", m.name, i+1)

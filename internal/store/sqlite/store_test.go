@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -374,7 +375,7 @@ func TestOpenSettings(t *testing.T) {
 
 func TestOpenMissingDirectory(t *testing.T) {
 	t.Parallel()
-	_, err := Open(context.Background(), t.TempDir()+"/missing/gpufleet.db", Options{})
+	_, err := Open(context.Background(), filepath.Join(t.TempDir(), "missing", "gpufleet.db"), Options{})
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open in a missing directory: got %v, want an error wrapping %v", err, os.ErrNotExist)
 	}
@@ -391,5 +392,35 @@ func TestSubmitRejectsUnencodable(t *testing.T) {
 	}
 	if diff := cmp.Diff(Stats{}, s.Stats()); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
+	}
+}
+
+// TestOpenUnusualPath checks that the path reaches SQLite intact, though it
+// travels inside a URI.
+func TestOpenUnusualPath(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data dir")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "gpu?fleet#1%20.db")
+	s := reopen(t, path, Options{})
+	commit(t, s, &store.Batch{Meta: map[string]string{"k": "v"}})
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{"gpu?fleet#1%20.db"}, names); diff != "" {
+		t.Errorf("files in the data directory (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"k": "v"}, load(t, reopen(t, path, Options{})).Meta); diff != "" {
+		t.Errorf("meta after reopen (-want +got):\n%s", diff)
 	}
 }
