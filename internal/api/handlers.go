@@ -421,6 +421,19 @@ func (s *Server) logDone(key logstore.Key, offset int64) bool {
 	if key.Rank >= len(a.Replicas) {
 		return true
 	}
-	rs := a.Replicas[key.Rank].State
-	return rs == model.AttemptLost || (a.State.Terminal() && rs.Terminal() && a.Replicas[key.Rank].ExitCode == nil)
+	r := a.Replicas[key.Rank]
+	switch {
+	case r.State == model.AttemptLost:
+		return true
+	case !a.State.Terminal():
+		return false
+	case r.ExitCode == nil:
+		return true // never started: there is no output to wait for
+	}
+	// Agents ship the end of a log before reporting the exit, so this only
+	// ends a follow whose agent vanished mid-shipping.
+	return a.EndedAt != nil && time.Since(*a.EndedAt) > logGrace
 }
+
+// logGrace is how long a follower waits for the rest of an ended replica's log.
+const logGrace = 30 * time.Second
