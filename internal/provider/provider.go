@@ -76,3 +76,122 @@ func IsInsufficientCapacity(err error) bool {
 	var e *InsufficientCapacityError
 	return errors.As(err, &e)
 }
+
+// Instance states a provider reports in Instance.State. A provider may use
+// others; these are the ones callers branch on.
+const (
+	// StatePending: accepted and billed, still booting.
+	StatePending = "pending"
+	// StateRunning: booted and usable.
+	StateRunning = "running"
+	// StateTerminated: gone, by Terminate or interruption. Only Launch's
+	// idempotent replay reports it; List never does.
+	StateTerminated = "terminated"
+)
+
+// ErrUnknownOffer: Launch was asked for an offer this provider does not
+// sell (a stale or foreign offer). Retrying it will not help.
+var ErrUnknownOffer = errors.New("offer not sold by this provider")
+
+// QuotaError says a launch would exceed an account quota. It matches
+// ErrQuotaExceeded with errors.Is, so callers that only branch on the kind
+// need not know the type.
+type QuotaError struct {
+	Offer model.Offer
+	// Quota names the limit, e.g. "aws H100 GPUs".
+	Quota string
+	// Limit, Used and Requested are in the quota's unit (GPUs for a GPU
+	// quota).
+	Limit, Used, Requested int
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%s: quota %s is %d, %d in use, %d requested", ErrQuotaExceeded, e.Quota, e.Limit, e.Used, e.Requested)
+}
+
+// Is makes errors.Is(err, ErrQuotaExceeded) true.
+func (e *QuotaError) Is(target error) bool { return target == ErrQuotaExceeded }
+
+// IsQuotaExceeded reports whether err is (or wraps) a quota error.
+func IsQuotaExceeded(err error) bool { return errors.Is(err, ErrQuotaExceeded) }
+
+// IsTransient reports whether err is (or wraps) ErrTransient: the same call
+// may succeed if retried later.
+func IsTransient(err error) bool { return errors.Is(err, ErrTransient) }
+
+// IgnoreNotFound returns nil for ErrNotFound and err otherwise.
+func IgnoreNotFound(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Optional capabilities. A caller finds them by type assertion on a
+// Provider (p.(provider.InterruptionWatcher)); a driver declares each one it
+// implements with a var _ assertion, and providertest exercises it.
+
+// Notice warns that the provider will stop an instance at Deadline (a spot
+// or preemptible reclaim). The instance keeps running until then.
+type Notice struct {
+	InstanceID string    `json:"instanceId"`
+	IssuedAt   time.Time `json:"issuedAt"`
+	Deadline   time.Time `json:"deadline"`
+	// Reason says why, e.g. "spot-interruption" or "manual".
+	Reason string `json:"reason"`
+}
+
+// InterruptionWatcher is implemented by providers that reclaim instances
+// with advance notice.
+type InterruptionWatcher interface {
+	// Notices returns every outstanding notice: issued at or before now for
+	// an instance that List still returns, ordered by Deadline then
+	// InstanceID. It is level-triggered: a notice is repeated on each call
+	// until its instance is gone, so a caller that missed one (restart,
+	// lost poll) still sees it. Safe for concurrent use.
+	Notices(ctx context.Context) ([]Notice, error)
+}
+
+// Interrupter is implemented by providers that can be told to reclaim an
+// instance, as a drill or a demo (`gpufleet nodes interrupt NODE`).
+type Interrupter interface {
+	// Interrupt issues a notice for instance id now, with the provider's
+	// usual lead time, and returns it. It is idempotent: an instance that
+	// already has a notice keeps the earlier deadline, and that notice is
+	// returned. Errors: ErrNotFound when the instance is unknown or gone.
+	Interrupt(ctx context.Context, id string) (Notice, error)
+}
+
+// Usage is what one instance has cost: from Start (launch accepted) to End
+// (stopped, or now while it runs), billed per whole second.
+type Usage struct {
+	InstanceID string      `json:"instanceId"`
+	Offer      model.Offer `json:"offer"`
+	Start      time.Time   `json:"start"`
+	End        time.Time   `json:"end"`
+	// Running is true while the instance is still billed; End is then now.
+	Running bool  `json:"running"`
+	Seconds int64 `json:"seconds"`
+	// MicroUSD is the charge in integer micro-dollars.
+	MicroUSD int64 `json:"microUsd"`
+}
+
+// Biller is implemented by providers that report what their instances
+// cost, so the ledger can be checked against the provider's own bill.
+type Biller interface {
+	// Usage returns one record per instance launched through this provider,
+	// running or not, ordered by Start then InstanceID, amounts as of now.
+	// Safe for concurrent use.
+	Usage(ctx context.Context) ([]Usage, error)
+}
+
+// FixedCapacity is implemented by providers whose machines exist already
+// (this machine, owned hosts). Such a provider answers Launch and Terminate
+// with ErrFixedCapacity, and its Offers and List describe exactly these
+// machines: one instance per machine with Instance.ID equal to Node.ID and
+// an offer that states the machine's GPUs, CPU and memory; Offers lists
+// exactly the distinct offers of the machines that have GPUs.
+type FixedCapacity interface {
+	// Machines returns the declared machines. Safe for concurrent use.
+	Machines(ctx context.Context) ([]model.Node, error)
+}

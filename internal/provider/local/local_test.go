@@ -8,7 +8,24 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/providertest"
 )
+
+func TestConformance(t *testing.T) {
+	started := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for name, gpus := range map[string][]model.GPU{
+		"two H100": {{Index: 0, Model: "H100", Memory: 80 * model.GiB}, {Index: 1, Model: "H100", Memory: 80 * model.GiB}},
+		"no GPUs":  nil,
+		"one L4":   {{Index: 0, Model: "L4", Memory: 24 * model.GiB}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := New("box", gpus, 32, 256*model.GiB, started)
+			providertest.Run(t, p, providertest.Options{Fixed: &providertest.Fixed{Machines: []model.Node{{
+				ID: "box", Name: "box", Provider: Name, Region: Region, GPUs: gpus, CPU: 32, Memory: 256 * model.GiB,
+			}}}})
+		})
+	}
+}
 
 func TestOffersAndInventoryDescribeTheMachine(t *testing.T) {
 	gpus := []model.GPU{{Index: 0, Model: "H100", Memory: 80 * model.GiB}, {Index: 1, Model: "H100", Memory: 80 * model.GiB}}
