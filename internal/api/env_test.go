@@ -32,6 +32,8 @@ type envConfig struct {
 	// Clock drives the controller (nil: the wall clock). A fake clock
 	// stalls Sync's long poll, so fakeAgent needs the wall clock.
 	Clock clock.Clock
+	// Ready is the API's readiness check (nil: always ready).
+	Ready func() error
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -104,7 +106,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	}
 	srv, err := api.New(api.Config{
 		Controller: ctrl, Catalog: testCatalog(tb), Logs: logs, Registry: reg,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test",
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)

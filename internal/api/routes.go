@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -20,6 +21,9 @@ const (
 	PermTokensManage Permission = "tokens.manage"
 	PermMetricsRead  Permission = "metrics.read"
 	PermAPIRead      Permission = "api.read"
+	PermQueuesRead   Permission = "queues.read"
+	// PermQueuesManage is for admins only, like tokens.manage.
+	PermQueuesManage Permission = "queues.manage"
 )
 
 // scope limits a non-user token to its own object.
@@ -99,6 +103,21 @@ func Routes() []Route {
 				{"follow", "boolean", "stream until the attempt ends"}, {"offset", "integer", "byte offset to start at"}},
 			ResponseType: "text/plain", Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.jobLogs }},
+		{Method: "GET", Pattern: "/v1/jobs/{id}/explain", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "Why a job waits: queue position, reasons per node group, queue and offer, estimated start, reservation and candidates.",
+			Response: Explanation{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.explainJob }},
+		{Method: "GET", Pattern: "/v1/queues", Perm: PermQueuesRead, Kinds: users, Summary: "Queues with their quota, cohort, weight and current use.",
+			Response: QueueList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listQueues }},
+		{Method: "GET", Pattern: "/v1/queues/{name}", Perm: PermQueuesRead, Kinds: users, Summary: "One queue; \"default\" exists implicitly.",
+			Response: QueueView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.getQueue }},
+		{Method: "PUT", Pattern: "/v1/queues/{name}", Perm: PermQueuesManage, Kinds: users, Summary: "Create or replace a queue (a Queue manifest as JSON or YAML).",
+			Request: QueueManifest{}, Response: QueueView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.putQueue }},
+		{Method: "DELETE", Pattern: "/v1/queues/{name}", Perm: PermQueuesManage, Kinds: users, Summary: "Delete a queue without running work; its queued jobs wait until it exists again.",
+			Status:  204,
+			handler: func(s *Server) http.HandlerFunc { return s.deleteQueue }},
 		{Method: "GET", Pattern: "/v1/nodes", Perm: PermNodesRead, Kinds: users, Summary: "Nodes, their GPUs and what holds them.",
 			Response: NodeList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listNodes }},
@@ -109,6 +128,9 @@ func Routes() []Route {
 				{"sort", "string", "price | total | memory | gpus"}, {"limit", "integer", "most offers to return"}},
 			Response: OfferList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listOffers }},
+		{Method: "POST", Pattern: "/v1/advise", Perm: PermOffersRead, Kinds: users, Summary: "Rank the catalog's offers for a workload profile: memory per GPU, parallel plan, time and cost to finish.",
+			Request: advisor.Request{}, Response: advisor.Result{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.advise }},
 		{Method: "POST", Pattern: "/v1/tokens", Perm: PermTokensManage, Kinds: users, Summary: "Create a user or agent token; its secret is returned once.",
 			Request: TokenCreate{}, Response: TokenCreated{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.createToken }},

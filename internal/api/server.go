@@ -181,7 +181,7 @@ func (s *Server) authorize(rt Route, r *http.Request) (*model.Token, int) {
 		if r.PathValue("id") != tok.Subject {
 			return nil, http.StatusForbidden
 		}
-	case tok.Kind == model.TokenUser && !tok.Admin && rt.Perm == PermTokensManage:
+	case tok.Kind == model.TokenUser && !tok.Admin && (rt.Perm == PermTokensManage || rt.Perm == PermQueuesManage):
 		return nil, http.StatusForbidden
 	}
 	return tok, 0

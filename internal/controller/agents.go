@@ -325,6 +325,19 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	if !ok || j.State.Terminal() {
 		return
 	}
+	if a.StartedAt != nil && now.After(*a.StartedAt) {
+		gpus := 0.0
+		for _, r := range a.Replicas {
+			if r.GPUShare > 0 {
+				gpus += r.GPUShare
+			} else {
+				gpus += float64(len(r.GPUs))
+			}
+		}
+		if gpus > 0 {
+			c.st.AddUsage(j.Spec.Queue, gpus*now.Sub(*a.StartedAt).Hours(), now)
+		}
+	}
 	j = j.Clone()
 	j.Version++
 	j.ExitCode, j.Reason = a.ExitCode, a.Reason

@@ -44,6 +44,9 @@ type Config struct {
 	JobTokenTTL time.Duration
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (24h).
 	IdempotencyTTL time.Duration
+	// FairShareHalfLife is how fast a queue's past usage fades from fair
+	// share (state.DefaultHalfLife; negative: never).
+	FairShareHalfLife time.Duration
 	// Seed feeds the scheduler's tie-breaking.
 	Seed int64
 	// Offers lists capacity that could be bought, for scheduling candidates.
@@ -106,6 +109,7 @@ type Controller struct {
 	tokenIDs map[string]*model.Token
 	idem     map[idemKey]store.Idempotency
 	verdicts map[string]scheduler.Verdict
+	lastPlan *scheduler.Plan
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.
 	secrets map[string]string
@@ -160,6 +164,15 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	for _, a := range dump.Attempts {
 		c.st.PutAttempt(a)
+	}
+	switch {
+	case cfg.FairShareHalfLife > 0:
+		c.st.SetHalfLife(cfg.FairShareHalfLife)
+	case cfg.FairShareHalfLife < 0:
+		c.st.SetHalfLife(0)
+	}
+	for _, q := range dump.Queues {
+		c.st.PutQueue(q)
 	}
 	for _, t := range dump.Tokens {
 		c.putToken(t)

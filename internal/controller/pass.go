@@ -41,8 +41,16 @@ func (c *Controller) pass(ctx context.Context) error {
 		b.Attempts = append(b.Attempts, attempt)
 		c.cfg.Metrics.queueWait(now.Sub(job.EnqueuedAt))
 	}
+	preempted := 0
+	for _, pe := range plan.Preemptions {
+		if a, ok := c.preemptLocked(pe); ok {
+			preempted++
+			b.Attempts = append(b.Attempts, a)
+		}
+	}
 	c.verdicts = plan.Verdicts
-	if bound == 0 {
+	c.lastPlan = &plan
+	if bound == 0 && preempted == 0 {
 		c.mu.Unlock()
 		return nil
 	}
@@ -50,14 +58,14 @@ func (c *Controller) pass(ctx context.Context) error {
 	cm := c.com.submit(b)
 	c.mu.Unlock()
 	if err := cm.wait(ctx); err != nil {
-		return fmt.Errorf("committing %d bindings: %w", bound, err)
+		return fmt.Errorf("committing %d bindings and %d preemptions: %w", bound, preempted, err)
 	}
 	c.mu.Lock()
 	for _, a := range b.Attempts {
 		c.bumpNodesLocked(a)
 	}
 	c.mu.Unlock()
-	c.cfg.Log.Debug("bindings committed", "count", bound, "snapshot", plan.SnapshotVersion)
+	c.cfg.Log.Debug("plan committed", "bindings", bound, "preemptions", preempted, "snapshot", plan.SnapshotVersion)
 	return nil
 }
 
@@ -77,6 +85,9 @@ func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attem
 			if c.st.GPUHolder(p.NodeID, g) != "" {
 				return nil, nil, false
 			}
+			if used := c.st.GPUShareUsed(p.NodeID, g); used > 0 && (p.Share == 0 || used+p.Share > 1+1e-9) {
+				return nil, nil, false
+			}
 		}
 	}
 	now := c.cfg.Clock.Now()
@@ -94,12 +105,30 @@ func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attem
 		Version:   1,
 	}
 	for _, p := range bnd.Replicas {
-		a.Replicas = append(a.Replicas, model.Replica{Rank: p.Rank, NodeID: p.NodeID, GPUs: append([]int(nil), p.GPUs...), State: model.AttemptStarting})
+		a.Replicas = append(a.Replicas, model.Replica{Rank: p.Rank, NodeID: p.NodeID, GPUs: append([]int(nil), p.GPUs...), GPUShare: p.Share, State: model.AttemptStarting})
 	}
 	c.st.PutJob(j)
 	c.st.PutAttempt(a)
 	delete(c.verdicts, j.ID)
 	return j, a, true
+}
+
+// preemptLocked asks a victim attempt to stop through the normal drain
+// path: its replicas get the job's checkpoint signal and grace period, and
+// the attempt ends preempted, which requeues the job (finishLocked, by
+// retries.preemptions). It does nothing when the attempt changed since
+// the plan's snapshot or is already stopping.
+func (c *Controller) preemptLocked(pe scheduler.Preemption) (*model.Attempt, bool) {
+	a, ok := c.st.Attempt(pe.AttemptID)
+	if !ok || a.State.Terminal() || a.Stop || (pe.AttemptVersion != 0 && a.Version != pe.AttemptVersion) {
+		return nil, false
+	}
+	a = a.Clone()
+	a.Stop, a.StopState, a.StopWhy = true, model.AttemptPreempted, pe.Reason
+	a.Version++
+	c.st.PutAttempt(a)
+	c.cfg.Log.Info("preempting", "job_id", pe.JobID, "attempt", a.Number, "for_job_id", pe.ForJobID, "work_lost", pe.WorkLost.String(), "reason", pe.Reason)
+	return a, true
 }
 
 // bumpNodesLocked tells the agents of a's nodes that their desired set changed.

@@ -72,9 +72,12 @@ func (a *Attempt) Clone() *Attempt {
 
 // Replica is one rank of an attempt on one node.
 type Replica struct {
-	Rank     int          `json:"rank"`
-	NodeID   string       `json:"nodeId"`
-	GPUs     []int        `json:"gpus"`
+	Rank   int    `json:"rank"`
+	NodeID string `json:"nodeId"`
+	GPUs   []int  `json:"gpus"`
+	// GPUShare, when above 0, is the fraction of its one GPU the replica
+	// holds on a node whose GPUs are shared.
+	GPUShare float64      `json:"gpuShare,omitempty"`
 	State    AttemptState `json:"state"`
 	ExitCode *int         `json:"exitCode,omitempty"`
 	Reason   string       `json:"reason,omitempty"`

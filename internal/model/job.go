@@ -69,6 +69,16 @@ type Job struct {
 	StartedAt  *time.Time `json:"startedAt,omitempty"`
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 
+	// LastCheckpoint is when the job last reported a complete checkpoint;
+	// work lost by preempting it is measured from here (or from its
+	// attempt's start, whichever is later).
+	LastCheckpoint *time.Time `json:"lastCheckpoint,omitempty"`
+	// ArrayID and ArrayIndex mark one task of an array job: the tasks share
+	// ArrayID (the id the submission returned) and run with
+	// GPUFLEET_ARRAY_INDEX=ArrayIndex.
+	ArrayID    string `json:"arrayId,omitempty"`
+	ArrayIndex int    `json:"arrayIndex,omitempty"`
+
 	// Seq orders jobs by acceptance; it never repeats.
 	Seq uint64 `json:"seq"`
 	// Version increases with every committed change.
@@ -81,6 +91,10 @@ func (j *Job) Clone() *Job {
 	if j.ExitCode != nil {
 		v := *j.ExitCode
 		c.ExitCode = &v
+	}
+	if j.LastCheckpoint != nil {
+		t := *j.LastCheckpoint
+		c.LastCheckpoint = &t
 	}
 	return &c
 }
@@ -103,6 +117,13 @@ type JobSpec struct {
 	Limits          Limits       `json:"limits,omitempty"`
 	Estimate        Estimate     `json:"estimate,omitempty"`
 	EarlyStop       *EarlyStop   `json:"earlyStop,omitempty"`
+	// After lists jobs this one waits for.
+	After []Dependency `json:"after,omitempty"`
+	// Array, when > 0, makes the submission N indexed tasks that are
+	// scheduled as independent jobs under one id.
+	Array int `json:"array,omitempty"`
+	// NodeSelector requires node labels to equal these values.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 }
 
 // Resources are per replica.
@@ -305,6 +326,34 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	for i, r := range s.Regions.Allow {
 		if r == "" {
 			fe.Add(fmt.Sprintf("%s[%d]", p("regions.allow"), i), "must not be empty")
+		}
+	}
+	if s.Priority != "" {
+		if _, ok := LookupPriorityClass(s.Priority); !ok {
+			names := make([]string, len(PriorityClasses))
+			for i, c := range PriorityClasses {
+				names[i] = c.Name
+			}
+			fe.Add(p("priority"), "must be one of "+strings.Join(names, ", "))
+		}
+	}
+	for i, d := range s.After {
+		path := fmt.Sprintf("%s[%d]", p("after"), i)
+		if strings.TrimSpace(d.Job) == "" {
+			fe.Add(path+".job", "must name a job id")
+		}
+		switch d.On {
+		case "", AfterOK, AfterAny:
+		default:
+			fe.Add(path+".on", "must be ok or any")
+		}
+	}
+	if s.Array < 0 || s.Array > 10000 {
+		fe.Add(p("array"), "must be between 0 and 10000 tasks")
+	}
+	for k := range s.NodeSelector {
+		if k == "" {
+			fe.Add(p("nodeSelector"), "label keys must not be empty")
 		}
 	}
 	if es := s.EarlyStop; es != nil {

@@ -42,7 +42,11 @@ type Node struct {
 	CapacityType CapacityType      `json:"capacityType,omitempty"`
 	PricePerHour float64           `json:"pricePerHour,omitempty"`
 	// GPUSource says where the GPU list came from: nvml, nvidia-smi, fake or none.
-	GPUSource     string    `json:"gpuSource,omitempty"`
+	GPUSource string `json:"gpuSource,omitempty"`
+	// SharedGPUs is set when the node's pool marks its GPUs shareable:
+	// jobs asking for a fraction of a GPU are packed onto them, and
+	// whole-GPU jobs never land on them.
+	SharedGPUs    bool      `json:"sharedGpus,omitempty"`
 	RegisteredAt  time.Time `json:"registeredAt"`
 	LastHeartbeat time.Time `json:"lastHeartbeat"`
 	Version       uint64    `json:"version"`
@@ -90,7 +94,14 @@ type Offer struct {
 	// (spot only; 0 when unknown or not spot).
 	InterruptionRate float64 `json:"interruptionRate,omitempty"`
 	Interconnect     string  `json:"interconnect,omitempty"`
+	// PlacementGroup, when set, is the cluster placement group instances of
+	// this offer launch into.
+	PlacementGroup string `json:"placementGroup,omitempty"`
 }
+
+// LabelPlacementGroup is the node label naming the placement group a
+// node was launched in; a multi-node gang stays inside one.
+const LabelPlacementGroup = "gpufleet.dev/placement-group"
 
 // PricePerGPUHour is the offer's hourly price divided by its GPUs.
 func (o Offer) PricePerGPUHour() float64 {

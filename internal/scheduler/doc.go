@@ -3,12 +3,20 @@
 // a Plan; it does no I/O, reads no clock and starts no goroutines. The same
 // snapshot, offers, time and seed always give the same Plan.
 //
-// This is the first scheduler: jobs are taken in acceptance order (FIFO) and
-// each is placed all-or-nothing on the first ready nodes whose free GPUs match
-// its count, model and memory; a job that does not fit does not block the
-// jobs behind it. Jobs that fit on no node get ranked offers as candidates for
-// new capacity. "Does not fit" is a verdict with reasons, never an error.
+// A pass (see Schedule for the numbered steps) orders queues by weighted
+// dominant share (current allocation plus usage decayed over a half-life),
+// jobs inside a queue by aged priority then age; admits within nominal quota
+// or by borrowing from the cohort up to a borrowing limit; places every
+// replica or none on the best-scoring node of a node class (nodes of one
+// shape, kept in buckets by free-GPU count, so placement never scans the
+// fleet); backfills later jobs around reservations of blocked ones (EASY);
+// preempts the fewest victims by work lost (in-queue priority, or reclaim of
+// borrowed quota); and ranks offers by expected cost to finish for what the
+// fleet cannot hold. "Does not fit" is a verdict with reasons, never an
+// error.
 //
-// Invariants of every Plan: no GPU is bound twice, a job's replicas are bound
-// together or not at all, and a job is bound at most once.
+// Invariants of every Plan: no GPU is bound twice or beyond a whole GPU when
+// shared, a job's replicas are bound together or not at all, a job is bound
+// at most once, and no queue goes above its nominal quota except by borrowing
+// within its limit from what its cohort's other members own.
 package scheduler

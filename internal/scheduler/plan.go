@@ -33,15 +33,24 @@ type Placement struct {
 	Rank   int
 	NodeID string
 	GPUs   []int
+	// Share, when above 0, is the fraction of its one shared GPU the
+	// replica takes.
+	Share float64
 }
 
-// Preemption asks a running attempt to stop so others can run.
+// Preemption asks a running attempt to stop so others can run. The
+// controller stops it through the job's checkpoint signal and grace period
+// (the normal drain path) and the attempt ends preempted.
 type Preemption struct {
 	AttemptID string
 	JobID     string
+	// AttemptVersion is the attempt version the plan saw.
+	AttemptVersion uint64
 	// ForJobID is the job the GPUs are freed for.
 	ForJobID string
 	Reason   string
+	// WorkLost is the work since the victim's last checkpoint (or start).
+	WorkLost time.Duration
 }
 
 // Candidate is new capacity that would let a job run, best first.
@@ -50,9 +59,18 @@ type Candidate struct {
 	// Instances is how many instances of Offers[0] the job needs.
 	Instances int
 	Offers    []model.Offer
+	// ExpectedCost is Offers[0]'s expected cost to finish the job in
+	// dollars: price × (runtime + expected spot overhead); Costs[i] is
+	// that of Offers[i].
+	ExpectedCost float64
+	Costs        []float64
+	// RuntimeAssumed is set when the job had no runtime estimate or limit
+	// and DefaultRuntime was assumed.
+	RuntimeAssumed bool
 }
 
-// Reservation holds GPUs for a blocked job from Start (backfill).
+// Reservation holds GPUs for a blocked job from Start (EASY backfill): a
+// later job may use them only if its runtime estimate ends it by Start.
 type Reservation struct {
 	JobID  string
 	NodeID string
@@ -62,7 +80,9 @@ type Reservation struct {
 
 // Verdict is why a pending job was not bound in this pass.
 type Verdict struct {
-	// Position is the job's place among pending jobs, from 1.
+	// Queue is the queue the job waits in; Position its place in that
+	// queue's order this pass, from 1.
+	Queue    string   `json:"queue,omitempty"`
 	Position int      `json:"position"`
 	Reasons  []Reason `json:"reasons"`
 	// EstimatedStart is set when a reservation predicts one.

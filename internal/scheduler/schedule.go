@@ -2,333 +2,190 @@ package scheduler
 
 import (
 	"fmt"
-	"math"
-	"path"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/state"
 )
 
-// maxCandidates bounds the offers listed per unplaceable job.
-const maxCandidates = 5
+// Limits on the expensive steps of one pass, so a pass over 100,000 pending
+// jobs stays fast; what they leave out is tried again next pass.
+const (
+	// maxPreemptors is how many jobs may look for victims per pass.
+	maxPreemptors = 32
+	// maxVictimsExamined bounds the victims one preemptor considers.
+	maxVictimsExamined = 512
+)
 
-// Schedule computes a Plan for snap. offers may be empty. seed is the source
-// of any tie-breaking randomness; the FIFO scheduler breaks ties by node id
-// and needs none, but callers pass it so a scheduler that does can replace
-// this one without changing them.
+// sched is one pass.
+type sched struct {
+	snap   *state.Snapshot
+	offers []model.Offer
+	now    time.Time
+	c      *cluster
+	queues map[string]*queueState
+	order  []*queueState
+	plan   *Plan
+	feas   map[sigKey]*feasibility
+	undo   []undoEntry
+
+	live        *liveIndex // built on first need
+	preemptors  int
+	victimTaken map[string]bool
+	resv        []*reservation
+	candCache   map[candKey]candResult
+}
+
+// Schedule computes a Plan for snap. It is pure: offers may be empty, now is
+// the pass's time (aging, decayed usage, work lost, reservations) and seed is
+// accepted for callers' stability — ties break by node and class order, so
+// no randomness is needed.
+//
+// The pass, in order:
+//  1. Build the working cluster: node classes and free-count buckets.
+//  2. Build queues: quota, cohort lending, current use, decayed usage; sort
+//     each queue's pending jobs by aged priority, then age.
+//  3. Repeatedly take the next job of the queue with the lowest weighted
+//     dominant share (fair share), and:
+//     a. hold it while its dependencies (spec.after) are unmet;
+//     b. filter node classes by the job's constraints (cached per shape);
+//     c. place every replica on the best-scoring node inside quota (a
+//     gang: one domain, all or nothing), or
+//     d. backfill it onto GPUs reserved for a blocked job if its runtime
+//     estimate ends it before that job's reserved start, or
+//     e. preempt: reclaim borrowed quota from the cohort, or stop
+//     lower-priority preemptible work of its own queue — the fewest
+//     victims by work lost since their last checkpoint, or
+//     f. reserve GPUs for it from the estimated end of running work (the
+//     first blocked job per queue: EASY backfill), and
+//     g. rank offers by expected cost to finish as candidates.
+//  4. Every job not bound gets a verdict: its queue position, reasons per
+//     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
-	_, _ = now, seed
-	plan := Plan{SnapshotVersion: snap.Version, Verdicts: map[string]Verdict{}}
-	free := newFreeSet(snap)
-	position := 0
-	for _, job := range snap.Pending {
-		position++
-		placements, reasons := placeJob(job, snap, free)
-		if placements != nil {
-			plan.Bindings = append(plan.Bindings, Binding{JobID: job.ID, JobVersion: job.Version, Replicas: placements})
-			continue
+	_ = seed
+	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending)/4)}
+	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[sigKey]*feasibility{}}
+	s.c = newCluster(snap)
+	s.queues, s.order = buildQueues(snap, s.c.capacity, now)
+	for {
+		q := s.nextQueue()
+		if q == nil {
+			break
 		}
-		v := Verdict{Position: position, Reasons: reasons}
-		if c, ok := candidateFor(job, offers); ok {
-			plan.Candidates = append(plan.Candidates, c)
-		} else if len(offers) > 0 {
-			v.Reasons = append(v.Reasons, Reason{Scope: "offer", Message: "no offer in the catalog meets the job's constraints"})
-		}
-		plan.Verdicts[job.ID] = v
+		pj := q.jobs[q.next]
+		q.next++
+		s.schedule(pj, q.next)
 	}
 	return plan
 }
 
-// freeSet is the pass's working copy of free resources: nodes are copied on
-// first change so the snapshot stays untouched.
-type freeSet struct {
-	snap    *state.Snapshot
-	changed map[int]*state.NodeView
-}
-
-func newFreeSet(snap *state.Snapshot) *freeSet {
-	return &freeSet{snap: snap, changed: map[int]*state.NodeView{}}
-}
-
-func (f *freeSet) view(i int) *state.NodeView {
-	if v, ok := f.changed[i]; ok {
-		return v
-	}
-	return &f.snap.Nodes[i]
-}
-
-func (f *freeSet) take(i int, gpus []int, cpu float64, mem model.Bytes) {
-	v, ok := f.changed[i]
-	if !ok {
-		c := f.snap.Nodes[i]
-		c.Free = append([]int(nil), c.Free...)
-		v = &c
-		f.changed[i] = v
-	}
-	taken := map[int]bool{}
-	for _, g := range gpus {
-		taken[g] = true
-	}
-	kept := v.Free[:0]
-	for _, g := range v.Free {
-		if !taken[g] {
-			kept = append(kept, g)
+// nextQueue returns the queue with jobs left whose weighted share is
+// lowest; ties go to the queue name.
+func (s *sched) nextQueue() *queueState {
+	var best *queueState
+	var bestKey float64
+	for _, q := range s.order {
+		if q.next >= len(q.jobs) {
+			continue
+		}
+		k := q.fairKey()
+		if best == nil || k < bestKey {
+			best, bestKey = q, k
 		}
 	}
-	v.Free = kept
-	v.FreeCPU -= cpu
-	v.FreeMemory -= mem
+	return best
 }
 
-type undo struct {
-	node int
-	view *state.NodeView
-	had  bool
+func (s *sched) schedule(pj *pjob, position int) {
+	job := pj.job
+	v := Verdict{Queue: pj.q.name, Position: position}
+	if pj.q.missing {
+		v.Reasons = []Reason{{Scope: "queue/" + pj.q.name, Message: "queue does not exist; create it (gpufleet queues apply -f queue.yaml) or submit to \"default\""}}
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	if r, ok := s.dependencies(job); !ok {
+		v.Reasons = r
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	if len(s.snap.Nodes) == 0 {
+		v.Reasons = []Reason{{Scope: "job", Message: "no nodes are registered"}}
+		s.candidates(pj, &v)
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	f := s.feasible(pj)
+	if len(f.classes) == 0 {
+		v.Reasons = f.reasons
+		if pj.share > 0 && !s.anyShared() {
+			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
+		}
+		s.candidates(pj, &v)
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	p, reasons := s.place(pj, f)
+	if p == nil && len(s.resv) > 0 && pj.runtime > 0 && pj.g > 0 {
+		p = s.backfill(pj, f)
+	}
+	if p != nil {
+		s.commit(pj, p)
+		return
+	}
+	v.Reasons = reasons
+	if s.preempt(pj, f, &v) {
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	s.reserve(pj, f, &v)
+	s.candidates(pj, &v)
+	s.plan.Verdicts[job.ID] = v
 }
 
-// placeJob binds every replica or none. On failure it returns the reasons,
-// grouped so a large cluster gives a short answer.
-func placeJob(job *model.Job, snap *state.Snapshot, free *freeSet) ([]Placement, []Reason) {
-	res := job.Spec.Resources
-	if res.GPUs > 0 && res.GPUs < 1 {
-		return nil, []Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", res.GPUs)}}
-	}
-	if len(snap.Nodes) == 0 {
-		return nil, []Reason{{Scope: "job", Message: "no nodes are registered"}}
-	}
-	var (
-		placements []Placement
-		undos      []undo
-		why        = map[string][]string{}
-	)
-	for rank := 0; rank < job.Spec.Replicas; rank++ {
-		placed := false
-		for i := range snap.Nodes {
-			v := free.view(i)
-			gpus, reason := fit(job, v)
-			if reason != "" {
-				if rank == 0 {
-					why[reason] = append(why[reason], v.Node.ID)
-				}
-				continue
-			}
-			prev, had := free.changed[i]
-			var saved *state.NodeView
-			if had {
-				c := *prev
-				c.Free = append([]int(nil), prev.Free...)
-				saved = &c
-			}
-			undos = append(undos, undo{node: i, view: saved, had: had})
-			free.take(i, gpus, res.CPU, res.Memory)
-			placements = append(placements, Placement{Rank: rank, NodeID: v.Node.ID, GPUs: gpus})
-			placed = true
-			break
-		}
-		if !placed {
-			for k := len(undos) - 1; k >= 0; k-- {
-				u := undos[k]
-				if u.had {
-					free.changed[u.node] = u.view
-				} else {
-					delete(free.changed, u.node)
-				}
-			}
-			if rank > 0 {
-				return nil, []Reason{{Scope: "job", Message: fmt.Sprintf("only %d of %d replicas fit at once; replicas start together or not at all", rank, job.Spec.Replicas)}}
-			}
-			return nil, groupReasons(why)
-		}
-	}
-	return placements, nil
-}
-
-// fit says which GPUs of node v one replica of job would take, or why none.
-func fit(job *model.Job, v *state.NodeView) ([]int, string) {
-	n := v.Node
-	spec := &job.Spec
-	res := spec.Resources
-	if n.State != model.NodeReady {
-		return nil, fmt.Sprintf("node is %s", n.State)
-	}
-	switch {
-	case spec.Spot == model.SpotRequired && n.CapacityType != model.Spot:
-		return nil, "job requires spot capacity"
-	case spec.Spot == model.SpotNever && n.CapacityType == model.Spot:
-		return nil, "node is spot and the job does not allow spot"
-	}
-	if !regionAllowed(spec.Regions, n.Region) {
-		return nil, fmt.Sprintf("region %q is not allowed by spec.regions", n.Region)
-	}
-	if res.CPU > 0 && v.FreeCPU < res.CPU {
-		return nil, fmt.Sprintf("%.1f CPUs free, job needs %.1f", math.Max(v.FreeCPU, 0), res.CPU)
-	}
-	if res.Memory > 0 && v.FreeMemory < res.Memory {
-		return nil, fmt.Sprintf("%s memory free, job needs %s", v.FreeMemory, res.Memory)
-	}
-	want := int(res.GPUs)
-	if want == 0 {
-		return nil, ""
-	}
-	if want > len(n.GPUs) {
-		return nil, fmt.Sprintf("node has %d GPUs, job needs %d per replica", len(n.GPUs), want)
-	}
-	if spec.MaxPricePerHour > 0 && len(n.GPUs) > 0 {
-		share := n.PricePerHour * float64(want) / float64(len(n.GPUs))
-		if share > spec.MaxPricePerHour {
-			return nil, fmt.Sprintf("costs $%.2f/h for %d GPUs, above maxPricePerHour $%.2f", share, want, spec.MaxPricePerHour)
-		}
-	}
-	byIndex := make(map[int]model.GPU, len(n.GPUs))
-	for _, g := range n.GPUs {
-		byIndex[g.Index] = g
-	}
-	var ok []model.GPU
-	var modelMiss, memMiss int
-	for _, idx := range v.Free {
-		g := byIndex[idx]
-		switch {
-		case !modelAllowed(res.GPU.Models, g.Model):
-			modelMiss++
-		case res.GPU.MinMemory > 0 && g.Memory < res.GPU.MinMemory:
-			memMiss++
-		default:
-			ok = append(ok, g)
-		}
-	}
-	if len(ok) < want {
-		switch {
-		case modelMiss > 0 && len(ok) == 0:
-			return nil, fmt.Sprintf("GPU model %s is not in %v", n.GPUs[0].Model, res.GPU.Models)
-		case memMiss > 0 && len(ok) == 0:
-			return nil, fmt.Sprintf("GPUs have %s memory, job needs ≥ %s", n.GPUs[0].Memory, res.GPU.MinMemory)
-		default:
-			return nil, fmt.Sprintf("%d matching GPUs free, job needs %d", len(ok), want)
-		}
-	}
-	return pickGPUs(ok, want), ""
-}
-
-// pickGPUs prefers GPUs that share an NVLink group, so a replica's GPUs talk
-// over NVLink rather than PCIe; ties go to the lowest indexes.
-func pickGPUs(free []model.GPU, want int) []int {
-	groups := map[int][]int{}
-	var order []int
-	for _, g := range free {
-		if _, seen := groups[g.NVLinkGroup]; !seen {
-			order = append(order, g.NVLinkGroup)
-		}
-		groups[g.NVLinkGroup] = append(groups[g.NVLinkGroup], g.Index)
-	}
-	best := -1
-	for _, grp := range order {
-		if grp >= 0 && len(groups[grp]) >= want && (best < 0 || len(groups[grp]) < len(groups[best])) {
-			best = grp // the tightest group that fits leaves bigger groups whole
-		}
-	}
-	if best >= 0 {
-		return append([]int(nil), groups[best][:want]...)
-	}
-	out := make([]int, 0, want)
-	for _, g := range free[:want] {
-		out = append(out, g.Index)
-	}
-	return out
-}
-
-func modelAllowed(models []string, m string) bool {
-	if len(models) == 0 {
-		return true
-	}
-	for _, want := range models {
-		if strings.EqualFold(want, m) {
+func (s *sched) anyShared() bool {
+	for _, cl := range s.c.classes {
+		if cl.shared {
 			return true
 		}
 	}
 	return false
 }
 
-func regionAllowed(p model.RegionPolicy, region string) bool {
-	for _, pat := range p.Deny {
-		if ok, _ := path.Match(pat, region); ok {
-			return false
-		}
-	}
-	if len(p.Allow) == 0 {
-		return true
-	}
-	for _, pat := range p.Allow {
-		if ok, _ := path.Match(pat, region); ok {
-			return true
-		}
-	}
-	return false
+// admitCached checks quota for amount GPUs of model m.
+func (s *sched) admitCached(pj *pjob, m string, amount float64) (string, bool) {
+	return pj.q.admit(m, amount)
 }
 
-func groupReasons(why map[string][]string) []Reason {
-	out := make([]Reason, 0, len(why))
-	for msg, nodes := range why {
-		scope := "node/" + nodes[0]
-		if len(nodes) > 1 {
-			scope = fmt.Sprintf("nodes(%d)", len(nodes))
+func (s *sched) commit(pj *pjob, p *placement) {
+	total := 0.0
+	for _, r := range p.replicas {
+		if r.Share > 0 {
+			total += r.Share
+		} else {
+			total += float64(len(r.GPUs))
 		}
-		out = append(out, Reason{Scope: scope, Message: msg})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Scope+out[i].Message < out[j].Scope+out[j].Message })
-	return out
+	if total > 0 {
+		pj.q.charge(p.gpuModel, total, s.c.capacity)
+	}
+	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas})
+	s.undo = s.undo[:0]
 }
 
-// candidateFor ranks the offers that could run job, cheapest total price for
-// all its replicas first.
-func candidateFor(job *model.Job, offers []model.Offer) (Candidate, bool) {
-	spec := &job.Spec
-	perReplica := int(math.Ceil(spec.Resources.GPUs))
-	if perReplica == 0 || len(offers) == 0 {
-		return Candidate{}, false
+// dependencies reports whether job's spec.after are met, and why not.
+func (s *sched) dependencies(job *model.Job) ([]Reason, bool) {
+	var out []Reason
+	for _, d := range job.Spec.After {
+		st, done := s.snap.Finished[d.Job]
+		switch {
+		case !s.snap.Known[d.Job]:
+			out = append(out, Reason{Scope: "job/" + d.Job, Message: "dependency does not exist; cancel this job or resubmit it without the dependency"})
+		case !done:
+			out = append(out, Reason{Scope: "job/" + d.Job, Message: "waiting for the dependency to finish"})
+		case d.On != model.AfterAny && st != model.JobSucceeded:
+			out = append(out, Reason{Scope: "job/" + d.Job, Message: fmt.Sprintf("dependency ended %s and this job waits for success (after on: ok); it can never start — cancel it", st)})
+		}
 	}
-	type scored struct {
-		o         model.Offer
-		instances int
-		total     float64
-	}
-	var list []scored
-	for _, o := range offers {
-		if o.GPUCount < perReplica || !modelAllowed(spec.Resources.GPU.Models, o.GPU) {
-			continue
-		}
-		if spec.Resources.GPU.MinMemory > 0 && o.GPUMemory < spec.Resources.GPU.MinMemory {
-			continue
-		}
-		if (spec.Spot == model.SpotNever && o.CapacityType == model.Spot) || (spec.Spot == model.SpotRequired && o.CapacityType != model.Spot) {
-			continue
-		}
-		if !regionAllowed(spec.Regions, o.Region) {
-			continue
-		}
-		perInstance := o.GPUCount / perReplica
-		instances := (spec.Replicas + perInstance - 1) / perInstance
-		total := o.PricePerHour * float64(instances)
-		if spec.MaxPricePerHour > 0 && total > spec.MaxPricePerHour {
-			continue
-		}
-		list = append(list, scored{o, instances, total})
-	}
-	if len(list) == 0 {
-		return Candidate{}, false
-	}
-	sort.SliceStable(list, func(i, j int) bool {
-		if list[i].total != list[j].total {
-			return list[i].total < list[j].total
-		}
-		a, b := list[i].o, list[j].o
-		return a.Provider+a.Region+a.Zone+a.InstanceType < b.Provider+b.Region+b.Zone+b.InstanceType
-	})
-	c := Candidate{JobID: job.ID, Instances: list[0].instances}
-	for i := 0; i < len(list) && i < maxCandidates; i++ {
-		c.Offers = append(c.Offers, list[i].o)
-	}
-	return c, true
+	return out, len(out) == 0
 }

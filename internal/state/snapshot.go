@@ -2,6 +2,7 @@ package state
 
 import (
 	"sort"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -14,42 +15,130 @@ type Snapshot struct {
 	Pending []*model.Job
 	// Nodes are ordered by id.
 	Nodes []NodeView
-	// Live holds starting and running attempts, ordered by id.
-	Live []*model.Attempt
+	// Live holds starting and running attempts, ordered by id; LiveJobs[i]
+	// is the job of Live[i].
+	Live     []*model.Attempt
+	LiveJobs []*model.Job
+	// Queues are the declared queues, by name. A job naming a queue that
+	// is not here runs in the implicit default queue if it names
+	// model.DefaultQueue, and waits with a verdict otherwise.
+	Queues []*model.Queue
+	// QueueUse is the GPUs live attempts hold, by queue then GPU model.
+	QueueUse map[string]map[string]float64
+	// Usage is each queue's decayed past GPU-hours, for fair share;
+	// HalfLife is the decay the scheduler applies up to its now.
+	Usage    map[string]DecayedUsage
+	HalfLife time.Duration
+	// Finished maps jobs that Pending jobs depend on (spec.after) to their
+	// state, when it is terminal; a missing id has not finished (or does
+	// not exist: see Known).
+	Finished map[string]model.JobState
+	// Known is false for a dependency id that names no job.
+	Known map[string]bool
 }
 
 // NodeView is a node and what is free on it.
 type NodeView struct {
 	Node *model.Node
 	// Free lists the indexes of GPUs no live attempt holds, ascending.
-	Free       []int
+	Free []int
+	// FreeMask has bit i set when GPU index i (< 64) is free.
+	FreeMask   uint64
 	FreeCPU    float64
 	FreeMemory model.Bytes
+	// Shared maps a shared GPU's index to the fraction live attempts hold.
+	Shared map[int]float64
 	// AllocVersion changes whenever GPUs on the node are taken or freed.
 	AllocVersion uint64
+	// ShapeID numbers the node's ShapeKey within this State (from 1):
+	// nodes with equal ids are interchangeable to the scheduler.
+	ShapeID int
 }
 
-// Snapshot returns the current view. It copies only slices of pointers and
-// the free-GPU lists; the objects are shared.
+// Snapshot returns the current view. Node views are cached per node and
+// rebuilt only for nodes that changed, so a snapshot of a large, quiet
+// fleet costs a copy of its node views.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{Version: s.version, Pending: s.sortedPending()}
-	snap.Nodes = make([]NodeView, 0, len(s.nodes))
-	for _, e := range s.nodes {
-		nv := NodeView{
-			Node:         e.node,
-			FreeCPU:      e.node.CPU - e.usedCPU,
-			FreeMemory:   e.node.Memory - e.usedMem,
-			AllocVersion: e.allocVersion,
+	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), HalfLife: s.halfLife}
+	if s.nodeOrder == nil {
+		s.nodeOrder = make([]*nodeEntry, 0, len(s.nodes))
+		for _, e := range s.nodes {
+			s.nodeOrder = append(s.nodeOrder, e)
 		}
-		for _, g := range e.node.GPUs {
-			if e.holder[g.Index] == "" {
-				nv.Free = append(nv.Free, g.Index)
+		sort.Slice(s.nodeOrder, func(i, j int) bool { return s.nodeOrder[i].node.ID < s.nodeOrder[j].node.ID })
+	}
+	snap.Nodes = make([]NodeView, len(s.nodeOrder))
+	for i, e := range s.nodeOrder {
+		if !e.viewOK {
+			e.view = e.buildView()
+			if e.shapeOf != e.node {
+				key := ShapeKey(e.node)
+				id, ok := s.shapes[key]
+				if !ok {
+					id = len(s.shapes) + 1
+					s.shapes[key] = id
+				}
+				e.shapeID, e.shapeOf = id, e.node
+			}
+			e.view.ShapeID = e.shapeID
+			e.viewOK = true
+		}
+		snap.Nodes[i] = e.view
+	}
+	snap.Live = s.LiveAttempts()
+	snap.LiveJobs = make([]*model.Job, len(snap.Live))
+	for i, a := range snap.Live {
+		snap.LiveJobs[i] = s.jobs[a.JobID]
+	}
+	snap.Queues = s.Queues()
+	snap.QueueUse = make(map[string]map[string]float64, len(s.queueUse))
+	for q, use := range s.queueUse {
+		c := make(map[string]float64, len(use))
+		for m, v := range use {
+			c[m] = v
+		}
+		snap.QueueUse[q] = c
+	}
+	snap.Usage = make(map[string]DecayedUsage, len(s.usage))
+	for q, u := range s.usage {
+		snap.Usage[q] = u
+	}
+	for _, j := range snap.Pending {
+		for _, d := range j.Spec.After {
+			dep, ok := s.jobs[d.Job]
+			if snap.Known == nil {
+				snap.Known, snap.Finished = map[string]bool{}, map[string]model.JobState{}
+			}
+			snap.Known[d.Job] = ok
+			if ok && dep.State.Terminal() {
+				snap.Finished[d.Job] = dep.State
 			}
 		}
-		sort.Ints(nv.Free)
-		snap.Nodes = append(snap.Nodes, nv)
 	}
-	sort.Slice(snap.Nodes, func(i, j int) bool { return snap.Nodes[i].Node.ID < snap.Nodes[j].Node.ID })
-	snap.Live = s.LiveAttempts()
 	return snap
+}
+
+func (e *nodeEntry) buildView() NodeView {
+	nv := NodeView{
+		Node:         e.node,
+		FreeCPU:      e.node.CPU - e.usedCPU,
+		FreeMemory:   e.node.Memory - e.usedMem,
+		AllocVersion: e.allocVersion,
+	}
+	for _, g := range e.node.GPUs {
+		if e.holder[g.Index] == "" && e.share[g.Index] == 0 {
+			nv.Free = append(nv.Free, g.Index)
+			if g.Index >= 0 && g.Index < 64 {
+				nv.FreeMask |= 1 << uint(g.Index)
+			}
+		}
+	}
+	sort.Ints(nv.Free)
+	if len(e.share) > 0 {
+		nv.Shared = make(map[int]float64, len(e.share))
+		for g, v := range e.share {
+			nv.Shared[g] = v
+		}
+	}
+	return nv
 }

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"math"
 	"sort"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -24,7 +26,43 @@ type State struct {
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
 	version uint64
+
+	// orphans holds live attempts with replicas on nodes not yet known, by
+	// node id, so a registering node picks up their holds without a scan of
+	// every live attempt.
+	orphans map[string][]*model.Attempt
+	// shapes interns node ShapeKeys.
+	shapes map[string]int
+
+	// nodeOrder caches node ids sorted; nil when a node was added since.
+	nodeOrder []*nodeEntry
+
+	queues map[string]*model.Queue
+	// queueUse is the GPUs live attempts hold, by queue and GPU model,
+	// kept in step with every attempt change so a snapshot copies it.
+	queueUse map[string]map[string]float64
+	// usage is each queue's decayed GPU-hours (fair share's history).
+	usage    map[string]DecayedUsage
+	halfLife time.Duration
 }
+
+// DecayedUsage is GPU-hours decayed with a half-life, as of At.
+type DecayedUsage struct {
+	GPUHours float64   `json:"gpuHours"`
+	At       time.Time `json:"at"`
+}
+
+// Decay returns u's value at t under halfLife (0 means no decay).
+func (u DecayedUsage) Decay(t time.Time, halfLife time.Duration) float64 {
+	if halfLife <= 0 || !t.After(u.At) {
+		return u.GPUHours
+	}
+	return u.GPUHours * math.Exp2(-float64(t.Sub(u.At))/float64(halfLife))
+}
+
+// DefaultHalfLife is how fast past usage fades from fair share (Slurm's
+// PriorityDecayHalfLife defaults to 7 days; GPU queues turn over faster).
+const DefaultHalfLife = 24 * time.Hour
 
 type nodeEntry struct {
 	node *model.Node
@@ -34,6 +72,14 @@ type nodeEntry struct {
 	usedMem model.Bytes
 	// allocVersion increases whenever GPUs on the node are taken or freed.
 	allocVersion uint64
+	// share[i] is the fraction of shared GPU i held by live attempts.
+	share map[int]float64
+	// shapeID is the interned ShapeKey of shapeOf.
+	shapeID int
+	shapeOf *model.Node
+	// view caches the node's NodeView; valid while viewOK.
+	view   NodeView
+	viewOK bool
 }
 
 // New returns an empty State.
@@ -45,7 +91,113 @@ func New() *State {
 		nodes:    map[string]*nodeEntry{},
 		pending:  map[string]*model.Job{},
 		counts:   map[model.JobState]int{},
+		queues:   map[string]*model.Queue{},
+		orphans:  map[string][]*model.Attempt{},
+		shapes:   map[string]int{},
+		queueUse: map[string]map[string]float64{},
+		usage:    map[string]DecayedUsage{},
+		halfLife: DefaultHalfLife,
 	}
+}
+
+// SetHalfLife sets how fast past usage decays (0: never).
+func (s *State) SetHalfLife(d time.Duration) { s.version++; s.halfLife = d }
+
+// HalfLife returns the usage decay half-life.
+func (s *State) HalfLife() time.Duration { return s.halfLife }
+
+// PutQueue stores q, replacing any earlier version.
+func (s *State) PutQueue(q *model.Queue) { s.version++; s.queues[q.Name] = q }
+
+// DeleteQueue forgets a queue; jobs that name it wait with a verdict.
+func (s *State) DeleteQueue(name string) { s.version++; delete(s.queues, name) }
+
+// Queue returns a queue by name.
+func (s *State) Queue(name string) (*model.Queue, bool) {
+	q, ok := s.queues[name]
+	return q, ok
+}
+
+// Queues returns every stored queue, by name.
+func (s *State) Queues() []*model.Queue {
+	out := make([]*model.Queue, 0, len(s.queues))
+	for _, q := range s.queues {
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// QueueUse returns the GPUs live attempts of a queue hold, by GPU model.
+func (s *State) QueueUse(queue string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range s.queueUse[queue] {
+		out[k] = v
+	}
+	return out
+}
+
+// AddUsage adds GPU-hours to a queue's decayed usage at time at.
+func (s *State) AddUsage(queue string, gpuHours float64, at time.Time) {
+	s.version++
+	u := s.usage[queue]
+	if at.Before(u.At) {
+		at = u.At
+	}
+	s.usage[queue] = DecayedUsage{GPUHours: u.Decay(at, s.halfLife) + gpuHours, At: at}
+}
+
+// Usage returns a queue's decayed usage record.
+func (s *State) Usage(queue string) DecayedUsage { return s.usage[queue] }
+
+// hold adds (sign +1) or removes (-1) the GPUs and CPU of replica r of job
+// on node entry e, and the queue's use.
+func (s *State) hold(e *nodeEntry, attemptID string, r model.Replica, job *model.Job, sign float64) {
+	for _, g := range r.GPUs {
+		if r.GPUShare > 0 {
+			e.share[g] += sign * r.GPUShare
+			if e.share[g] <= 1e-9 {
+				delete(e.share, g)
+			}
+		} else if sign > 0 {
+			e.holder[g] = attemptID
+		} else if e.holder[g] == attemptID {
+			delete(e.holder, g)
+		}
+	}
+	if job != nil {
+		e.usedCPU += sign * job.Spec.Resources.CPU
+		e.usedMem += model.Bytes(sign) * job.Spec.Resources.Memory
+		use := s.queueUse[job.Spec.Queue]
+		if use == nil {
+			use = map[string]float64{}
+			s.queueUse[job.Spec.Queue] = use
+		}
+		for _, g := range r.GPUs {
+			m := gpuModel(e.node, g)
+			amount := 1.0
+			if r.GPUShare > 0 {
+				amount = r.GPUShare
+			}
+			use[m] += sign * amount
+			if use[m] <= 1e-9 {
+				delete(use, m)
+			}
+		}
+	}
+	e.viewOK = false
+}
+
+func gpuModel(n *model.Node, idx int) string {
+	if idx >= 0 && idx < len(n.GPUs) && n.GPUs[idx].Index == idx {
+		return n.GPUs[idx].Model
+	}
+	for _, g := range n.GPUs {
+		if g.Index == idx {
+			return g.Model
+		}
+	}
+	return ""
 }
 
 // Version returns the change counter.
@@ -176,16 +328,11 @@ func (s *State) PutAttempt(a *model.Attempt) {
 	for _, r := range a.Replicas {
 		e, ok := s.nodes[r.NodeID]
 		if !ok {
-			continue // node unknown (not yet re-registered); holds apply when it is
+			// Node unknown (not yet re-registered); holds apply when it is.
+			s.orphans[r.NodeID] = append(s.orphans[r.NodeID], a)
+			continue
 		}
-		for _, g := range r.GPUs {
-			e.holder[g] = a.ID
-		}
-		job := s.jobs[a.JobID]
-		if job != nil {
-			e.usedCPU += job.Spec.Resources.CPU
-			e.usedMem += job.Spec.Resources.Memory
-		}
+		s.hold(e, a.ID, r, s.jobs[a.JobID], 1)
 		e.allocVersion++
 	}
 }
@@ -196,15 +343,7 @@ func (s *State) release(a *model.Attempt) {
 		if !ok {
 			continue
 		}
-		for _, g := range r.GPUs {
-			if e.holder[g] == a.ID {
-				delete(e.holder, g)
-			}
-		}
-		if job := s.jobs[a.JobID]; job != nil {
-			e.usedCPU -= job.Spec.Resources.CPU
-			e.usedMem -= job.Spec.Resources.Memory
-		}
+		s.hold(e, a.ID, r, s.jobs[a.JobID], -1)
 		e.allocVersion++
 	}
 }
@@ -217,24 +356,35 @@ func (s *State) PutNode(n *model.Node) {
 	e, ok := s.nodes[n.ID]
 	if ok {
 		e.node = n
+		e.viewOK = false
 		return
 	}
-	e = &nodeEntry{node: n, holder: map[int]string{}}
+	e = &nodeEntry{node: n, holder: map[int]string{}, share: map[int]float64{}}
 	s.nodes[n.ID] = e
-	for _, a := range s.live {
+	s.nodeOrder = nil
+	seen := map[string]bool{}
+	for _, a := range s.orphans[n.ID] {
+		if cur, ok := s.live[a.JobID]; !ok || cur != s.attempts[a.ID] || seen[a.ID] {
+			continue // ended or replaced since
+		}
+		seen[a.ID] = true
+		a = s.attempts[a.ID]
 		for _, r := range a.Replicas {
-			if r.NodeID != n.ID {
-				continue
-			}
-			for _, g := range r.GPUs {
-				e.holder[g] = a.ID
-			}
-			if job := s.jobs[a.JobID]; job != nil {
-				e.usedCPU += job.Spec.Resources.CPU
-				e.usedMem += job.Spec.Resources.Memory
+			if r.NodeID == n.ID {
+				s.hold(e, a.ID, r, s.jobs[a.JobID], 1)
 			}
 		}
 	}
+	delete(s.orphans, n.ID)
+}
+
+// GPUShareUsed returns the fraction of shared GPU g on a node that live
+// attempts hold.
+func (s *State) GPUShareUsed(nodeID string, g int) float64 {
+	if e, ok := s.nodes[nodeID]; ok {
+		return e.share[g]
+	}
+	return 0
 }
 
 // GPUHolder returns the attempt holding GPU index g on a node, or "".

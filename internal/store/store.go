@@ -52,13 +52,17 @@ type Batch struct {
 	Nodes       []*model.Node
 	Tokens      []*model.Token
 	Idempotency []Idempotency
+	// Queues are upserted by Version like jobs; DeleteQueues removes
+	// queues by name (after the upserts).
+	Queues       []*model.Queue
+	DeleteQueues []string
 	// Meta sets small named values (counters, settings).
 	Meta map[string]string
 }
 
 // Empty reports whether b writes nothing.
 func (b *Batch) Empty() bool {
-	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta) == 0
+	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues) == 0
 }
 
 // Idempotency maps a client's Idempotency-Key to the job it created, per
@@ -80,6 +84,7 @@ type Dump struct {
 	Nodes       []*model.Node
 	Tokens      []*model.Token
 	Idempotency []Idempotency
+	Queues      []*model.Queue
 	Meta        map[string]string
 }
 

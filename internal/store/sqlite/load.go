@@ -48,6 +48,9 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if d.Nodes, err = loadObjects[model.Node](ctx, tx, "node", `SELECT id, data FROM nodes ORDER BY id`); err != nil {
 		return nil, err
 	}
+	if d.Queues, err = loadObjects[model.Queue](ctx, tx, "queue", `SELECT name, data FROM queues ORDER BY name`); err != nil {
+		return nil, err
+	}
 	if d.Tokens, err = loadTokens(ctx, tx); err != nil {
 		return nil, err
 	}

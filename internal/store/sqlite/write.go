@@ -21,6 +21,8 @@ const (
 	upsertToken
 	upsertIdempotency
 	upsertMeta
+	upsertQueue
+	deleteQueue
 	savepoint
 	releaseSavepoint
 	rollbackToSavepoint
@@ -47,7 +49,11 @@ var stmtSQL = [numStmts]string{
 	upsertIdempotency: `INSERT INTO idempotency (subject, key, job_id, body_hash, expires) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (subject, key) DO UPDATE SET job_id = excluded.job_id, body_hash = excluded.body_hash,
 			expires = excluded.expires`,
-	upsertMeta:          `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	upsertMeta: `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	upsertQueue: `INSERT INTO queues (name, version, data) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET version = excluded.version, data = excluded.data
+		WHERE excluded.version >= queues.version`,
+	deleteQueue:         `DELETE FROM queues WHERE name = ?`,
 	savepoint:           `SAVEPOINT batch`,
 	releaseSavepoint:    `RELEASE batch`,
 	rollbackToSavepoint: `ROLLBACK TO batch`,
@@ -128,6 +134,14 @@ func encode(b *store.Batch) ([]row, error) {
 			args: []any{r.Subject, r.Key, r.JobID, r.BodyHash, formatExpires(r.Expires)},
 			kind: "idempotency key", id: r.Subject + "/" + r.Key,
 		})
+	}
+	for _, q := range b.Queues {
+		if err := add(upsertQueue, "queue", q.Name, q, q.Name, q.Version); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range b.DeleteQueues {
+		rows = append(rows, row{stmt: deleteQueue, args: []any{name}, kind: "queue deletion", id: name})
 	}
 	for k, v := range b.Meta {
 		rows = append(rows, row{stmt: upsertMeta, args: []any{k, v}, kind: "meta", id: k})

@@ -1,0 +1,30 @@
+package advisor
+
+import (
+	"testing"
+	"time"
+)
+
+// BenchmarkRankCatalog ranks the whole catalog (every offer, with derived
+// reserved rows) for one workload, plan search included. Target: < 50 ms.
+func BenchmarkRankCatalog(b *testing.B) {
+	c := testCatalog(b)
+	offers := c.Offers()
+	for name, p := range map[string]Profile{
+		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
+		"8b-qlora":          {Preset: "llama-3-8b", Task: QLoRA, Tokens: 1e7},
+		"405b-pretrain":     {Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12},
+		"70b-serving":       {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
+	} {
+		b.Run(name, func(b *testing.B) {
+			opts := Options{Offers: offers, Accelerator: c.Accelerator}
+			start := time.Now()
+			for b.Loop() {
+				if _, err := Rank(p, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1e3/float64(b.N), "ms/rank")
+		})
+	}
+}

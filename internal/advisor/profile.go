@@ -1,0 +1,532 @@
+package advisor
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Task is what the workload does with the model.
+type Task string
+
+// Tasks.
+const (
+	PreTrain     Task = "pretrain"
+	FullFineTune Task = "full-finetune"
+	LoRA         Task = "lora"
+	QLoRA        Task = "qlora"
+	Serving      Task = "serving"
+)
+
+// Tasks lists every task, for help text and validation.
+var tasks = []Task{PreTrain, FullFineTune, LoRA, QLoRA, Serving}
+
+// Training reports whether the task updates weights.
+func (t Task) Training() bool { return t != Serving }
+
+// Precision is the number format of the weights (and, for training, of the
+// compute: bf16/fp16 mean mixed precision with fp32 master weights).
+type Precision string
+
+// Precisions.
+const (
+	FP32 Precision = "fp32"
+	BF16 Precision = "bf16"
+	FP16 Precision = "fp16"
+	FP8  Precision = "fp8"
+	INT8 Precision = "int8"
+	INT4 Precision = "int4"
+	NF4  Precision = "nf4"
+)
+
+var precisions = []Precision{FP32, BF16, FP16, FP8, INT8, INT4, NF4}
+
+// bytes is the storage size of one weight in this format. int4/nf4 values
+// are packed two to a byte; their quantisation constants are counted apart
+// (see quantConstBytes).
+func (p Precision) bytes() float64 {
+	switch p {
+	case FP32:
+		return 4
+	case BF16, FP16:
+		return 2
+	case FP8, INT8:
+		return 1
+	case INT4, NF4:
+		return 0.5
+	}
+	return 2
+}
+
+// Optimizer is the training optimizer.
+type Optimizer string
+
+// Optimizers.
+const (
+	AdamW     Optimizer = "adamw"
+	Adam8bit  Optimizer = "adam8bit"
+	SGD       Optimizer = "sgd"
+	Adafactor Optimizer = "adafactor"
+)
+
+var optimizers = []Optimizer{AdamW, Adam8bit, SGD, Adafactor}
+
+// Attention is how attention is computed, which decides whether the s²
+// attention-score activations are stored.
+type Attention string
+
+// Attention kernels.
+const (
+	// Flash is FlashAttention (Dao et al. 2022): scores are recomputed in the
+	// backward pass, never stored. The default: PyTorch SDPA, vLLM and
+	// Megatron use it on Ampere and later.
+	Flash Attention = "flash"
+	// Eager stores scores, softmax and dropout mask: 5·a·s²·b bytes per layer
+	// (Korthikanti et al. 2022, eq. 1).
+	Eager Attention = "eager"
+)
+
+// Model is a transformer's architecture. With a Preset, fields left zero
+// take the preset's values; fields set override them.
+type Model struct {
+	// Parameters overrides the count derived from the architecture (total,
+	// including all experts). Zero means derive it.
+	Parameters float64 `json:"parameters,omitempty"`
+	Layers     int     `json:"layers,omitempty"`
+	Hidden     int     `json:"hidden,omitempty"`
+	// FFN is the MLP's intermediate size; zero means 4·Hidden.
+	FFN   int `json:"ffn,omitempty"`
+	Heads int `json:"heads,omitempty"`
+	// KVHeads is the number of key/value heads (grouped-query attention);
+	// zero means Heads (multi-head attention).
+	KVHeads int `json:"kvHeads,omitempty"`
+	Vocab   int `json:"vocab,omitempty"`
+	// Experts and ActiveExperts describe a mixture-of-experts MLP; zero
+	// means dense.
+	Experts       int `json:"experts,omitempty"`
+	ActiveExperts int `json:"activeExperts,omitempty"`
+	// GatedMLP is true for SwiGLU/GeGLU MLPs (three matrices), false for
+	// the two-matrix GELU MLP of GPT-2/3.
+	GatedMLP *bool `json:"gatedMLP,omitempty"`
+	// TiedEmbeddings shares the input embedding with the output layer.
+	TiedEmbeddings *bool `json:"tiedEmbeddings,omitempty"`
+}
+
+// LoRASpec sets the adapters of a LoRA or QLoRA fine-tune.
+type LoRASpec struct {
+	// Rank is r; zero means 16.
+	Rank int `json:"rank,omitempty"`
+	// Targets is "all-linear" (the default; QLoRA's recipe) or "attention"
+	// (q, k, v, o only; the original LoRA recipe).
+	Targets string `json:"targets,omitempty"`
+}
+
+// ServingSpec describes an inference workload.
+type ServingSpec struct {
+	// ContextLength is the longest sequence (prompt + output) a request may
+	// reach; zero means InputTokens + OutputTokens.
+	ContextLength int `json:"contextLength,omitempty"`
+	// Concurrency is the number of sequences in flight at once; zero means 1.
+	Concurrency int `json:"concurrency,omitempty"`
+	// InputTokens and OutputTokens are the mean prompt and completion length.
+	InputTokens  int `json:"inputTokens"`
+	OutputTokens int `json:"outputTokens"`
+	// TargetTokensPerSecond is the output throughput to sustain (all
+	// replicas together); zero means whatever Concurrency gives.
+	TargetTokensPerSecond float64 `json:"targetTokensPerSecond,omitempty"`
+	// TargetLatency bounds one request's end-to-end time; zero means none.
+	TargetLatency model.Duration `json:"targetLatency,omitempty"`
+	// TotalTokens is the output tokens to produce, for a cost to finish (a
+	// batch job); zero means cost per hour and per million tokens only.
+	TotalTokens float64 `json:"totalTokens,omitempty"`
+	// KVCachePrecision is the KV cache format; empty means bf16.
+	KVCachePrecision Precision `json:"kvCachePrecision,omitempty"`
+}
+
+// Profile is a workload: the model, what is done with it, and how much.
+type Profile struct {
+	// Preset names a widely used open model (see Presets); Model fields set
+	// alongside override the preset's.
+	Preset    string    `json:"preset,omitempty"`
+	Model     Model     `json:"model,omitempty"`
+	Task      Task      `json:"task"`
+	Precision Precision `json:"precision,omitempty"` // default bf16 (nf4 for qlora)
+	Optimizer Optimizer `json:"optimizer,omitempty"` // default adamw
+	Attention Attention `json:"attention,omitempty"` // default flash
+	// SequenceLength is tokens per training sequence; zero means 2048
+	// (4096 for presets trained at 4096 or more).
+	SequenceLength int `json:"sequenceLength,omitempty"`
+	// MicroBatch fixes sequences per GPU per forward pass; zero lets the
+	// plan search choose.
+	MicroBatch int `json:"microBatch,omitempty"`
+	// GlobalBatch is sequences per optimizer step; zero means 512 for
+	// pre-training, 64 for fine-tuning.
+	GlobalBatch int `json:"globalBatch,omitempty"`
+	// Tokens to train on, or Steps optimizer steps; one of them is needed
+	// for training.
+	Tokens float64 `json:"tokens,omitempty"`
+	Steps  int     `json:"steps,omitempty"`
+
+	// Parallelism is "auto" (the default: tensor, pipeline and data
+	// parallelism with ZeRO, as Megatron-LM or NeMo run it) or "data"
+	// (ZeRO/FSDP data parallelism only, as Hugging Face Trainer,
+	// Accelerate and DeepSpeed without Megatron run it).
+	Parallelism string `json:"parallelism,omitempty"`
+
+	LoRA    LoRASpec    `json:"lora,omitempty"`
+	Serving ServingSpec `json:"serving,omitempty"`
+}
+
+// workload is a validated Profile with every default applied and the
+// derived quantities the models need.
+type workload struct {
+	Profile
+	arch       Model // resolved architecture
+	gated      bool
+	headDim    int
+	params     float64 // total parameters
+	active     float64 // parameters touched per token (MoE: active experts)
+	embed      float64 // embedding + output-layer parameters
+	layerDense float64 // per-layer parameters outside the experts
+	expertMLP  float64 // per-layer parameters of one expert's MLP
+	adapters   float64 // LoRA parameters
+	tokens     float64 // training tokens to process
+	steps      float64
+	kvBytes    float64 // KV cache bytes per token, all layers
+}
+
+// Validate checks a profile and returns every problem with its field path.
+func (p Profile) Validate() model.FieldErrors {
+	_, fe := resolve(p)
+	return fe
+}
+
+// resolve applies the preset and defaults and derives the model's sizes.
+func resolve(p Profile) (workload, model.FieldErrors) {
+	var fe model.FieldErrors
+	arch := p.Model
+	presetBad := false
+	if p.Preset != "" {
+		pre, ok := LookupPreset(p.Preset)
+		if !ok {
+			presetBad = true
+			fe.Add("preset", fmt.Sprintf("unknown preset %q; known: %s", p.Preset, strings.Join(PresetNames(), ", ")))
+		} else {
+			arch = overlay(pre.Model, p.Model)
+			if p.SequenceLength == 0 && pre.Context >= 4096 {
+				p.SequenceLength = 4096
+			}
+		}
+	}
+	if !slices.Contains(tasks, p.Task) {
+		fe.Add("task", fmt.Sprintf("must be one of %s", joinEnum(tasks)))
+	}
+	if p.Precision == "" {
+		p.Precision = BF16
+		if p.Task == QLoRA {
+			p.Precision = NF4
+		}
+	}
+	if !slices.Contains(precisions, p.Precision) {
+		fe.Add("precision", fmt.Sprintf("unknown precision %q; want one of %s", p.Precision, joinEnum(precisions)))
+	} else {
+		switch {
+		case p.Task == QLoRA && p.Precision != NF4 && p.Precision != INT4:
+			fe.Add("precision", "qlora quantises the base model to 4 bits: use nf4 (or int4)")
+		case (p.Task == PreTrain || p.Task == FullFineTune) && (p.Precision == INT8 || p.Precision == INT4 || p.Precision == NF4):
+			fe.Add("precision", fmt.Sprintf("%s weights cannot be trained directly; use bf16, fp16, fp8 or fp32, or task qlora", p.Precision))
+		case p.Task == LoRA && (p.Precision == INT4 || p.Precision == NF4):
+			fe.Add("precision", "a 4-bit base model is task qlora")
+		}
+	}
+	if p.Optimizer == "" {
+		p.Optimizer = AdamW
+	}
+	if !slices.Contains(optimizers, p.Optimizer) {
+		fe.Add("optimizer", fmt.Sprintf("unknown optimizer %q; want one of %s", p.Optimizer, joinEnum(optimizers)))
+	}
+	if p.Attention == "" {
+		p.Attention = Flash
+	}
+	if p.Attention != Flash && p.Attention != Eager {
+		fe.Add("attention", "must be flash or eager")
+	}
+
+	if p.Parallelism == "" {
+		p.Parallelism = "auto"
+	}
+	if p.Parallelism != "auto" && p.Parallelism != "data" {
+		fe.Add("parallelism", "must be auto or data")
+	}
+
+	// Architecture.
+	mp := "model."
+	positive := func(name string, v int) {
+		if v <= 0 && !presetBad { // an unknown preset is the one problem
+			fe.Add(mp+name, "must be > 0 (or give a preset)")
+		}
+	}
+	positive("layers", arch.Layers)
+	positive("hidden", arch.Hidden)
+	positive("heads", arch.Heads)
+	positive("vocab", arch.Vocab)
+	if arch.FFN < 0 {
+		fe.Add(mp+"ffn", "must be >= 0")
+	}
+	if arch.FFN == 0 {
+		arch.FFN = 4 * arch.Hidden
+	}
+	if arch.KVHeads < 0 {
+		fe.Add(mp+"kvHeads", "must be >= 0")
+	}
+	if arch.KVHeads == 0 {
+		arch.KVHeads = arch.Heads
+	}
+	if arch.Heads > 0 && arch.Hidden > 0 && arch.Hidden%arch.Heads != 0 {
+		fe.Add(mp+"heads", fmt.Sprintf("%d heads do not divide hidden size %d", arch.Heads, arch.Hidden))
+	}
+	if arch.Heads > 0 && arch.KVHeads > 0 && arch.Heads%arch.KVHeads != 0 {
+		fe.Add(mp+"kvHeads", fmt.Sprintf("%d key/value heads do not divide %d heads", arch.KVHeads, arch.Heads))
+	}
+	if arch.Experts < 0 || arch.ActiveExperts < 0 {
+		fe.Add(mp+"experts", "must be >= 0")
+	}
+	if arch.Experts > 0 && (arch.ActiveExperts == 0 || arch.ActiveExperts > arch.Experts) {
+		fe.Add(mp+"activeExperts", fmt.Sprintf("must be between 1 and experts (%d)", arch.Experts))
+	}
+	if arch.Experts == 0 && arch.ActiveExperts > 0 {
+		fe.Add(mp+"experts", "activeExperts needs experts")
+	}
+	if arch.Parameters < 0 || math.IsNaN(arch.Parameters) || math.IsInf(arch.Parameters, 0) {
+		fe.Add(mp+"parameters", "must be a finite number >= 0")
+	}
+	// Bound sizes so that products stay far from overflow and fuzzing finds
+	// real bugs, not float infinities.
+	for _, b := range []struct {
+		name string
+		v    int
+		max  int
+	}{{"layers", arch.Layers, 1 << 12}, {"hidden", arch.Hidden, 1 << 18}, {"heads", arch.Heads, 1 << 12}, {"vocab", arch.Vocab, 1 << 24}, {"ffn", arch.FFN, 1 << 20}, {"experts", arch.Experts, 1 << 12}} {
+		if b.v > b.max {
+			fe.Add(mp+b.name, fmt.Sprintf("must be <= %d", b.max))
+		}
+	}
+
+	// Amounts.
+	if p.Task.Training() {
+		if p.SequenceLength == 0 {
+			p.SequenceLength = 2048
+		}
+		if p.GlobalBatch == 0 {
+			p.GlobalBatch = 64
+			if p.Task == PreTrain {
+				p.GlobalBatch = 512
+			}
+		}
+		if p.SequenceLength < 0 || p.SequenceLength > 1<<21 {
+			fe.Add("sequenceLength", "must be between 1 and 2097152")
+		}
+		if p.GlobalBatch < 0 || p.GlobalBatch > 1<<20 {
+			fe.Add("globalBatch", "must be between 1 and 1048576")
+		}
+		if p.MicroBatch < 0 || p.MicroBatch > 1<<12 {
+			fe.Add("microBatch", "must be between 1 and 4096 (0 lets the search choose)")
+		}
+		if p.MicroBatch > p.GlobalBatch && p.GlobalBatch > 0 {
+			fe.Add("microBatch", fmt.Sprintf("must not exceed globalBatch (%d)", p.GlobalBatch))
+		}
+		switch {
+		case p.Tokens < 0 || math.IsNaN(p.Tokens) || math.IsInf(p.Tokens, 0) || p.Tokens > 1e16:
+			fe.Add("tokens", "must be a finite number between 0 and 1e16")
+		case p.Steps < 0:
+			fe.Add("steps", "must be >= 0")
+		case p.Tokens == 0 && p.Steps == 0:
+			fe.Add("tokens", "give tokens or steps: how much data to process")
+		case p.Tokens > 0 && p.Steps > 0:
+			fe.Add("steps", "give tokens or steps, not both")
+		}
+		if p.Task == LoRA || p.Task == QLoRA {
+			if p.LoRA.Rank == 0 {
+				p.LoRA.Rank = 16
+			}
+			if p.LoRA.Targets == "" {
+				p.LoRA.Targets = "all-linear"
+			}
+			if p.LoRA.Rank < 0 || p.LoRA.Rank > 1<<14 {
+				fe.Add("lora.rank", "must be between 1 and 16384")
+			}
+			if p.LoRA.Targets != "all-linear" && p.LoRA.Targets != "attention" {
+				fe.Add("lora.targets", "must be all-linear or attention")
+			}
+		}
+	} else {
+		s := &p.Serving
+		if s.InputTokens <= 0 {
+			fe.Add("serving.inputTokens", "must be > 0")
+		}
+		if s.OutputTokens <= 0 {
+			fe.Add("serving.outputTokens", "must be > 0")
+		}
+		if s.ContextLength == 0 {
+			s.ContextLength = s.InputTokens + s.OutputTokens
+		}
+		if s.Concurrency == 0 {
+			s.Concurrency = 1
+		}
+		if s.ContextLength < 0 || s.ContextLength > 1<<21 {
+			fe.Add("serving.contextLength", "must be between 1 and 2097152")
+		} else if s.InputTokens > 0 && s.OutputTokens > 0 && s.ContextLength < s.InputTokens+s.OutputTokens {
+			fe.Add("serving.contextLength", fmt.Sprintf("must be at least inputTokens + outputTokens (%d)", s.InputTokens+s.OutputTokens))
+		}
+		if s.InputTokens > 1<<21 || s.OutputTokens > 1<<21 {
+			fe.Add("serving.inputTokens", "input and output must each be <= 2097152 tokens")
+		}
+		if s.Concurrency < 0 || s.Concurrency > 1<<20 {
+			fe.Add("serving.concurrency", "must be between 1 and 1048576")
+		}
+		if s.TargetTokensPerSecond < 0 || math.IsNaN(s.TargetTokensPerSecond) || math.IsInf(s.TargetTokensPerSecond, 0) {
+			fe.Add("serving.targetTokensPerSecond", "must be a finite number >= 0")
+		}
+		if s.TargetLatency < 0 {
+			fe.Add("serving.targetLatency", "must be >= 0")
+		}
+		if s.TotalTokens < 0 || math.IsNaN(s.TotalTokens) || math.IsInf(s.TotalTokens, 0) {
+			fe.Add("serving.totalTokens", "must be a finite number >= 0")
+		}
+		if s.KVCachePrecision == "" {
+			s.KVCachePrecision = BF16
+		}
+		if s.KVCachePrecision != BF16 && s.KVCachePrecision != FP16 && s.KVCachePrecision != FP8 && s.KVCachePrecision != INT8 && s.KVCachePrecision != FP32 {
+			fe.Add("serving.kvCachePrecision", "must be fp32, bf16, fp16, fp8 or int8")
+		}
+	}
+	if len(fe) > 0 {
+		return workload{}, fe
+	}
+
+	w := workload{Profile: p, arch: arch, headDim: arch.Hidden / arch.Heads}
+	w.gated = arch.GatedMLP == nil || *arch.GatedMLP
+	w.deriveParams()
+	if arch.Parameters > 0 {
+		// A stated count wins; scale the derived parts to it so that the
+		// memory and FLOP models stay consistent.
+		f := arch.Parameters / w.params
+		w.params, w.active, w.embed, w.layerDense, w.expertMLP = arch.Parameters, w.active*f, w.embed*f, w.layerDense*f, w.expertMLP*f
+	}
+	if p.Task.Training() {
+		seqTokens := float64(p.SequenceLength) * float64(p.GlobalBatch)
+		if p.Steps > 0 {
+			w.steps = float64(p.Steps)
+			w.tokens = w.steps * seqTokens
+		} else {
+			w.tokens = p.Tokens
+			w.steps = math.Ceil(p.Tokens / seqTokens)
+		}
+	}
+	if p.Task == LoRA || p.Task == QLoRA {
+		w.adapters = loraParams(w)
+	}
+	kvPrec := p.Precision
+	if p.Task == Serving {
+		kvPrec = p.Serving.KVCachePrecision
+	}
+	// KV cache per token: K and V, each kv_heads·head_dim values per layer
+	// (Pope et al. 2022 "Efficiently Scaling Transformer Inference" §2;
+	// vLLM's cache sizing, Kwon et al. 2023).
+	w.kvBytes = 2 * float64(arch.Layers) * float64(arch.KVHeads) * float64(w.headDim) * kvPrec.bytes()
+	return w, nil
+}
+
+// deriveParams counts parameters from the architecture. Per layer: the
+// attention projections q and o (h·h each) and k and v (h·kv·d each), the
+// MLP (3·h·f when gated, 2·h·f otherwise) per expert, the router (h·E) and
+// two norms (2h); plus the embedding V·h, the output layer V·h unless tied,
+// and the final norm. Biases are left out (≤0.1% for the presets). This is
+// the count Hugging Face reports for the presets' config.json files (the
+// preset tests check it to 1%).
+func (w *workload) deriveParams() {
+	a := w.arch
+	h, f, v := float64(a.Hidden), float64(a.FFN), float64(a.Vocab)
+	kv := float64(a.KVHeads * w.headDim)
+	attn := 2*h*h + 2*h*kv
+	mats := 2.0
+	if w.gated {
+		mats = 3
+	}
+	mlp := mats * h * f
+	experts, active := 1.0, 1.0
+	router := 0.0
+	if a.Experts > 0 {
+		experts, active = float64(a.Experts), float64(a.ActiveExperts)
+		router = h * experts
+	}
+	w.layerDense = attn + router + 2*h
+	w.expertMLP = mlp
+	w.embed = v * h
+	if a.TiedEmbeddings == nil || !*a.TiedEmbeddings {
+		w.embed *= 2
+	}
+	L := float64(a.Layers)
+	w.params = L*(w.layerDense+experts*mlp) + w.embed + h
+	w.active = L*(w.layerDense+active*mlp) + w.embed + h
+}
+
+// loraParams counts adapter parameters: r·(in+out) per adapted matrix (Hu
+// et al. 2021 "LoRA", §4). all-linear adapts q, k, v, o and the MLP
+// matrices of every expert, as QLoRA does (Dettmers et al. 2023, §4).
+func loraParams(w workload) float64 {
+	a := w.arch
+	r, h, f := float64(w.LoRA.Rank), float64(a.Hidden), float64(a.FFN)
+	kv := float64(a.KVHeads * w.headDim)
+	per := r * ((h + h) + (h + kv) + (h + kv) + (h + h)) // q, k, v, o
+	if w.LoRA.Targets == "all-linear" {
+		mats := 2.0
+		if w.gated {
+			mats = 3
+		}
+		experts := 1.0
+		if a.Experts > 0 {
+			experts = float64(a.Experts)
+		}
+		per += experts * mats * r * (h + f)
+	}
+	return per * float64(a.Layers)
+}
+
+// overlay returns base with every non-zero field of over applied.
+func overlay(base, over Model) Model {
+	if over.Parameters != 0 {
+		base.Parameters = over.Parameters
+	}
+	setInt := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	setInt(&base.Layers, over.Layers)
+	setInt(&base.Hidden, over.Hidden)
+	setInt(&base.FFN, over.FFN)
+	setInt(&base.Heads, over.Heads)
+	setInt(&base.KVHeads, over.KVHeads)
+	setInt(&base.Vocab, over.Vocab)
+	setInt(&base.Experts, over.Experts)
+	setInt(&base.ActiveExperts, over.ActiveExperts)
+	if over.GatedMLP != nil {
+		base.GatedMLP = over.GatedMLP
+	}
+	if over.TiedEmbeddings != nil {
+		base.TiedEmbeddings = over.TiedEmbeddings
+	}
+	return base
+}
+
+func joinEnum[T ~string](vs []T) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = string(v)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,83 @@
+package advisor
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+func TestValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	ft := func(mut func(*Profile)) Profile {
+		p := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e8}
+		mut(&p)
+		return p
+	}
+	tests := map[string]struct {
+		profile Profile
+		want    []string // paths
+	}{
+		"valid preset":           {profile: ft(func(*Profile) {}), want: nil},
+		"zero layers":            {profile: Profile{Task: PreTrain, Tokens: 1, Model: Model{Hidden: 64, Heads: 4, Vocab: 10}}, want: []string{"model.layers"}},
+		"heads do not divide":    {profile: ft(func(p *Profile) { p.Model.Hidden = 4100 }), want: []string{"model.heads"}},
+		"kv heads do not divide": {profile: ft(func(p *Profile) { p.Model.KVHeads = 5 }), want: []string{"model.kvHeads"}},
+		"batch zero means default, negative is refused": {profile: ft(func(p *Profile) { p.GlobalBatch = -1 }), want: []string{"globalBatch"}},
+		"unknown preset":         {profile: ft(func(p *Profile) { p.Preset = "llama-9" }), want: []string{"preset"}},
+		"unknown precision":      {profile: ft(func(p *Profile) { p.Precision = "fp7" }), want: []string{"precision"}},
+		"unknown task":           {profile: ft(func(p *Profile) { p.Task = "distill" }), want: []string{"task"}},
+		"int4 full fine-tune":    {profile: ft(func(p *Profile) { p.Precision = INT4 }), want: []string{"precision"}},
+		"no amount of work":      {profile: ft(func(p *Profile) { p.Tokens = 0 }), want: []string{"tokens"}},
+		"tokens and steps":       {profile: ft(func(p *Profile) { p.Steps = 3 }), want: []string{"steps"}},
+		"micro above global":     {profile: ft(func(p *Profile) { p.GlobalBatch, p.MicroBatch = 4, 8 }), want: []string{"microBatch"}},
+		"active without experts": {profile: ft(func(p *Profile) { p.Model.ActiveExperts = 2 }), want: []string{"model.experts"}},
+		"serving without tokens": {profile: Profile{Preset: "llama-3-8b", Task: Serving}, want: []string{"serving.inputTokens", "serving.outputTokens"}},
+		"serving context too short": {profile: Profile{Preset: "llama-3-8b", Task: Serving, Serving: ServingSpec{InputTokens: 100, OutputTokens: 100, ContextLength: 150}},
+			want: []string{"serving.contextLength"}},
+		"nan tokens": {profile: ft(func(p *Profile) { p.Tokens = math.NaN() }), want: []string{"tokens"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			fe, _ := tt.profile.Validate().Err().(model.FieldErrors)
+			for _, e := range fe {
+				got = append(got, e.Path)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("paths (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPresetParameters checks each preset's derived parameter count against
+// the count its authors publish (Preset.Source), to 1%.
+func TestPresetParameters(t *testing.T) {
+	t.Parallel()
+	for _, pre := range Presets() {
+		t.Run(pre.Name, func(t *testing.T) {
+			w, fe := resolve(Profile{Preset: pre.Name, Task: Serving, Serving: ServingSpec{InputTokens: 1, OutputTokens: 1}})
+			if fe != nil {
+				t.Fatal(fe)
+			}
+			if rel := math.Abs(w.params/pre.Parameters - 1); rel > 0.01 {
+				t.Errorf("derived %.4gB parameters, published %.4gB (%.1f%% off)", w.params/1e9, pre.Parameters/1e9, rel*100)
+			}
+			if pre.Source == "" {
+				t.Error("no source")
+			}
+		})
+	}
+}
+
+func TestMixtralActiveParameters(t *testing.T) {
+	t.Parallel()
+	w, _ := resolve(Profile{Preset: "mixtral-8x7b", Task: Serving, Serving: ServingSpec{InputTokens: 1, OutputTokens: 1}})
+	// Jiang et al. 2024: 12.9B active of 46.7B.
+	if rel := math.Abs(w.active/12.9e9 - 1); rel > 0.01 {
+		t.Errorf("active %.4gB, want 12.9B", w.active/1e9)
+	}
+}

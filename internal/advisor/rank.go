@@ -1,0 +1,669 @@
+package advisor
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Capacity labels of ranked rows: the offer's capacity type, or a derived
+// reserved price.
+const (
+	Reserved1y = "reserved-1y"
+	Reserved3y = "reserved-3y"
+)
+
+// reservedDiscounts are public commitment discounts off on-demand for GPU
+// instances, by provider and term. The catalog has no reserved prices, so
+// rows priced with these are marked derived.
+//   - AWS: EC2 Instance Savings Plans, no upfront, P4d/P5 in us-east-1: about
+//     35% (1 year) and 55% (3 years) (aws.amazon.com/savingsplans/pricing).
+//   - GCP: resource-based committed use discounts for GPUs (A2/A3): 37%
+//     (1 year) and 55% (3 years) (cloud.google.com/compute/docs/instances/
+//     committed-use-discounts-overview).
+//   - Azure: Reserved VM Instances for ND/NC series: about 37% (1 year) and
+//     60% (3 years) (azure.microsoft.com/pricing/reserved-vm-instances).
+//
+// OCI, Lambda and Vast publish no standard GPU commitment discount.
+var reservedDiscounts = map[string][2]float64{
+	"aws":   {0.35, 0.55},
+	"gcp":   {0.37, 0.55},
+	"azure": {0.37, 0.60},
+}
+
+// Options are the inputs to Rank besides the profile. The zero value of
+// every field means its default.
+type Options struct {
+	// Offers to rank, usually catalog.Offers(); Accelerator looks up a GPU
+	// model's facts, usually catalog.Accelerator.
+	Offers      []model.Offer
+	Accelerator func(name string) (catalog.Accelerator, bool)
+	// Calibration holds measured rates; zero means datasheet rates.
+	Calibration Calibration
+	// Filters; empty means all. GPUs and providers match without case,
+	// regions by path.Match pattern, capacity by on-demand, spot, reserved.
+	GPUs      []string
+	Providers []string
+	Regions   []string
+	Capacity  []string
+	// ReservedTerm is "1y" (default), "3y" or "none".
+	ReservedTerm string
+	// Deadline, if set, ranks plans that finish within it first and lets
+	// the search add nodes to meet it.
+	Deadline time.Duration
+	// MaxNodes bounds multi-node plans (default 64).
+	MaxNodes int
+	// CheckpointGBs is checkpoint write bandwidth per node in GB/s (default
+	// 1: one NVMe or an object-store upload stream per node).
+	CheckpointGBs float64
+	// Restart is the time to replace an interrupted spot node and resume:
+	// boot, image pull, checkpoint load (default 10m).
+	Restart time.Duration
+	// Limit is the most rows to return (default 50; negative means all).
+	Limit int
+	// Explain attaches the memory and time breakdown to each row.
+	Explain bool
+}
+
+// Result is a ranking of offers for one workload.
+type Result struct {
+	Workload Summary `json:"workload"`
+	// Rows are the offers where the workload fits, cheapest to finish first
+	// (serving: cheapest per million output tokens).
+	Rows []Row `json:"rows"`
+	// Ranked counts every row before Limit; Offers counts offers looked at.
+	Ranked int `json:"ranked"`
+	Offers int `json:"offers"`
+	// NotEstimated lists offers that could not be estimated, by GPU model.
+	NotEstimated []NotEstimated `json:"notEstimated,omitempty"`
+	// Shortfall, when no row fits, names the closest miss.
+	Shortfall *Shortfall `json:"shortfall,omitempty"`
+	// Assumptions apply to every row.
+	Assumptions []string `json:"assumptions"`
+}
+
+// Summary is the resolved workload.
+type Summary struct {
+	Task             Task      `json:"task"`
+	Model            string    `json:"model"`
+	Parameters       float64   `json:"parameters"`
+	ActiveParameters float64   `json:"activeParameters"`
+	Adapters         float64   `json:"adapterParameters,omitempty"`
+	Precision        Precision `json:"precision"`
+	Optimizer        Optimizer `json:"optimizer,omitempty"`
+	SequenceLength   int       `json:"sequenceLength,omitempty"`
+	GlobalBatch      int       `json:"globalBatch,omitempty"`
+	Tokens           float64   `json:"tokens,omitempty"`
+	Steps            float64   `json:"steps,omitempty"`
+	// ModelFLOPs is the training work without recomputation.
+	ModelFLOPs float64 `json:"modelFLOPs,omitempty"`
+	// ModelStates is weights + gradients + optimizer, unsharded.
+	ModelStates model.Bytes `json:"modelStates,omitempty"`
+	// KVCachePerToken is the KV cache of one token, all layers.
+	KVCachePerToken model.Bytes `json:"kvCachePerToken,omitempty"`
+}
+
+// Row is one offer, costed with its best plan.
+type Row struct {
+	Provider     string  `json:"provider"`
+	Region       string  `json:"region"`
+	Zone         string  `json:"zone,omitempty"`
+	InstanceType string  `json:"instanceType"`
+	GPU          string  `json:"gpu"`
+	GPUsPerNode  int     `json:"gpusPerNode"`
+	Capacity     string  `json:"capacity"`
+	PricePerHour float64 `json:"pricePerHour"` // per instance, as charged
+	// Derived is true when the price is not a listed one (reserved).
+	Derived bool `json:"derived,omitempty"`
+	Nodes   int  `json:"nodes"`
+	GPUs    int  `json:"gpus"`
+	Plan    Plan `json:"plan"`
+	// PlanText is Plan in one line.
+	PlanText string `json:"planText"`
+	// Time is the expected time to finish, spot interruptions included;
+	// zero for serving without TotalTokens.
+	Time  model.Duration `json:"time"`
+	Hours float64        `json:"hours"`
+	// Cost is the expected cost to finish in USD; CostPerHour the run rate.
+	Cost        float64 `json:"cost"`
+	CostPerHour float64 `json:"costPerHour"`
+	// PerMTokens is USD per million output tokens (serving).
+	PerMTokens float64 `json:"perMTokens,omitempty"`
+	// TokensPerSecond is the plan's output throughput (serving).
+	TokensPerSecond float64 `json:"tokensPerSecond,omitempty"`
+	// SpotOverhead is the expected extra time from interruptions, as a
+	// fraction of the uninterrupted time.
+	SpotOverhead float64 `json:"spotOverhead,omitempty"`
+	// CheckpointEvery is the Young/Daly checkpoint interval (spot).
+	CheckpointEvery model.Duration `json:"checkpointEvery,omitempty"`
+	// Margin is free memory per GPU after everything, allocator margin
+	// included.
+	Margin      model.Bytes `json:"margin"`
+	MeetsTarget bool        `json:"meetsTarget"`
+	Assumptions []string    `json:"assumptions,omitempty"`
+	Memory      *Memory     `json:"memory,omitempty"`
+	Timing      *Timing     `json:"timing,omitempty"`
+}
+
+// NotEstimated is a GPU model whose offers could not be estimated.
+type NotEstimated struct {
+	GPU    string `json:"gpu"`
+	Offers int    `json:"offers"`
+	Reason string `json:"reason"`
+}
+
+// Shortfall names the configuration that came closest to fitting.
+type Shortfall struct {
+	GPU          string      `json:"gpu"`
+	InstanceType string      `json:"instanceType"`
+	Plan         string      `json:"plan"`
+	Short        model.Bytes `json:"short"` // per GPU
+	Capacity     model.Bytes `json:"capacity"`
+	Message      string      `json:"message"`
+}
+
+// Rank estimates the workload on every offer and ranks the offers where it
+// fits by expected cost to finish. An invalid profile is a
+// model.FieldErrors error; a workload that fits nowhere is an empty Result
+// with Shortfall set. The steps:
+//  1. resolve and validate the profile;
+//  2. filter the offers and group them by shape (GPU, count, memory,
+//     fabric, host memory, network), since the plan search depends only on
+//     the shape;
+//  3. search plans once per shape (searchTraining, searchServing);
+//  4. cost each offer, and its derived reserved price, with its shape's
+//     plans: price × nodes × time, with spot's expected interruption
+//     overhead at the Young/Daly checkpoint interval;
+//  5. sort by meeting the deadline/latency target, then cost, then time,
+//     then a fixed order over the offer's fields.
+func Rank(p Profile, o Options) (Result, error) {
+	w, fe := resolve(p)
+	if err := fe.Err(); err != nil {
+		return Result{}, err
+	}
+	if o.Accelerator == nil {
+		o.Accelerator = func(string) (catalog.Accelerator, bool) { return catalog.Accelerator{}, false }
+	}
+	if o.MaxNodes <= 0 {
+		o.MaxNodes = 64
+	}
+	if o.CheckpointGBs <= 0 {
+		o.CheckpointGBs = 1
+	}
+	if o.Restart <= 0 {
+		o.Restart = 10 * time.Minute
+	}
+	if o.Limit == 0 {
+		o.Limit = 50
+	}
+	term := 0
+	switch o.ReservedTerm {
+	case "", "1y":
+		o.ReservedTerm = "1y"
+	case "3y":
+		term = 1
+	case "none":
+	default:
+		return Result{}, model.FieldErrors{{Path: "reservedTerm", Message: "must be 1y, 3y or none"}}
+	}
+	res := Result{Workload: w.summary(), Rows: []Row{}}
+	res.Assumptions = w.assumptions(o)
+
+	// 2. Filter and group by shape.
+	type shapeState struct {
+		sr     searchResult
+		ok     bool
+		reason string
+	}
+	shapes := map[shape]*shapeState{}
+	nets := map[[2]string]float64{}
+	notEst := map[string]*NotEstimated{}
+	accs := map[string]catalog.Accelerator{}
+	lim := searchLimits{maxNodes: o.MaxNodes, deadline: o.Deadline.Seconds()}
+	wantOD, wantSpot, wantRes := capacityWanted(o.Capacity)
+	quotes := make([]quote, 0, len(o.Offers)+len(o.Offers)/2)
+	var short struct {
+		need  float64
+		sh    shape
+		it    string
+		plan  Plan
+		found bool
+	}
+	for i := range o.Offers {
+		of := &o.Offers[i]
+		if !o.matches(of) {
+			continue
+		}
+		isSpot := of.CapacityType == model.Spot
+		resDisc, hasRes := reservedDiscounts[of.Provider]
+		if isSpot && !wantSpot || !isSpot && !wantOD && !(wantRes && hasRes && o.ReservedTerm != "none") {
+			continue
+		}
+		res.Offers++
+		if strings.HasPrefix(strings.ToLower(of.GPU), "tpu-") {
+			noteNotEstimated(notEst, of.GPU, "TPU slices run XLA, whose memory layout and parallelism this model does not cover")
+			continue
+		}
+		acc, ok := accs[of.GPU]
+		if !ok {
+			if acc, ok = o.Accelerator(of.GPU); !ok {
+				noteNotEstimated(notEst, of.GPU, "no spec entry in the catalog")
+				continue
+			}
+			accs[of.GPU] = acc
+		}
+		nk := [2]string{of.Provider, of.InstanceType}
+		net, ok := nets[nk]
+		if !ok {
+			net = networkGbps(of.Provider, of.InstanceType)
+			nets[nk] = net
+		}
+		capacity := float64(of.GPUMemory)
+		if capacity == 0 {
+			capacity = float64(acc.Memory)
+		}
+		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity, link: of.Interconnect, hostMem: float64(of.Memory), networkGbps: net}
+		st, ok := shapes[sh]
+		if !ok {
+			st = &shapeState{}
+			shapes[sh] = st
+			hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
+			if !hwOK {
+				st.reason = reason
+			} else {
+				hw.intra, hw.pcie = linkRate(acc, sh.link)
+				hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
+				hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
+				// 3. Search once per shape.
+				if w.Task.Training() {
+					st.sr = w.searchTraining(sh, &hw, lim)
+				} else {
+					st.sr = w.searchServing(sh, &hw)
+				}
+				st.ok = true
+				if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
+					short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, sh, of.InstanceType, st.sr.shortfallPlan, true
+				}
+			}
+		}
+		if !st.ok {
+			noteNotEstimated(notEst, of.GPU, st.reason)
+			continue
+		}
+		if len(st.sr.plans) == 0 {
+			continue
+		}
+		// 4. Cost the offer.
+		if isSpot || wantOD {
+			quotes = append(quotes, w.quote(of, string(of.CapacityType), of.PricePerHour, false, &st.sr, o))
+		}
+		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" {
+			label := Reserved1y
+			if term == 1 {
+				label = Reserved3y
+			}
+			quotes = append(quotes, w.quote(of, label, of.PricePerHour*(1-resDisc[term]), true, &st.sr, o))
+		}
+	}
+
+	// 5. Sort the quotes, then build rows for those returned only.
+	// Sorting positions moves 4 bytes per swap rather than a whole quote.
+	order := make([]int32, len(quotes))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	less := compareQuotes(w.Task.Training())
+	slices.SortFunc(order, func(a, b int32) int { return less(&quotes[a], &quotes[b]) })
+	res.Ranked = len(quotes)
+	if o.Limit > 0 && len(order) > o.Limit {
+		order = order[:o.Limit]
+	}
+	res.Rows = make([]Row, 0, len(order))
+	for _, i := range order {
+		res.Rows = append(res.Rows, w.buildRow(&quotes[i], o))
+	}
+	if !o.Explain {
+		for i := range res.Rows {
+			res.Rows[i].Memory, res.Rows[i].Timing = nil, nil
+		}
+	}
+	for _, ne := range notEst {
+		res.NotEstimated = append(res.NotEstimated, *ne)
+	}
+	slices.SortFunc(res.NotEstimated, func(a, b NotEstimated) int { return strings.Compare(a.GPU, b.GPU) })
+	if res.Ranked == 0 && short.found {
+		s := &Shortfall{GPU: short.sh.gpu, InstanceType: short.it, Plan: short.plan.String(),
+			Short: model.Bytes(math.Ceil(short.need)), Capacity: model.Bytes(short.sh.capacity)}
+		s.Message = fmt.Sprintf("fits nowhere: the closest is %d×%s (%s) with %s, short by %.1f GiB per GPU of %.0f GiB; try more nodes (--max-nodes), a smaller sequence or batch, LoRA/QLoRA, or a lower precision",
+			short.plan.GPUs(), short.sh.gpu, short.it, s.Plan, short.need/gib, short.sh.capacity/gib)
+		res.Shortfall = s
+	}
+	return res, nil
+}
+
+func noteNotEstimated(m map[string]*NotEstimated, gpu, reason string) {
+	if ne, ok := m[gpu]; ok {
+		ne.Offers++
+		return
+	}
+	m[gpu] = &NotEstimated{GPU: gpu, Offers: 1, Reason: reason}
+}
+
+func capacityWanted(cs []string) (od, spot, reserved bool) {
+	if len(cs) == 0 {
+		return true, true, true
+	}
+	for _, c := range cs {
+		switch strings.ToLower(c) {
+		case string(model.OnDemand):
+			od = true
+		case string(model.Spot):
+			spot = true
+		case "reserved":
+			reserved = true
+		}
+	}
+	return od, spot, reserved
+}
+
+func (o *Options) matches(of *model.Offer) bool {
+	if len(o.GPUs) > 0 && !slices.ContainsFunc(o.GPUs, func(g string) bool { return strings.EqualFold(g, of.GPU) }) {
+		return false
+	}
+	if len(o.Providers) > 0 && !slices.ContainsFunc(o.Providers, func(p string) bool { return strings.EqualFold(p, of.Provider) }) {
+		return false
+	}
+	if len(o.Regions) > 0 && !slices.ContainsFunc(o.Regions, func(p string) bool { ok, _ := path.Match(p, of.Region); return ok }) {
+		return false
+	}
+	return true
+}
+
+// quote is one offer priced with its best plan: the numbers ranking
+// needs, without the strings of a Row (which only returned rows get).
+type quote struct {
+	offer       *model.Offer
+	label       string
+	price       float64
+	derived     bool
+	sr          *searchResult
+	plan        int // index into sr.plans
+	cost, wall  float64
+	perM        float64
+	overhead    float64
+	tau         float64
+	meets       bool
+	training    bool
+	costPerHour float64
+	throughput  float64
+	instances   int
+	spot        bool
+}
+
+// quote prices one offer with each of its shape's plans (one per node
+// count) and keeps the cheapest.
+func (w *workload) quote(of *model.Offer, label string, price float64, derived bool, sr *searchResult, o Options) quote {
+	q := quote{offer: of, label: label, price: price, derived: derived, sr: sr, training: w.Task.Training(),
+		spot: of.CapacityType == model.Spot && !derived, cost: math.Inf(1)}
+	for i := range sr.plans {
+		c := &sr.plans[i]
+		var wall, cost, overhead, tau float64
+		meets := true
+		if q.training {
+			wall = c.timing.Seconds
+			if q.spot && of.InterruptionRate > 0 {
+				wall, tau = youngDaly(c.timing.Seconds, float64(c.plan.Nodes)*of.InterruptionRate, c.ckptBytes/(float64(c.plan.Nodes)*o.CheckpointGBs*1e9), o.Restart.Seconds())
+				overhead = wall/c.timing.Seconds - 1
+			}
+			cost = price * float64(c.plan.Nodes) * wall / 3600
+			meets = o.Deadline <= 0 || wall <= o.Deadline.Seconds()
+		} else {
+			perHour := price * float64(c.instances)
+			if q.spot && of.InterruptionRate > 0 {
+				// A lost replica is down for the restart time.
+				overhead = of.InterruptionRate * o.Restart.Hours()
+			}
+			cost = perHour * (1 + overhead)
+			if w.Serving.TotalTokens > 0 {
+				wall = w.Serving.TotalTokens / c.throughput * (1 + overhead)
+				cost = perHour * wall / 3600
+			}
+			meets = !c.missesSLO
+		}
+		if (meets && !q.meets) || (meets == q.meets && cost < q.cost) {
+			q.plan, q.cost, q.wall, q.overhead, q.tau, q.meets = i, cost, wall, overhead, tau, meets
+		}
+	}
+	c := &sr.plans[q.plan]
+	q.costPerHour = price * float64(c.plan.Nodes)
+	if !q.training {
+		q.instances, q.throughput = c.instances, c.throughput
+		q.costPerHour = price * float64(c.instances) * (1 + q.overhead)
+		q.perM = q.costPerHour / (c.throughput * 3600) * 1e6
+		if w.Serving.TotalTokens <= 0 {
+			q.cost = 0
+		}
+	}
+	return q
+}
+
+// buildRow turns a quote into a Row.
+func (w *workload) buildRow(q *quote, o Options) Row {
+	of, c := q.offer, &q.sr.plans[q.plan]
+	row := Row{Provider: of.Provider, Region: of.Region, Zone: of.Zone, InstanceType: of.InstanceType, GPU: of.GPU,
+		GPUsPerNode: of.GPUCount, Capacity: q.label, PricePerHour: q.price, Derived: q.derived,
+		Nodes: c.plan.Nodes, GPUs: c.plan.GPUs(), Plan: c.plan, PlanText: c.plan.String(),
+		MeetsTarget: q.meets, SpotOverhead: q.overhead, CostPerHour: q.costPerHour,
+		CheckpointEvery: model.Duration(time.Duration(q.tau * float64(time.Second))),
+		Margin:          model.Bytes(math.Floor(q.sr.hw.capacity - c.mem.total())),
+		Time:            model.Duration(time.Duration(q.wall * float64(time.Second))),
+		Hours:           q.wall / 3600,
+		Cost:            q.cost,
+	}
+	if !q.training {
+		row.TokensPerSecond, row.PerMTokens = q.throughput, q.perM
+	}
+	row.Assumptions = append(row.Assumptions, q.sr.hw.notes...)
+	if q.derived {
+		row.Assumptions = append(row.Assumptions, fmt.Sprintf("reserved price derived: %s on-demand less the provider's published %s discount; a commitment is paid for its whole term", of.Provider, strings.TrimPrefix(q.label, "reserved-")))
+	}
+	if q.spot && of.InterruptionRate > 0 {
+		row.Assumptions = append(row.Assumptions, fmt.Sprintf("spot: %.3g interruptions per instance-hour, restart %s", of.InterruptionRate, o.Restart))
+		if q.overhead > 1 {
+			row.Assumptions = append(row.Assumptions, "spot: interruptions more than double the time; prefer on-demand")
+		}
+	}
+	if !q.meets {
+		if q.training {
+			row.Assumptions = append(row.Assumptions, "misses the deadline even at the node limit")
+		} else {
+			row.Assumptions = append(row.Assumptions, "misses the latency target even at batch 1")
+		}
+	}
+	if c.plan.Offload {
+		row.Assumptions = append(row.Assumptions, "CPU offload time is a rough model (PCIe and CPU-Adam rates)")
+	}
+	m := c.mem.export(q.sr.hw.capacity, c.plan.GPUsPerNode)
+	t := c.timing
+	row.Memory, row.Timing = &m, &t
+	return row
+}
+
+// youngDaly returns the expected wall time of work seconds of computation
+// under interruptions at rate per hour, with checkpoints costing delta
+// seconds and each restart restart seconds, checkpointing at Young's
+// optimal interval τ = √(2δM) (Young 1974 "A first order approximation to
+// the optimum checkpoint interval"). The expected time is Daly's first-order
+// model (Daly 2006 "A higher order estimate of the optimum checkpoint
+// interval for restart dumps", §3): each interruption costs the restart and
+// on average half an interval of lost work (plus the checkpoint in flight),
+// W = T·(1 + δ/τ) / (1 − (R + (τ+δ)/2)/M).
+func youngDaly(work, perHour, delta, restart float64) (wall, tau float64) {
+	if perHour <= 0 {
+		return work, 0
+	}
+	M := 3600 / perHour
+	delta = math.Max(delta, 1)
+	tau = math.Sqrt(2 * delta * M)
+	if tau > work {
+		// Shorter than one interval: no checkpoint; an interruption loses
+		// half the run on average.
+		tau = work
+		denom := math.Max(0.05, 1-(restart+work/2)/M)
+		return work / denom, 0
+	}
+	denom := math.Max(0.05, 1-(restart+(tau+delta)/2)/M)
+	return work * (1 + delta/tau) / denom, tau
+}
+
+// compareQuotes orders quotes: meeting the target first, then cost
+// (serving: per million tokens), time, and a fixed order over the offer's
+// identity, so equal inputs give equal rankings.
+func compareQuotes(training bool) func(a, b *quote) int {
+	return func(a, b *quote) int {
+		if a.meets != b.meets {
+			if a.meets {
+				return -1
+			}
+			return 1
+		}
+		var c int
+		if training {
+			c = cmp.Compare(a.cost, b.cost)
+		} else {
+			c = cmp.Compare(a.perM, b.perM)
+		}
+		if c != 0 {
+			return c
+		}
+		x, y := a.offer, b.offer
+		return cmp.Or(
+			cmp.Compare(a.wall, b.wall),
+			strings.Compare(x.Provider, y.Provider),
+			strings.Compare(x.Region, y.Region),
+			strings.Compare(x.Zone, y.Zone),
+			strings.Compare(x.InstanceType, y.InstanceType),
+			strings.Compare(x.GPU, y.GPU),
+			cmp.Compare(x.GPUCount, y.GPUCount),
+			cmp.Compare(x.GPUMemory, y.GPUMemory),
+			cmp.Compare(x.Memory, y.Memory),
+			strings.Compare(a.label, b.label),
+			cmp.Compare(a.price, b.price),
+		)
+	}
+}
+
+func (w *workload) summary() Summary {
+	name := w.Preset
+	if name == "" {
+		name = fmt.Sprintf("custom %.3gB", w.params/1e9)
+	}
+	s := Summary{Task: w.Task, Model: name, Parameters: w.params, ActiveParameters: w.active, Adapters: w.adapters,
+		Precision: w.Precision, KVCachePerToken: model.Bytes(w.kvBytes)}
+	if w.Task.Training() {
+		s.Optimizer, s.SequenceLength, s.GlobalBatch, s.Tokens, s.Steps = w.Optimizer, w.SequenceLength, w.GlobalBatch, w.tokens, w.steps
+		mf, _ := w.flopsPerToken(RecomputeNone)
+		s.ModelFLOPs = mf * w.tokens
+		switch w.Task {
+		case LoRA, QLoRA:
+			s.ModelStates = model.Bytes(w.params*w.Precision.bytes() + w.adapters*(8+adapterOptimBytes(w.Optimizer)))
+		default:
+			wb, gb, ob := trainingBytes(w.Precision, w.Optimizer)
+			s.ModelStates = model.Bytes(w.params * (wb + gb + ob))
+		}
+	}
+	return s
+}
+
+// assumptions are the notes that hold for every row.
+func (w *workload) assumptions(o Options) []string {
+	var a []string
+	if w.Task.Training() {
+		a = append(a,
+			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × MFU by GPU generation and model width), plus pipeline bubble and exposed data-parallel communication",
+			"excludes start-up, data loading, evaluation and checkpoint writes on on-demand capacity; published runs take 10–30% longer end to end (see docs/advisor.md, accuracy)",
+			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; 7% allocator margin",
+		)
+		if w.arch.Experts > 0 {
+			a = append(a, "MoE: FLOPs by active parameters; expert parallelism and routing imbalance are not modelled (real MoE MFU is lower)")
+		}
+		if w.Task == QLoRA {
+			a = append(a, "QLoRA dequantisation slowdown (1.3×) is a rough figure")
+		}
+	} else {
+		a = append(a,
+			"serving: decode bound by HBM bandwidth (70% utilisation) over weights + KV cache, prefill by compute (50% utilisation); continuous batching; single-node tensor parallelism only",
+			"serving: no speculative decoding, prefix caching or quantised KV unless set; $/Mtok counts output tokens",
+		)
+	}
+	a = append(a, "multi-node network bandwidth from a per-instance table of provider pages (the catalog has none)")
+	if len(o.Calibration.GPUs) > 0 {
+		names := make([]string, 0, len(o.Calibration.GPUs))
+		for k := range o.Calibration.GPUs {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		a = append(a, "measured rates (gpufleet bench) used for: "+strings.Join(names, ", "))
+	} else {
+		a = append(a, "datasheet rates; run `gpufleet bench` on a node to use measured ones")
+	}
+	return a
+}
+
+// EstimateRuntime is the scheduler's and autoscaler's entry point: the
+// expected time to finish a training profile (or, for serving, to produce
+// Serving.TotalTokens) on gpus GPUs of one model, packed into nodes of
+// perNode GPUs with the given interconnect (a catalog Interconnect
+// constant; "" means NVSwitch for multi-GPU nodes). It searches plans at
+// exactly that GPU count, so it answers "how long on what I have", and
+// returns an error when the profile is invalid or does not fit.
+func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, interconnect string, cal Calibration) (time.Duration, error) {
+	w, fe := resolve(p)
+	if err := fe.Err(); err != nil {
+		return 0, err
+	}
+	if gpus <= 0 || perNode <= 0 || gpus%perNode != 0 {
+		return 0, fmt.Errorf("estimating runtime: %d GPUs do not make whole nodes of %d", gpus, perNode)
+	}
+	if interconnect == "" {
+		interconnect = catalog.InterconnectNVSwitch
+		if perNode == 1 {
+			interconnect = catalog.InterconnectPCIe
+		}
+	}
+	hw, reason, ok := newHardware(&w, acc, cal)
+	if !ok {
+		return 0, fmt.Errorf("estimating runtime: %s", reason)
+	}
+	hw.intra, hw.pcie = linkRate(acc, interconnect)
+	hw.inter = 400 / 8 * 1e9 * netEfficiency
+	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory), link: interconnect, networkGbps: 400}
+	hw.capacity, hw.gpusPerNode = sh.capacity, perNode
+	nodes := gpus / perNode
+	if !w.Task.Training() {
+		sr := w.searchServing(sh, &hw)
+		if len(sr.plans) == 0 || w.Serving.TotalTokens <= 0 {
+			return 0, fmt.Errorf("estimating runtime: serving needs totalTokens and a model that fits one %s node", acc.Name)
+		}
+		c := sr.plans[0]
+		perReplica := c.throughput / float64(c.plan.Replicas)
+		replicas := max(1, gpus/c.plan.TP)
+		return time.Duration(w.Serving.TotalTokens / (perReplica * float64(replicas)) * float64(time.Second)), nil
+	}
+	sr := searchResult{shortfall: math.Inf(1)}
+	recomputes := recomputeFA
+	if w.Attention == Eager {
+		recomputes = recomputeEA
+	}
+	if c, ok := w.bestAtNodes(nodes, sh, &hw, recomputes, &sr); ok {
+		return time.Duration(c.timing.Seconds * float64(time.Second)), nil
+	}
+	return 0, fmt.Errorf("estimating runtime: the workload does not fit %d×%s (short by %.1f GiB per GPU)", gpus, acc.Name, sr.shortfall/gib)
+}

@@ -1,0 +1,289 @@
+package advisor
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+var (
+	catOnce sync.Once
+	cat     *catalog.Catalog
+)
+
+func testCatalog(t testing.TB) *catalog.Catalog {
+	t.Helper()
+	catOnce.Do(func() {
+		c, err := catalog.Load()
+		if err != nil {
+			panic(err)
+		}
+		cat = c
+	})
+	return cat
+}
+
+func rank(t testing.TB, p Profile, o Options) Result {
+	t.Helper()
+	c := testCatalog(t)
+	o.Offers, o.Accelerator = c.Offers(), c.Accelerator
+	res, err := Rank(p, o)
+	if err != nil {
+		t.Fatalf("Rank: %v", err)
+	}
+	return res
+}
+
+// walkthrough is the motivating example of docs/advisor.md: a full
+// fine-tune of Llama 2 70B with a Hugging Face/DeepSpeed stack (data
+// parallelism with ZeRO/FSDP only), 100M tokens at 4096, on AWS on-demand
+// A100 40 GB (p4d) against A100 80 GB (p4de).
+var walkthrough = Profile{Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8, GlobalBatch: 64, Parallelism: "data"}
+
+func TestWalkthrough70BFineTune(t *testing.T) {
+	t.Parallel()
+	best := func(gpu string) Row {
+		res := rank(t, walkthrough, Options{GPUs: []string{gpu}, Providers: []string{"aws"}, Capacity: []string{"on-demand"}, Regions: []string{"us-east-1"}, Explain: true})
+		if len(res.Rows) == 0 {
+			t.Fatalf("%s: no row; shortfall %+v", gpu, res.Shortfall)
+		}
+		return res.Rows[0]
+	}
+	r40, r80 := best("A100"), best("A100-80GB")
+	t.Logf("40GB: %s ×%d %s %.1fh $%.0f margin %s", r40.InstanceType, r40.Nodes, r40.PlanText, r40.Hours, r40.Cost, r40.Margin)
+	t.Logf("80GB: %s ×%d %s %.1fh $%.0f margin %s", r80.InstanceType, r80.Nodes, r80.PlanText, r80.Hours, r80.Cost, r80.Margin)
+	if r40.InstanceType != "p4d.24xlarge" || r80.InstanceType != "p4de.24xlarge" {
+		t.Fatalf("instances %s and %s, want p4d.24xlarge and p4de.24xlarge", r40.InstanceType, r80.InstanceType)
+	}
+	// The 40 GB plan fits only with recomputation and sharding.
+	if r40.Plan.Recompute != RecomputeFull || r40.Plan.ZeRO < 1 {
+		t.Errorf("40GB plan %s: want full recomputation and ZeRO sharding", r40.PlanText)
+	}
+	w := mustResolve(t, walkthrough)
+	for name, mut := range map[string]func(*Plan){
+		"without recomputation": func(p *Plan) { p.Recompute = RecomputeNone },
+		"without sharding":      func(p *Plan) { p.ZeRO = 0 },
+	} {
+		p := r40.Plan
+		mut(&p)
+		if m := w.trainingMemory(p, 40*gib); m.total() <= 40*gib {
+			t.Errorf("%s the 40GB plan still fits (%.1f GiB)", name, m.total()/gib)
+		}
+	}
+	// The trade the model predicts (docs/advisor.md quotes these bounds).
+	costRatio, timeRatio := r40.Cost/r80.Cost, r40.Hours/r80.Hours
+	t.Logf("40GB vs 80GB: cost ×%.2f, time ×%.2f", costRatio, timeRatio)
+	if costRatio < 0.6 || costRatio > 0.95 {
+		t.Errorf("cost ratio %.2f, want 40GB 5–40%% cheaper", costRatio)
+	}
+}
+
+func TestFitsNowhereNamesTheShortfall(t *testing.T) {
+	t.Parallel()
+	p := Profile{Preset: "llama-3.1-405b", Task: FullFineTune, Tokens: 1e9}
+	res := rank(t, p, Options{GPUs: []string{"T4"}, MaxNodes: 2})
+	if len(res.Rows) != 0 || res.Ranked != 0 {
+		t.Fatalf("got %d rows, want none", len(res.Rows))
+	}
+	if res.Shortfall == nil || res.Shortfall.GPU != "T4" || res.Shortfall.Short <= 0 || !strings.Contains(res.Shortfall.Message, "short by") {
+		t.Fatalf("shortfall %+v", res.Shortfall)
+	}
+}
+
+func TestInvalidProfileIsFieldErrors(t *testing.T) {
+	t.Parallel()
+	_, err := Rank(Profile{Preset: "nope", Task: Serving}, Options{})
+	var fe model.FieldErrors
+	if !errors.As(err, &fe) || fe[len(fe)-1].Path != "serving.outputTokens" && !strings.Contains(err.Error(), "preset") {
+		t.Fatalf("err = %v, want field errors naming preset", err)
+	}
+}
+
+// TestNoOfferDroppedSilently: every offer considered is ranked, counted as
+// not estimated, or does not fit.
+func TestNoOfferDroppedSilently(t *testing.T) {
+	t.Parallel()
+	res := rank(t, Profile{Preset: "llama-3-8b", Task: LoRA, Tokens: 1e7}, Options{Limit: -1, ReservedTerm: "none"})
+	notEst := 0
+	for _, ne := range res.NotEstimated {
+		notEst += ne.Offers
+		if ne.Reason == "" {
+			t.Errorf("%s: no reason", ne.GPU)
+		}
+	}
+	if res.Ranked+notEst > res.Offers || res.Ranked == 0 {
+		t.Fatalf("ranked %d + not estimated %d vs %d offers", res.Ranked, notEst, res.Offers)
+	}
+	tpu := false
+	for _, ne := range res.NotEstimated {
+		tpu = tpu || strings.HasPrefix(ne.GPU, "tpu-")
+	}
+	if !tpu {
+		t.Error("TPU offers are not listed as not estimated")
+	}
+	// An 8B LoRA fits a 24 GB card: the unranked rest are not-estimated
+	// or too small.
+	if res.Ranked+notEst < res.Offers*9/10 {
+		t.Errorf("only %d of %d offers accounted for", res.Ranked+notEst, res.Offers)
+	}
+}
+
+func TestRankIsDeterministic(t *testing.T) {
+	t.Parallel()
+	p := Profile{Preset: "mixtral-8x7b", Task: Serving, Serving: ServingSpec{InputTokens: 500, OutputTokens: 500, Concurrency: 32}}
+	a := rank(t, p, Options{Limit: -1, Explain: true})
+	b := rank(t, p, Options{Limit: -1, Explain: true})
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Fatalf("two rankings differ (-first +second):\n%s", diff)
+	}
+	for i := 1; i < len(a.Rows); i++ {
+		if a.Rows[i-1].MeetsTarget == a.Rows[i].MeetsTarget && a.Rows[i-1].PerMTokens > a.Rows[i].PerMTokens {
+			t.Fatalf("rows %d and %d out of order", i-1, i)
+		}
+	}
+}
+
+func TestServingRow(t *testing.T) {
+	t.Parallel()
+	p := Profile{Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64, TotalTokens: 1e9}}
+	res := rank(t, p, Options{GPUs: []string{"H100"}, Providers: []string{"aws"}, Capacity: []string{"on-demand"}, Explain: true})
+	if len(res.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	r := res.Rows[0]
+	if r.PerMTokens <= 0 || r.TokensPerSecond <= 0 || r.Cost <= 0 || r.Plan.TP < 2 {
+		t.Fatalf("row %+v", r)
+	}
+	// Decode at TPOT is bound below by reading the weights once.
+	wt := 70.55e9 * 2 / float64(r.Plan.TP)
+	if floor := wt / 3350e9; r.Timing.TPOT < floor {
+		t.Errorf("TPOT %.4fs is below the bandwidth floor %.4fs", r.Timing.TPOT, floor)
+	}
+	if got := r.Cost / (1e9 / 1e6); math.Abs(got/r.PerMTokens-1) > 1e-6 {
+		t.Errorf("cost to finish %.2f disagrees with $/Mtok %.4f", r.Cost, r.PerMTokens)
+	}
+}
+
+func TestLatencyTargetShrinksBatch(t *testing.T) {
+	t.Parallel()
+	base := Profile{Preset: "llama-3-8b", Task: Serving, Serving: ServingSpec{InputTokens: 2000, OutputTokens: 500, Concurrency: 256}}
+	loose := rank(t, base, Options{GPUs: []string{"L4"}, Capacity: []string{"on-demand"}, Explain: true})
+	tight := base
+	tight.Serving.TargetLatency = model.Duration(20 * time.Second)
+	strict := rank(t, tight, Options{GPUs: []string{"L4"}, Capacity: []string{"on-demand"}, Explain: true})
+	if len(loose.Rows) == 0 || len(strict.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	l, s := loose.Rows[0], strict.Rows[0]
+	if s.MeetsTarget && s.Timing.Latency > 20 {
+		t.Errorf("meets target with latency %.1fs", s.Timing.Latency)
+	}
+	if s.Plan.Batch > l.Plan.Batch {
+		t.Errorf("latency target grew the batch: %d > %d", s.Plan.Batch, l.Plan.Batch)
+	}
+}
+
+func TestYoungDaly(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		work, perHour, delta, restart float64
+		wantTau, wantWall             float64
+	}{
+		"no interruptions": {work: 3600, perHour: 0, delta: 60, restart: 600, wantTau: 0, wantWall: 3600},
+		// M = 36000 s, τ = √(2·60·36000) = 2078.46 s;
+		// W = 3.6e5·(1 + 60/2078.46) / (1 − (600 + 1069.23)/36000).
+		"one per ten hours":        {work: 360000, perHour: 0.1, delta: 60, restart: 600, wantTau: 2078.46, wantWall: 360000 * (1 + 60/2078.4609) / (1 - (600+(2078.4609+60)/2)/36000)},
+		"shorter than an interval": {work: 600, perHour: 0.1, delta: 60, restart: 600, wantTau: 0, wantWall: 600 / (1 - (600+300)/36000.0)},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			wall, tau := youngDaly(tt.work, tt.perHour, tt.delta, tt.restart)
+			if math.Abs(tau-tt.wantTau) > 0.01 || math.Abs(wall/tt.wantWall-1) > 1e-6 {
+				t.Errorf("youngDaly = (%.2f, %.2f), want (%.2f, %.2f)", wall, tau, tt.wantWall, tt.wantTau)
+			}
+		})
+	}
+}
+
+func TestSpotCostsInterruptions(t *testing.T) {
+	t.Parallel()
+	res := rank(t, Profile{Preset: "llama-2-13b", Task: FullFineTune, Tokens: 5e10}, Options{GPUs: []string{"A100-80GB"}, Capacity: []string{"spot"}, Limit: -1})
+	seen := false
+	for _, r := range res.Rows {
+		if r.Capacity != "spot" {
+			t.Fatalf("capacity %s", r.Capacity)
+		}
+		if r.SpotOverhead > 0 {
+			seen = true
+			if r.CheckpointEvery <= 0 {
+				t.Errorf("%s: overhead without a checkpoint interval", r.InstanceType)
+			}
+		}
+	}
+	if !seen {
+		t.Error("no spot row carries interruption overhead")
+	}
+}
+
+func TestReservedIsDerived(t *testing.T) {
+	t.Parallel()
+	res := rank(t, Profile{Preset: "llama-3-8b", Task: FullFineTune, Tokens: 1e8}, Options{Providers: []string{"gcp"}, Capacity: []string{"reserved"}, ReservedTerm: "3y", Limit: -1})
+	if len(res.Rows) == 0 {
+		t.Fatal("no reserved rows")
+	}
+	for _, r := range res.Rows {
+		if r.Capacity != Reserved3y || !r.Derived {
+			t.Fatalf("row capacity %s derived %v", r.Capacity, r.Derived)
+		}
+	}
+}
+
+func TestCalibrationReplacesDatasheet(t *testing.T) {
+	t.Parallel()
+	p := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e8}
+	opts := Options{GPUs: []string{"H100"}, Providers: []string{"aws"}, Capacity: []string{"on-demand"}, Regions: []string{"us-east-1"}}
+	data := rank(t, p, opts)
+	// A GPU that measures at half the usual matmul rate takes longer.
+	opts.Calibration = Calibration{GPUs: map[string]Measured{"H100": {BF16TFLOPS: 989 * gemmEfficiency / 2, MemoryBandwidthGBs: 3000}}}
+	slow := rank(t, p, opts)
+	if len(data.Rows) == 0 || len(slow.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	if r := slow.Rows[0].Hours / data.Rows[0].Hours; r < 1.8 {
+		t.Errorf("half the measured rate took ×%.2f the time, want about ×2", r)
+	}
+	if !strings.Contains(strings.Join(slow.Assumptions, "\n"), "measured rates") || !strings.Contains(strings.Join(slow.Rows[0].Assumptions, "\n"), "measured") {
+		t.Error("assumptions do not say the rates were measured")
+	}
+}
+
+func TestEstimateRuntime(t *testing.T) {
+	t.Parallel()
+	acc, _ := testCatalog(t).Accelerator("H100")
+	p := Profile{Preset: "llama-3-8b", Task: FullFineTune, Tokens: 1e9}
+	d8, err := EstimateRuntime(p, acc, 8, 8, "", Calibration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d16, err := EstimateRuntime(p, acc, 16, 8, "", Calibration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d8 <= 0 || d16 >= d8 {
+		t.Errorf("8 GPUs %s, 16 GPUs %s: want more GPUs faster", d8, d16)
+	}
+	if _, err := EstimateRuntime(Profile{Preset: "llama-3.1-405b", Task: FullFineTune, Tokens: 1e9}, acc, 1, 1, "", Calibration{}); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Errorf("405B on one GPU: err = %v", err)
+	}
+	if _, err := EstimateRuntime(p, acc, 12, 8, "", Calibration{}); err == nil {
+		t.Error("12 GPUs in nodes of 8: no error")
+	}
+}

@@ -1,0 +1,224 @@
+package advisor
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+)
+
+// Calibration holds rates measured on real GPUs by `gpufleet bench`, keyed
+// by catalog GPU name. The advisor uses a measured rate instead of the
+// datasheet one and says so in its assumptions.
+type Calibration struct {
+	GPUs map[string]Measured `json:"gpus"`
+}
+
+// Measured is what one GPU model delivered in a benchmark.
+type Measured struct {
+	// BF16TFLOPS is a large bf16 matmul's rate; zero means not measured.
+	BF16TFLOPS float64 `json:"bf16TFLOPS,omitempty"`
+	// MemoryBandwidthGBs is device-memory copy bandwidth (read + write
+	// bytes per second); zero means not measured.
+	MemoryBandwidthGBs float64 `json:"memoryBandwidthGBs,omitempty"`
+	// Method says how it was measured ("torch matmul 8192³ bf16").
+	Method string `json:"method,omitempty"`
+	// MeasuredAt is when, RFC 3339, as the shell recorded it.
+	MeasuredAt string `json:"measuredAt,omitempty"`
+	Host       string `json:"host,omitempty"`
+}
+
+// lookup finds a GPU's measurement, ignoring case.
+func (c Calibration) lookup(gpu string) (Measured, bool) {
+	if m, ok := c.GPUs[gpu]; ok {
+		return m, true
+	}
+	for k, m := range c.GPUs {
+		if strings.EqualFold(k, gpu) {
+			return m, true
+		}
+	}
+	return Measured{}, false
+}
+
+// Utilisation constants, calibrated from published measurements (the
+// accuracy tests check the combination against the sources' figures).
+const (
+	// gemmEfficiency is the share of datasheet peak a large bf16 matmul
+	// reaches (cuBLAS on A100/H100: 75–85%, NVIDIA "Matrix multiplication
+	// background" performance guide); a measured matmul rate is divided by
+	// it to recover the datasheet-relative MFU.
+	gemmEfficiency = 0.8
+	// copyEfficiency is the share of datasheet bandwidth a device copy
+	// reaches (STREAM-like copies on A100/H100 reach 85–92%).
+	copyEfficiency = 0.9
+	// mbu is decode's memory-bandwidth utilisation: serving engines read
+	// weights and KV cache at 60–80% of peak (Databricks 2023, "LLM
+	// Inference Performance Engineering: Best Practices", MBU figures;
+	// TensorRT-LLM batch-1 latencies).
+	mbu = 0.7
+	// prefillMFU is prefill's utilisation: a long prompt is one large
+	// matmul chain, typically 40–60% of peak (same source).
+	prefillMFU = 0.5
+	// decodeMFU bounds decode's compute at large batch.
+	decodeMFU = 0.4
+	// smallAllReduce is a latency-bound NCCL all-reduce of a few KiB
+	// inside an NVLink domain (nccl-tests all_reduce_perf: ~10 µs on
+	// NVSwitch; ~30 µs over PCIe).
+	smallAllReduceNVLink = 10e-6
+	smallAllReducePCIe   = 30e-6
+	// linkEfficiency is NCCL bus bandwidth over the link's unidirectional
+	// rate (nccl-tests on 8×A100 NVSwitch: ~230 of 300 GB/s; 8×H100:
+	// ~360 of 450 GB/s).
+	linkEfficiency = 0.77
+	// netEfficiency is the same for the inter-node network (EFA/IB: 80–90%).
+	netEfficiency = 0.8
+	// pcieHostGBs is host↔device bandwidth one GPU gets for offload with
+	// pinned memory (PCIe Gen4 x16: 25 of 32 GB/s; shared links halve it).
+	pcieHostGBs = 12
+	// cpuAdamParamsPerSec is DeepSpeed CPU-Adam's update rate per node
+	// (Ren et al. 2021 "ZeRO-Offload", §6: ~1 billion parameters per
+	// second on a 2-socket host with AVX-512).
+	cpuAdamParamsPerSec = 1e9
+)
+
+// baseMFU is the model FLOPs utilisation (model FLOPs per second over
+// datasheet dense bf16 peak) that large dense models reach with tuned
+// frameworks, by GPU generation.
+//   - Ampere datacenter 0.50: Korthikanti et al. 2022 Table 5 (A100, selective
+//     recomputation + SP): 41.5% (22B), 51.4% (175B), 56.0% (530B), 56.3% (1T);
+//     OPT-175B 147 TFLOP/s per A100 (Zhang et al. 2022, §2.4) = 47%.
+//   - Hopper 0.40: Llama 3 405B on 8,192–16,384 H100 at 38–43% BF16 MFU
+//     (Dubey et al. 2024, Table 4).
+//   - Volta 0.30: Megatron-LM's 8.3B at 30% of V100 peak per GPU (Shoeybi et
+//     al. 2019, §5.1).
+//   - Blackwell 0.35, CDNA3 0.30, PCIe and workstation cards 0.35: few
+//     published figures; flagged as weak in the output.
+func baseMFU(gpu string) (float64, bool) {
+	switch g := strings.ToUpper(gpu); {
+	case g == "A100" || g == "A100-80GB":
+		return 0.50, true
+	case strings.HasPrefix(g, "H100") || g == "H200" || g == "GH200":
+		return 0.40, true
+	case g == "V100" || g == "V100-32GB":
+		return 0.30, true
+	case g == "B200" || g == "B300" || g == "GB200" || g == "GB300":
+		return 0.35, false
+	case strings.HasPrefix(g, "MI3"):
+		return 0.30, false
+	}
+	return 0.35, false
+}
+
+// sizeFactor scales MFU with the hidden size: larger matmuls run closer to
+// peak. Fitted to Korthikanti et al. 2022 Table 5 (22B at h=6144: 0.83 of the
+// 175B figure at h=12288; 530B at h=20480: 1.09) and Llama 2's A100 hours
+// (Touvron et al. 2023 Table 2): 0.7 + 0.025 per 1024 of h, in [0.55, 1.12].
+func sizeFactor(hidden int) float64 {
+	f := 0.7 + 0.025*float64(hidden)/1024
+	return math.Min(1.12, math.Max(0.55, f))
+}
+
+// hardware is one accelerator shape's effective rates.
+type hardware struct {
+	gpu         string
+	peak        float64 // FLOP/s, datasheet dense, for the workload's format
+	mfu         float64 // model FLOPs utilisation for training/prefill
+	bw          float64 // bytes/s device memory, datasheet or measured-adjusted
+	intra       float64 // bytes/s per GPU inside the node
+	pcie        bool
+	inter       float64 // bytes/s per node across nodes
+	capacity    float64 // bytes per GPU
+	hostMem     float64 // bytes per node
+	gpusPerNode int
+	notes       []string
+}
+
+// newHardware derives rates for a GPU model and workload; ok is false with
+// a reason when the spec table lacks what the estimate needs.
+func newHardware(w *workload, acc catalog.Accelerator, cal Calibration) (hardware, string, bool) {
+	hw := hardware{gpu: acc.Name}
+	var notes []string
+	var peak float64
+	switch w.Precision {
+	case FP32:
+		peak = acc.FP32TFLOPS
+		notes = append(notes, "fp32 without TF32 tensor cores")
+	case FP16:
+		peak = acc.FP16TFLOPS
+		if peak == 0 {
+			peak = acc.BF16TFLOPS
+		}
+	default: // bf16, fp8, and the 16-bit compute of int8/int4/nf4 weights
+		peak = acc.BF16TFLOPS
+		if peak == 0 && acc.FP16TFLOPS > 0 {
+			peak = acc.FP16TFLOPS
+			notes = append(notes, "no bf16 on this GPU: estimated as fp16 mixed precision")
+		}
+	}
+	mfu, solid := baseMFU(acc.Name)
+	if !solid {
+		notes = append(notes, fmt.Sprintf("MFU %.2f for %s is not calibrated against published runs", mfu, acc.Name))
+	}
+	mfu *= sizeFactor(w.arch.Hidden)
+	if w.Precision == FP8 && w.Task.Training() {
+		// FP8 doubles datasheet peak on Hopper/Ada/Blackwell/CDNA3, but LLM
+		// training gains 1.3–1.5× end to end (NVIDIA Transformer Engine
+		// and NeMo reports): 2 × 0.65 = 1.3×.
+		if peak > 0 && (strings.HasPrefix(acc.Name, "H") || strings.HasPrefix(acc.Name, "GH") || strings.HasPrefix(acc.Name, "B") ||
+			strings.HasPrefix(acc.Name, "GB") || strings.HasPrefix(acc.Name, "L4") || strings.HasPrefix(acc.Name, "MI3")) {
+			peak *= 2
+			mfu *= 0.65
+		} else {
+			notes = append(notes, "no fp8 tensor cores: estimated at bf16 rate")
+		}
+	}
+	bw := acc.MemoryBandwidthGBs * 1e9
+	if m, ok := cal.lookup(acc.Name); ok {
+		if m.BF16TFLOPS > 0 && w.Precision != FP32 {
+			// Measured matmul rate stands in for gemmEfficiency × peak.
+			mult := 1.0
+			if w.Precision == FP8 && peak > 0 && peak > acc.BF16TFLOPS*1e12*1.5 {
+				mult = 2
+			}
+			peak = m.BF16TFLOPS * 1e12 * mult / gemmEfficiency
+			notes = append(notes, fmt.Sprintf("compute rate measured on this %s (%.0f TFLOP/s bf16 matmul)", acc.Name, m.BF16TFLOPS))
+		} else {
+			peak *= 1e12
+		}
+		if m.MemoryBandwidthGBs > 0 {
+			bw = m.MemoryBandwidthGBs * 1e9 / copyEfficiency
+			notes = append(notes, fmt.Sprintf("memory bandwidth measured on this %s (%.0f GB/s)", acc.Name, m.MemoryBandwidthGBs))
+		}
+	} else {
+		peak *= 1e12
+	}
+	if peak <= 0 {
+		return hw, fmt.Sprintf("the spec table has no dense %s tensor rate for %s; run `gpufleet bench` on one to measure it", w.Precision, acc.Name), false
+	}
+	if !w.Task.Training() && bw <= 0 {
+		return hw, fmt.Sprintf("the spec table has no memory bandwidth for %s; run `gpufleet bench` on one to measure it", acc.Name), false
+	}
+	hw.peak, hw.mfu, hw.bw, hw.notes = peak, mfu, bw, notes
+	return hw, "", true
+}
+
+// linkRate is the per-GPU bus bandwidth inside an instance: the
+// accelerator's NVLink/Infinity Fabric rate (bidirectional in the spec
+// table, halved) for switched or linked instances, PCIe otherwise.
+func linkRate(acc catalog.Accelerator, interconnect string) (float64, bool) {
+	switch interconnect {
+	case catalog.InterconnectNVSwitch, catalog.InterconnectNVLink, catalog.InterconnectInfinityFabric:
+		if acc.InterconnectGBs > 64 {
+			return acc.InterconnectGBs / 2 * 1e9 * linkEfficiency, false
+		}
+	}
+	// PCIe Gen4 x16: 32 GB/s each way; the spec table's PCIe figure is
+	// bidirectional.
+	gbs := acc.InterconnectGBs / 2
+	if gbs <= 0 || gbs > 64 {
+		gbs = 32
+	}
+	return gbs * 1e9 * linkEfficiency, true
+}

@@ -1,0 +1,81 @@
+package advisor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Request is the document `gpufleet advise -f` reads and POST /v1/advise
+// accepts: a workload profile and how to rank offers for it.
+type Request struct {
+	Profile Profile `json:"profile"`
+	// GPUs, Providers, Regions (path patterns) and Capacity (on-demand,
+	// spot, reserved) filter the offers; empty means all.
+	GPUs      []string `json:"gpus,omitempty"`
+	Providers []string `json:"providers,omitempty"`
+	Regions   []string `json:"regions,omitempty"`
+	Capacity  []string `json:"capacity,omitempty"`
+	// ReservedTerm is 1y (default), 3y or none.
+	ReservedTerm string         `json:"reservedTerm,omitempty"`
+	Deadline     model.Duration `json:"deadline,omitempty"`
+	MaxNodes     int            `json:"maxNodes,omitempty"`
+	// Limit is the most rows to return (default 50; -1 means all).
+	Limit   int  `json:"limit,omitempty"`
+	Explain bool `json:"explain,omitempty"`
+}
+
+// Validate checks the request's own fields and its profile, returning
+// every problem with its path.
+func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
+	var fe model.FieldErrors
+	for _, e := range r.Profile.Validate() {
+		fe.Add("profile."+e.Path, e.Message)
+	}
+	for i, g := range r.GPUs {
+		if knownGPU != nil && !knownGPU(g) {
+			fe.Add(fmt.Sprintf("gpus[%d]", i), fmt.Sprintf("unknown GPU model %q (see gpufleet offers)", g))
+		}
+	}
+	providers := []string{"aws", "gcp", "azure", "oci", "lambda", "vast"}
+	for i, p := range r.Providers {
+		if !slices.Contains(providers, strings.ToLower(p)) {
+			fe.Add(fmt.Sprintf("providers[%d]", i), "must be one of "+strings.Join(providers, ", "))
+		}
+	}
+	for i, c := range r.Capacity {
+		switch strings.ToLower(c) {
+		case "on-demand", "spot", "reserved":
+		default:
+			fe.Add(fmt.Sprintf("capacity[%d]", i), "must be on-demand, spot or reserved")
+		}
+	}
+	switch r.ReservedTerm {
+	case "", "1y", "3y", "none":
+	default:
+		fe.Add("reservedTerm", "must be 1y, 3y or none")
+	}
+	if r.Deadline < 0 {
+		fe.Add("deadline", "must be >= 0")
+	}
+	if r.MaxNodes < 0 || r.MaxNodes > 128 {
+		fe.Add("maxNodes", "must be between 1 and 128 (0 means 64)")
+	}
+	if r.Limit < -1 {
+		fe.Add("limit", "must be >= -1 (-1 means all)")
+	}
+	return fe
+}
+
+// Options turns the request into Rank's options over the given offers.
+func (r Request) Options(offers []model.Offer, acc func(string) (catalog.Accelerator, bool), cal Calibration) Options {
+	return Options{
+		Offers: offers, Accelerator: acc, Calibration: cal,
+		GPUs: r.GPUs, Providers: r.Providers, Regions: r.Regions, Capacity: r.Capacity,
+		ReservedTerm: r.ReservedTerm, Deadline: r.Deadline.D(), MaxNodes: r.MaxNodes,
+		Limit: r.Limit, Explain: r.Explain,
+	}
+}

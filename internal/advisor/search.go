@@ -1,0 +1,276 @@
+package advisor
+
+import (
+	"math"
+)
+
+// shape is what the plan search needs to know about an instance type;
+// offers that share a shape share its search.
+type shape struct {
+	gpu         string
+	perNode     int
+	capacity    float64 // GPU memory, bytes
+	link        string
+	hostMem     float64 // bytes per node
+	networkGbps float64
+}
+
+// candidate is the best plan found for one node count.
+type candidate struct {
+	plan   Plan
+	mem    mem
+	timing Timing
+	// ckptBytes is a full checkpoint's size (model and optimizer states).
+	ckptBytes float64
+	// Serving: instances needed and the throughput they give.
+	instances  int
+	throughput float64 // output tokens/s, all replicas
+	missesSLO  bool
+}
+
+// searchResult is a shape's plans, or why there are none.
+type searchResult struct {
+	hw    hardware
+	plans []candidate // training: best per node count, ascending; serving: one
+	// shortfall is the smallest (need − capacity) seen when nothing fits.
+	shortfall     float64
+	shortfallPlan Plan
+}
+
+// searchLimits bound the search.
+type searchLimits struct {
+	maxNodes int
+	deadline float64 // seconds; 0 means none
+}
+
+var (
+	powersOfTwo = []int{1, 2, 4, 8, 16, 32, 64, 128}
+	recomputeFA = []Recompute{RecomputeNone, RecomputeFull}
+	recomputeEA = []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
+)
+
+// searchTraining finds, for each node count, the fastest plan that fits; at
+// a fixed node count and price the fastest plan is also the cheapest. The
+// search, in order:
+//  1. node counts 1, 2, 4, … up to maxNodes, stopping three doublings after
+//     the first fit (and once the deadline is met), since more nodes only
+//     add communication for the same GPU-hours;
+//  2. tensor parallel degrees that divide the heads and stay inside a node
+//     (an NVLink domain), pipeline degrees that divide the GPUs, data
+//     parallel the rest, no more than the global batch;
+//  3. for each recomputation mode, the lowest ZeRO stage that fits (stages
+//     2 and 3 only without pipelining, as DeepSpeed requires), then CPU
+//     offload only if nothing fits on the GPUs;
+//  4. the largest micro-batch that fits (up to 8) without pipelining, 1 with
+//     it (more micro-batches, a smaller bubble), unless the profile fixes it.
+func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) searchResult {
+	res := searchResult{hw: *hw, shortfall: math.Inf(1)}
+	recomputes := recomputeFA
+	if w.Attention == Eager {
+		recomputes = recomputeEA
+	}
+	firstFit := 0
+	for _, n := range powersOfTwo {
+		if n > lim.maxNodes || (firstFit > 0 && n > firstFit*8) {
+			break
+		}
+		if firstFit > 0 && lim.deadline > 0 && len(res.plans) > 0 {
+			last := res.plans[len(res.plans)-1]
+			if last.timing.Seconds <= lim.deadline && n > last.plan.Nodes*2 {
+				break
+			}
+		}
+		best, found := w.bestAtNodes(n, sh, hw, recomputes, &res)
+		if found {
+			res.plans = append(res.plans, best)
+			if firstFit == 0 {
+				firstFit = n
+			}
+			// A plan that needs no memory-saving measure cannot get cheaper
+			// with more nodes (same FLOPs, more communication); only a
+			// deadline is a reason to keep going.
+			p := best.plan
+			relaxed := p.Recompute == RecomputeNone && !p.Offload && p.ZeRO < 3 && p.PP == 1
+			if relaxed && (lim.deadline == 0 || best.timing.Seconds <= lim.deadline) {
+				break
+			}
+		}
+	}
+	return res
+}
+
+// bestAtNodes is the fastest plan that fits exactly n nodes.
+func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recompute, res *searchResult) (candidate, bool) {
+	G := n * sh.perNode
+	var best candidate
+	found := false
+	for _, tp := range powersOfTwo {
+		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 || (tp > 1 && w.Parallelism == "data") {
+			continue
+		}
+		for _, pp := range powersOfTwo {
+			if pp > w.arch.Layers || G%(tp*pp) != 0 || (pp > 1 && w.Parallelism == "data") {
+				continue
+			}
+			dp := G / (tp * pp)
+			if dp > w.GlobalBatch {
+				continue
+			}
+			c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp}, sh, hw, recomputes, res)
+			if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
+				best, found = c, true
+			}
+		}
+	}
+	return best, found
+}
+
+// bestOptions picks recomputation, ZeRO stage, offload and micro-batch for
+// a fixed (nodes, tp, pp, dp).
+func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []Recompute, res *searchResult) (candidate, bool) {
+	maxZero := 3
+	if base.PP > 1 {
+		maxZero = 1
+	}
+	if base.DP == 1 {
+		maxZero = 0
+	}
+	mb := w.MicroBatch
+	if mb == 0 {
+		mb = 1
+	}
+	// Memory only falls with full recomputation, the highest stage and
+	// offload: if that does not fit, nothing here does.
+	{
+		p := base
+		p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = maxZero, recomputes[len(recomputes)-1], sh.hostMem > 0, mb
+		m := w.trainingMemory(p, sh.capacity)
+		if need := m.total() - sh.capacity; need > 0 {
+			if need < res.shortfall {
+				res.shortfall, res.shortfallPlan = need, p
+			}
+			return candidate{}, false
+		}
+	}
+	var best candidate
+	found := false
+	for _, offload := range []bool{false, true} {
+		if offload && (found || sh.hostMem == 0) {
+			break
+		}
+		for _, rc := range recomputes {
+			for z := 0; z <= maxZero; z++ {
+				p := base
+				p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = z, rc, offload, mb
+				m := w.trainingMemory(p, sh.capacity)
+				if need := m.total() - sh.capacity; need > 0 {
+					if need < res.shortfall {
+						res.shortfall, res.shortfallPlan = need, p
+					}
+					continue
+				}
+				if offload && m.offloadedPerGPU*float64(sh.perNode) > 0.8*sh.hostMem {
+					continue
+				}
+				if w.MicroBatch == 0 && p.PP == 1 {
+					p, m = w.growMicroBatch(p, m, sh.capacity)
+				}
+				t := w.trainingTime(p, hw)
+				if !found || t.Seconds < best.timing.Seconds {
+					best, found = candidate{plan: p, mem: m, timing: t, ckptBytes: w.checkpointBytes()}, true
+				}
+				break // a higher stage at the same mode is never faster
+			}
+		}
+	}
+	return best, found
+}
+
+// growMicroBatch doubles the micro-batch while it fits, up to 8 and the
+// per-rank batch.
+func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
+	limit := min(8, int(math.Ceil(float64(w.GlobalBatch)/float64(p.DP))))
+	for p.MicroBatch*2 <= limit {
+		q := p
+		q.MicroBatch *= 2
+		qm := w.trainingMemory(q, capacity)
+		if qm.total() > capacity {
+			break
+		}
+		p, m = q, qm
+	}
+	return p, m
+}
+
+// checkpointBytes is a full checkpoint: weights and optimizer states (what
+// a restart needs), or only the adapters and their optimizer for LoRA.
+func (w *workload) checkpointBytes() float64 {
+	if w.Task == LoRA || w.Task == QLoRA {
+		return w.adapters * (4 + adapterOptimBytes(w.Optimizer))
+	}
+	wb, _, ob := trainingBytes(w.Precision, w.Optimizer)
+	return w.params * (wb + ob)
+}
+
+// searchServing picks the tensor parallel degree that serves the workload
+// for the fewest GPU-hours per token on one instance type, and the batch
+// per replica (up to the requested concurrency, within the KV cache that
+// fits and the latency target).
+func (w *workload) searchServing(sh shape, hw *hardware) searchResult {
+	res := searchResult{hw: *hw, shortfall: math.Inf(1)}
+	s := w.Serving
+	var best candidate
+	bestCost := math.Inf(1)
+	for _, tp := range powersOfTwo {
+		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 {
+			continue
+		}
+		// The most sequences the KV cache holds at full context.
+		empty := w.servingMemory(tp, 1, sh.capacity)
+		free := sh.capacity - (empty.total() - empty.kv)
+		kvSeq := w.kvPerSequence(tp)
+		bMax := int(math.Min(float64(s.Concurrency), math.Floor(free/kvSeq)))
+		if bMax < 1 {
+			need := empty.total() - sh.capacity
+			if need < res.shortfall {
+				res.shortfall, res.shortfallPlan = need, Plan{Nodes: 1, GPUsPerNode: sh.perNode, TP: tp, PP: 1, Replicas: 1, Batch: 1}
+			}
+			continue
+		}
+		b := bMax
+		for b > 1 && w.servingMemory(tp, b, sh.capacity).total() > sh.capacity {
+			b--
+		}
+		t := w.servingTime(tp, b, hw)
+		misses := false
+		if s.TargetLatency > 0 {
+			target := s.TargetLatency.D().Seconds()
+			for b > 1 && t.Latency > target {
+				b = max(1, b/2)
+				t = w.servingTime(tp, b, hw)
+			}
+			misses = t.Latency > target
+		}
+		replicas := int(math.Ceil(float64(s.Concurrency) / float64(b)))
+		if s.TargetTokensPerSecond > 0 {
+			replicas = max(replicas, int(math.Ceil(s.TargetTokensPerSecond/t.TokensPerSecond)))
+		}
+		// Whole instances are paid for; GPUs beyond the replicas the demand
+		// needs stay idle (they add no throughput the workload asks for).
+		instances := int(math.Ceil(float64(replicas*tp) / float64(sh.perNode)))
+		throughput := float64(replicas) * t.TokensPerSecond
+		cost := float64(instances) / throughput
+		if misses {
+			cost *= 1e6 // any plan that meets the target wins
+		}
+		if cost < bestCost {
+			bestCost = cost
+			p := Plan{Nodes: instances, GPUsPerNode: sh.perNode, TP: tp, PP: 1, DP: replicas, Replicas: replicas, Batch: b}
+			best = candidate{plan: p, mem: w.servingMemory(tp, b, sh.capacity), timing: t, instances: instances, throughput: throughput, missesSLO: misses}
+		}
+	}
+	if !math.IsInf(bestCost, 1) {
+		res.plans = []candidate{best}
+	}
+	return res
+}

@@ -1,0 +1,201 @@
+package advisor
+
+import "math"
+
+// Timing is how a training plan's time splits, per optimizer step, in
+// seconds, and in total.
+type Timing struct {
+	// FLOPs is the work to finish: model FLOPs plus recomputation.
+	FLOPs float64 `json:"flops"`
+	// Rate is the achieved model FLOP/s per GPU the estimate assumes.
+	RatePerGPU float64 `json:"ratePerGPU"`
+	MFU        float64 `json:"mfu"`
+	Steps      float64 `json:"steps"`
+	// Per step:
+	Compute  float64 `json:"computeSeconds"`
+	Bubble   float64 `json:"pipelineBubbleSeconds"`
+	TPComm   float64 `json:"tensorParallelCommSeconds"`
+	PPComm   float64 `json:"pipelineCommSeconds"`
+	DPComm   float64 `json:"dataParallelCommSeconds"`  // total, before overlap
+	Exposed  float64 `json:"exposedCommSeconds"`       // what overlap leaves
+	Offload  float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
+	StepTime float64 `json:"stepSeconds"`
+	// Seconds is the time to finish without interruptions.
+	Seconds float64 `json:"seconds"`
+	// Serving: one replica's steady state.
+	TokensPerSecond float64 `json:"tokensPerSecond,omitempty"` // output tokens, per replica
+	TTFT            float64 `json:"ttftSeconds,omitempty"`
+	TPOT            float64 `json:"tpotSeconds,omitempty"` // time per output token
+	Latency         float64 `json:"latencySeconds,omitempty"`
+}
+
+// flopsPerToken is the training work per token: 6·N for the weights
+// (Kaplan et al. 2020 §2.1; Hoffmann et al. 2022 "C ≈ 6ND") with N the
+// active parameters of an MoE (Fedus et al. 2022), plus 12·L·h·s for
+// attention scores (Chowdhery et al. 2022 "PaLM", Appendix B). LoRA skips
+// the frozen weights' gradients: 2N forward + 2N backward (Hu et al. 2021).
+// Full recomputation adds a forward pass (Korthikanti et al. 2022 §5: 2N +
+// the attention forward), selective recomputation the attention forward.
+func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
+	attn := 12 * float64(w.arch.Layers) * float64(w.arch.Hidden) * float64(w.SequenceLength)
+	weights := 6 * w.active
+	if w.Task == LoRA || w.Task == QLoRA {
+		weights = 4 * w.active
+	}
+	model = weights + attn
+	switch {
+	case rc == RecomputeFull:
+		total = model + 2*w.active + attn/3
+	case rc == RecomputeSelective && w.Attention == Eager:
+		total = model + attn/3
+	default:
+		total = model
+	}
+	return model, total
+}
+
+// qloraSlowdown is the dequantisation cost of 4-bit base weights: QLoRA
+// steps run 1.2–1.4× slower than 16-bit LoRA (Dettmers et al. 2023 and
+// Hugging Face PEFT benchmarks); weak, flagged in the output.
+const qloraSlowdown = 1.3
+
+// trainingTime estimates a plan's time on hardware hw.
+func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
+	var t Timing
+	G := float64(p.GPUs())
+	dp, tp, pp := float64(p.DP), float64(p.TP), float64(p.PP)
+	_, fpt := w.flopsPerToken(p.Recompute)
+	stepTokens := float64(w.SequenceLength) * float64(w.GlobalBatch)
+	rate := hw.peak * hw.mfu
+	t.RatePerGPU, t.MFU, t.Steps = rate, hw.mfu, w.steps
+	t.Compute = stepTokens * fpt / (G * rate)
+	if w.Task == QLoRA {
+		t.Compute *= qloraSlowdown
+	}
+	// 1F1B pipeline bubble: (p−1)/m of the ideal time (Narayanan et al. 2021
+	// "Efficient Large-Scale Language Model Training on GPU Clusters", §2.2).
+	micro := math.Ceil(float64(w.GlobalBatch) / (dp * float64(p.MicroBatch)))
+	t.Bubble = t.Compute * (pp - 1) / micro
+
+	// Tensor parallelism: 2 all-reduces forward and 2 backward per layer
+	// (Shoeybi et al. 2019 §3; one more pair under full recomputation) of
+	// s·b·h 16-bit activations. Inside an NVLink domain this is part of the
+	// calibrated MFU (the calibration runs used TP 8); over PCIe it is not.
+	if p.TP > 1 && hw.pcie {
+		ars := 4.0
+		if p.Recompute == RecomputeFull {
+			ars = 6
+		}
+		bytes := float64(w.SequenceLength) * float64(p.MicroBatch) * float64(w.arch.Hidden) * 2
+		perAR := 2 * (tp - 1) / tp * bytes / hw.intra
+		t.TPComm = micro * math.Ceil(float64(w.arch.Layers)/pp) * ars * perAR
+	}
+
+	// Pipeline stages on different nodes send each micro-batch's
+	// activations forward and gradients back over the network: s·b·h
+	// 16-bit values per boundary (Narayanan et al. 2021 §4.1; the
+	// scatter/gather optimisation splits it over the TP ranks, which share
+	// the node's NIC). Not overlapped: conservative.
+	if p.PP > 1 && p.TP*p.PP > p.GPUsPerNode {
+		bytes := float64(w.SequenceLength) * float64(p.MicroBatch) * float64(w.arch.Hidden) * 2
+		t.PPComm = micro * 2 * bytes / hw.inter
+	}
+
+	// Data parallelism: a ring all-reduce moves 2(d−1)/d of the gradient
+	// shard per rank (Patarasuk & Yuan 2009); ZeRO-1/2 move the same, ZeRO-3
+	// 1.5× (Rajbhandari et al. 2020, §7), and per micro-batch since the
+	// weights are gathered again for each.
+	if p.DP > 1 {
+		gradBytes := 2.0
+		if w.Precision == FP32 {
+			gradBytes = 4
+		}
+		params := w.params
+		if w.Task == LoRA || w.Task == QLoRA {
+			gradBytes, params = 4, w.adapters
+		}
+		// shard is the all-reduce-equivalent bytes per rank per step.
+		shard := gradBytes * params / (tp * pp)
+		window := t.Compute * 2 / 3 / micro // DDP overlaps the last backward
+		if p.ZeRO >= 3 {
+			// All-gather the weights forward and backward, reduce-scatter the
+			// gradients, each (d−1)/d of its size: half an all-reduce each.
+			weightBytes := 2 * params / (tp * pp)
+			if w.Task == LoRA || w.Task == QLoRA {
+				weightBytes = w.Precision.bytes() * w.params / (tp * pp) // frozen base, sharded by FSDP
+			}
+			shard = micro * (2*weightBytes + shard) / 2
+			window = t.Compute // prefetch overlaps forward and backward
+		}
+		// Layout: TP innermost, then DP, then PP (Megatron's order), so a
+		// node holds dpLocal ranks of each DP group.
+		perNode := float64(p.GPUsPerNode)
+		dpLocal := math.Max(1, math.Min(dp, perNode/tp))
+		nodesSpanned := dp / dpLocal
+		intra := 0.0
+		if dpLocal > 1 {
+			intra = 2 * (dpLocal - 1) / dpLocal * shard / hw.intra
+		}
+		inter := 0.0
+		if nodesSpanned > 1 {
+			groups := perNode / dpLocal // DP groups sharing the node's NIC
+			inter = 2 * (nodesSpanned - 1) / nodesSpanned * shard * groups / hw.inter
+		}
+		t.DPComm = intra + inter
+		// Overlap with backward (Li et al. 2020 "PyTorch Distributed", §3.2.3
+		// gradient bucketing).
+		t.Exposed = math.Max(0, t.DPComm-window)
+	}
+
+	// CPU offload: gradients down and weights up over PCIe, then the CPU
+	// optimizer step; not overlapped.
+	if p.Offload {
+		params := w.params / (tp * pp * dp)
+		if w.Task == LoRA || w.Task == QLoRA {
+			params = w.adapters / (tp * pp * dp)
+		}
+		t.Offload = 4*params/(pcieHostGBs*1e9) + params*float64(p.GPUsPerNode)/cpuAdamParamsPerSec
+	}
+	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.Offload
+	t.Seconds = t.StepTime * w.steps
+	t.FLOPs = fpt * stepTokens * w.steps
+	return t
+}
+
+// servingTime estimates one replica of tp GPUs serving batch sequences.
+// Decode reads every weight and the batch's KV cache once per step, so it
+// is bound by memory bandwidth (Pope et al. 2022 §2; Databricks 2023); it
+// is compute-bound only at large batch. Prefill is compute-bound.
+func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
+	var t Timing
+	T := float64(tp)
+	weights, quant := w.servingWeights(tp)
+	s := w.Serving
+	// Mean context during decode: the prompt plus half the output.
+	ctx := float64(s.InputTokens) + float64(s.OutputTokens)/2
+	kv := float64(batch) * ctx * w.kvBytes / float64(min(tp, w.arch.KVHeads))
+	memTime := (weights + quant + kv) / (hw.bw * mbu)
+	attnFlops := 4 * float64(w.arch.Layers) * float64(w.arch.Hidden) * ctx // QKᵀ and AV per token
+	computeTime := float64(batch) * (2*w.active + attnFlops) / (T * hw.peak * decodeMFU)
+	step := math.Max(memTime, computeTime)
+	if tp > 1 {
+		lat := smallAllReduceNVLink
+		if hw.pcie {
+			lat = smallAllReducePCIe
+		}
+		step += 2 * float64(w.arch.Layers) * lat // 2 all-reduces per layer
+	}
+	in := float64(s.InputTokens)
+	prefillFlops := in * (2*w.active + 2*float64(w.arch.Layers)*float64(w.arch.Hidden)*in)
+	t.TTFT = prefillFlops / (T * hw.peak * prefillMFU)
+	t.TPOT = step
+	t.Latency = t.TTFT + float64(s.OutputTokens)*step
+	// Continuous batching (Yu et al. 2022 "Orca"; vLLM): each request costs
+	// its prefill plus its share of decode steps.
+	perRequest := t.TTFT + float64(s.OutputTokens)*step/float64(batch)
+	t.TokensPerSecond = float64(s.OutputTokens) / perRequest
+	t.StepTime = step
+	t.RatePerGPU = hw.peak * prefillMFU
+	t.MFU = prefillMFU
+	return t
+}

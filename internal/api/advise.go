@@ -1,0 +1,48 @@
+package api
+
+import (
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/advisor"
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// advise ranks the catalog's offers for a workload (advisor.Request as JSON
+// or YAML). An invalid profile is 400 with every field; a workload that fits
+// nowhere is 200 with no rows and the shortfall named. The server uses
+// datasheet rates: calibration from `gpufleet bench` is read by the CLI.
+func (s *Server) advise(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req advisor.Request
+	var problems model.FieldErrors
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.Contains(mt, "yaml") {
+		problems = manifest.DecodeYAML(body, &req)
+	} else {
+		problems = manifest.DecodeJSON(body, &req)
+	}
+	if len(problems) == 0 {
+		problems = req.Validate(s.cfg.Catalog.KnownGPU)
+	}
+	if len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "the advise request is invalid; fix the fields below", problems)
+		return
+	}
+	for i, g := range req.GPUs {
+		if c, ok := s.cfg.Catalog.CanonicalGPU(g); ok {
+			req.GPUs[i] = c
+		}
+	}
+	res, err := advisor.Rank(req.Profile, req.Options(s.cfg.Catalog.Offers(), s.cfg.Catalog.Accelerator, advisor.Calibration{}))
+	if err != nil {
+		// Validate ran first; anything left is still the caller's input.
+		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,170 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// QueueStatus is a queue with what its live attempts hold now.
+type QueueStatus struct {
+	*model.Queue
+	// Implicit is set for the default queue when no one declared it.
+	Implicit bool `json:"implicit,omitempty"`
+	// Use is the GPUs live attempts of the queue hold, by GPU model.
+	Use map[string]float64 `json:"use"`
+	// Pending counts the queue's queued jobs.
+	Pending int `json:"pending"`
+	// DecayedUsage is the queue's past GPU-hours, decayed for fair share.
+	DecayedUsage float64 `json:"decayedGpuHours"`
+}
+
+// Queues returns every queue, the implicit default included.
+func (c *Controller) Queues() []QueueStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	qs := c.st.Queues()
+	out := make([]QueueStatus, 0, len(qs)+1)
+	hasDefault := false
+	for _, q := range qs {
+		hasDefault = hasDefault || q.Name == model.DefaultQueue
+		out = append(out, c.queueStatusLocked(q, false))
+	}
+	if !hasDefault {
+		out = append(out, c.queueStatusLocked(&model.Queue{Name: model.DefaultQueue}, true))
+	}
+	return out
+}
+
+// Queue returns one queue; the default queue exists implicitly.
+func (c *Controller) Queue(name string) (QueueStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q, ok := c.st.Queue(name); ok {
+		return c.queueStatusLocked(q, false), nil
+	}
+	if name == model.DefaultQueue {
+		return c.queueStatusLocked(&model.Queue{Name: model.DefaultQueue}, true), nil
+	}
+	return QueueStatus{}, fmt.Errorf("queue %s: %w", name, ErrNotFound)
+}
+
+func (c *Controller) queueStatusLocked(q *model.Queue, implicit bool) QueueStatus {
+	pending := 0
+	c.st.Jobs(func(j *model.Job) bool {
+		if j.State == model.JobQueued && j.Spec.Queue == q.Name {
+			pending++
+		}
+		return true
+	})
+	return QueueStatus{Queue: q, Implicit: implicit, Use: c.st.QueueUse(q.Name), Pending: pending,
+		DecayedUsage: c.st.Usage(q.Name).Decay(c.cfg.Clock.Now(), c.halfLifeLocked())}
+}
+
+func (c *Controller) halfLifeLocked() time.Duration { return c.st.HalfLife() }
+
+// PutQueue creates or replaces a queue. spec must be valid (see
+// model.QueueSpec.Validate). created reports a new queue.
+func (c *Controller) PutQueue(ctx context.Context, name string, spec model.QueueSpec) (q *model.Queue, created bool, err error) {
+	if !model.ValidName(name) {
+		return nil, false, model.FieldErrors{{Path: "metadata.name", Message: "must be lower-case letters, digits and dashes (at most 63)"}}
+	}
+	if fe := spec.Validate("spec", nil); len(fe) > 0 {
+		return nil, false, fe.Err()
+	}
+	c.mu.Lock()
+	old, exists := c.st.Queue(name)
+	q = &model.Queue{Name: name, Spec: spec, Version: 1, UpdatedAt: c.cfg.Clock.Now()}
+	if exists {
+		q.Version = old.Version + 1
+	}
+	c.st.PutQueue(q)
+	c.broadcastLocked()
+	cm := c.com.submit(&store.Batch{Queues: []*model.Queue{q}})
+	c.mu.Unlock()
+	c.trigger()
+	if err := cm.wait(ctx); err != nil {
+		return nil, false, fmt.Errorf("recording queue %s: %w", name, err)
+	}
+	return q, !exists, nil
+}
+
+// DeleteQueue removes a queue. Jobs that name it wait with a verdict until
+// it is created again; a queue with live work cannot be deleted.
+func (c *Controller) DeleteQueue(ctx context.Context, name string) error {
+	c.mu.Lock()
+	if _, ok := c.st.Queue(name); !ok {
+		c.mu.Unlock()
+		return fmt.Errorf("queue %s: %w", name, ErrNotFound)
+	}
+	if use := c.st.QueueUse(name); len(use) > 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("queue %s has running work (%v GPUs); cancel or wait for it first: %w", name, use, ErrConflict)
+	}
+	c.st.DeleteQueue(name)
+	c.broadcastLocked()
+	cm := c.com.submit(&store.Batch{DeleteQueues: []string{name}})
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return fmt.Errorf("deleting queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// Explanation is why a job is where it is: for a pending job the last
+// pass's verdict (queue position, reasons per node group, queue and offer,
+// estimated start), the reservation and the candidates found for it.
+type Explanation struct {
+	JobID   string             `json:"jobId"`
+	State   model.JobState     `json:"state"`
+	Reason  string             `json:"reason,omitempty"`
+	Queue   string             `json:"queue"`
+	Pending bool               `json:"pending"`
+	Verdict *scheduler.Verdict `json:"verdict,omitempty"`
+	// Reservations hold GPUs for the job from a predicted start (backfill).
+	Reservations []scheduler.Reservation `json:"reservations,omitempty"`
+	// Candidate is new capacity ranked by expected cost to finish.
+	Candidate *scheduler.Candidate `json:"candidate,omitempty"`
+	// Preempting lists the attempts being stopped to make room for it.
+	Preempting []scheduler.Preemption `json:"preempting,omitempty"`
+}
+
+// Explain says why a job waits, or where it runs.
+func (c *Controller) Explain(id string) (Explanation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j, ok := c.st.Job(id)
+	if !ok {
+		return Explanation{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	e := Explanation{JobID: j.ID, State: j.State, Reason: j.Reason, Queue: j.Spec.Queue, Pending: j.State == model.JobQueued}
+	if !e.Pending {
+		return e, nil
+	}
+	if v, ok := c.verdicts[id]; ok {
+		e.Verdict = &v
+	}
+	if p := c.lastPlan; p != nil {
+		for _, r := range p.Reservations {
+			if r.JobID == id {
+				e.Reservations = append(e.Reservations, r)
+			}
+		}
+		for i := range p.Candidates {
+			if p.Candidates[i].JobID == id {
+				cand := p.Candidates[i]
+				e.Candidate = &cand
+			}
+		}
+		for _, pe := range p.Preemptions {
+			if pe.ForJobID == id {
+				e.Preempting = append(e.Preempting, pe)
+			}
+		}
+	}
+	return e, nil
+}

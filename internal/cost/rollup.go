@@ -1,0 +1,343 @@
+package cost
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Dims are the attributes a rollup keeps for each cell: everything a
+// report may group or filter by, except the node and the job (per-job cost
+// has its own index; see Rollup.Job).
+type Dims struct {
+	Kind         Kind
+	Project      string
+	User         string
+	Queue        string
+	Tags         map[string]string
+	CapacityType model.CapacityType
+	PriceSource  PriceSource
+	GPUModel     string
+	Provider     string
+	Region       string
+	Pool         string
+}
+
+// Cell is the money and usage of one set of Dims in one hour or day.
+type Cell struct {
+	Cost Money
+	// IdleShare is, for allocation cells, the part of their nodes' idle
+	// cost apportioned to them; for idle cells, the part of Cost that was
+	// apportioned away (so Cost − IdleShare is idle on empty nodes).
+	IdleShare Money
+	// EffectiveCost is Σ Cost × SM-active over entries with telemetry, and
+	// MeasuredCost the Cost of those entries.
+	EffectiveCost Money
+	MeasuredCost  Money
+	GPUSeconds    float64
+	Seconds       int64
+}
+
+func (c *Cell) add(o Cell) {
+	c.Cost += o.Cost
+	c.IdleShare += o.IdleShare
+	c.EffectiveCost += o.EffectiveCost
+	c.MeasuredCost += o.MeasuredCost
+	c.GPUSeconds += o.GPUSeconds
+	c.Seconds += o.Seconds
+}
+
+type bucket struct {
+	idx   map[uint32]int32
+	dims  []uint32
+	cells []Cell
+}
+
+func (b *bucket) at(d uint32) *Cell {
+	i, ok := b.idx[d]
+	if !ok {
+		i = int32(len(b.cells))
+		b.idx[d] = i
+		b.dims = append(b.dims, d)
+		b.cells = append(b.cells, Cell{})
+	}
+	return &b.cells[i]
+}
+
+// JobCost is one job's cost across all its attempts.
+type JobCost struct {
+	JobID         string
+	Total         Money
+	ByAttempt     map[int]Money
+	EffectiveCost Money
+	MeasuredCost  Money
+	GPUSeconds    float64
+	First, Last   time.Time
+}
+
+// Rollup is hourly and daily aggregates of ledger entries, maintained
+// incrementally by Add; reports read only the rollup. It is not safe for
+// concurrent use; the controller owns one and publishes copies or guards
+// it. The zero value is not ready; use NewRollup.
+type Rollup struct {
+	dimIDs map[string]uint32
+	dims   []Dims
+	hours  map[int64]*bucket // key: Unix hour
+	days   map[int64]*bucket // key: Unix day (UTC)
+	jobs   map[string]*JobCost
+	rows   int64
+	key    strings.Builder
+	shares []Money
+}
+
+// NewRollup returns an empty rollup.
+func NewRollup() *Rollup {
+	return &Rollup{dimIDs: map[string]uint32{}, hours: map[int64]*bucket{}, days: map[int64]*bucket{}, jobs: map[string]*JobCost{}}
+}
+
+// Rows is how many entries have been added.
+func (r *Rollup) Rows() int64 { return r.rows }
+
+// Dims returns the dimension set with the given id (for tools and tests).
+func (r *Rollup) dimsOf(id uint32) *Dims { return &r.dims[id] }
+
+func (r *Rollup) intern(e *Entry) uint32 {
+	k := &r.key
+	k.Reset()
+	for _, s := range []string{string(e.Kind), e.Project, e.User, e.Queue, string(e.CapacityType), string(e.PriceSource), e.GPUModel, e.Provider, e.Region, e.Pool} {
+		k.WriteString(s)
+		k.WriteByte(0)
+	}
+	if len(e.Tags) > 0 {
+		for _, t := range slices.Sorted(maps.Keys(e.Tags)) {
+			k.WriteString(t)
+			k.WriteByte(1)
+			k.WriteString(e.Tags[t])
+			k.WriteByte(0)
+		}
+	}
+	if id, ok := r.dimIDs[k.String()]; ok {
+		return id
+	}
+	id := uint32(len(r.dims))
+	r.dimIDs[k.String()] = id
+	r.dims = append(r.dims, Dims{Kind: e.Kind, Project: e.Project, User: e.User, Queue: e.Queue, Tags: e.Tags,
+		CapacityType: e.CapacityType, PriceSource: e.PriceSource, GPUModel: e.GPUModel, Provider: e.Provider,
+		Region: e.Region, Pool: e.Pool})
+	return id
+}
+
+func bucketAt(m map[int64]*bucket, k int64) *bucket {
+	b := m[k]
+	if b == nil {
+		b = &bucket{idx: map[uint32]int32{}}
+		m[k] = b
+	}
+	return b
+}
+
+// Add folds entries into the rollup. Pass whole Meter passes (all entries
+// of a node together, its idle entry after its allocations, as Meter
+// returns them): each node's idle cost in the pass is apportioned to the
+// allocation entries of that node in the same call, by their cost, with
+// the largest-remainder method (by GPU-seconds when they cost nothing),
+// so shared idle sums exactly to the idle it came from.
+//
+// An entry is counted in the hour (and day) its From falls in; a pass
+// that crosses an hour boundary is wholly in its first hour. The
+// controller meters passes that end on hour boundaries, so hourly figures
+// are exact.
+func (r *Rollup) Add(entries []Entry) {
+	for start := 0; start < len(entries); {
+		end := start
+		for end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == KindAllocation {
+			end++
+		}
+		var idle *Entry
+		if end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == KindIdle {
+			idle = &entries[end]
+		}
+		r.shares = shareIdle(r.shares[:0], entries[start:end], idle)
+		var shared Money
+		for i := start; i < end; i++ {
+			s := r.shares[i-start]
+			shared += s
+			r.addOne(&entries[i], s)
+		}
+		if idle != nil {
+			r.addOne(idle, shared)
+			end++
+		}
+		if end == start { // defensive: never loop forever on odd input
+			end++
+		}
+		start = end
+	}
+}
+
+func shareIdle(dst []Money, allocs []Entry, idle *Entry) []Money {
+	for range allocs {
+		dst = append(dst, 0)
+	}
+	if idle == nil || idle.Cost <= 0 || len(allocs) == 0 {
+		return dst
+	}
+	var total uint64
+	w := make([]uint64, len(allocs))
+	for i := range allocs {
+		w[i] = uint64(allocs[i].Cost)
+		total += w[i]
+	}
+	if total == 0 {
+		for i := range allocs {
+			w[i] = units(allocs[i].GPUSeconds)
+			total += w[i]
+		}
+	}
+	if total == 0 {
+		return dst
+	}
+	c := uint64(idle.Cost)
+	rems := make([]uint64, len(allocs))
+	var sum uint64
+	for i := range allocs {
+		q, rem := mulDivRem(c, w[i], total)
+		dst[i], rems[i] = Money(q), rem
+		sum += q
+	}
+	for left := c - sum; left > 0; left-- {
+		best := 0
+		for i := range rems {
+			if rems[i] > rems[best] {
+				best = i
+			}
+		}
+		dst[best]++
+		rems[best] = 0
+	}
+	return dst
+}
+
+func (r *Rollup) addOne(e *Entry, share Money) {
+	r.rows++
+	d := r.intern(e)
+	c := Cell{Cost: e.Cost, IdleShare: share, GPUSeconds: e.GPUSeconds, Seconds: e.Seconds}
+	if e.Telemetry {
+		c.EffectiveCost, c.MeasuredCost = e.EffectiveCost, e.Cost
+	}
+	sec := e.From.Unix()
+	bucketAt(r.hours, floorDiv(sec, 3600)).at(d).add(c)
+	bucketAt(r.days, floorDiv(sec, 86400)).at(d).add(c)
+	if e.Kind != KindAllocation || e.JobID == "" {
+		return
+	}
+	j := r.jobs[e.JobID]
+	if j == nil {
+		j = &JobCost{JobID: e.JobID, ByAttempt: map[int]Money{}, First: e.From, Last: e.To}
+		r.jobs[e.JobID] = j
+	}
+	j.Total += e.Cost
+	j.ByAttempt[e.Attempt] += e.Cost
+	j.EffectiveCost += c.EffectiveCost
+	j.MeasuredCost += c.MeasuredCost
+	j.GPUSeconds += e.GPUSeconds
+	if e.From.Before(j.First) {
+		j.First = e.From
+	}
+	if e.To.After(j.Last) {
+		j.Last = e.To
+	}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Job returns one job's cost across all its attempts.
+func (r *Rollup) Job(id string) (JobCost, bool) {
+	j, ok := r.jobs[id]
+	if !ok {
+		return JobCost{}, false
+	}
+	c := *j
+	c.ByAttempt = maps.Clone(j.ByAttempt)
+	return c, true
+}
+
+// Spend is the allocation cost (not idle, not idle shares) of work in
+// scope in [from, to), read at hourly resolution: from is floored and to
+// ceiled to the hour. Budgets compare this against their amount.
+func (r *Rollup) Spend(s Scope, from, to time.Time) Money {
+	var total Money
+	r.each(from, to, func(_ int64, d *Dims, c *Cell) {
+		if d.Kind == KindAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
+			total += c.Cost
+		}
+	})
+	return total
+}
+
+// DailySpend is Spend per UTC day for days [from, from+n): the series the
+// forecast reads.
+func (r *Rollup) DailySpend(s Scope, from time.Time, n int) []Money {
+	out := make([]Money, n)
+	day0 := floorDiv(from.Unix(), 86400)
+	for i := range out {
+		if b := r.days[day0+int64(i)]; b != nil {
+			for j, id := range b.dims {
+				d := &r.dims[id]
+				if d.Kind == KindAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
+					out[i] += b.cells[j].Cost
+				}
+			}
+		}
+	}
+	return out
+}
+
+// each visits every cell in [from, to): daily buckets where both ends are
+// midnight UTC, hourly otherwise (ends rounded outwards to the hour). The
+// first argument is the bucket's start in Unix seconds.
+func (r *Rollup) each(from, to time.Time, fn func(start int64, d *Dims, c *Cell)) {
+	f, t := from.Unix(), to.Unix()
+	if f%86400 == 0 && t%86400 == 0 {
+		r.walk(r.days, f/86400, t/86400, 86400, fn)
+		return
+	}
+	r.walk(r.hours, floorDiv(f, 3600), -floorDiv(-t, 3600), 3600, fn)
+}
+
+func (r *Rollup) walk(m map[int64]*bucket, lo, hi, size int64, fn func(int64, *Dims, *Cell)) {
+	if hi-lo > int64(len(m)) {
+		// Sparse: walk the buckets present rather than every slot.
+		keys := make([]int64, 0, len(m))
+		for k := range m {
+			if k >= lo && k < hi {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			r.visit(m[k], k*size, fn)
+		}
+		return
+	}
+	for k := lo; k < hi; k++ {
+		if b := m[k]; b != nil {
+			r.visit(b, k*size, fn)
+		}
+	}
+}
+
+func (r *Rollup) visit(b *bucket, start int64, fn func(int64, *Dims, *Cell)) {
+	for i, id := range b.dims {
+		fn(start, &r.dims[id], &b.cells[i])
+	}
+}

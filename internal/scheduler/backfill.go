@@ -1,0 +1,241 @@
+package scheduler
+
+import (
+	"math/bits"
+	"sort"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// liveIndex is the running work, by node, for reservations and
+// preemption. Built once per pass on first need.
+type liveIndex struct {
+	all    []*liveRef
+	byNode map[int32][]*liveRef
+}
+
+type liveRef struct {
+	attempt  *model.Attempt
+	job      *model.Job
+	queue    string
+	prio     int
+	preempt  bool
+	end      time.Time // zero: unknown
+	lost     time.Duration
+	masks    map[int32]uint64
+	gpus     float64
+	gpuMdl   string
+	stopping bool // already being preempted
+}
+
+func (s *sched) liveIdx() *liveIndex {
+	if s.live != nil {
+		return s.live
+	}
+	byID := make(map[string]int32, len(s.snap.Nodes))
+	for i := range s.snap.Nodes {
+		byID[s.snap.Nodes[i].Node.ID] = int32(i)
+	}
+	li := &liveIndex{byNode: map[int32][]*liveRef{}}
+	for i, a := range s.snap.Live {
+		j := s.snap.LiveJobs[i]
+		if j == nil {
+			continue
+		}
+		pc, ok := model.LookupPriorityClass(j.Spec.Priority)
+		if !ok {
+			pc, _ = model.LookupPriorityClass(model.DefaultPriority)
+		}
+		r := &liveRef{attempt: a, job: j, queue: j.Spec.Queue, prio: pc.Value, preempt: pc.Preemptible, masks: map[int32]uint64{}}
+		r.stopping = a.Stop
+		start := a.CreatedAt
+		if a.StartedAt != nil {
+			start = *a.StartedAt
+		}
+		if d := runtimeOf(j); d > 0 {
+			r.end = start.Add(d)
+		}
+		from := start
+		if j.LastCheckpoint != nil && j.LastCheckpoint.After(from) {
+			from = *j.LastCheckpoint
+		}
+		if s.now.After(from) {
+			r.lost = s.now.Sub(from)
+		}
+		for _, rep := range a.Replicas {
+			ni, ok := byID[rep.NodeID]
+			if !ok {
+				continue
+			}
+			for _, g := range rep.GPUs {
+				if g >= 0 && g < maxNodeGPUs && rep.GPUShare == 0 {
+					r.masks[ni] |= 1 << uint(g)
+				}
+			}
+			if len(rep.GPUs) > 0 {
+				r.gpuMdl = gpuModelOf(s.snap.Nodes[ni].Node, rep.GPUs[0])
+			}
+			r.gpus += float64(len(rep.GPUs))
+			li.byNode[ni] = append(li.byNode[ni], r)
+		}
+		li.all = append(li.all, r)
+		if q := s.queues[r.queue]; q != nil && r.preempt && !r.stopping {
+			q.minLive = min(q.minLive, r.prio)
+		}
+	}
+	s.live = li
+	return li
+}
+
+func gpuModelOf(n *model.Node, idx int) string {
+	for _, g := range n.GPUs {
+		if g.Index == idx {
+			return g.Model
+		}
+	}
+	return ""
+}
+
+// reservation holds currently free GPUs of one node for a blocked job
+// from start on.
+type reservation struct {
+	node  int32
+	mask  uint64
+	start time.Time
+}
+
+// maxReservations bounds the blocked jobs that get reservations per pass.
+const maxReservations = 16
+
+// reserve gives the first blocked job of each queue a reservation: the
+// nodes where running work (by its runtime estimates) frees enough GPUs
+// soonest. Their free GPUs are withheld from later jobs unless those end
+// before the reserved start (see backfill).
+func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
+	if pj.q.reserved || len(s.resv) >= maxReservations*8 || pj.g == 0 || pj.share > 0 {
+		return
+	}
+	pj.q.reserved = true
+	li := s.liveIdx()
+	type cand struct {
+		node int32
+		at   time.Time
+		mask uint64
+	}
+	byDomain := map[int][]cand{}
+	for _, ci := range f.classes {
+		cl := s.c.classes[ci]
+		for _, ni := range cl.nodes {
+			ns := &s.c.nodes[ni]
+			have := ns.free
+			at := s.now
+			if bits.OnesCount64(have) < pj.g {
+				refs := li.byNode[ni]
+				if len(refs) == 0 {
+					continue
+				}
+				sorted := make([]*liveRef, 0, len(refs))
+				for _, r := range refs {
+					if !r.end.IsZero() {
+						sorted = append(sorted, r)
+					}
+				}
+				sort.Slice(sorted, func(a, b int) bool { return sorted[a].end.Before(sorted[b].end) })
+				ok := false
+				for _, r := range sorted {
+					have |= r.masks[ni]
+					at = maxTime(at, r.end)
+					if bits.OnesCount64(have) >= pj.g {
+						ok = true
+						break
+					}
+				}
+				if !ok {
+					continue
+				}
+			}
+			byDomain[cl.domain] = append(byDomain[cl.domain], cand{node: ni, at: at, mask: lowest(have, pj.g)})
+		}
+	}
+	need := pj.job.Spec.Replicas
+	var best []cand
+	var bestAt time.Time
+	for d := 0; d < len(s.c.domains); d++ {
+		cs := byDomain[d]
+		if len(cs) < need {
+			continue
+		}
+		sort.SliceStable(cs, func(a, b int) bool { return cs[a].at.Before(cs[b].at) })
+		at := cs[need-1].at
+		if best == nil || at.Before(bestAt) {
+			best, bestAt = cs[:need], at
+		}
+	}
+	if best == nil {
+		v.Reasons = append(v.Reasons, Reason{Scope: "job", Message: "no estimated start: running work on matching nodes has no runtime estimate or limit"})
+		return
+	}
+	t := bestAt
+	v.EstimatedStart = &t
+	for _, c := range best {
+		ns := &s.c.nodes[c.node]
+		held := c.mask & ns.free
+		if held != 0 {
+			s.resv = append(s.resv, &reservation{node: c.node, mask: held, start: t})
+			s.c.setFree(c.node, ns.free&^held)
+		}
+		s.plan.Reservations = append(s.plan.Reservations, Reservation{JobID: pj.job.ID, NodeID: s.c.node(c.node).ID, GPUs: indexes(c.mask), Start: t})
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// backfill tries pj again with the GPUs of reservations that start after
+// pj would end (now + its runtime estimate): EASY backfill never delays a
+// reserved start.
+func (s *sched) backfill(pj *pjob, f *feasibility) *placement {
+	end := s.now.Add(pj.runtime)
+	var opened []*reservation
+	for _, r := range s.resv {
+		if r.mask != 0 && !end.After(r.start) {
+			ns := &s.c.nodes[r.node]
+			s.c.setFree(r.node, ns.free|r.mask)
+			opened = append(opened, r)
+		}
+	}
+	if len(opened) == 0 {
+		return nil
+	}
+	mark := len(s.undo)
+	p, _ := s.place(pj, f)
+	// Close the reservations again; GPUs the backfilled job took stay
+	// taken (it ends before the reserved start).
+	_ = mark
+	for _, r := range opened {
+		ns := &s.c.nodes[r.node]
+		s.c.setFree(r.node, ns.free&^r.mask)
+	}
+	if p != nil {
+		// Reserved GPUs the job took leave the reservation's free mask
+		// but were never in the node's free mask while closed; nothing
+		// else to do.
+		for _, rep := range p.replicas {
+			for _, r := range opened {
+				if s.c.node(r.node).ID == rep.NodeID {
+					var m uint64
+					for _, g := range rep.GPUs {
+						m |= 1 << uint(g)
+					}
+					r.mask &^= m
+				}
+			}
+		}
+	}
+	return p
+}

@@ -1,0 +1,190 @@
+package scheduler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// preempt looks for the fewest running attempts whose stopping would let
+// pj start: lower-priority preemptible work of its own queue, or work that
+// other queues of its cohort run on borrowed quota while pj's queue is
+// within its nominal quota (reclaim). Victims are taken lowest priority
+// first, then least work lost since their last checkpoint, until pj fits;
+// then any victim pj fits without is dropped again, so no more are stopped
+// than needed. GPUs already being released by earlier preemptions count
+// first and for free, so a waiting job never stops more work pass after
+// pass. It reports whether pj now waits for preemption.
+func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
+	if (pj.g == 0 && pj.share == 0) || s.preemptors >= maxPreemptors {
+		return false
+	}
+	li := s.liveIdx()
+	q := pj.q
+	if q.minLive >= pj.prio && q.cohort == nil && !s.anyReleasing() {
+		return false
+	}
+	inClass := make(map[int32]bool, len(f.classes))
+	for _, ci := range f.classes {
+		inClass[ci] = true
+	}
+	var cands, releasing []*liveRef
+	for _, r := range li.all {
+		if s.victimTaken[r.attempt.ID] || !s.onClasses(r, inClass) {
+			continue
+		}
+		if r.stopping {
+			if r.attempt.StopState == model.AttemptPreempted {
+				releasing = append(releasing, r)
+			}
+			continue
+		}
+		if !r.preempt {
+			continue
+		}
+		switch {
+		case r.queue == q.name:
+			if r.prio < pj.prio {
+				cands = append(cands, r)
+			}
+		case q.cohort != nil:
+			vq := s.queues[r.queue]
+			if vq == nil || vq.cohort != q.cohort || vq.unlimited {
+				continue
+			}
+			key := vq.quotaKey(r.gpuMdl)
+			if vq.used[key] <= vq.nominal[key]+eps {
+				continue // the victim's queue is within its own quota
+			}
+			need := float64(pj.g * pj.job.Spec.Replicas)
+			if pj.share > 0 {
+				need = pj.share * float64(pj.job.Spec.Replicas)
+			}
+			if qk := q.quotaKey(r.gpuMdl); q.used[qk]+need > q.nominal[qk]+eps {
+				continue // pj would itself borrow: no reclaim
+			}
+			cands = append(cands, r)
+		}
+	}
+	if len(releasing) > 0 && s.fitsWith(pj, f, releasing) {
+		v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("waiting for %d preempted attempts to save a checkpoint and release their GPUs", len(releasing))}}, v.Reasons...)
+		return true
+	}
+	if len(cands) == 0 {
+		return false
+	}
+	sort.SliceStable(cands, func(a, b int) bool {
+		x, y := cands[a], cands[b]
+		if x.prio != y.prio {
+			return x.prio < y.prio
+		}
+		if x.lost != y.lost {
+			return x.lost < y.lost
+		}
+		return x.attempt.ID < y.attempt.ID
+	})
+	if len(cands) > maxVictimsExamined {
+		cands = cands[:maxVictimsExamined]
+	}
+	chosen := append([]*liveRef(nil), releasing...)
+	base := len(chosen)
+	fits := false
+	for _, c := range cands {
+		chosen = append(chosen, c)
+		if s.fitsWith(pj, f, chosen) {
+			fits = true
+			break
+		}
+	}
+	if !fits {
+		return false
+	}
+	// Drop every victim the job fits without, latest first.
+	for i := len(chosen) - 1; i >= base; i-- {
+		without := append(append([]*liveRef(nil), chosen[:i]...), chosen[i+1:]...)
+		if s.fitsWith(pj, f, without) {
+			chosen = without
+		}
+	}
+	victims := chosen[base:]
+	if len(victims) == 0 {
+		return false
+	}
+	if s.victimTaken == nil {
+		s.victimTaken = map[string]bool{}
+	}
+	s.preemptors++
+	names := make([]string, 0, len(victims))
+	for _, r := range victims {
+		s.victimTaken[r.attempt.ID] = true
+		why := fmt.Sprintf("preempted for %s (priority %s) in queue %s", pj.job.ID, pj.job.Spec.Priority, q.name)
+		if r.queue != q.name {
+			why = fmt.Sprintf("reclaimed by queue %s for %s: queue %s was borrowing its quota", q.name, pj.job.ID, r.queue)
+		}
+		s.plan.Preemptions = append(s.plan.Preemptions, Preemption{AttemptID: r.attempt.ID, JobID: r.job.ID, AttemptVersion: r.attempt.Version,
+			ForJobID: pj.job.ID, Reason: why, WorkLost: r.lost})
+		names = append(names, r.job.ID)
+	}
+	v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("preempting %s; starts once they save a checkpoint and stop", strings.Join(names, ", "))}}, v.Reasons...)
+	return true
+}
+
+func (s *sched) anyReleasing() bool {
+	for _, r := range s.liveIdx().all {
+		if r.stopping && r.attempt.StopState == model.AttemptPreempted {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sched) onClasses(r *liveRef, inClass map[int32]bool) bool {
+	for ni := range r.masks {
+		if inClass[s.c.nodes[ni].cls] {
+			return true
+		}
+	}
+	return false
+}
+
+// fitsWith reports whether pj would fit if the victims' GPUs, CPU, memory
+// and quota were free. It changes nothing.
+func (s *sched) fitsWith(pj *pjob, f *feasibility, victims []*liveRef) bool {
+	mark := len(s.undo)
+	type quotaUndo struct {
+		q   *queueState
+		key string
+		amt float64
+	}
+	var qu []quotaUndo
+	for _, r := range victims {
+		res := r.job.Spec.Resources
+		for ni, m := range r.masks {
+			ns := &s.c.nodes[ni]
+			s.undo = append(s.undo, undoEntry{node: ni, free: ns.free, cpu: ns.cpu, mem: ns.mem, share: -1})
+			ns.cpu += res.CPU
+			ns.mem += res.Memory
+			s.c.setFree(ni, ns.free|m)
+		}
+		if vq := s.queues[r.queue]; vq != nil && !vq.unlimited {
+			key := vq.quotaKey(r.gpuMdl)
+			vq.used[key] -= r.gpus
+			if vq.cohort != nil {
+				vq.cohort.used[key] -= r.gpus
+			}
+			qu = append(qu, quotaUndo{vq, key, r.gpus})
+		}
+	}
+	p, _ := s.place(pj, f)
+	s.rollback(mark)
+	for _, u := range qu {
+		u.q.used[u.key] += u.amt
+		if u.q.cohort != nil {
+			u.q.cohort.used[u.key] += u.amt
+		}
+	}
+	_ = p
+	return p != nil
+}

@@ -1,0 +1,232 @@
+package scheduler
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/state"
+)
+
+const eps = 1e-9
+
+// AgingPerMinute is how many priority points a job gains per minute it
+// waits, so that nothing starves: a "low" job (0) that has waited 100
+// minutes orders like a fresh "normal" one (100). Aging orders jobs; it
+// never lets a job preempt (preemption compares class values).
+const AgingPerMinute = 1.0
+
+// queueState is one queue during a pass: its quota, what it uses, and its
+// pending jobs in order.
+type queueState struct {
+	name      string
+	weight    float64
+	unlimited bool
+	missing   bool // named by jobs but not declared
+	cohort    *cohortState
+	nominal   map[string]float64
+	limit     map[string]float64 // absent: no borrowing limit
+	used      map[string]float64 // by quota key
+	alloc     map[string]float64 // by GPU model, for dominant share
+	dom       float64
+	usage     float64 // share of the fleet's decayed usage
+	jobs      []*pjob
+	next      int
+	// reserved is set once a blocked job of this queue holds a backfill
+	// reservation this pass (EASY: one per queue).
+	reserved bool
+	minLive  int // lowest live priority value, for preemption eligibility
+}
+
+type cohortState struct {
+	name    string
+	nominal map[string]float64
+	used    map[string]float64
+}
+
+// quotaKey is the quota line GPUs of model m count against in q.
+func (q *queueState) quotaKey(m string) string {
+	if _, ok := q.nominal[m]; ok {
+		return m
+	}
+	if _, ok := q.nominal[model.AnyGPU]; ok {
+		return model.AnyGPU
+	}
+	return m
+}
+
+// admit says whether q may take amount more GPUs of model m, and why not.
+func (q *queueState) admit(m string, amount float64) (string, bool) {
+	if q.unlimited {
+		return "", true
+	}
+	key := q.quotaKey(m)
+	nominal, used := q.nominal[key], q.used[key]
+	if used+amount <= nominal+eps {
+		return "", true
+	}
+	label := key
+	if key == model.AnyGPU {
+		label = "any GPU (*)"
+	}
+	if q.cohort == nil {
+		return fmt.Sprintf("quota for %s is %g GPUs, %g in use, job needs %g; the queue has no cohort to borrow from", label, nominal, used, amount), false
+	}
+	borrow := used + amount - nominal
+	if lim, ok := q.limit[key]; ok && borrow > lim+eps {
+		return fmt.Sprintf("quota for %s is %g GPUs, %g in use; the job's %g would borrow %g, above borrowingLimit %g", label, nominal, used, amount, borrow, lim), false
+	}
+	c := q.cohort
+	if c.used[key]+amount > c.nominal[key]+eps {
+		return fmt.Sprintf("quota for %s is %g GPUs, %g in use, job needs %g; cohort %s has %g unused to lend", label, nominal, used, amount, c.name, max(0, c.nominal[key]-c.used[key])), false
+	}
+	return "", true
+}
+
+func (q *queueState) charge(m string, amount float64, capacity map[string]float64) {
+	q.alloc[m] += amount
+	if c := capacity[m]; c > 0 {
+		q.dom = max(q.dom, q.alloc[m]/c)
+	}
+	if q.unlimited {
+		return
+	}
+	key := q.quotaKey(m)
+	q.used[key] += amount
+	if q.cohort != nil {
+		q.cohort.used[key] += amount
+	}
+}
+
+// fairKey orders queues: the lowest weighted dominant share (current
+// allocation plus decayed past usage) goes next.
+func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
+
+// buildQueues sets up every queue named by a declared queue or a pending
+// job. The default queue exists implicitly, unlimited.
+func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Time) (map[string]*queueState, []*queueState) {
+	qs := map[string]*queueState{}
+	cohorts := map[string]*cohortState{}
+	newQ := func(name string) *queueState {
+		return &queueState{name: name, weight: 1, nominal: map[string]float64{}, limit: map[string]float64{},
+			used: map[string]float64{}, alloc: map[string]float64{}, minLive: int(^uint(0) >> 1)}
+	}
+	for _, mq := range snap.Queues {
+		q := newQ(mq.Name)
+		q.weight = mq.Spec.EffectiveWeight()
+		q.unlimited = len(mq.Spec.Quota) == 0
+		for k, v := range mq.Spec.Quota {
+			q.nominal[k] = v.Nominal
+			if v.BorrowingLimit != nil {
+				q.limit[k] = *v.BorrowingLimit
+			}
+		}
+		if mq.Spec.Cohort != "" && !q.unlimited {
+			c := cohorts[mq.Spec.Cohort]
+			if c == nil {
+				c = &cohortState{name: mq.Spec.Cohort, nominal: map[string]float64{}, used: map[string]float64{}}
+				cohorts[mq.Spec.Cohort] = c
+			}
+			q.cohort = c
+			for k, v := range q.nominal {
+				c.nominal[k] += v
+			}
+		}
+		qs[q.name] = q
+	}
+	if _, ok := qs[model.DefaultQueue]; !ok {
+		q := newQ(model.DefaultQueue)
+		q.unlimited = true
+		qs[q.name] = q
+	}
+	for name, use := range snap.QueueUse {
+		q := qs[name]
+		if q == nil {
+			continue
+		}
+		for m, v := range use {
+			q.charge(m, v, capacity)
+		}
+	}
+	var total float64
+	decayed := map[string]float64{}
+	for name, u := range snap.Usage {
+		v := u.Decay(now, snap.HalfLife)
+		decayed[name] = v
+		total += v
+	}
+	if total > 0 {
+		for name, v := range decayed {
+			if q := qs[name]; q != nil {
+				q.usage = v / total
+			}
+		}
+	}
+	for _, j := range snap.Pending {
+		q := qs[j.Spec.Queue]
+		if q == nil {
+			q = newQ(j.Spec.Queue)
+			q.missing = true
+			qs[q.name] = q
+		}
+		q.jobs = append(q.jobs, newPJob(j, q, now))
+	}
+	list := make([]*queueState, 0, len(qs))
+	for _, q := range qs {
+		sort.SliceStable(q.jobs, func(a, b int) bool { return q.jobs[a].before(q.jobs[b]) })
+		list = append(list, q)
+	}
+	sort.Slice(list, func(a, b int) bool { return list[a].name < list[b].name })
+	return qs, list
+}
+
+// pjob is a pending job during a pass.
+type pjob struct {
+	job         *model.Job
+	q           *queueState
+	prio        int     // class value
+	eff         float64 // aged priority, for order
+	preemptible bool
+	g           int     // whole GPUs per replica
+	share       float64 // fraction of one GPU per replica, when 0 < gpus < 1
+	runtime     time.Duration
+}
+
+func newPJob(j *model.Job, q *queueState, now time.Time) *pjob {
+	pc, ok := model.LookupPriorityClass(j.Spec.Priority)
+	if !ok {
+		pc, _ = model.LookupPriorityClass(model.DefaultPriority)
+	}
+	pj := &pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
+	pj.eff = float64(pc.Value)
+	if w := now.Sub(j.EnqueuedAt); w > 0 && !j.EnqueuedAt.IsZero() {
+		pj.eff += w.Minutes() * AgingPerMinute
+	}
+	gpus := j.Spec.Resources.GPUs
+	if gpus > 0 && gpus < 1 {
+		pj.share = gpus
+	} else {
+		pj.g = int(gpus)
+	}
+	return pj
+}
+
+func (a *pjob) before(b *pjob) bool {
+	if a.eff != b.eff {
+		return a.eff > b.eff
+	}
+	if !a.job.EnqueuedAt.Equal(b.job.EnqueuedAt) {
+		return a.job.EnqueuedAt.Before(b.job.EnqueuedAt)
+	}
+	return a.job.Seq < b.job.Seq
+}
+
+// runtimeOf is the job's expected runtime: its estimate, else its runtime
+// limit, else 0 (unknown).
+func runtimeOf(j *model.Job) time.Duration {
+	if d := j.Spec.Estimate.Runtime.D(); d > 0 {
+		return d
+	}
+	return j.Spec.Limits.Runtime.D()
+}

@@ -1,0 +1,54 @@
+package state
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// ShapeKey is what makes two nodes interchangeable to the scheduler:
+// provider, region, placement group, state, capacity type, price, sharing,
+// GPUs (model, memory, NVLink group) and labels.
+func ShapeKey(n *model.Node) string {
+	var b strings.Builder
+	b.Grow(96)
+	b.WriteString(n.Provider)
+	b.WriteByte('|')
+	b.WriteString(n.Region)
+	b.WriteByte('|')
+	b.WriteString(n.Labels[model.LabelPlacementGroup])
+	b.WriteByte('|')
+	b.WriteString(string(n.State))
+	b.WriteByte('|')
+	b.WriteString(string(n.CapacityType))
+	b.WriteByte('|')
+	b.WriteString(strconv.FormatFloat(n.PricePerHour, 'g', -1, 64))
+	if n.SharedGPUs {
+		b.WriteString("|shared")
+	}
+	b.WriteByte('|')
+	for _, g := range n.GPUs {
+		b.WriteString(g.Model)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(int64(g.Memory), 36))
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(g.NVLinkGroup))
+		b.WriteByte(',')
+	}
+	if len(n.Labels) > 0 {
+		keys := make([]string, 0, len(n.Labels))
+		for k := range n.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			b.WriteByte('|')
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(n.Labels[k])
+		}
+	}
+	return b.String()
+}
