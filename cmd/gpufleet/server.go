@@ -212,7 +212,14 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
 		return err
 	}
-	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Log: log, Registry: reg, Version: version})
+	cal, calNote, err := loadCalibration(c.DataDir)
+	if err != nil {
+		return err
+	}
+	if calNote != "" {
+		log.Info("advisor uses measured GPU rates", "source", calNote)
+	}
+	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Log: log, Registry: reg, Version: version, Calibration: cal})
 	if err != nil {
 		return err
 	}

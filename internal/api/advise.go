@@ -12,8 +12,8 @@ import (
 
 // advise ranks the catalog's offers for a workload (advisor.Request as JSON
 // or YAML). An invalid profile is 400 with every field; a workload that fits
-// nowhere is 200 with no rows and the shortfall named. The server uses
-// datasheet rates: calibration from `gpufleet bench` is read by the CLI.
+// nowhere is 200 with no rows and the shortfall named. Rates measured by
+// `gpufleet bench` (Config.Calibration) replace datasheet rates.
 func (s *Server) advise(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
@@ -38,7 +38,7 @@ func (s *Server) advise(w http.ResponseWriter, r *http.Request) {
 			req.GPUs[i] = c
 		}
 	}
-	res, err := advisor.Rank(req.Profile, req.Options(s.cfg.Catalog.Offers(), s.cfg.Catalog.Accelerator, advisor.Calibration{}))
+	res, err := advisor.Rank(req.Profile, req.Options(s.cfg.Catalog.Offers(), s.cfg.Catalog.Accelerator, s.cfg.Calibration))
 	if err != nil {
 		// Validate ran first; anything left is still the caller's input.
 		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)

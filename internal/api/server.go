@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -36,6 +37,9 @@ type Config struct {
 	Version      string
 	// Ready reports whether the server can take writes; nil means yes.
 	Ready func() error
+	// Calibration holds GPU rates measured by `gpufleet bench`; the
+	// advisor uses them instead of datasheet rates where present.
+	Calibration advisor.Calibration
 }
 
 // Server is the HTTP API.
@@ -138,7 +142,11 @@ func (s *Server) wrap(rt Route) http.Handler {
 			}
 			s.duration.WithLabelValues(label, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
 		}()
-		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.MaxBodyBytes)
+		limit := s.cfg.MaxBodyBytes
+		if rt.MaxBody > 0 {
+			limit = rt.MaxBody
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, limit)
 		if !rt.Public {
 			tok, problem := s.authorize(rt, r)
 			if problem != 0 {
