@@ -62,9 +62,8 @@ const (
 type Period struct {
 	Kind PeriodKind `json:"kind"`
 	// StartDay is the day a period begins: 1–28 for monthly (so every
-	// month has it), 0–6 for weekly (0 = Sunday, as time.Weekday). Zero
-	// means the 1st for monthly and Sunday for weekly... for monthly, 0
-	// is read as 1.
+	// month has it; 0 reads as 1), 0–6 for weekly (0 = Sunday, as
+	// time.Weekday).
 	StartDay int `json:"startDay,omitempty"`
 }
 

@@ -101,9 +101,6 @@ func NewRollup() *Rollup {
 // Rows is how many entries have been added.
 func (r *Rollup) Rows() int64 { return r.rows }
 
-// Dims returns the dimension set with the given id (for tools and tests).
-func (r *Rollup) dimsOf(id uint32) *Dims { return &r.dims[id] }
-
 func (r *Rollup) intern(e *Entry) uint32 {
 	k := &r.key
 	k.Reset()
@@ -276,7 +273,7 @@ func (r *Rollup) Job(id string) (JobCost, bool) {
 // ceiled to the hour. Budgets compare this against their amount.
 func (r *Rollup) Spend(s Scope, from, to time.Time) Money {
 	var total Money
-	r.each(from, to, func(_ int64, d *Dims, c *Cell) {
+	r.each(from, to, func(_ int64, _ uint32, d *Dims, c *Cell) {
 		if d.Kind == KindAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
 			total += c.Cost
 		}
@@ -305,7 +302,7 @@ func (r *Rollup) DailySpend(s Scope, from time.Time, n int) []Money {
 // each visits every cell in [from, to): daily buckets where both ends are
 // midnight UTC, hourly otherwise (ends rounded outwards to the hour). The
 // first argument is the bucket's start in Unix seconds.
-func (r *Rollup) each(from, to time.Time, fn func(start int64, d *Dims, c *Cell)) {
+func (r *Rollup) each(from, to time.Time, fn func(start int64, id uint32, d *Dims, c *Cell)) {
 	f, t := from.Unix(), to.Unix()
 	if f%86400 == 0 && t%86400 == 0 {
 		r.walk(r.days, f/86400, t/86400, 86400, fn)
@@ -314,7 +311,7 @@ func (r *Rollup) each(from, to time.Time, fn func(start int64, d *Dims, c *Cell)
 	r.walk(r.hours, floorDiv(f, 3600), -floorDiv(-t, 3600), 3600, fn)
 }
 
-func (r *Rollup) walk(m map[int64]*bucket, lo, hi, size int64, fn func(int64, *Dims, *Cell)) {
+func (r *Rollup) walk(m map[int64]*bucket, lo, hi, size int64, fn func(int64, uint32, *Dims, *Cell)) {
 	if hi-lo > int64(len(m)) {
 		// Sparse: walk the buckets present rather than every slot.
 		keys := make([]int64, 0, len(m))
@@ -336,8 +333,8 @@ func (r *Rollup) walk(m map[int64]*bucket, lo, hi, size int64, fn func(int64, *D
 	}
 }
 
-func (r *Rollup) visit(b *bucket, start int64, fn func(int64, *Dims, *Cell)) {
+func (r *Rollup) visit(b *bucket, start int64, fn func(int64, uint32, *Dims, *Cell)) {
 	for i, id := range b.dims {
-		fn(start, &r.dims[id], &b.cells[i])
+		fn(start, id, &r.dims[id], &b.cells[i])
 	}
 }

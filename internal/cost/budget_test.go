@@ -1,0 +1,144 @@
+package cost
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+func day(y int, m time.Month, d, h int) time.Time { return time.Date(y, m, d, h, 0, 0, 0, time.UTC) }
+
+func TestPeriodBounds(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		p          Period
+		now        time.Time
+		start, end time.Time
+	}{
+		"monthly on the 1st":      {Period{Monthly, 1}, day(2025, 2, 14, 5), day(2025, 2, 1, 0), day(2025, 3, 1, 0)},
+		"monthly before start":    {Period{Monthly, 15}, day(2025, 1, 3, 0), day(2024, 12, 15, 0), day(2025, 1, 15, 0)},
+		"monthly on the start":    {Period{Monthly, 15}, day(2025, 1, 15, 0), day(2025, 1, 15, 0), day(2025, 2, 15, 0)},
+		"weekly from Monday":      {Period{Weekly, 1}, day(2025, 3, 2, 12), day(2025, 2, 24, 0), day(2025, 3, 3, 0)}, // 2 Mar 2025 is a Sunday
+		"weekly on the start day": {Period{Weekly, 0}, day(2025, 3, 2, 12), day(2025, 3, 2, 0), day(2025, 3, 9, 0)},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, e := tt.p.Bounds(tt.now)
+			if diff := cmp.Diff([]time.Time{tt.start, tt.end}, []time.Time{s, e}); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBudgetValidate(t *testing.T) {
+	t.Parallel()
+	b := Budget{Period: Period{Kind: "daily"}, Thresholds: []Threshold{{Percent: 0, Action: "email", Basis: "vibes"}}}
+	want := `metadata.name: must be set; spec.amount: must be > 0; spec.period.kind: must be "monthly" or "weekly"; ` +
+		`spec.scope: must set project, queue or tags; spec.thresholds[0].action: must be one of notify, block-new, stop-spot, stop-all; ` +
+		`spec.thresholds[0].basis: must be "actual" or "forecast"; spec.thresholds[0].percent: must be > 0 and at most 10000`
+	if diff := cmp.Diff(want, b.Validate().Error()); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	t.Parallel()
+	b := Budget{Name: "nlp", Scope: Scope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * Dollar,
+		Period:     Period{Kind: Weekly, StartDay: 1},
+		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot, Basis: Forecast}, {Percent: 100, Action: ActionStopAll}}}
+	now := day(2025, 3, 5, 10)
+	ps := day(2025, 3, 3, 0)
+	running := []Running{
+		{JobID: "s1", Tags: map[string]string{"team": "nlp"}, CapacityType: model.Spot},
+		{JobID: "o1", Tags: map[string]string{"team": "nlp"}, CapacityType: model.OnDemand},
+		{JobID: "s2", Tags: map[string]string{"team": "cv"}, CapacityType: model.Spot},
+	}
+	type out struct {
+		Fired  []int
+		Blocks int
+		Stops  []string
+	}
+	tests := map[string]struct {
+		spend Spend
+		fired map[FiredKey]bool
+		want  out
+	}{
+		"under":                        {Spend{Actual: 100 * Dollar, Forecast: 500 * Dollar}, nil, out{}},
+		"80% actual":                   {Spend{Actual: 800 * Dollar}, nil, out{Fired: []int{0}}},
+		"already fired stays quiet":    {Spend{Actual: 850 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps}: true}, out{}},
+		"forecast stop-spot":           {Spend{Actual: 700 * Dollar, Forecast: 950 * Dollar}, nil, out{Fired: []int{1}, Stops: []string{"s1"}}},
+		"stop-all blocks and stops":    {Spend{Actual: 1000 * Dollar, Forecast: 1000 * Dollar}, nil, out{Fired: []int{0, 1, 2}, Blocks: 1, Stops: []string{"o1", "s1"}}},
+		"last period's firing re-arms": {Spend{Actual: 810 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps.AddDate(0, 0, -7)}: true}, out{Fired: []int{0}}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			ev := Evaluate(EvaluateInput{Budgets: []Budget{b}, Spend: map[string]Spend{"nlp": tt.spend}, Fired: tt.fired, Running: running, Now: now})
+			var got out
+			for _, f := range ev.Firings {
+				got.Fired = append(got.Fired, f.Key.Threshold)
+			}
+			got.Blocks = len(ev.Blocks)
+			for _, s := range ev.Stops {
+				got.Stops = append(got.Stops, s.JobID)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	t.Parallel()
+	hard := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 100 * Dollar, Period: Period{Kind: Monthly}, Hard: true}
+	now := day(2025, 3, 10, 0)
+	block := Block{Budget: "q", Scope: Scope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
+	tests := map[string]struct {
+		r      Request
+		spent  Money
+		blocks []Block
+		now    time.Time
+		ok     bool
+	}{
+		"fits":                    {Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 10 * time.Hour}, 60 * Dollar, nil, now, true},
+		"worst case exceeds hard": {Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 11 * time.Hour}, 60 * Dollar, nil, now, false},
+		"other project":           {Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 99 * time.Hour}, 60 * Dollar, nil, now, true},
+		"blocked queue":           {Request{Project: "x", Queue: "batch"}, 0, []Block{block}, now, false},
+		"block expired":           {Request{Project: "x", Queue: "batch"}, 0, []Block{block}, day(2025, 4, 1, 0), true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			ok, reason := Admit(tt.r, AdmissionState{Budgets: []Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
+			if ok != tt.ok || !ok && reason == "" {
+				t.Errorf("Admit = %v, %q; want %v", ok, reason, tt.ok)
+			}
+		})
+	}
+}
+
+func TestForecastSpend(t *testing.T) {
+	t.Parallel()
+	// $24/day steady spend for 28 days of February: the forecast for March
+	// (31 days) at the start of March 11th should be near $24 × 31.
+	r := NewRollup()
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	from := day(2025, 2, 1, 0)
+	now := day(2025, 3, 11, 0)
+	for h := from; h.Before(now); h = h.Add(time.Hour) {
+		r.Add(Meter(nodes, h, h.Add(time.Hour)))
+	}
+	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 500 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	sp, f := ForecastSpend(r, b, now, 28, 31)
+	if sp.Actual != 240*Dollar {
+		t.Errorf("actual %v, want $240", sp.Actual)
+	}
+	if sp.Forecast < 740*Dollar || sp.Forecast > 748*Dollar {
+		t.Errorf("forecast %v, want ≈ $744 (%s)", sp.Forecast, f.Method)
+	}
+	if len(f.Points) != 21+31 {
+		t.Errorf("%d points, want 52", len(f.Points))
+	}
+}
