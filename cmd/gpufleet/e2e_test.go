@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -48,7 +49,7 @@ type server struct {
 	dataDir string
 	listen  string
 	cmd     *exec.Cmd
-	out     *bytes.Buffer
+	out     *syncBuffer
 }
 
 func freePort(t *testing.T) string {
@@ -63,7 +64,7 @@ func freePort(t *testing.T) string {
 
 func startServer(t *testing.T, dataDir, listen string) *server {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &bytes.Buffer{}}
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
 	s.cmd = exec.Command(binary, "up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100")
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
@@ -282,5 +283,73 @@ func waitFile(t *testing.T, path string) {
 			t.Fatalf("%s never appeared", path)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// TestExplainOnLiveServer: explain shows real reasons for a job that can
+// never fit the 4-GPU node and for one that waits behind running work.
+func TestExplainOnLiveServer(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t))
+	big := strings.TrimSpace(s.gpufleet("run", "--gpus", "8", "--", "sleep", "60"))
+	hog := strings.TrimSpace(s.gpufleet("run", "--gpus", "4", "--grace", "1s", "--", "sleep", "60"))
+	s.waitJob(hog, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
+	waiter := strings.TrimSpace(s.gpufleet("run", "--gpus", "2", "--", "true"))
+
+	explain := func(id string) controller.Explanation {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var e controller.Explanation
+			if err := json.Unmarshal([]byte(s.gpufleet("explain", id, "-o", "json")), &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Verdict != nil {
+				return e
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("explain %s never had a verdict: %+v", id, e)
+			}
+			time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
+		}
+	}
+	reasons := func(e controller.Explanation) string {
+		var b strings.Builder
+		for _, r := range e.Verdict.Reasons {
+			fmt.Fprintf(&b, "%s: %s\n", r.Scope, r.Message)
+		}
+		return b.String()
+	}
+	e := explain(big)
+	if !e.Pending || e.Queue != model.DefaultQueue || !strings.Contains(reasons(e), "node") || !strings.Contains(reasons(e), "8") {
+		t.Errorf("explain %s: want a node verdict about 8 GPUs in the default queue, got %+v:\n%s", big, e, reasons(e))
+	}
+	e = explain(waiter)
+	if e.Verdict.Position < 1 || !strings.Contains(reasons(e), "GPUs free") {
+		t.Errorf("explain %s: want a queue position and free-GPU reasons, got %+v:\n%s", waiter, e, reasons(e))
+	}
+	table := s.gpufleet("explain", waiter)
+	for _, want := range []string{"POSITION", "WHY NOT", "node/", waiter} {
+		if !strings.Contains(table, want) {
+			t.Errorf("explain table lacks %q:\n%s", want, table)
+		}
+	}
+	s.gpufleet("jobs", "cancel", hog, big, waiter)
+}
+
+// TestArrayJob: an array job's tasks run with their index, and the
+// array's id shows them all.
+func TestArrayJob(t *testing.T) {
+	s := startServer(t, t.TempDir(), freePort(t))
+	id := strings.TrimSpace(s.gpufleet("run", "--array", "3", "--gpus", "0", "--", "sh", "-c", "echo task=$GPUFLEET_ARRAY_INDEX"))
+	v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobSucceeded || v.Array == nil || v.Array.Size != 3 || v.Array.States[model.JobSucceeded] != 3 {
+		t.Fatalf("array job = %s %+v", v.State, v.Array)
+	}
+	for i := range 3 {
+		if got, want := s.gpufleet("jobs", "logs", fmt.Sprintf("%s-%d", id, i)), fmt.Sprintf("task=%d\n", i); got != want {
+			t.Errorf("task %d logged %q, want %q", i, got, want)
+		}
+	}
+	if out := s.gpufleet("jobs", "list", "--all", "--array", id); strings.Count(out, id+"-") != 3 {
+		t.Errorf("jobs list --array shows:\n%s", out)
 	}
 }

@@ -30,6 +30,7 @@ func newJobsListCmd(g *globals) *cobra.Command {
 		states []string
 		limit  int
 		all    bool
+		array  string
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -37,7 +38,8 @@ func newJobsListCmd(g *globals) *cobra.Command {
 		Short:   "List jobs, newest first",
 		Example: `  gpufleet jobs list
   gpufleet jobs list --state running,queued -o json
-  gpufleet jobs list --all --limit 50`,
+  gpufleet jobs list --all --limit 50
+  gpufleet jobs list --all --array j-abcdefghij     # the tasks of an array job`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
@@ -50,7 +52,7 @@ func newJobsListCmd(g *globals) *cobra.Command {
 			if len(states) == 0 && !all {
 				states = []string{"queued", "admitted", "provisioning", "running"}
 			}
-			jobs, err := c.Jobs(cmd.Context(), states, limit)
+			jobs, err := c.ListJobs(cmd.Context(), client.ListOptions{States: states, Array: array, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -66,6 +68,7 @@ func newJobsListCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these states (default: unfinished jobs)")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include finished jobs")
 	cmd.Flags().IntVar(&limit, "limit", 100, "most jobs to show")
+	cmd.Flags().StringVar(&array, "array", "", "only the tasks of this array job")
 	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var s []string
 		for _, st := range model.JobStates {
@@ -146,6 +149,20 @@ func jobTable(tw *tabwriter.Writer, v *api.JobView) {
 			row(tw, a.Number, a.State, strings.Join(nodes, ","), dash(strings.Join(gpus, ";")), timeOrDash(a.StartedAt), timeOrDash(a.EndedAt), codeOrDash(a.ExitCode), dash(a.Reason))
 		}
 	}
+	if av := v.Array; av != nil {
+		var counts []string
+		for _, st := range model.JobStates {
+			if n := av.States[st]; n > 0 {
+				counts = append(counts, fmt.Sprintf("%d %s", n, st))
+			}
+		}
+		row(tw, "Tasks:", fmt.Sprintf("%d (%s)", av.Size, strings.Join(counts, ", ")))
+		row(tw, "")
+		row(tw, "INDEX", "TASK", "STATE", "ATTEMPTS", "REASON")
+		for _, t := range av.Tasks {
+			row(tw, t.ArrayIndex, t.ID, t.State, t.Attempts, dash(truncate(t.Reason, 60)))
+		}
+	}
 }
 
 func newJobsLogsCmd(g *globals) *cobra.Command {
@@ -216,7 +233,7 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   "cancel JOB...",
-		Short: "Cancel jobs: running replicas get their checkpoint signal, then SIGKILL after the grace period",
+		Short: "Cancel jobs (an array job's id: all its tasks): running replicas get their checkpoint signal, then SIGKILL after the grace period",
 		Example: `  gpufleet jobs cancel j-abcdefghij
   gpufleet jobs cancel j-abcdefghij j-klmnopqrst`,
 		Args: cobra.MinimumNArgs(1),

@@ -32,6 +32,7 @@ type runFlags struct {
 	queue      string
 	priority   string
 	replicas   int
+	array      int
 	gpus       float64
 	gpuModels  []string
 	minGPUMem  string
@@ -41,6 +42,7 @@ type runFlags struct {
 	env        []string
 	tags       []string
 	workdir    string
+	upload     bool
 	runtime    string
 	grace      string
 	signal     string
@@ -72,6 +74,11 @@ output until it ends and exit with its exit code.`,
 			if err != nil {
 				return err
 			}
+			if f.upload {
+				if body, err = uploadWorkdir(cmd.Context(), c, body); err != nil {
+					return err
+				}
+			}
 			key := f.idempotent
 			if key == "" {
 				key = randomKey()
@@ -79,6 +86,10 @@ output until it ends and exit with its exit code.`,
 			v, err := c.SubmitJob(cmd.Context(), body, client.SubmitOptions{YAML: yamlBody, IdempotencyKey: key})
 			if err != nil {
 				return err
+			}
+			if f.follow && v.Array != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), v.ID)
+				return fmt.Errorf("submitted array job %s with %d tasks; --follow follows one job: use gpufleet jobs logs -f %s-INDEX", v.ID, v.Array.Size, v.ID)
 			}
 			if !f.follow {
 				if f.out == "table" {
@@ -104,6 +115,7 @@ output until it ends and exit with its exit code.`,
 	fl.StringVar(&f.queue, "queue", "", "queue (default \"default\")")
 	fl.StringVar(&f.priority, "priority", "", "priority class (default \"normal\")")
 	fl.IntVar(&f.replicas, "replicas", 1, "replicas started together (a gang)")
+	fl.IntVar(&f.array, "array", 0, "submit N independent tasks under one id, each with GPUFLEET_ARRAY_INDEX=0..N-1")
 	fl.Float64Var(&f.gpus, "gpus", 0, "GPUs per replica")
 	fl.StringSliceVar(&f.gpuModels, "gpu", nil, "allowed GPU models, in order of preference (e.g. H100,A100-80GB)")
 	fl.StringVar(&f.minGPUMem, "min-gpu-memory", "", "minimum memory per GPU (e.g. 40Gi)")
@@ -113,6 +125,7 @@ output until it ends and exit with its exit code.`,
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fl.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE for cost attribution (repeatable)")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory)")
+	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime limit per attempt (e.g. 30m, 12h)")
 	fl.StringVar(&f.grace, "grace", "", "grace period between the checkpoint signal and SIGKILL (default 30s)")
 	fl.StringVar(&f.signal, "signal", "", "checkpoint signal sent before a stop (default SIGTERM)")
@@ -125,7 +138,7 @@ output until it ends and exit with its exit code.`,
 }
 
 // specFlags are the flags that describe the job itself, not how to submit it.
-var specFlags = []string{"name", "project", "queue", "priority", "replicas", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "tag", "workdir", "runtime", "grace", "signal", "retries"}
+var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "tag", "workdir", "runtime", "grace", "signal", "retries"}
 
 // manifest returns the body to submit and whether it is YAML.
 func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, error) {
@@ -138,6 +151,9 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 		if len(args) > 0 {
 			return nil, false, errors.New("a command after '--' cannot be combined with -f: put it in the manifest's spec.run.command")
 		}
+		if f.upload {
+			return nil, false, errors.New("--upload-workdir works with flags, not yet with -f: give the job as flags, or upload with POST /v1/archives and set spec.run.archive")
+		}
 		return readManifest(f.file)
 	}
 	if len(args) == 0 {
@@ -147,7 +163,7 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	job := manifest.Job{APIVersion: manifest.APIVersion, Kind: "Job"}
 	job.Metadata = manifest.Metadata{Name: f.name, Project: f.project, Tags: keyValues("--tag", f.tags, &fe)}
 	spec := &job.Spec
-	spec.Queue, spec.Priority, spec.Replicas = f.queue, f.priority, f.replicas
+	spec.Queue, spec.Priority, spec.Replicas, spec.Array = f.queue, f.priority, f.replicas, f.array
 	spec.Resources.GPUs, spec.Resources.CPU = f.gpus, f.cpu
 	spec.Resources.GPU.Models = f.gpuModels
 	spec.Resources.GPU.MinMemory = parseBytesFlag("--min-gpu-memory", f.minGPUMem, &fe)

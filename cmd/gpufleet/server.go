@@ -24,6 +24,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -45,7 +46,14 @@ type serverConfig struct {
 	Banner bool
 	// AdminTokenTTL bounds the admin token `up` creates.
 	AdminTokenTTL time.Duration
+	// HeartbeatTimeout is how long a node may be silent before it is lost
+	// and its jobs requeue; agents are asked to sync four times as often.
+	HeartbeatTimeout time.Duration
 }
+
+// minHeartbeatTimeout keeps agents' syncs (a quarter of the timeout) from
+// turning into a busy loop.
+const minHeartbeatTimeout = 2 * time.Second
 
 // Validate reports every problem at once, by flag name.
 func (c *serverConfig) Validate() error {
@@ -61,7 +69,17 @@ func (c *serverConfig) Validate() error {
 	default:
 		fe.Add("--log-level", "must be debug, info, warn or error")
 	}
+	if c.HeartbeatTimeout < minHeartbeatTimeout {
+		fe.Add("--heartbeat-timeout", fmt.Sprintf("must be at least %s", minHeartbeatTimeout))
+	}
 	return fe.Err()
+}
+
+// heartbeatInterval is how often agents are asked to sync: a quarter of the
+// timeout, so a node is lost only after several missed syncs, and at most
+// the controller's default.
+func (c *serverConfig) heartbeatInterval() time.Duration {
+	return min(c.HeartbeatTimeout/4, 10*time.Second)
 }
 
 func addServerFlags(cmd *cobra.Command, c *serverConfig) {
@@ -74,6 +92,7 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs on this machine instead of discovering them (e.g. 8xH100)")
 	fl.BoolVar(&c.NoAgent, "no-local-agent", false, "do not run jobs on this machine (control plane only)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fl.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 60*time.Second, "how long a node may be silent before it is lost and its jobs requeue")
 }
 
 func newUpCmd(g *globals) *cobra.Command {
@@ -197,13 +216,19 @@ func serve(ctx context.Context, c *serverConfig) error {
 	defer ln.Close()
 	url := "http://" + ln.Addr().String()
 
+	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
+	if err != nil {
+		return err
+	}
 	var ctrl *controller.Controller
 	ctrl, err = controller.New(ctx, controller.Config{
-		Store: st, Logs: logs, Log: log, ServerURL: url,
-		CheckpointDir: filepath.Join(c.DataDir, "checkpoints"),
-		Seed:          time.Now().UnixNano(),
-		Metrics:       controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
-		Fatal:         func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
+		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
+		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
+		Seed:              time.Now().UnixNano(),
+		HeartbeatTimeout:  c.HeartbeatTimeout,
+		HeartbeatInterval: c.heartbeatInterval(),
+		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
+		Fatal:             func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
 	})
 	if err != nil {
 		return err
@@ -219,7 +244,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if calNote != "" {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
-	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Log: log, Registry: reg, Version: version, Calibration: cal})
+	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: version, Calibration: cal})
 	if err != nil {
 		return err
 	}
@@ -292,18 +317,9 @@ func ignoreClosed(err error) error {
 // localAgent discovers this machine's GPUs and returns the in-process agent
 // that runs jobs here, speaking the agent protocol to the controller.
 func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, cat *catalog.Catalog, log *slog.Logger) (*agent.Agent, gpu.Inventory, error) {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	inv, err := gpu.Discover(dctx, gpu.Options{
-		Fake: c.FakeGPUs,
-		MemoryOf: func(name string) (model.Bytes, bool) {
-			a, ok := cat.Accelerator(name)
-			return a.Memory, ok && a.Memory > 0
-		},
-		Logger: log,
-	})
+	inv, err := discoverGPUs(ctx, c.FakeGPUs, cat, log)
 	if err != nil {
-		return nil, inv, fmt.Errorf("discovering GPUs: %w", err)
+		return nil, inv, err
 	}
 	exe, err := os.Executable()
 	if err != nil {

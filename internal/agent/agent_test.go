@@ -561,3 +561,30 @@ func TestSupervisorThatFailsLosesItsReplica(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentRegistersAgainWhenTheServerForgetsTheNode: a sync refused with
+// ErrUnknownNode makes the agent register under the same id, report its
+// replicas afresh, and leave them running.
+func TestAgentRegistersAgainWhenTheServerForgetsTheNode(t *testing.T) {
+	t.Parallel()
+	cp := newFakeControlPlane()
+	dir := agentDir(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	cp.setDesired(gated("r1", gate))
+	startAgent(t, newTestAgent(t, cp, dir))
+	waitPhase(t, cp, "r1", agentapi.PhaseRunning)
+
+	cp.forget("r1")
+	cp.forgetNode()
+	waitFor(t, "the agent to register again", func() bool { return len(cp.registrations()) == 2 })
+	if regs := cp.registrations(); regs[1].NodeID != "node-1" {
+		t.Errorf("re-registration under %q, want the node's id node-1", regs[1].NodeID)
+	}
+	waitPhase(t, cp, "r1", agentapi.PhaseRunning) // reported afresh
+
+	touch(t, gate)
+	got := waitPhase(t, cp, "r1", agentapi.PhaseExited)
+	if diff := cmp.Diff(agentapi.ReplicaStatus{ID: "r1", Phase: agentapi.PhaseExited, ExitCode: intPtr(5)}, got, ignoreTimes); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+}

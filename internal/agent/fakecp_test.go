@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -17,14 +19,18 @@ import (
 type fakeControlPlane struct {
 	mu       sync.Mutex
 	down     bool
-	failures int // calls refused while down
-	gen      uint64
-	desired  []agentapi.ReplicaSpec
-	changed  chan struct{} // closed when the desired set changes
-	regs     []agentapi.Registration
-	syncs    []agentapi.SyncRequest
-	latest   map[string]agentapi.ReplicaStatus
-	logs     map[string]*fakeLog
+	archives map[string][]byte // by content address
+	// unknownNode makes Sync answer ErrUnknownNode until the next Register,
+	// as a server does that lost its state or gave the node up for lost.
+	unknownNode bool
+	failures    int // calls refused while down
+	gen         uint64
+	desired     []agentapi.ReplicaSpec
+	changed     chan struct{} // closed when the desired set changes
+	regs        []agentapi.Registration
+	syncs       []agentapi.SyncRequest
+	latest      map[string]agentapi.ReplicaStatus
+	logs        map[string]*fakeLog
 	// logAtEnd is each replica's log as the server held it when the
 	// replica's end was first reported.
 	logAtEnd map[string]fakeLog
@@ -57,6 +63,7 @@ func (f *fakeControlPlane) Register(ctx context.Context, r agentapi.Registration
 		return agentapi.RegisterResponse{}, errDown
 	}
 	f.regs = append(f.regs, r)
+	f.unknownNode = false
 	id := r.NodeID
 	if id == "" {
 		id = fmt.Sprintf("node-%d", len(f.regs))
@@ -70,6 +77,10 @@ func (f *fakeControlPlane) Sync(ctx context.Context, req agentapi.SyncRequest) (
 		f.failures++
 		f.mu.Unlock()
 		return agentapi.SyncResponse{}, errDown
+	}
+	if f.unknownNode {
+		f.mu.Unlock()
+		return agentapi.SyncResponse{}, fmt.Errorf("node %s: %w", req.NodeID, agentapi.ErrUnknownNode)
 	}
 	f.syncs = append(f.syncs, req)
 	for _, s := range req.Statuses {
@@ -116,6 +127,17 @@ func (f *fakeControlPlane) AppendLog(ctx context.Context, c agentapi.LogChunk) (
 	return agentapi.LogAck{Size: int64(len(l.data))}, nil
 }
 
+// FetchArchive serves the archives a test put in archives.
+func (f *fakeControlPlane) FetchArchive(_ context.Context, digest string) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, ok := f.archives[digest]
+	if !ok {
+		return nil, fmt.Errorf("archive %s: not found", digest)
+	}
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
 func (f *fakeControlPlane) log(id string) *fakeLog {
 	l, ok := f.logs[id]
 	if !ok {
@@ -132,6 +154,15 @@ func (f *fakeControlPlane) setDesired(specs ...agentapi.ReplicaSpec) {
 	f.desired = specs
 	f.gen++
 	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// forgetNode makes the server refuse syncs until the node registers again.
+func (f *fakeControlPlane) forgetNode() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unknownNode = true
+	close(f.changed) // end a pending long poll
 	f.changed = make(chan struct{})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -21,7 +22,8 @@ import (
 //  1. collect the statuses of all tracked replicas;
 //  2. sync: a long poll, unless there is news for the server, and cut short
 //     when a replica's status changes meanwhile;
-//  3. on success apply the desired set: start, stop, acknowledge; on failure
+//  3. on success apply the desired set: start, stop, acknowledge; when the
+//     server does not know the node, register again; on other failures
 //     wait a backoff and go again, leaving every replica running.
 func (a *Agent) syncLoop(ctx context.Context) {
 	retry := a.newBackoff()
@@ -45,6 +47,16 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			return
 		case woken:
 			// A replica changed during the long poll: report it now.
+		case errors.Is(err, agentapi.ErrUnknownNode):
+			// The server forgot the node or gave it up for lost: announce
+			// it again under the same id. Replicas keep running; the
+			// desired set that follows says which still count, and
+			// everything is reported afresh.
+			a.log.Warn("the server does not know this node; registering again", "err", err)
+			if err := a.register(ctx); err != nil {
+				return // only when ctx ended
+			}
+			a.generation, a.delivered = 0, nil
 		default:
 			d := retry.next()
 			a.log.Warn("syncing with the server; replicas keep running", "err", err, "retry_in", d)
@@ -196,6 +208,16 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 		log.Error("creating replica directory", "err", err)
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent could not create the replica directory: %v", err))
 	}
+	if spec.Archive != "" {
+		if err := a.unpack(ctx, dir, spec.Archive); err != nil {
+			log.Error("unpacking the job's workdir", "archive", spec.Archive, "err", err)
+			phase := agentapi.PhaseLost // a fetch that may work next time: the attempt is retried
+			if errors.Is(err, archive.ErrUnsafe) || errors.Is(err, archive.ErrTooLarge) || errors.Is(err, archive.ErrDigestMismatch) {
+				phase = agentapi.PhaseExited // no exit code: the attempt fails
+			}
+			return a.trackEnded(ctx, spec.ID, dir, phase, fmt.Sprintf("agent could not unpack the job's workdir %s: %v", spec.Archive, err))
+		}
+	}
 	l, err := a.launch(dir, spec)
 	if err != nil {
 		log.Error("launching supervisor", "err", err)
@@ -205,6 +227,25 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 	r := a.newReplica(spec.ID, dir, l)
 	a.track(ctx, r)
 	return r
+}
+
+// unpack fetches the job's uploaded workdir and unpacks it into the
+// replica's work folder (where the supervisor runs a relative Workdir),
+// checking that what arrived has the content address it was asked for.
+func (a *Agent) unpack(ctx context.Context, dir, digest string) error {
+	rc, err := a.cfg.ControlPlane.FetchArchive(ctx, digest)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	got, err := archive.Unpack(rc, filepath.Join(dir, "work"), archive.Limits{})
+	if err != nil {
+		return err
+	}
+	if archive.DigestPrefix+got != digest {
+		return fmt.Errorf("received %s%s: %w", archive.DigestPrefix, got, archive.ErrDigestMismatch)
+	}
+	return nil
 }
 
 // validID checks that a replica id is a safe directory name.

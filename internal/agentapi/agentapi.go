@@ -9,6 +9,8 @@ package agentapi
 
 import (
 	"context"
+	"errors"
+	"io"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -16,6 +18,12 @@ import (
 
 // Version is the protocol version; a server refuses agents of another major.
 const Version = "v1"
+
+// ErrUnknownNode is returned by Sync when the server does not know the node,
+// or has marked it lost (it was silent past its heartbeat timeout): the
+// agent must Register again before it syncs. Its replicas keep running; the
+// server's desired set after registration says which of them still count.
+var ErrUnknownNode = errors.New("node is not registered")
 
 // ControlPlane is what an agent needs from the server. Implementations are
 // safe for concurrent use.
@@ -27,13 +35,18 @@ type ControlPlane interface {
 	// Sync reports the agent's observed replicas and returns the desired set.
 	// When req.Generation equals the server's current generation for the
 	// node, Sync waits up to req.Wait for a change before answering (long
-	// poll). Every Sync is also a heartbeat.
+	// poll). Every Sync is also a heartbeat. An error matching
+	// ErrUnknownNode means the agent must Register again.
 	Sync(ctx context.Context, req SyncRequest) (SyncResponse, error)
 	// AppendLog stores a chunk of a replica's output at its offset. Chunks
 	// are idempotent: bytes the server already has are ignored, and a chunk
 	// that starts past the server's end is not stored. Either way the ack's
 	// Size says where the agent must continue.
 	AppendLog(ctx context.Context, c LogChunk) (LogAck, error)
+	// FetchArchive streams the uploaded archive with content address
+	// digest ("sha256:<hex>"); the caller closes it and must verify the
+	// digest of what it read. Idempotent.
+	FetchArchive(ctx context.Context, digest string) (io.ReadCloser, error)
 }
 
 // Registration is the node's facts as its agent sees them.
@@ -63,15 +76,20 @@ type RegisterResponse struct {
 type ReplicaSpec struct {
 	// ID is unique per attempt and rank (model.ReplicaID); an agent never
 	// starts the same ID twice.
-	ID        string            `json:"id"`
-	JobID     string            `json:"jobId"`
-	AttemptID string            `json:"attemptId"`
-	Attempt   int               `json:"attempt"`
-	Rank      int               `json:"rank"`
-	Command   []string          `json:"command"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Env       map[string]string `json:"env"`
-	GPUs      []int             `json:"gpus"`
+	ID        string   `json:"id"`
+	JobID     string   `json:"jobId"`
+	AttemptID string   `json:"attemptId"`
+	Attempt   int      `json:"attempt"`
+	Rank      int      `json:"rank"`
+	Command   []string `json:"command"`
+	Workdir   string   `json:"workdir,omitempty"`
+	// Archive, when set, is the content address of the job's uploaded
+	// working directory: the agent fetches it (FetchArchive), unpacks it
+	// into the replica's work folder and checks its digest before it
+	// starts the replica.
+	Archive string            `json:"archive,omitempty"`
+	Env     map[string]string `json:"env"`
+	GPUs    []int             `json:"gpus"`
 	// Runtime limits the run; 0 means none. When it passes, the replica
 	// gets Signal, then SIGKILL after Grace, and exits with ReasonRuntimeLimit.
 	Runtime model.Duration `json:"runtime,omitempty"`

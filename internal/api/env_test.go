@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +33,9 @@ type envConfig struct {
 	Clock clock.Clock
 	// Ready is the API's readiness check (nil: always ready).
 	Ready func() error
+	// Dir holds the database and logs (empty: a new temp dir), so a test
+	// can restart a server on the same state.
+	Dir string
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -50,29 +52,16 @@ type testEnv struct {
 	admin string
 }
 
-var (
-	catalogOnce sync.Once
-	catalogVal  *catalog.Catalog
-	catalogErr  error
-)
-
-// testCatalog loads the embedded catalog once per test binary.
-func testCatalog(tb testing.TB) *catalog.Catalog {
-	tb.Helper()
-	catalogOnce.Do(func() { catalogVal, catalogErr = catalog.Load() })
-	if catalogErr != nil {
-		tb.Fatalf("loading catalog: %v", catalogErr)
-	}
-	return catalogVal
-}
-
 // newEnv starts a server and stops it at cleanup, in the order serve does:
 // HTTP first, then the controller loop, then the commit acknowledger, then
 // the store.
 func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	tb.Helper()
 	ctx := context.Background()
-	dir := tb.TempDir()
+	dir := cfg.Dir
+	if dir == "" {
+		dir = tb.TempDir()
+	}
 	reg := prometheus.NewRegistry()
 	// As cmd/gpufleet/server.go wires it.
 	commitSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -104,8 +93,12 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("starting controller: %v", err)
 	}
+	cat, err := catalog.Load()
+	if err != nil {
+		tb.Fatalf("loading catalog: %v", err)
+	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Catalog: testCatalog(tb), Logs: logs, Registry: reg,
+		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready,
 	})
 	if err != nil {

@@ -78,12 +78,19 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
-	w.Header().Set("Location", "/v1/jobs/"+created.ID)
+	v := JobView{Job: created}
+	if created.ArrayID != "" {
+		if v, err = s.arrayView(created.ArrayID); err != nil {
+			writeProblem(w, r, statusOf(err), err.Error(), nil)
+			return
+		}
+	}
+	w.Header().Set("Location", "/v1/jobs/"+v.ID)
 	status := http.StatusCreated
 	if !isNew {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, JobView{Job: created})
+	writeJSON(w, status, v)
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +108,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.Project = q.Get("project")
+	f.Array = q.Get("array")
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -131,8 +139,14 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
+// jobView shows a job, or an array job when id names one.
 func (s *Server) jobView(id string) (JobView, error) {
 	j, err := s.cfg.Controller.Job(id)
+	if errors.Is(err, controller.ErrNotFound) {
+		if v, aerr := s.arrayView(id); aerr == nil {
+			return v, nil
+		}
+	}
 	if err != nil {
 		return JobView{}, err
 	}
@@ -147,6 +161,23 @@ func (s *Server) jobView(id string) (JobView, error) {
 		}
 	}
 	return v, nil
+}
+
+// arrayView summarises an array job from its tasks.
+func (s *Server) arrayView(id string) (JobView, error) {
+	tasks, err := s.cfg.Controller.Array(id)
+	if err != nil {
+		return JobView{}, err
+	}
+	first := tasks[0]
+	sum := &model.Job{ID: id, Name: first.Name, Project: first.Project, User: first.User, Tags: first.Tags, Spec: first.Spec,
+		State: ArrayState(tasks), SubmittedAt: first.SubmittedAt, EnqueuedAt: first.SubmittedAt, ArrayID: id, Seq: first.Seq}
+	av := &ArrayView{Size: len(tasks), States: map[model.JobState]int{}, Tasks: tasks}
+	for _, t := range tasks {
+		av.States[t.State]++
+		sum.Attempts += t.Attempts
+	}
+	return JobView{Job: sum, Array: av}, nil
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -170,6 +201,33 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, v)
+}
+
+// reportCheckpoint records that the job completed a checkpoint; a job's
+// own token may call it (DESIGN.md §3.5).
+func (s *Server) reportCheckpoint(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		var rep CheckpointReport
+		if problems := manifest.DecodeJSON(body, &rep); len(problems) > 0 {
+			writeProblem(w, r, http.StatusBadRequest, "the checkpoint report is invalid", problems)
+			return
+		}
+	}
+	id := r.PathValue("id")
+	if _, err := s.cfg.Controller.Checkpoint(r.Context(), id); err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	v, err := s.jobView(id)
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, _ *http.Request) {
@@ -281,8 +339,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	if req.Kind != model.TokenUser && req.Kind != model.TokenAgent {
 		fe.Add("kind", "must be user or agent")
 	}
-	if req.Subject == "" {
+	switch {
+	case req.Subject == "":
 		fe.Add("subject", "must name the user or node")
+	case req.Kind == model.TokenAgent && !model.ValidName(req.Subject):
+		fe.Add("subject", "an agent token's subject is the id its node registers as: 1 to 63 lower-case letters, digits and dashes (e.g. gpu-box-1)")
 	}
 	if req.TTL.D() <= 0 || req.TTL.D() > maxTokenTTL {
 		fe.Add("ttl", "must be between 1s and 366d: every token expires")

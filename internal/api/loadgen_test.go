@@ -71,10 +71,10 @@ func loadManifest(buf []byte, i int) []byte {
 	buf = append(buf, `{"apiVersion":"gpufleet.dev/v1","kind":"Job","metadata":{"name":"sweep-lr-`...)
 	buf = strconv.AppendInt(buf, int64(i), 10)
 	buf = append(buf, `","project":"nlp","tags":{"team":"nlp","experiment":"lr-sweep","owner":"alice"}},`+
-		`"spec":{"queue":"research","priority":"normal","resources":{"gpus":1,"gpu":{"models":["H100"],"minMemory":"80Gi"},"cpu":8,"memory":"64Gi"},`+
+		`"spec":{"priority":"normal","resources":{"gpus":1,"gpu":{"models":["H100"],"minMemory":"80Gi"},"cpu":8,"memory":"64Gi"},`+
 		`"run":{"command":["torchrun","--nproc-per-node=1","train.py","--config","llama-7b.yaml","--lr","3e-4","--epochs","3"],`+
 		`"workdir":"/workspace/llm-finetune","env":{"HF_HOME":"/cache/huggingface","WANDB_PROJECT":"lr-sweep","NCCL_DEBUG":"WARN"}},`+
-		`"spot":"allowed","checkpoint":{"interval":"30m","signal":"SIGTERM","grace":"120s"},"limits":{"runtime":"12h"}}}`...)
+		`"spot":"allowed","checkpoint":{"interval":"30m","signal":"SIGTERM","grace":"120s"},"retries":{"failures":2},"limits":{"runtime":"12h"}}}`...)
 	return buf
 }
 

@@ -111,6 +111,7 @@ var (
 	timeType     = reflect.TypeOf(time.Time{})
 	bytesType    = reflect.TypeOf(model.Bytes(0))
 	durationType = reflect.TypeOf(model.Duration(0))
+	rawType      = reflect.TypeOf(json.RawMessage(nil))
 )
 
 func (g *schemaGen) ref(t reflect.Type) map[string]any {
@@ -124,6 +125,8 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 		return map[string]any{"type": "string", "description": "a quantity such as 40Gi", "example": "40Gi"}
 	case durationType:
 		return map[string]any{"type": "string", "description": "a duration such as 30m, 12h or 7d", "example": "30m"}
+	case rawType:
+		return map[string]any{"description": "any JSON value"}
 	}
 	switch t.Kind() {
 	case reflect.Struct:

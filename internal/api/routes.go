@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -13,17 +14,26 @@ type Permission string
 // Permissions. User tokens hold them by role (admin tokens hold all); agent
 // and job tokens hold only those their routes declare for their kind.
 const (
-	PermJobsSubmit   Permission = "jobs.submit"
-	PermJobsRead     Permission = "jobs.read"
-	PermJobsCancel   Permission = "jobs.cancel"
-	PermNodesRead    Permission = "nodes.read"
-	PermOffersRead   Permission = "offers.read"
-	PermTokensManage Permission = "tokens.manage"
-	PermMetricsRead  Permission = "metrics.read"
-	PermAPIRead      Permission = "api.read"
-	PermQueuesRead   Permission = "queues.read"
+	PermJobsSubmit Permission = "jobs.submit"
+	PermJobsRead   Permission = "jobs.read"
+	PermJobsCancel Permission = "jobs.cancel"
+	// PermJobsCheckpoint lets a job report its own checkpoints.
+	PermJobsCheckpoint Permission = "jobs.checkpoint"
+	PermNodesRead      Permission = "nodes.read"
+	PermOffersRead     Permission = "offers.read"
+	PermTokensManage   Permission = "tokens.manage"
+	PermMetricsRead    Permission = "metrics.read"
+	PermAPIRead        Permission = "api.read"
+	PermQueuesRead     Permission = "queues.read"
 	// PermQueuesManage is for admins only, like tokens.manage.
 	PermQueuesManage Permission = "queues.manage"
+	// PermFleetRead lets a user plan, list revisions and report drift.
+	PermFleetRead Permission = "fleet.read"
+	// PermFleetManage (apply, rollback) is for admins only.
+	PermFleetManage Permission = "fleet.manage"
+	// PermAgent is the agent protocol (DESIGN.md §4): only agent tokens hold
+	// it, each for its own node.
+	PermAgent Permission = "agent.sync"
 )
 
 // scope limits a non-user token to its own object.
@@ -34,6 +44,10 @@ const (
 	// scopeOwnJob: a job token may call the route only for its own job
 	// (the {id} path value).
 	scopeOwnJob
+	// scopeOwnNode: an agent token may speak only for its own node, the
+	// token's subject. The node id is in the body, so the handler checks it
+	// (sameNode); the declaration documents it and a test holds handlers to it.
+	scopeOwnNode
 )
 
 // Route is one declared endpoint.
@@ -47,6 +61,8 @@ type Route struct {
 	Scope scope
 	// Public routes need no token (health only).
 	Public bool
+	// MaxBody overrides Config.MaxBodyBytes for this route (uploads).
+	MaxBody int64
 
 	Summary string
 	// Query documents query parameters for the OpenAPI document.
@@ -70,6 +86,7 @@ var (
 	users      = []model.TokenKind{model.TokenUser}
 	usersJobs  = []model.TokenKind{model.TokenUser, model.TokenJob}
 	allHolders = []model.TokenKind{model.TokenUser, model.TokenAgent, model.TokenJob}
+	agents     = []model.TokenKind{model.TokenAgent}
 )
 
 // Routes is the table every endpoint is served from.
@@ -89,7 +106,7 @@ func Routes() []Route {
 			Request: JobManifest{}, Response: JobView{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.submitJob }},
 		{Method: "GET", Pattern: "/v1/jobs", Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
-			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"limit", "integer", "most jobs to return (default 1000)"}},
+			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"limit", "integer", "most jobs to return (default 1000)"}},
 			Response: JobList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listJobs }},
 		{Method: "GET", Pattern: "/v1/jobs/{id}", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",
@@ -98,6 +115,10 @@ func Routes() []Route {
 		{Method: "POST", Pattern: "/v1/jobs/{id}/cancel", Perm: PermJobsCancel, Kinds: users, Summary: "Cancel a job: running replicas get their checkpoint signal and grace period.",
 			Response: JobView{}, Status: 202,
 			handler: func(s *Server) http.HandlerFunc { return s.cancelJob }},
+		{Method: "POST", Pattern: "/v1/jobs/{id}/checkpoints", Perm: PermJobsCheckpoint, Kinds: usersJobs, Scope: scopeOwnJob,
+			Summary: "Report a completed checkpoint (a job's own token may): work lost by preempting the job is measured from now.",
+			Request: CheckpointReport{}, Response: JobView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.reportCheckpoint }},
 		{Method: "GET", Pattern: "/v1/jobs/{id}/logs", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A replica's combined stdout and stderr; follow=true streams until the attempt ends.",
 			Query: []Param{{"attempt", "integer", "attempt number (default: latest)"}, {"rank", "integer", "replica rank (default 0)"},
 				{"follow", "boolean", "stream until the attempt ends"}, {"offset", "integer", "byte offset to start at"}},
@@ -118,6 +139,24 @@ func Routes() []Route {
 		{Method: "DELETE", Pattern: "/v1/queues/{name}", Perm: PermQueuesManage, Kinds: users, Summary: "Delete a queue without running work; its queued jobs wait until it exists again.",
 			Status:  204,
 			handler: func(s *Server) http.HandlerFunc { return s.deleteQueue }},
+		{Method: "POST", Pattern: "/v1/plan", Perm: PermFleetRead, Kinds: users, Summary: "Diff fleet documents (NodePool, Queue, Project) against the current revision, with each pool's cost per hour at min and max size.",
+			Request: FleetRequest{}, Response: PlanView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.plan }},
+		{Method: "POST", Pattern: "/v1/apply", Perm: PermFleetManage, Kinds: users, Summary: "Record the documents as a new fleet revision and apply it (200 and no revision when nothing changed).",
+			Request: FleetRequest{}, Response: ApplyView{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.apply }},
+		{Method: "GET", Pattern: "/v1/revisions", Perm: PermFleetRead, Kinds: users, Summary: "Fleet revisions, oldest first, without their documents.",
+			Response: RevisionList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listRevisions }},
+		{Method: "GET", Pattern: "/v1/revisions/{number}", Perm: PermFleetRead, Kinds: users, Summary: "One fleet revision with its documents.",
+			Response: model.Revision{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.getRevision }},
+		{Method: "POST", Pattern: "/v1/rollback", Perm: PermFleetManage, Kinds: users, Summary: "Re-apply an earlier revision's documents as a new revision.",
+			Request: RollbackRequest{}, Response: ApplyView{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.rollback }},
+		{Method: "GET", Pattern: "/v1/drift", Perm: PermFleetRead, Kinds: users, Summary: "Where the running fleet differs from the declared one: pool sizes, lost nodes, instances gone or unknown, queues changed outside the fleet.",
+			Response: DriftReport{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.drift }},
 		{Method: "GET", Pattern: "/v1/nodes", Perm: PermNodesRead, Kinds: users, Summary: "Nodes, their GPUs and what holds them.",
 			Response: NodeList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listNodes }},
@@ -140,5 +179,25 @@ func Routes() []Route {
 		{Method: "DELETE", Pattern: "/v1/tokens/{id}", Perm: PermTokensManage, Kinds: users, Summary: "Revoke a token at once.",
 			Status:  204,
 			handler: func(s *Server) http.HandlerFunc { return s.revokeToken }},
+		{Method: "POST", Pattern: "/v1/archives", Perm: PermJobsSubmit, Kinds: users, MaxBody: MaxArchiveBytes,
+			Summary:  "Upload a job's working directory as a tar.gz (gpufleet run --upload-workdir); answers its content address for spec.run.archive.",
+			Query:    []Param{{"digest", "string", "the archive's sha256:<hex>, checked on arrival"}},
+			Response: ArchiveUploaded{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.uploadArchive }},
+		{Method: "GET", Pattern: "/v1/archives/{digest}", Perm: PermAgent, Kinds: agents,
+			Summary: "Agent protocol: download an uploaded working directory by content address.", ResponseType: "application/gzip", Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.downloadArchive }},
+		{Method: "POST", Pattern: "/v1/agent/register", Perm: PermAgent, Kinds: agents, Scope: scopeOwnNode,
+			Summary: "Agent protocol: announce the token's node and its GPUs (creates the node on first registration).",
+			Request: agentapi.Registration{}, Response: agentapi.RegisterResponse{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.agentRegister }},
+		{Method: "POST", Pattern: "/v1/agent/sync", Perm: PermAgent, Kinds: agents, Scope: scopeOwnNode,
+			Summary: "Agent protocol: report replica statuses and get the node's desired replicas; waits up to wait (at most 30s) for a change. 404: register again.",
+			Request: agentapi.SyncRequest{}, Response: agentapi.SyncResponse{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.agentSync }},
+		{Method: "POST", Pattern: "/v1/agent/logs", Perm: PermAgent, Kinds: agents, Scope: scopeOwnNode,
+			Summary: "Agent protocol: store a chunk of a replica's output at its offset; the answer says where to continue.",
+			Request: agentapi.LogChunk{}, Response: agentapi.LogAck{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.agentLogs }},
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
+	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -29,7 +30,9 @@ type Config struct {
 	Controller *controller.Controller // required
 	Catalog    *catalog.Catalog       // required
 	Logs       *logstore.Store        // required
-	Log        *slog.Logger
+	// Archives stores uploaded working directories; nil refuses uploads.
+	Archives *archive.Store
+	Log      *slog.Logger
 	// Registry serves /metrics and receives the API's own series.
 	Registry *prometheus.Registry
 	// MaxBodyBytes bounds request bodies (1 MiB).
@@ -189,7 +192,7 @@ func (s *Server) authorize(rt Route, r *http.Request) (*model.Token, int) {
 		if r.PathValue("id") != tok.Subject {
 			return nil, http.StatusForbidden
 		}
-	case tok.Kind == model.TokenUser && !tok.Admin && (rt.Perm == PermTokensManage || rt.Perm == PermQueuesManage):
+	case tok.Kind == model.TokenUser && !tok.Admin && (rt.Perm == PermTokensManage || rt.Perm == PermQueuesManage || rt.Perm == PermFleetManage):
 		return nil, http.StatusForbidden
 	}
 	return tok, 0

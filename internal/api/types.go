@@ -19,11 +19,59 @@ type JobView struct {
 	AttemptDetails []*model.Attempt `json:"attemptDetails,omitempty"`
 	// Pending explains why a queued job waits.
 	Pending *scheduler.Verdict `json:"pending,omitempty"`
+	// Array is set when the id names an array job: Job then summarises the
+	// array (its id, spec, submission and a state derived from its tasks;
+	// see ArrayState) and Array lists the tasks.
+	Array *ArrayView `json:"array,omitempty"`
+}
+
+// ArrayView is an array job's tasks and how many are in each state.
+type ArrayView struct {
+	Size   int                    `json:"size"`
+	States map[model.JobState]int `json:"states"`
+	Tasks  []*model.Job           `json:"tasks"`
+}
+
+// CheckpointReport is the optional body of POST /v1/jobs/{id}/checkpoints.
+type CheckpointReport struct {
+	// Step is the job's own progress counter, for its logs; the server
+	// records the time it received the report.
+	Step int64 `json:"step,omitempty"`
 }
 
 // JobList is the body of GET /v1/jobs.
 type JobList struct {
 	Jobs []*model.Job `json:"jobs"`
+}
+
+// ArrayState derives an array job's state from its tasks: queued until a
+// task starts, running while any task is unfinished, and once all ended
+// succeeded if every task did, else cancelled if any was cancelled and
+// none failed, else failed.
+func ArrayState(tasks []*model.Job) model.JobState {
+	var started, unfinished, failed, cancelled bool
+	for _, t := range tasks {
+		switch {
+		case !t.State.Terminal():
+			unfinished = true
+			started = started || t.State != model.JobQueued
+		case t.State == model.JobCancelled:
+			cancelled = true
+		case t.State != model.JobSucceeded:
+			failed = true
+		}
+	}
+	switch {
+	case unfinished && started:
+		return model.JobRunning
+	case unfinished:
+		return model.JobQueued
+	case failed:
+		return model.JobFailed
+	case cancelled:
+		return model.JobCancelled
+	}
+	return model.JobSucceeded
 }
 
 // NodeList is the body of GET /v1/nodes.

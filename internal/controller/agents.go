@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,8 +21,15 @@ import (
 
 var _ agentapi.ControlPlane = (*Controller)(nil)
 
-// Register records a node and its GPUs, or refreshes a known one.
+// Register records a node and its GPUs, or refreshes a known one. A NodeID
+// the server does not know creates the node with that id (a remote agent's
+// id is the subject of its token, chosen by the admin who created it); it
+// must be a valid name (model.ValidName). Registering a lost node makes it
+// ready again.
 func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (agentapi.RegisterResponse, error) {
+	if r.NodeID != "" && !model.ValidName(r.NodeID) {
+		return agentapi.RegisterResponse{}, model.FieldErrors{{Path: "nodeId", Message: fmt.Sprintf("%q is not a valid node id: use 1 to 63 lower-case letters, digits and dashes", r.NodeID)}}
+	}
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	id := r.NodeID
@@ -56,9 +66,16 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 // replicas, waiting up to req.Wait for a change when the agent is current.
 func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
 	c.mu.Lock()
-	if _, ok := c.st.Node(req.NodeID); !ok {
+	n, ok := c.st.Node(req.NodeID)
+	if !ok {
 		c.mu.Unlock()
-		return agentapi.SyncResponse{}, fmt.Errorf("node %s is not registered: %w", req.NodeID, ErrNotFound)
+		return agentapi.SyncResponse{}, fmt.Errorf("node %s: %w (%w)", req.NodeID, agentapi.ErrUnknownNode, ErrNotFound)
+	}
+	if n.State == model.NodeLost {
+		// Its attempts were given up on; it takes work again once it has
+		// registered anew, and not before.
+		c.mu.Unlock()
+		return agentapi.SyncResponse{}, fmt.Errorf("node %s was lost (silent past the heartbeat timeout) and must register again: %w (%w)", req.NodeID, agentapi.ErrUnknownNode, ErrNotFound)
 	}
 	c.lastSeen[req.NodeID] = c.cfg.Clock.Now()
 	b := &store.Batch{}
@@ -201,6 +218,10 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 	} {
 		env[k] = v
 	}
+	if job.ArrayID != "" {
+		env["GPUFLEET_ARRAY_ID"] = job.ArrayID
+		env["GPUFLEET_ARRAY_INDEX"] = strconv.Itoa(job.ArrayIndex)
+	}
 	spec := agentapi.ReplicaSpec{
 		ID:        model.ReplicaID(a.ID, r.Rank),
 		JobID:     job.ID,
@@ -209,6 +230,7 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		Rank:      r.Rank,
 		Command:   job.Spec.Run.Command,
 		Workdir:   job.Spec.Run.Workdir,
+		Archive:   job.Spec.Run.Archive,
 		Env:       env,
 		GPUs:      r.GPUs,
 		Runtime:   job.Spec.Limits.Runtime,
@@ -472,4 +494,16 @@ func (c *Controller) checkNodes(ctx context.Context) {
 	if err := cm.wait(ctx); err == nil {
 		c.trigger()
 	}
+}
+
+// FetchArchive opens an uploaded working directory for an agent.
+func (c *Controller) FetchArchive(_ context.Context, digest string) (io.ReadCloser, error) {
+	if c.cfg.Archives == nil {
+		return nil, fmt.Errorf("archive %s: this server stores no archives: %w", digest, ErrNotFound)
+	}
+	rc, err := c.cfg.Archives.Open(digest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("archive %s was never uploaded: %w", digest, ErrNotFound)
+	}
+	return rc, err
 }

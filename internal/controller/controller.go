@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -30,6 +31,9 @@ type Config struct {
 	ServerURL string
 	// CheckpointDir holds one folder per job (GPUFLEET_CHECKPOINT_DIR).
 	CheckpointDir string
+	// Archives holds uploaded working directories, for FetchArchive; nil
+	// means none can be fetched.
+	Archives *archive.Store
 	// Interval between scheduling passes when nothing triggers one (1s).
 	Interval time.Duration
 	// PassGap is the least time between two passes (25ms), so a burst of
@@ -51,6 +55,10 @@ type Config struct {
 	Seed int64
 	// Offers lists capacity that could be bought, for scheduling candidates.
 	Offers func(ctx context.Context) []model.Offer
+	// Inventory, when set, lists the instances each provider holds for
+	// gpufleet (provider name → instance ids), for drift reports; a
+	// provider missing from the map is not checked.
+	Inventory func(ctx context.Context) (map[string][]string, error)
 	// Metrics, when set, is updated as the controller works.
 	Metrics *Metrics
 	// Fatal is called once if the store fails; the process should stop.
@@ -110,6 +118,7 @@ type Controller struct {
 	idem     map[idemKey]store.Idempotency
 	verdicts map[string]scheduler.Verdict
 	lastPlan *scheduler.Plan
+	fleet    declared
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.
 	secrets map[string]string
@@ -173,6 +182,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	for _, q := range dump.Queues {
 		c.st.PutQueue(q)
+	}
+	if err := c.loadRevisions(dump.Revisions); err != nil {
+		return nil, fmt.Errorf("loading state: %w", err)
 	}
 	for _, t := range dump.Tokens {
 		c.putToken(t)

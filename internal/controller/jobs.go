@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -66,21 +67,60 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 		Seq:         c.seq,
 		Version:     1,
 	}
+	jobs := []*model.Job{job}
+	if s.Spec.Array > 0 {
+		jobs = c.arrayTasksLocked(job, s.Spec.Array)
+		job = jobs[0]
+	}
 	if s.IdempotencyKey != "" {
 		rec := store.Idempotency{Subject: s.User, Key: s.IdempotencyKey, JobID: job.ID, BodyHash: s.BodyHash, Expires: now.Add(c.cfg.IdempotencyTTL)}
 		c.idem[idemKey{s.User, s.IdempotencyKey}] = rec
 		idem = append(idem, rec)
 	}
-	c.st.PutJob(job)
+	for _, j := range jobs {
+		c.st.PutJob(j)
+	}
 	c.broadcastLocked()
-	cm := c.com.submit(&store.Batch{Jobs: []*model.Job{job}, Idempotency: idem})
+	cm := c.com.submit(&store.Batch{Jobs: jobs, Idempotency: idem})
 	c.mu.Unlock()
 	c.trigger()
 	if err := cm.wait(ctx); err != nil {
 		return nil, false, fmt.Errorf("recording job: %w", err)
 	}
-	c.cfg.Metrics.submitted()
+	for range jobs {
+		c.cfg.Metrics.submitted()
+	}
 	return job, true, nil
+}
+
+// arrayTasksLocked expands an array submission into its n tasks: jobs
+// <array id>-<index>, index 0 to n-1, that share ArrayID (the id tmpl got)
+// and are scheduled independently. Each takes its own Seq, so the tasks
+// queue in index order.
+func (c *Controller) arrayTasksLocked(tmpl *model.Job, n int) []*model.Job {
+	tasks := make([]*model.Job, n)
+	for i := range tasks {
+		t := *tmpl
+		t.ID = fmt.Sprintf("%s-%d", tmpl.ID, i)
+		t.ArrayID, t.ArrayIndex = tmpl.ID, i
+		if i > 0 {
+			c.seq++
+		}
+		t.Seq = c.seq
+		tasks[i] = &t
+	}
+	return tasks
+}
+
+// Array returns the tasks of an array job, by index.
+func (c *Controller) Array(id string) ([]*model.Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tasks := c.st.ArrayTasks(id)
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("array job %s: %w", id, ErrNotFound)
+	}
+	return tasks, nil
 }
 
 // Job returns a job by id.
@@ -98,6 +138,8 @@ func (c *Controller) Job(id string) (*model.Job, error) {
 type JobFilter struct {
 	States  []model.JobState
 	Project string
+	// Array, when set, selects the tasks of that array job.
+	Array string
 	// Limit bounds the result to the newest jobs; 0 means 1000.
 	Limit int
 }
@@ -114,7 +156,7 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 	var out []*model.Job
 	c.mu.Lock()
 	c.st.Jobs(func(j *model.Job) bool {
-		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) {
+		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Array == "" || j.ArrayID == f.Array) {
 			out = append(out, j)
 		}
 		return true
@@ -145,10 +187,74 @@ func (c *Controller) Verdict(jobID string) (scheduler.Verdict, bool) {
 	return v, ok
 }
 
-// Cancel ends a job. A queued job is cancelled at once; a running one is
-// asked to stop through its checkpoint signal and grace period and ends
-// cancelled when its replicas have exited.
+// Cancel ends a job, or every unfinished task of an array job (id is
+// then the array's id, and the job returned is nil). A queued job is
+// cancelled at once; a running one is asked to stop through its checkpoint
+// signal and grace period and ends cancelled when its replicas have exited.
 func (c *Controller) Cancel(ctx context.Context, id string) (*model.Job, error) {
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	b := &store.Batch{}
+	j, ok := c.st.Job(id)
+	switch {
+	case ok && j.State.Terminal():
+		c.mu.Unlock()
+		return nil, fmt.Errorf("job %s already ended %s: %w", id, j.State, ErrConflict)
+	case ok:
+		j = c.cancelLocked(j, b, now)
+	default:
+		tasks := c.st.ArrayTasks(id)
+		if len(tasks) == 0 {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+		}
+		for _, t := range tasks {
+			if !t.State.Terminal() {
+				c.cancelLocked(t, b, now)
+			}
+		}
+		if b.Empty() {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("every task of array job %s already ended: %w", id, ErrConflict)
+		}
+	}
+	c.broadcastLocked()
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return nil, fmt.Errorf("recording cancellation: %w", err)
+	}
+	return j, nil
+}
+
+// cancelLocked cancels an unfinished job, adding what changed to b, and
+// returns the job as it now is.
+func (c *Controller) cancelLocked(j *model.Job, b *store.Batch, now time.Time) *model.Job {
+	if a, live := c.st.LiveAttempt(j.ID); live {
+		if !a.Stop {
+			a = a.Clone()
+			a.Stop, a.StopState, a.StopWhy = true, model.AttemptCancelled, model.ReasonCancelled
+			a.Version++
+			c.st.PutAttempt(a)
+			b.Attempts = append(b.Attempts, a)
+			c.bumpNodesLocked(a)
+		}
+		return j
+	}
+	j = j.Clone()
+	j.State, j.Reason = model.JobCancelled, model.ReasonCancelled
+	j.FinishedAt = &now
+	j.Version++
+	c.st.PutJob(j)
+	b.Jobs = append(b.Jobs, j)
+	delete(c.verdicts, j.ID)
+	return j
+}
+
+// Checkpoint records that a job completed a checkpoint at the current
+// time (DESIGN.md §3.5): work lost by preempting it is measured from here.
+// It is durable before it returns; an ended job is a conflict.
+func (c *Controller) Checkpoint(ctx context.Context, id string) (*model.Job, error) {
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	j, ok := c.st.Job(id)
@@ -160,30 +266,14 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*model.Job, error) 
 		c.mu.Unlock()
 		return nil, fmt.Errorf("job %s already ended %s: %w", id, j.State, ErrConflict)
 	}
-	b := &store.Batch{}
-	if a, live := c.st.LiveAttempt(id); live {
-		if !a.Stop {
-			a = a.Clone()
-			a.Stop, a.StopState, a.StopWhy = true, model.AttemptCancelled, model.ReasonCancelled
-			a.Version++
-			c.st.PutAttempt(a)
-			b.Attempts = append(b.Attempts, a)
-			c.bumpNodesLocked(a)
-		}
-	} else {
-		j = j.Clone()
-		j.State, j.Reason = model.JobCancelled, model.ReasonCancelled
-		j.FinishedAt = &now
-		j.Version++
-		c.st.PutJob(j)
-		b.Jobs = append(b.Jobs, j)
-		delete(c.verdicts, id)
-	}
-	c.broadcastLocked()
-	cm := c.com.submit(b)
+	j = j.Clone()
+	j.LastCheckpoint = &now
+	j.Version++
+	c.st.PutJob(j)
+	cm := c.com.submit(&store.Batch{Jobs: []*model.Job{j}})
 	c.mu.Unlock()
 	if err := cm.wait(ctx); err != nil {
-		return nil, fmt.Errorf("recording cancellation: %w", err)
+		return nil, fmt.Errorf("recording checkpoint: %w", err)
 	}
 	return j, nil
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/state"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -20,6 +22,7 @@ import (
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
 	c.mu.Lock()
+	c.st.ExpireNominations(c.cfg.Clock.Now())
 	snap := c.st.Snapshot()
 	c.mu.Unlock()
 	if len(snap.Pending) == 0 {
@@ -46,6 +49,7 @@ func (c *Controller) pass(ctx context.Context) error {
 		if a, ok := c.preemptLocked(pe); ok {
 			preempted++
 			b.Attempts = append(b.Attempts, a)
+			c.nominateLocked(pe.ForJobID, a, now)
 		}
 	}
 	c.verdicts = plan.Verdicts
@@ -129,6 +133,30 @@ func (c *Controller) preemptLocked(pe scheduler.Preemption) (*model.Attempt, boo
 	c.st.PutAttempt(a)
 	c.cfg.Log.Info("preempting", "job_id", pe.JobID, "attempt", a.Number, "for_job_id", pe.ForJobID, "work_lost", pe.WorkLost.String(), "reason", pe.Reason)
 	return a, true
+}
+
+// nominationSlack is how long, beyond a victim's grace period, its GPUs
+// stay nominated for the job it was preempted for: time for the agent to
+// report the exit and for the next pass to bind the preemptor.
+const nominationSlack = 2 * time.Minute
+
+// nominateLocked holds the GPUs of victim for the job it is preempted for,
+// so the next passes give them to no other job while it drains. The
+// nomination ends when that job binds or leaves the queue, or expires.
+func (c *Controller) nominateLocked(forJob string, victim *model.Attempt, now time.Time) {
+	grace := model.DefaultGrace
+	if j, ok := c.st.Job(victim.JobID); ok {
+		grace = j.Spec.Checkpoint.Grace
+	}
+	n := state.Nomination{JobID: forJob, Expires: now.Add(time.Duration(grace) + nominationSlack)}
+	for _, r := range victim.Replicas {
+		if len(r.GPUs) > 0 && r.GPUShare == 0 {
+			n.GPUs = append(n.GPUs, state.NodeGPUs{NodeID: r.NodeID, GPUs: append([]int(nil), r.GPUs...)})
+		}
+	}
+	if len(n.GPUs) > 0 {
+		c.st.Nominate(n)
+	}
 }
 
 // bumpNodesLocked tells the agents of a's nodes that their desired set changed.

@@ -77,12 +77,7 @@ func (c *Controller) PutQueue(ctx context.Context, name string, spec model.Queue
 		return nil, false, fe.Err()
 	}
 	c.mu.Lock()
-	old, exists := c.st.Queue(name)
-	q = &model.Queue{Name: name, Spec: spec, Version: 1, UpdatedAt: c.cfg.Clock.Now()}
-	if exists {
-		q.Version = old.Version + 1
-	}
-	c.st.PutQueue(q)
+	q, created = c.putQueueLocked(name, spec)
 	c.broadcastLocked()
 	cm := c.com.submit(&store.Batch{Queues: []*model.Queue{q}})
 	c.mu.Unlock()
@@ -90,7 +85,20 @@ func (c *Controller) PutQueue(ctx context.Context, name string, spec model.Queue
 	if err := cm.wait(ctx); err != nil {
 		return nil, false, fmt.Errorf("recording queue %s: %w", name, err)
 	}
-	return q, !exists, nil
+	return q, created, nil
+}
+
+// putQueueLocked sets a queue in memory, a version above the one it
+// replaces; the caller commits it. Both the queue API and fleet applies
+// write queues through it.
+func (c *Controller) putQueueLocked(name string, spec model.QueueSpec) (q *model.Queue, created bool) {
+	old, exists := c.st.Queue(name)
+	q = &model.Queue{Name: name, Spec: spec, Version: 1, UpdatedAt: c.cfg.Clock.Now()}
+	if exists {
+		q.Version = old.Version + 1
+	}
+	c.st.PutQueue(q)
+	return q, !exists
 }
 
 // DeleteQueue removes a queue. Jobs that name it wait with a verdict until

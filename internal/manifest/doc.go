@@ -1,5 +1,7 @@
 // Package manifest decodes manifests and API bodies strictly and checks the
-// documents it knows (kind Job; later NodePool, Queue, Project and Budget).
+// documents it knows (kind Job; the fleet kinds NodePool, Queue and Project,
+// parsed as a set from files and directories by Parse and ParseDocuments;
+// Budget later).
 //
 // It owns the rules that turn bytes into gpufleet's types: JSON and YAML
 // syntax, unknown fields, type mismatches, the apiVersion and kind header and

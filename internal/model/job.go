@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+	"path"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -119,8 +121,10 @@ type JobSpec struct {
 	EarlyStop       *EarlyStop   `json:"earlyStop,omitempty"`
 	// After lists jobs this one waits for.
 	After []Dependency `json:"after,omitempty"`
-	// Array, when > 0, makes the submission N indexed tasks that are
-	// scheduled as independent jobs under one id.
+	// Array, when > 0, makes the submission Array indexed tasks that are
+	// scheduled as independent jobs under one id: task i is the job
+	// "<array id>-<i>" and runs with GPUFLEET_ARRAY_INDEX=i, from 0. Each
+	// task keeps the field, as the size of its array.
 	Array int `json:"array,omitempty"`
 	// NodeSelector requires node labels to equal these values.
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
@@ -149,7 +153,15 @@ type RunSpec struct {
 	Image   string            `json:"image,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	// Archive is the content address ("sha256:<hex>") of an uploaded
+	// working directory (POST /v1/archives). Each node unpacks it before the
+	// attempt starts and runs the command there; Workdir, if set, is then a
+	// folder inside it.
+	Archive string `json:"archive,omitempty"`
 }
+
+// archiveDigestRE is a content address of an uploaded archive.
+var archiveDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // RegionPolicy is a data-residency constraint: shell-style patterns.
 type RegionPolicy struct {
@@ -284,6 +296,14 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	} else if strings.TrimSpace(s.Run.Command[0]) == "" {
 		fe.Add(p("run.command[0]"), "must name a program")
 	}
+	if s.Run.Archive != "" {
+		if !archiveDigestRE.MatchString(s.Run.Archive) {
+			fe.Add(p("run.archive"), "must be sha256: and 64 lower-case hex digits, as POST /v1/archives returns")
+		}
+		if w := s.Run.Workdir; w != "" && (path.IsAbs(w) || w != path.Clean(w) || w == ".." || strings.HasPrefix(w, "../")) {
+			fe.Add(p("run.workdir"), "with run.archive, must be a clean relative path inside the archive")
+		}
+	}
 	for k := range s.Run.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			fe.Add(p("run.env"), fmt.Sprintf("invalid variable name %q", k))
@@ -349,7 +369,7 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 		}
 	}
 	if s.Array < 0 || s.Array > 10000 {
-		fe.Add(p("array"), "must be between 0 and 10000 tasks")
+		fe.Add(p("array"), "must be between 1 and 10000 tasks (omit it for a single job)")
 	}
 	for k := range s.NodeSelector {
 		if k == "" {

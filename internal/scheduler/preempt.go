@@ -36,7 +36,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 			continue
 		}
 		if r.stopping {
-			if r.attempt.StopState == model.AttemptPreempted {
+			if r.attempt.StopState == model.AttemptPreempted && !s.nominatedToOthers(r, pj.job.ID) {
 				releasing = append(releasing, r)
 			}
 			continue

@@ -1,7 +1,9 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"time"
 
@@ -21,6 +23,7 @@ const AgingPerMinute = 1.0
 // pending jobs in order.
 type queueState struct {
 	name      string
+	tie       uint64 // seeded rank among queues of equal fair share
 	weight    float64
 	unlimited bool
 	missing   bool // named by jobs but not declared
@@ -105,7 +108,11 @@ func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
 
 // buildQueues sets up every queue named by a declared queue or a pending
 // job. The default queue exists implicitly, unlimited.
-func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Time) (map[string]*queueState, []*queueState) {
+//
+// The returned order breaks ties between queues of equal fair share: it is
+// a shuffle seeded by seed and the snapshot's version, so no queue wins
+// every tie by its name, while one snapshot and seed always give one order.
+func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Time, seed int64) (map[string]*queueState, []*queueState) {
 	qs := map[string]*queueState{}
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
@@ -177,8 +184,27 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Tim
 		sort.SliceStable(q.jobs, func(a, b int) bool { return q.jobs[a].before(q.jobs[b]) })
 		list = append(list, q)
 	}
-	sort.Slice(list, func(a, b int) bool { return list[a].name < list[b].name })
+	for _, q := range list {
+		q.tie = tieRank(seed, snap.Version, q.name)
+	}
+	sort.Slice(list, func(a, b int) bool {
+		if list[a].tie != list[b].tie {
+			return list[a].tie < list[b].tie
+		}
+		return list[a].name < list[b].name
+	})
 	return qs, list
+}
+
+// tieRank hashes a name with the seed and snapshot version (FNV-1a).
+func tieRank(seed int64, version uint64, name string) uint64 {
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], uint64(seed))
+	binary.LittleEndian.PutUint64(b[8:], version)
+	h.Write(b[:])
+	h.Write([]byte(name))
+	return h.Sum64()
 }
 
 // pjob is a pending job during a pass.

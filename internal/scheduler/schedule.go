@@ -34,17 +34,27 @@ type sched struct {
 	victimTaken map[string]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
+
+	// nominated holds the GPUs preemption freed for each pending job, and
+	// nomMask all nominated GPUs by node (see nominate.go).
+	nominated map[string][]nominated
+	nomMask   map[int32]uint64
 }
 
 // Schedule computes a Plan for snap. It is pure: offers may be empty, now is
-// the pass's time (aging, decayed usage, work lost, reservations) and seed is
-// accepted for callers' stability — ties break by node and class order, so
-// no randomness is needed.
+// the pass's time (aging, decayed usage, work lost, reservations,
+// nominations' expiry) and seed, with the snapshot's version, shuffles the
+// order in which queues of equal fair share go, so ties rotate between
+// passes instead of always favouring one name. Jobs inside a queue never
+// tie (their sequence numbers differ); nodes that score alike go in bucket
+// order (lowest ids first on a fresh cluster), which packs predictably.
+// One snapshot, offers, time and seed always give the same Plan.
 //
 // The pass, in order:
 //  1. Build the working cluster: node classes and free-count buckets.
 //  2. Build queues: quota, cohort lending, current use, decayed usage; sort
-//     each queue's pending jobs by aged priority, then age.
+//     each queue's pending jobs by aged priority, then age. Withhold GPUs
+//     nominated for preemptors from every other job.
 //  3. Repeatedly take the next job of the queue with the lowest weighted
 //     dominant share (fair share), and:
 //     a. hold it while its dependencies (spec.after) are unmet;
@@ -62,11 +72,11 @@ type sched struct {
 //  4. Every job not bound gets a verdict: its queue position, reasons per
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
-	_ = seed
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending)/4)}
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[sigKey]*feasibility{}}
 	s.c = newCluster(snap)
-	s.queues, s.order = buildQueues(snap, s.c.capacity, now)
+	s.queues, s.order = buildQueues(snap, s.c.capacity, now, seed)
+	s.applyNominations()
 	for {
 		q := s.nextQueue()
 		if q == nil {
@@ -74,13 +84,18 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 		}
 		pj := q.jobs[q.next]
 		q.next++
+		held := s.unhold(pj.job.ID)
+		bound := len(s.plan.Bindings)
 		s.schedule(pj, q.next)
+		if len(s.plan.Bindings) == bound {
+			s.rehold(held)
+		}
 	}
 	return plan
 }
 
 // nextQueue returns the queue with jobs left whose weighted share is
-// lowest; ties go to the queue name.
+// lowest; ties go to the earlier queue in the seeded order.
 func (s *sched) nextQueue() *queueState {
 	var best *queueState
 	var bestKey float64

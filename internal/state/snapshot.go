@@ -35,6 +35,9 @@ type Snapshot struct {
 	Finished map[string]model.JobState
 	// Known is false for a dependency id that names no job.
 	Known map[string]bool
+	// Nominations are GPUs preemption is freeing for queued jobs, by job
+	// id; the scheduler gives them to no other job until they expire.
+	Nominations []Nomination
 }
 
 // NodeView is a node and what is free on it.
@@ -103,15 +106,19 @@ func (s *State) Snapshot() *Snapshot {
 	for q, u := range s.usage {
 		snap.Usage[q] = u
 	}
+	for _, n := range s.nominations {
+		snap.Nominations = append(snap.Nominations, n)
+	}
+	sort.Slice(snap.Nominations, func(i, j int) bool { return snap.Nominations[i].JobID < snap.Nominations[j].JobID })
 	for _, j := range snap.Pending {
 		for _, d := range j.Spec.After {
-			dep, ok := s.jobs[d.Job]
 			if snap.Known == nil {
 				snap.Known, snap.Finished = map[string]bool{}, map[string]model.JobState{}
 			}
-			snap.Known[d.Job] = ok
-			if ok && dep.State.Terminal() {
-				snap.Finished[d.Job] = dep.State
+			st, known, done := s.depState(d.Job)
+			snap.Known[d.Job] = known
+			if done {
+				snap.Finished[d.Job] = st
 			}
 		}
 	}
@@ -141,4 +148,27 @@ func (e *nodeEntry) buildView() NodeView {
 		}
 	}
 	return nv
+}
+
+// depState is the state of a dependency: a job, or an array job, which is
+// done when every task is and succeeded only when every task did.
+func (s *State) depState(id string) (st model.JobState, known, done bool) {
+	if dep, ok := s.jobs[id]; ok {
+		return dep.State, true, dep.State.Terminal()
+	}
+	tasks := s.arrays[id]
+	if len(tasks) == 0 {
+		return "", false, false
+	}
+	st = model.JobSucceeded
+	for _, tid := range tasks {
+		t := s.jobs[tid]
+		if !t.State.Terminal() {
+			return "", true, false
+		}
+		if t.State != model.JobSucceeded {
+			st = model.JobFailed
+		}
+	}
+	return st, true, true
 }

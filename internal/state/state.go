@@ -44,6 +44,28 @@ type State struct {
 	// usage is each queue's decayed GPU-hours (fair share's history).
 	usage    map[string]DecayedUsage
 	halfLife time.Duration
+
+	// arrays maps an array id to the ids of its tasks.
+	arrays map[string][]string
+	// nominations holds GPUs freed by preemption for the queued job they
+	// were freed for, by job id. In memory only: after a restart the
+	// preemptor competes for the GPUs like any other job.
+	nominations map[string]Nomination
+}
+
+// Nomination reserves GPUs that preemption is freeing for the job it
+// preempted for (JobID), so another job cannot take them first. It ends
+// when the job leaves the queue (bound or cancelled) or at Expires.
+type Nomination struct {
+	JobID   string
+	GPUs    []NodeGPUs
+	Expires time.Time
+}
+
+// NodeGPUs names GPUs of one node.
+type NodeGPUs struct {
+	NodeID string
+	GPUs   []int
 }
 
 // DecayedUsage is GPU-hours decayed with a half-life, as of At.
@@ -97,6 +119,9 @@ func New() *State {
 		queueUse: map[string]map[string]float64{},
 		usage:    map[string]DecayedUsage{},
 		halfLife: DefaultHalfLife,
+
+		arrays:      map[string][]string{},
+		nominations: map[string]Nomination{},
 	}
 }
 
@@ -293,6 +318,12 @@ func (s *State) PutJob(j *model.Job) {
 	}
 	s.counts[j.State]++
 	s.jobs[j.ID] = j
+	if !existed && j.ArrayID != "" {
+		s.arrays[j.ArrayID] = append(s.arrays[j.ArrayID], j.ID)
+	}
+	if j.State != model.JobQueued {
+		delete(s.nominations, j.ID)
+	}
 	_, wasPending := s.pending[j.ID]
 	switch {
 	case j.State == model.JobQueued:
@@ -307,6 +338,45 @@ func (s *State) PutJob(j *model.Job) {
 		}
 	case wasPending:
 		delete(s.pending, j.ID)
+	}
+}
+
+// ArrayTasks returns the tasks of an array job, by index; none when id
+// names no array.
+func (s *State) ArrayTasks(id string) []*model.Job {
+	ids := s.arrays[id]
+	out := make([]*model.Job, 0, len(ids))
+	for _, tid := range ids {
+		out = append(out, s.jobs[tid])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ArrayIndex < out[j].ArrayIndex })
+	return out
+}
+
+// Nominate adds GPUs to the nomination of a queued job, extending its
+// expiry to the later of the two. It does nothing for a job that is not
+// queued.
+func (s *State) Nominate(n Nomination) {
+	if j, ok := s.jobs[n.JobID]; !ok || j.State != model.JobQueued {
+		return
+	}
+	s.version++
+	if old, ok := s.nominations[n.JobID]; ok {
+		n.GPUs = append(append([]NodeGPUs(nil), old.GPUs...), n.GPUs...)
+		if old.Expires.After(n.Expires) {
+			n.Expires = old.Expires
+		}
+	}
+	s.nominations[n.JobID] = n
+}
+
+// ExpireNominations drops nominations that expired by now.
+func (s *State) ExpireNominations(now time.Time) {
+	for id, n := range s.nominations {
+		if !now.Before(n.Expires) {
+			s.version++
+			delete(s.nominations, id)
+		}
 	}
 }
 

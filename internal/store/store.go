@@ -56,13 +56,18 @@ type Batch struct {
 	// queues by name (after the upserts).
 	Queues       []*model.Queue
 	DeleteQueues []string
+	// Revisions are inserted once, by number; a revision already stored
+	// is left as it is (revisions never change), so a retried write is
+	// harmless. A fleet apply puts its revision and the queues it changes
+	// in one batch, so both or neither are durable.
+	Revisions []*model.Revision
 	// Meta sets small named values (counters, settings).
 	Meta map[string]string
 }
 
 // Empty reports whether b writes nothing.
 func (b *Batch) Empty() bool {
-	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues) == 0
+	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions) == 0
 }
 
 // Idempotency maps a client's Idempotency-Key to the job it created, per
@@ -85,7 +90,9 @@ type Dump struct {
 	Tokens      []*model.Token
 	Idempotency []Idempotency
 	Queues      []*model.Queue
-	Meta        map[string]string
+	// Revisions are every fleet revision, by number.
+	Revisions []*model.Revision
+	Meta      map[string]string
 }
 
 // ErrClosed is returned by Submit after Close.

@@ -117,12 +117,28 @@ func (c *Client) SubmitJob(ctx context.Context, manifest []byte, opts SubmitOpti
 
 // Jobs lists jobs, newest first.
 func (c *Client) Jobs(ctx context.Context, states []string, limit int) ([]*model.Job, error) {
+	return c.ListJobs(ctx, ListOptions{States: states, Limit: limit})
+}
+
+// ListOptions select jobs for ListJobs; zero values select everything.
+type ListOptions struct {
+	States []string
+	// Array selects the tasks of one array job.
+	Array string
+	Limit int
+}
+
+// ListJobs returns matching jobs, newest first.
+func (c *Client) ListJobs(ctx context.Context, o ListOptions) ([]*model.Job, error) {
 	q := url.Values{}
-	if len(states) > 0 {
-		q.Set("state", strings.Join(states, ","))
+	if len(o.States) > 0 {
+		q.Set("state", strings.Join(o.States, ","))
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+	if o.Array != "" {
+		q.Set("array", o.Array)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
 	}
 	var out api.JobList
 	if _, err := c.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, nil, &out); err != nil {
@@ -239,4 +255,20 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 		return err
 	}
 	return resp.Body.Close()
+}
+
+// UploadArchive uploads a packed working directory (internal/archive.Pack)
+// and returns its content address; digest, when set, is checked on arrival.
+func (c *Client) UploadArchive(ctx context.Context, r io.Reader, digest string) (string, error) {
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/gzip")
+	path := "/v1/archives"
+	if digest != "" {
+		path += "?digest=" + url.QueryEscape(digest)
+	}
+	var out api.ArchiveUploaded
+	if _, err := c.do(ctx, "POST", path, hdr, r, &out); err != nil {
+		return "", err
+	}
+	return out.Digest, nil
 }

@@ -51,6 +51,9 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if d.Queues, err = loadObjects[model.Queue](ctx, tx, "queue", `SELECT name, data FROM queues ORDER BY name`); err != nil {
 		return nil, err
 	}
+	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number, data FROM revisions ORDER BY number`); err != nil {
+		return nil, err
+	}
 	if d.Tokens, err = loadTokens(ctx, tx); err != nil {
 		return nil, err
 	}

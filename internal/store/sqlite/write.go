@@ -23,6 +23,7 @@ const (
 	upsertMeta
 	upsertQueue
 	deleteQueue
+	insertRevision
 	savepoint
 	releaseSavepoint
 	rollbackToSavepoint
@@ -54,6 +55,7 @@ var stmtSQL = [numStmts]string{
 		ON CONFLICT (name) DO UPDATE SET version = excluded.version, data = excluded.data
 		WHERE excluded.version >= queues.version`,
 	deleteQueue:         `DELETE FROM queues WHERE name = ?`,
+	insertRevision:      `INSERT INTO revisions (number, digest, data) VALUES (?, ?, ?) ON CONFLICT (number) DO NOTHING`,
 	savepoint:           `SAVEPOINT batch`,
 	releaseSavepoint:    `RELEASE batch`,
 	rollbackToSavepoint: `ROLLBACK TO batch`,
@@ -142,6 +144,11 @@ func encode(b *store.Batch) ([]row, error) {
 	}
 	for _, name := range b.DeleteQueues {
 		rows = append(rows, row{stmt: deleteQueue, args: []any{name}, kind: "queue deletion", id: name})
+	}
+	for _, r := range b.Revisions {
+		if err := add(insertRevision, "revision", fmt.Sprint(r.Number), r, r.Number, r.Digest); err != nil {
+			return nil, err
+		}
 	}
 	for k, v := range b.Meta {
 		rows = append(rows, row{stmt: upsertMeta, args: []any{k, v}, kind: "meta", id: k})

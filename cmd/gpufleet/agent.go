@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/agent/gpu"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/agentapi/httpcp"
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
+)
+
+// agentConfig is everything `gpufleet agent` takes.
+type agentConfig struct {
+	DataDir  string
+	Server   string
+	Token    string
+	Name     string
+	Address  string
+	Labels   []string
+	Region   string
+	Zone     string
+	FakeGPUs string
+	LogLevel string
+}
+
+// Validate reports every problem at once, by flag name.
+func (c *agentConfig) Validate() error {
+	var fe model.FieldErrors
+	if c.DataDir == "" {
+		fe.Add("--data-dir", "is required")
+	}
+	switch u, err := url.Parse(c.Server); {
+	case c.Server == "":
+		fe.Add("--server", "is required: the server's URL, e.g. http://fleet.example:7777 (env GPUFLEET_SERVER)")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		fe.Add("--server", fmt.Sprintf("%q is not an http(s) URL", c.Server))
+	}
+	if c.Token == "" {
+		fe.Add("--token", "is required: create one on the server with `gpufleet tokens create NODE --kind agent` (env GPUFLEET_TOKEN)")
+	}
+	if c.Address != "" && strings.ContainsAny(c.Address, " /") {
+		fe.Add("--address", "must be a host name or IP address")
+	}
+	for _, l := range c.Labels {
+		if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
+			fe.Add("--label", fmt.Sprintf("%q is not key=value", l))
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		fe.Add("--log-level", "must be debug, info, warn or error")
+	}
+	return fe.Err()
+}
+
+func newAgentCmd(g *globals) *cobra.Command {
+	c := &agentConfig{}
+	cmd := &cobra.Command{
+		Use:   "agent --server URL --token TOKEN",
+		Short: "Run this machine as a node of a remote gpufleet server",
+		Long: `Run the node agent: register this machine's GPUs with the server, receive the
+replicas the scheduler places here, run each under its own supervisor, ship
+their logs and report their exits.
+
+The token is an agent token created on the server for this node; its subject
+is the id this node registers as:
+
+  gpufleet tokens create gpu-box-1 --kind agent --ttl 366d
+
+Workloads keep running when the agent or the server stops; a restarted agent
+(same --data-dir) re-adopts them, and reconciles with the server when it is
+back. The agent's state is in DATA_DIR/agent.`,
+		Example: `  GPUFLEET_TOKEN=gfa_… gpufleet agent --server http://fleet.example:7777
+  gpufleet agent --server https://fleet:7777 --token "$(cat /etc/gpufleet/agent.token)" --label rack=r2
+  gpufleet agent --server http://127.0.0.1:7777 --fake-gpus 4xH100 --data-dir /tmp/node-a   # a demo node`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.DataDir = g.dataDir
+			return runAgent(cmd.Context(), c)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&c.Server, "server", os.Getenv("GPUFLEET_SERVER"), "the server's URL (env GPUFLEET_SERVER)")
+	fl.StringVar(&c.Token, "token", os.Getenv("GPUFLEET_TOKEN"), "this node's agent token (env GPUFLEET_TOKEN, which keeps it out of ps)")
+	fl.StringVar(&c.Name, "name", "", "the node's display name (default: the host name)")
+	fl.StringVar(&c.Address, "address", "", "address other nodes reach this one at, for gangs' MASTER_ADDR (default: the IP this machine reaches the server from)")
+	fl.StringArrayVar(&c.Labels, "label", nil, "node label key=value (repeatable)")
+	fl.StringVar(&c.Region, "region", static.Region, "region this node reports, for region policies")
+	fl.StringVar(&c.Zone, "zone", "", "zone this node reports")
+	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
+	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// runAgent runs the agent until ctx ends.
+func runAgent(ctx context.Context, c *agentConfig) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(&serverConfig{LogLevel: c.LogLevel}).With("component", "agent")
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("creating data dir: %w", err)
+	}
+	cat, err := catalog.Load()
+	if err != nil {
+		return fmt.Errorf("loading catalog: %w", err)
+	}
+	inv, err := discoverGPUs(ctx, c.FakeGPUs, cat, log)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
+	}
+	name := c.Name
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	labels := map[string]string{}
+	for _, l := range c.Labels {
+		k, v, _ := strings.Cut(l, "=")
+		labels[k] = v
+	}
+	addr := c.Address
+	if addr == "" {
+		addr = outboundIP(c.Server)
+	}
+	if addr != "" {
+		labels[static.LabelAddress] = addr
+	}
+	ag, err := agent.New(agent.Config{
+		Dir:          filepath.Join(c.DataDir, "agent"),
+		ControlPlane: httpcp.New(c.Server, c.Token, httpcp.Options{}),
+		Registration: agentapi.Registration{
+			Name: name, Provider: static.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
+			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Labels: labels,
+			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
+		},
+		SupervisorCommand: []string{exe, "supervise", "--dir"},
+		Clock:             clock.Real{},
+		Logger:            log,
+		PollInterval:      200 * time.Millisecond,
+		MaxRetryBackoff:   5 * time.Second, // reconnect soon after a server restart
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("agent starting", "server", c.Server, "gpus", len(inv.GPUs), "gpu_source", inv.Source, "address", addr, "data_dir", c.DataDir)
+	return ag.Run(ctx)
+}
+
+// discoverGPUs finds this machine's GPUs, or declares fake ones.
+func discoverGPUs(ctx context.Context, fake string, cat *catalog.Catalog, log *slog.Logger) (gpu.Inventory, error) {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	inv, err := gpu.Discover(dctx, gpu.Options{
+		Fake: fake,
+		MemoryOf: func(name string) (model.Bytes, bool) {
+			a, ok := cat.Accelerator(name)
+			return a.Memory, ok && a.Memory > 0
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return inv, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	return inv, nil
+}
+
+// outboundIP is the local address this machine reaches server from: the
+// address other nodes most likely reach it at. Empty when unknown. No packet
+// is sent: connecting a UDP socket only picks the route.
+func outboundIP(server string) string {
+	u, err := url.Parse(server)
+	if err != nil {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	conn, err := net.Dial("udp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok {
+		return a.IP.String()
+	}
+	return ""
+}

@@ -1,0 +1,99 @@
+package archive
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DigestPrefix starts a content address: "sha256:" and 64 hex digits.
+const DigestPrefix = "sha256:"
+
+// ParseDigest checks a content address and returns its hex part.
+func ParseDigest(d string) (string, error) {
+	h, ok := strings.CutPrefix(d, DigestPrefix)
+	if !ok || len(h) != 2*sha256.Size || strings.ToLower(h) != h {
+		return "", fmt.Errorf("%q is not a content address: want sha256: and 64 lower-case hex digits", d)
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return "", fmt.Errorf("%q is not a content address: want sha256: and 64 lower-case hex digits", d)
+	}
+	return h, nil
+}
+
+// ErrDigestMismatch: the bytes received do not have the content address
+// they were sent under (corrupted or truncated in transit).
+var ErrDigestMismatch = errors.New("archive does not match its digest")
+
+// Store keeps archives on disk by content address, as <dir>/<hex>.tar.gz.
+// Files are written to a temporary name and renamed once verified, so a
+// reader never sees a partial archive. Safe for concurrent use.
+type Store struct {
+	dir string
+}
+
+// NewStore returns a store in dir, creating it.
+func NewStore(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating archive store: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Put stores what r yields and returns its content address. When want is
+// not empty the content must have that address, or nothing is stored and
+// the error matches ErrDigestMismatch. Storing an archive twice is harmless.
+func (s *Store) Put(r io.Reader, want string) (string, error) {
+	if want != "" {
+		if _, err := ParseDigest(want); err != nil {
+			return "", err
+		}
+	}
+	tmp, err := os.CreateTemp(s.dir, ".upload-*")
+	if err != nil {
+		return "", fmt.Errorf("storing archive: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, h), r); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("storing archive: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("storing archive: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("storing archive: %w", err)
+	}
+	got := DigestPrefix + hex.EncodeToString(h.Sum(nil))
+	if want != "" && got != want {
+		return "", fmt.Errorf("received %s, sent as %s: %w", got, want, ErrDigestMismatch)
+	}
+	if err := os.Rename(tmp.Name(), s.path(got)); err != nil {
+		return "", fmt.Errorf("storing archive: %w", err)
+	}
+	return got, nil
+}
+
+// Open returns the archive with content address d; the error matches
+// fs.ErrNotExist when there is none.
+func (s *Store) Open(d string) (io.ReadCloser, error) {
+	if _, err := ParseDigest(d); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(s.path(d))
+	if err != nil {
+		return nil, fmt.Errorf("opening archive %s: %w", d, err)
+	}
+	return f, nil
+}
+
+func (s *Store) path(d string) string {
+	return filepath.Join(s.dir, strings.TrimPrefix(d, DigestPrefix)+".tar.gz")
+}

@@ -1,0 +1,288 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/gpufleet/gpufleet/internal/fleet"
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// declared is the fleet as the current revision declares it. Guarded by
+// Controller.mu; every value is replaced, never modified.
+type declared struct {
+	revisions []*model.Revision // by number, from 1
+	set       *manifest.Set
+	pools     []*model.NodePool // by name
+	projects  []*model.Project  // by name
+}
+
+func (d *declared) current() *model.Revision {
+	if len(d.revisions) == 0 {
+		return nil
+	}
+	return d.revisions[len(d.revisions)-1]
+}
+
+// loadRevisions rebuilds the declared fleet from the stored revisions.
+func (c *Controller) loadRevisions(revs []*model.Revision) error {
+	c.fleet = declared{set: &manifest.Set{}}
+	for i, r := range revs {
+		if r.Number != i+1 {
+			return fmt.Errorf("fleet revisions: want number %d, found %d", i+1, r.Number)
+		}
+		set, err := manifest.ParseStored(r.Documents)
+		if err != nil {
+			return fmt.Errorf("fleet revision %d: %w", r.Number, err)
+		}
+		c.fleet.advance(r, set)
+	}
+	return nil
+}
+
+// advance makes r, whose documents are set, the current revision. A pool
+// or project keeps the revision that last changed its spec.
+func (d *declared) advance(r *model.Revision, set *manifest.Set) {
+	oldPools := map[string]*model.NodePool{}
+	for _, p := range d.pools {
+		oldPools[p.Name] = p
+	}
+	oldProjects := map[string]*model.Project{}
+	for _, p := range d.projects {
+		oldProjects[p.Name] = p
+	}
+	pools := make([]*model.NodePool, 0, len(set.NodePools))
+	for _, doc := range set.NodePools {
+		p := &model.NodePool{Name: doc.Metadata.Name, Spec: doc.Spec, Revision: r.Number}
+		if old, ok := oldPools[p.Name]; ok && sameJSON(old.Spec, p.Spec) {
+			p.Revision = old.Revision
+		}
+		pools = append(pools, p)
+	}
+	projects := make([]*model.Project, 0, len(set.Projects))
+	for _, doc := range set.Projects {
+		p := &model.Project{Name: doc.Metadata.Name, Spec: doc.Spec, Revision: r.Number}
+		if old, ok := oldProjects[p.Name]; ok && sameJSON(old.Spec, p.Spec) {
+			p.Revision = old.Revision
+		}
+		projects = append(projects, p)
+	}
+	d.revisions = append(slices.Clip(d.revisions), r)
+	d.set, d.pools, d.projects = set, pools, projects
+}
+
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// NodePools returns the pools the current fleet revision declares, by
+// name; empty before the first apply.
+//
+// Contract for reconcilers (the autoscaler): the result and the pools in
+// it are immutable snapshots — a later apply replaces them, never edits
+// them. A pool's Revision changes exactly when its spec does, so comparing
+// it with the last one acted on tells what to reconcile. A pool missing from
+// a later call was deleted: its nodes should be drained and terminated.
+// Changed() fires after every apply. Safe for concurrent use.
+func (c *Controller) NodePools() []*model.NodePool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.fleet.pools)
+}
+
+// NodePool returns one declared pool.
+func (c *Controller) NodePool(name string) (*model.NodePool, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.fleet.pools {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// Projects returns the projects the current fleet revision declares, by
+// name, as immutable snapshots. Enforcing their limits is admission's job.
+func (c *Controller) Projects() []*model.Project {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.fleet.projects)
+}
+
+// Declared returns the current revision (nil before the first apply) and
+// its documents. Both are immutable.
+func (c *Controller) Declared() (*model.Revision, *manifest.Set) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fleet.current(), c.fleet.set
+}
+
+// Revisions returns every revision, oldest first, without their documents.
+func (c *Controller) Revisions() []model.Revision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]model.Revision, len(c.fleet.revisions))
+	for i, r := range c.fleet.revisions {
+		out[i] = *r
+		out[i].Documents = nil
+	}
+	return out
+}
+
+// Revision returns revision n with its documents.
+func (c *Controller) Revision(n int) (*model.Revision, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n < 1 || n > len(c.fleet.revisions) {
+		return nil, fmt.Errorf("fleet revision %d: %w", n, ErrNotFound)
+	}
+	return c.fleet.revisions[n-1], nil
+}
+
+// ApplyOptions describe an apply.
+type ApplyOptions struct {
+	// Author is the subject of the caller's token.
+	Author  string
+	Message string
+	// BaseRevision, when not 0, must be the current revision (the one a
+	// plan was made against), or the apply fails with ErrConflict.
+	BaseRevision int
+	// RollbackOf records the revision whose documents are re-applied.
+	RollbackOf int
+}
+
+// ApplyResult is what an apply did.
+type ApplyResult struct {
+	// Revision is the new revision, or the current one when nothing
+	// changed.
+	Revision *model.Revision `json:"revision"`
+	// Changed is false when the documents equal the current revision's:
+	// no revision is recorded then.
+	Changed bool `json:"changed"`
+}
+
+// ApplyFleet records desired (validated, e.g. by manifest.Parse) as a new
+// revision and applies it: pools and projects become the declared ones,
+// declared queues are created or replaced as through PutQueue, and queues
+// the current revision declared but desired drops are deleted. The
+// revision and every queue change are one durable commit, so a crash keeps
+// both or neither. A dropped queue with running work fails the whole apply
+// with ErrConflict before anything changes. Applying the current documents
+// again records nothing.
+func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts ApplyOptions) (ApplyResult, error) {
+	docs, digest := desired.Documents()
+	c.mu.Lock()
+	cur := c.fleet.current()
+	curNum := 0
+	if cur != nil {
+		curNum = cur.Number
+	}
+	if opts.BaseRevision != 0 && opts.BaseRevision != curNum {
+		c.mu.Unlock()
+		return ApplyResult{}, fmt.Errorf("the fleet is at revision %d, not %d as planned; plan again: %w", curNum, opts.BaseRevision, ErrConflict)
+	}
+	if cur != nil && cur.Digest == digest || cur == nil && desired.Len() == 0 {
+		c.mu.Unlock()
+		return ApplyResult{Revision: cur}, nil
+	}
+	// 1. Check every queue deletion before changing anything.
+	want := map[string]bool{}
+	for _, q := range desired.Queues {
+		want[q.Metadata.Name] = true
+	}
+	var drop []string
+	for _, q := range c.fleet.set.Queues {
+		name := q.Metadata.Name
+		if want[name] {
+			continue
+		}
+		if _, ok := c.st.Queue(name); !ok {
+			continue // already deleted through the queue API
+		}
+		if use := c.st.QueueUse(name); len(use) > 0 {
+			c.mu.Unlock()
+			return ApplyResult{}, fmt.Errorf("queue %s, which the fleet no longer declares, has running work (%v GPUs); cancel or wait for it first: %w", name, use, ErrConflict)
+		}
+		drop = append(drop, name)
+	}
+	// 2. Change memory: queues, then the declared fleet.
+	b := &store.Batch{DeleteQueues: drop}
+	for _, name := range drop {
+		c.st.DeleteQueue(name)
+	}
+	for _, q := range desired.Queues {
+		if live, ok := c.st.Queue(q.Metadata.Name); ok && sameJSON(live.Spec, q.Spec) {
+			continue
+		}
+		nq, _ := c.putQueueLocked(q.Metadata.Name, q.Spec)
+		b.Queues = append(b.Queues, nq)
+	}
+	rev := &model.Revision{
+		Number: curNum + 1, CreatedAt: c.cfg.Clock.Now(), Author: opts.Author, Message: opts.Message,
+		RollbackOf: opts.RollbackOf, Digest: digest, Documents: docs,
+	}
+	if rev.Documents == nil {
+		rev.Documents = []json.RawMessage{}
+	}
+	c.fleet.advance(rev, desired)
+	b.Revisions = []*model.Revision{rev}
+	// 3. One commit for all of it.
+	c.broadcastLocked()
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	c.trigger()
+	if err := cm.wait(ctx); err != nil {
+		return ApplyResult{}, fmt.Errorf("recording fleet revision %d: %w", rev.Number, err)
+	}
+	c.cfg.Log.Info("fleet revision applied", "revision", rev.Number, "author", rev.Author, "pools", len(desired.NodePools),
+		"queues", len(desired.Queues), "projects", len(desired.Projects), "queues_written", len(b.Queues), "queues_deleted", len(drop))
+	return ApplyResult{Revision: rev, Changed: true}, nil
+}
+
+// Rollback applies revision to's documents again as a new revision.
+func (c *Controller) Rollback(ctx context.Context, to int, opts ApplyOptions) (ApplyResult, error) {
+	r, err := c.Revision(to)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	set, err := manifest.ParseStored(r.Documents)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	opts.RollbackOf = to
+	if opts.Message == "" {
+		opts.Message = fmt.Sprintf("rollback to revision %d", to)
+	}
+	return c.ApplyFleet(ctx, set, opts)
+}
+
+// Drift compares the declared fleet with the running one; see fleet.Drift.
+// It asks Config.Inventory, when set, for the providers' instances first.
+func (c *Controller) Drift(ctx context.Context) ([]fleet.Finding, error) {
+	var inv map[string][]string
+	if c.cfg.Inventory != nil {
+		var err error
+		if inv, err = c.cfg.Inventory(ctx); err != nil {
+			return nil, fmt.Errorf("listing provider instances: %w", err)
+		}
+	}
+	c.mu.Lock()
+	w := fleet.World{Pools: c.fleet.pools, Nodes: c.st.Nodes(), Inventory: inv,
+		DeclaredQueues: map[string]model.QueueSpec{}, LiveQueues: map[string]model.QueueSpec{}}
+	for _, q := range c.fleet.set.Queues {
+		w.DeclaredQueues[q.Metadata.Name] = q.Spec
+	}
+	for _, q := range c.st.Queues() {
+		w.LiveQueues[q.Name] = q.Spec
+	}
+	c.mu.Unlock()
+	return fleet.Drift(w), nil
+}

@@ -1,0 +1,378 @@
+package manifest
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Kinds of the fleet's declared documents.
+const (
+	KindNodePool = "NodePool"
+	KindQueue    = "Queue"
+	KindProject  = "Project"
+)
+
+// ObjectMeta names a declared fleet object.
+type ObjectMeta struct {
+	Name string `json:"name"`
+}
+
+// NodePool is a manifest of kind NodePool.
+type NodePool struct {
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Metadata   ObjectMeta         `json:"metadata"`
+	Spec       model.NodePoolSpec `json:"spec"`
+}
+
+// Queue is a manifest of kind Queue: the same spec PUT /v1/queues/{name}
+// takes.
+type Queue struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   ObjectMeta      `json:"metadata"`
+	Spec       model.QueueSpec `json:"spec"`
+}
+
+// Project is a manifest of kind Project.
+type Project struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   ObjectMeta        `json:"metadata"`
+	Spec       model.ProjectSpec `json:"spec"`
+}
+
+// Validate reports every problem in d (see model.NodePoolSpec.Validate for
+// knownGPU).
+func (d *NodePool) Validate(knownGPU func(string) bool) model.FieldErrors {
+	fe := validateObject(d.APIVersion, d.Kind, KindNodePool, d.Metadata)
+	return append(fe, d.Spec.Validate("spec", knownGPU)...)
+}
+
+// Validate reports every problem in d.
+func (d *Queue) Validate(knownGPU func(string) bool) model.FieldErrors {
+	fe := validateObject(d.APIVersion, d.Kind, KindQueue, d.Metadata)
+	return append(fe, d.Spec.Validate("spec", knownGPU)...)
+}
+
+// Validate reports every problem in d.
+func (d *Project) Validate(knownGPU func(string) bool) model.FieldErrors {
+	fe := validateObject(d.APIVersion, d.Kind, KindProject, d.Metadata)
+	return append(fe, d.Spec.Validate("spec", knownGPU)...)
+}
+
+func validateObject(apiVersion, kind, wantKind string, m ObjectMeta) model.FieldErrors {
+	var fe model.FieldErrors
+	checkHeader(&fe, apiVersion, kind, wantKind)
+	switch {
+	case m.Name == "":
+		fe.Add("metadata.name", "is required")
+	case !isDNSLabel(m.Name):
+		fe.Add("metadata.name", dnsLabelRule)
+	}
+	return fe
+}
+
+// Set is a declared fleet: every document, each kind sorted by name. Its
+// JSON encoding is canonical, so equal sets encode to equal bytes.
+type Set struct {
+	NodePools []NodePool `json:"nodePools,omitempty"`
+	Queues    []Queue    `json:"queues,omitempty"`
+	Projects  []Project  `json:"projects,omitempty"`
+}
+
+// Len counts the documents in s.
+func (s *Set) Len() int { return len(s.NodePools) + len(s.Queues) + len(s.Projects) }
+
+// sort orders each kind by name.
+func (s *Set) sort() {
+	slices.SortStableFunc(s.NodePools, func(a, b NodePool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	slices.SortStableFunc(s.Queues, func(a, b Queue) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	slices.SortStableFunc(s.Projects, func(a, b Project) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+}
+
+// Documents returns s as canonical JSON documents, NodePools, then Queues,
+// then Projects, each by name, and their digest (SHA-256 of the documents
+// joined by newlines, hex).
+func (s *Set) Documents() ([]json.RawMessage, string) {
+	var docs []json.RawMessage
+	add := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			// Validated documents hold no NaN or infinity; nothing else fails.
+			panic(fmt.Sprintf("manifest: encoding a validated document: %v", err))
+		}
+		docs = append(docs, b)
+	}
+	for _, d := range s.NodePools {
+		add(d)
+	}
+	for _, d := range s.Queues {
+		add(d)
+	}
+	for _, d := range s.Projects {
+		add(d)
+	}
+	h := sha256.New()
+	for _, d := range docs {
+		h.Write(d)
+		h.Write([]byte("\n"))
+	}
+	return docs, hex.EncodeToString(h.Sum(nil))
+}
+
+// header is what every document starts with; metadata and spec are
+// decoded once the kind is known.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   any    `json:"metadata"`
+	Spec       any    `json:"spec"`
+}
+
+// ParseDocument decodes one fleet document strictly, by its kind, fills
+// defaults and validates it. It returns *NodePool, *Queue or *Project, or
+// every problem, with paths from the document's root.
+func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any, model.FieldErrors) {
+	var h header
+	if fe := decode(data, format, reflect.ValueOf(&h).Elem()); len(fe) > 0 {
+		return nil, fe
+	}
+	var doc interface {
+		Validate(func(string) bool) model.FieldErrors
+	}
+	switch h.Kind {
+	case KindNodePool:
+		doc = &NodePool{}
+	case KindQueue:
+		doc = &Queue{}
+	case KindProject:
+		doc = &Project{}
+	case "Job":
+		return nil, model.FieldErrors{{Path: "kind", Message: "Job manifests are submitted with `gpufleet run -f`, not declared in the fleet"}}
+	case "Budget":
+		return nil, model.FieldErrors{{Path: "kind", Message: "Budget is not supported yet; declare NodePool, Queue or Project"}}
+	default:
+		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue or Project" + got(h.Kind)}}
+	}
+	fe := decode(data, format, reflect.ValueOf(doc).Elem())
+	if np, ok := doc.(*NodePool); ok {
+		np.Spec.Default()
+	}
+	for _, e := range doc.Validate(knownGPU) {
+		if !slices.ContainsFunc(fe, func(d model.FieldError) bool { return within(e.Path, d.Path) }) {
+			fe = append(fe, e)
+		}
+	}
+	if len(fe) > 0 {
+		sortErrs(fe)
+		return nil, fe
+	}
+	return doc, nil
+}
+
+func sortErrs(fe model.FieldErrors) {
+	slices.SortStableFunc(fe, func(a, b model.FieldError) int { return strings.Compare(a.Path, b.Path) })
+}
+
+// Source is one named input: a file's bytes, or an API body's document.
+type Source struct {
+	// Name prefixes the paths of the source's problems: "fleet/pools.yaml"
+	// gives "fleet/pools.yaml[1].spec.min".
+	Name string
+	Data []byte
+	// Format is JSON, YAML or Auto. A YAML source may hold several
+	// documents; a JSON source holds one document or an array of them.
+	Format Format
+}
+
+// maxDocuments bounds one declared fleet.
+const maxDocuments = 10000
+
+// Parse decodes and validates every document of every source and builds a
+// Set. Problems are reported as NAME[i].path (document i of the source,
+// counting from 0); names must be unique per kind across all sources. It
+// returns every problem at once and a nil Set if there is any.
+func Parse(sources []Source, knownGPU func(string) bool) (*Set, model.FieldErrors) {
+	var (
+		set   Set
+		fe    model.FieldErrors
+		where = map[string]string{} // kind/name → where it was first declared
+		count int
+	)
+	for _, src := range sources {
+		docs, problems := splitSource(src)
+		for _, p := range problems {
+			p.Path = src.Name + p.Path
+			fe = append(fe, p)
+		}
+		for i, d := range docs {
+			count++
+			if count > maxDocuments {
+				fe.Add(src.Name, fmt.Sprintf("a fleet holds at most %d documents", maxDocuments))
+				return nil, fe
+			}
+			doc, problems := ParseDocument(d.data, d.format, knownGPU)
+			for _, p := range InDocument(i, problems) {
+				p.Path = src.Name + p.Path
+				fe = append(fe, p)
+			}
+			if doc == nil {
+				continue
+			}
+			var kind, name string
+			switch v := doc.(type) {
+			case *NodePool:
+				kind, name = KindNodePool, v.Metadata.Name
+				set.NodePools = append(set.NodePools, *v)
+			case *Queue:
+				kind, name = KindQueue, v.Metadata.Name
+				set.Queues = append(set.Queues, *v)
+			case *Project:
+				kind, name = KindProject, v.Metadata.Name
+				set.Projects = append(set.Projects, *v)
+			}
+			at := fmt.Sprintf("%s[%d]", src.Name, i)
+			if first, dup := where[kind+"/"+name]; dup {
+				fe.Add(at+".metadata.name", fmt.Sprintf("%s %q is already declared at %s", kind, name, first))
+			} else {
+				where[kind+"/"+name] = at
+			}
+		}
+	}
+	if len(fe) > 0 {
+		sortErrs(fe)
+		return nil, fe
+	}
+	set.sort()
+	return &set, nil
+}
+
+// rawDoc is one document of a source, ready to decode.
+type rawDoc struct {
+	data   []byte
+	format Format
+}
+
+// splitSource splits a source into its documents. Problems with the
+// source as a whole have path "" (the caller prefixes the source name).
+func splitSource(src Source) ([]rawDoc, model.FieldErrors) {
+	format := src.Format
+	if format != JSON && format != YAML {
+		format = sniff(src.Data)
+	}
+	if format == YAML {
+		parts, err := SplitYAML(src.Data)
+		if err != nil {
+			return nil, model.FieldErrors{{Path: "", Message: "holds no YAML documents"}}
+		}
+		docs := make([]rawDoc, len(parts))
+		for i, p := range parts {
+			docs[i] = rawDoc{data: p, format: YAML}
+		}
+		return docs, nil
+	}
+	if t := bytes.TrimLeft(src.Data, " \t\r\n"); len(t) == 0 || t[0] != '[' {
+		return []rawDoc{{data: src.Data, format: JSON}}, nil
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal(src.Data, &arr); err != nil {
+		_, msg := parseJSON(src.Data)
+		if msg == "" {
+			msg = "not an array of documents"
+		}
+		return nil, model.FieldErrors{{Path: "", Message: msg}}
+	}
+	docs := make([]rawDoc, len(arr))
+	for i, a := range arr {
+		docs[i] = rawDoc{data: a, format: JSON}
+	}
+	return docs, nil
+}
+
+// ParseDocuments reads paths, each a file or a directory whose *.yaml,
+// *.yml and *.json files (not recursing, in name order) are read, and
+// parses them with Parse, naming each source by its path as given. An
+// error is returned for a path that cannot be read; problems with the
+// documents come back as FieldErrors.
+func ParseDocuments(paths []string, knownGPU func(string) bool) (*Set, model.FieldErrors, error) {
+	var sources []Source
+	for _, p := range paths {
+		files, err := manifestFiles(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, nil, fmt.Errorf("reading manifests: %w", err)
+			}
+			sources = append(sources, Source{Name: f, Data: data, Format: formatOf(f)})
+		}
+	}
+	set, fe := Parse(sources, knownGPU)
+	return set, fe, nil
+}
+
+func manifestFiles(p string) ([]string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading manifests: %w", err)
+	}
+	if !fi.IsDir() {
+		return []string{p}, nil
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading manifests: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		if !e.IsDir() && formatOf(e.Name()) != Auto {
+			files = append(files, filepath.Join(p, e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("reading manifests: %s holds no *.yaml, *.yml or *.json files", p)
+	}
+	return files, nil
+}
+
+func formatOf(name string) Format {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml":
+		return YAML
+	case ".json":
+		return JSON
+	}
+	return Auto
+}
+
+// ParseStored rebuilds a Set from a revision's documents, which were
+// validated when recorded; knownGPU is not applied again, so a catalog
+// that dropped a model cannot make a stored revision unreadable.
+func ParseStored(docs []json.RawMessage) (*Set, error) {
+	if len(docs) == 0 {
+		return &Set{}, nil
+	}
+	arr, err := json.Marshal(docs)
+	if err != nil {
+		return nil, fmt.Errorf("decoding stored fleet documents: %w", err)
+	}
+	set, fe := Parse([]Source{{Name: "documents", Data: arr, Format: JSON}}, nil)
+	if len(fe) > 0 {
+		return nil, fmt.Errorf("decoding stored fleet documents: %w", fe.Err())
+	}
+	return set, nil
+}

@@ -1,0 +1,356 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Pool providers a NodePool may name.
+const (
+	ProviderSim        = "sim"
+	ProviderStatic     = "static"
+	ProviderLocal      = "local"
+	ProviderKubernetes = "kubernetes"
+)
+
+// LabelInstance is the node label carrying the provider's instance id when
+// it differs from the node id; drift detection matches nodes to provider
+// inventory by it (or by node id when absent).
+const LabelInstance = "gpufleet.dev/instance-id"
+
+// NodePool is declared capacity (DESIGN.md §2) as the controller keeps it:
+// the spec of the current fleet revision. Treat a published *NodePool as
+// immutable.
+type NodePool struct {
+	Name string       `json:"name"`
+	Spec NodePoolSpec `json:"spec"`
+	// Revision is the fleet revision that last changed this pool's spec,
+	// so a reconciler can tell a changed pool from an unchanged one.
+	Revision int `json:"revision"`
+}
+
+// NodePoolSpec is what a NodePool manifest declares.
+type NodePoolSpec struct {
+	// Provider is sim, static, local or kubernetes.
+	Provider string `json:"provider"`
+	// Settings for the provider named; only that provider's block may be
+	// set.
+	Sim        *SimPoolSettings        `json:"sim,omitempty"`
+	Static     *StaticPoolSettings     `json:"static,omitempty"`
+	Kubernetes *KubernetesPoolSettings `json:"kubernetes,omitempty"`
+	// Regions limits where nodes launch (shell patterns such as "eu-*").
+	Regions RegionPolicy `json:"regions,omitzero"`
+	// InstanceTypes, when set, are the only instance types launched.
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
+	// Requirements select instance types by their GPUs.
+	Requirements PoolRequirements `json:"requirements,omitzero"`
+	// CapacityTypes are on-demand and/or spot (default on-demand).
+	CapacityTypes []CapacityType `json:"capacityTypes,omitempty"`
+	// Min and Max bound the pool's node count. For a static pool they
+	// default to the number of machines.
+	Min int `json:"min"`
+	Max int `json:"max"`
+	// IdleTimeout is how long an empty node above Min lives (default 10m).
+	IdleTimeout Duration `json:"idleTimeout,omitempty"`
+	// Labels are set on every node of the pool.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Tags are set on the provider's instances and in cost reports.
+	Tags map[string]string `json:"tags,omitempty"`
+	// CheckpointStorage is where jobs on this pool keep checkpoints (a
+	// path or URL such as s3://bucket/prefix).
+	CheckpointStorage string `json:"checkpointStorage,omitempty"`
+	// SharedGPUs marks the pool's GPUs shareable (see Node.SharedGPUs).
+	SharedGPUs bool `json:"sharedGPUs,omitempty"`
+}
+
+// SimPoolSettings configure a simulated pool.
+type SimPoolSettings struct {
+	// Clouds are the catalog providers simulated (aws, gcp…); empty means
+	// all.
+	Clouds []string `json:"clouds,omitempty"`
+}
+
+// StaticPoolSettings list owned machines, each running `gpufleet agent`.
+type StaticPoolSettings struct {
+	Machines []StaticMachine `json:"machines"`
+}
+
+// StaticMachine is one owned machine.
+type StaticMachine struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// GPUs is "COUNTxMODEL" such as "8xH100".
+	GPUs string `json:"gpus"`
+	// PricePerHour is the machine's amortised cost in USD per hour.
+	PricePerHour float64 `json:"pricePerHour"`
+}
+
+// KubernetesPoolSettings name a cluster and what its GPUs cost.
+type KubernetesPoolSettings struct {
+	// Context is the kubeconfig context of the cluster.
+	Context         string  `json:"context"`
+	Namespace       string  `json:"namespace,omitempty"`
+	PricePerGPUHour float64 `json:"pricePerGPUHour,omitempty"`
+}
+
+// PoolRequirements select instance types by their GPUs.
+type PoolRequirements struct {
+	// GPUModels are catalog model names; empty means any.
+	GPUModels    []string `json:"gpuModels,omitempty"`
+	MinGPUMemory Bytes    `json:"minGpuMemory,omitempty"`
+	// GPUsPerNode selects instance types with exactly this many GPUs.
+	GPUsPerNode int `json:"gpusPerNode,omitempty"`
+}
+
+// maxPoolNodes bounds min and max.
+const maxPoolNodes = 100000
+
+// EffectiveCapacityTypes is CapacityTypes, or on-demand when unset.
+func (s *NodePoolSpec) EffectiveCapacityTypes() []CapacityType {
+	if len(s.CapacityTypes) == 0 {
+		return []CapacityType{OnDemand}
+	}
+	return s.CapacityTypes
+}
+
+// Default fills what a static pool leaves out: min and max default to the
+// number of machines.
+func (s *NodePoolSpec) Default() {
+	if s.Provider == ProviderStatic && s.Static != nil && s.Min == 0 && s.Max == 0 {
+		s.Min, s.Max = len(s.Static.Machines), len(s.Static.Machines)
+	}
+}
+
+// Validate reports every problem in s, with paths under prefix (usually
+// "spec"). knownGPU says whether a GPU model exists; nil accepts any name.
+func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
+	var fe FieldErrors
+	p := func(f string) string { return prefix + "." + f }
+	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil}
+	switch s.Provider {
+	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes:
+	case "":
+		fe.Add(p("provider"), "is required: sim, static, local or kubernetes")
+	default:
+		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local or kubernetes", s.Provider))
+	}
+	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic} {
+		if blocks[name] && name != s.Provider {
+			fe.Add(p(name), fmt.Sprintf("is set but the provider is %q", s.Provider))
+		}
+	}
+	if s.Sim != nil {
+		for i, c := range s.Sim.Clouds {
+			if strings.TrimSpace(c) == "" {
+				fe.Add(fmt.Sprintf("%s[%d]", p("sim.clouds"), i), "must not be empty")
+			}
+		}
+	}
+	if s.Provider == ProviderStatic {
+		if s.Static == nil || len(s.Static.Machines) == 0 {
+			fe.Add(p("static.machines"), "a static pool lists at least one machine")
+		} else {
+			seen := map[string]int{}
+			for i, m := range s.Static.Machines {
+				mp := fmt.Sprintf("%s[%d]", p("static.machines"), i)
+				if !ValidName(m.Name) {
+					fe.Add(mp+".name", "must be lower-case letters, digits and dashes (at most 63)")
+				} else if j, dup := seen[m.Name]; dup {
+					fe.Add(mp+".name", fmt.Sprintf("%q is also machine %d", m.Name, j))
+				} else {
+					seen[m.Name] = i
+				}
+				if strings.TrimSpace(m.Address) == "" {
+					fe.Add(mp+".address", "is required (host:port of the machine's agent, or its host name)")
+				}
+				if _, model, err := ParseGPUCount(m.GPUs); err != nil {
+					fe.Add(mp+".gpus", err.Error())
+				} else if knownGPU != nil && !knownGPU(model) {
+					fe.Add(mp+".gpus", fmt.Sprintf("unknown GPU model %q (see `gpufleet offers` for the catalog's models)", model))
+				}
+				if bad(m.PricePerHour) || m.PricePerHour < 0 {
+					fe.Add(mp+".pricePerHour", "must be a non-negative number of USD per hour")
+				}
+			}
+		}
+	}
+	if s.Provider == ProviderKubernetes {
+		if s.Kubernetes == nil || s.Kubernetes.Context == "" {
+			fe.Add(p("kubernetes.context"), "is required: the kubeconfig context of the cluster")
+		}
+		if s.Kubernetes != nil && (bad(s.Kubernetes.PricePerGPUHour) || s.Kubernetes.PricePerGPUHour < 0) {
+			fe.Add(p("kubernetes.pricePerGPUHour"), "must be a non-negative number of USD per GPU-hour")
+		}
+	}
+	for i, r := range s.Regions.Allow {
+		if _, err := path.Match(r, ""); r == "" || err != nil {
+			fe.Add(fmt.Sprintf("%s[%d]", p("regions.allow"), i), fmt.Sprintf("%q is not a region or shell pattern such as eu-*", r))
+		}
+	}
+	for i, r := range s.Regions.Deny {
+		if _, err := path.Match(r, ""); r == "" || err != nil {
+			fe.Add(fmt.Sprintf("%s[%d]", p("regions.deny"), i), fmt.Sprintf("%q is not a region or shell pattern such as eu-*", r))
+		}
+	}
+	for i, t := range s.InstanceTypes {
+		if strings.TrimSpace(t) == "" {
+			fe.Add(fmt.Sprintf("%s[%d]", p("instanceTypes"), i), "must not be empty")
+		}
+	}
+	for i, g := range s.Requirements.GPUModels {
+		if g == "" || knownGPU != nil && !knownGPU(g) {
+			fe.Add(fmt.Sprintf("%s[%d]", p("requirements.gpuModels"), i), fmt.Sprintf("unknown GPU model %q (see `gpufleet offers` for the catalog's models)", g))
+		}
+	}
+	if s.Requirements.MinGPUMemory < 0 {
+		fe.Add(p("requirements.minGpuMemory"), "must not be negative")
+	}
+	if n := s.Requirements.GPUsPerNode; n < 0 || n > 1024 {
+		fe.Add(p("requirements.gpusPerNode"), "must be between 0 and 1024 (0: any)")
+	}
+	for i, ct := range s.CapacityTypes {
+		if ct != OnDemand && ct != Spot {
+			fe.Add(fmt.Sprintf("%s[%d]", p("capacityTypes"), i), fmt.Sprintf("%q is not %s or %s", ct, OnDemand, Spot))
+		}
+	}
+	if s.Min < 0 || s.Min > maxPoolNodes {
+		fe.Add(p("min"), fmt.Sprintf("must be between 0 and %d", maxPoolNodes))
+	}
+	switch {
+	case s.Max < 0 || s.Max > maxPoolNodes:
+		fe.Add(p("max"), fmt.Sprintf("must be between 0 and %d", maxPoolNodes))
+	case s.Max < s.Min:
+		fe.Add(p("max"), fmt.Sprintf("must be at least min (%d)", s.Min))
+	case s.Provider == ProviderStatic && s.Static != nil && s.Max > len(s.Static.Machines):
+		fe.Add(p("max"), fmt.Sprintf("must be at most the %d machines listed", len(s.Static.Machines)))
+	}
+	if s.IdleTimeout < 0 {
+		fe.Add(p("idleTimeout"), "must not be negative")
+	}
+	fe = append(fe, validateLabels(p("labels"), s.Labels)...)
+	fe = append(fe, validateLabels(p("tags"), s.Tags)...)
+	return fe
+}
+
+func validateLabels(prefix string, m map[string]string) FieldErrors {
+	var fe FieldErrors
+	keys := sortedKeys(m)
+	for _, k := range keys {
+		if k == "" || len(k) > 253 || len(m[k]) > 255 {
+			fe.Add(fmt.Sprintf("%s[%q]", prefix, k), "keys must be 1 to 253 characters and values at most 255")
+		}
+	}
+	return fe
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
+
+// ParseGPUCount parses "COUNTxMODEL" such as "8xH100" (or "MODEL" for one).
+func ParseGPUCount(s string) (int, string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, "", fmt.Errorf("is required: COUNTxMODEL such as 8xH100")
+	}
+	count, model := 1, s
+	if i := strings.IndexByte(s, 'x'); i > 0 {
+		if n, err := strconv.Atoi(s[:i]); err == nil {
+			count, model = n, s[i+1:]
+		}
+	}
+	if count < 1 || count > 1024 {
+		return 0, "", fmt.Errorf("%q: the count must be between 1 and 1024", s)
+	}
+	if model == "" {
+		return 0, "", fmt.Errorf("%q has no model; want COUNTxMODEL such as 8xH100", s)
+	}
+	return count, model, nil
+}
+
+// Project is a tenant's settings as the controller keeps them. Enforcement
+// of its limits belongs to admission; the fleet only declares them.
+type Project struct {
+	Name     string      `json:"name"`
+	Spec     ProjectSpec `json:"spec"`
+	Revision int         `json:"revision"`
+}
+
+// ProjectSpec is what a Project manifest declares.
+type ProjectSpec struct {
+	// Quota caps the GPUs the project's jobs may hold, per GPU model ("*"
+	// for any model not listed).
+	Quota map[string]float64 `json:"quota,omitempty"`
+	// AllowedRegions and AllowedGPUs limit where and on what its jobs
+	// run; empty means anywhere and anything.
+	AllowedRegions []string `json:"allowedRegions,omitempty"`
+	AllowedGPUs    []string `json:"allowedGPUs,omitempty"`
+	// MaxGPUsPerJob caps replicas × GPUs of one job (0: no cap).
+	MaxGPUsPerJob float64 `json:"maxGPUsPerJob,omitempty"`
+	// MaxPricePerHour caps the hourly price of capacity bought for one job
+	// in USD (0: no cap).
+	MaxPricePerHour float64 `json:"maxPricePerHour,omitempty"`
+}
+
+// Validate reports every problem in s, with paths under prefix.
+func (s *ProjectSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
+	var fe FieldErrors
+	p := func(f string) string { return prefix + "." + f }
+	for _, k := range sortedKeys(s.Quota) {
+		v := s.Quota[k]
+		qp := fmt.Sprintf("%s[%q]", p("quota"), k)
+		if k == "" || k != AnyGPU && knownGPU != nil && !knownGPU(k) {
+			fe.Add(qp, fmt.Sprintf("unknown GPU model %q (use a catalog model or \"*\")", k))
+		}
+		if bad(v) || v < 0 || v > 1e7 {
+			fe.Add(qp, "must be between 0 and 10000000 GPUs")
+		}
+	}
+	for i, r := range s.AllowedRegions {
+		if _, err := path.Match(r, ""); r == "" || err != nil {
+			fe.Add(fmt.Sprintf("%s[%d]", p("allowedRegions"), i), fmt.Sprintf("%q is not a region or shell pattern such as eu-*", r))
+		}
+	}
+	for i, g := range s.AllowedGPUs {
+		if g == "" || knownGPU != nil && !knownGPU(g) {
+			fe.Add(fmt.Sprintf("%s[%d]", p("allowedGPUs"), i), fmt.Sprintf("unknown GPU model %q", g))
+		}
+	}
+	if bad(s.MaxGPUsPerJob) || s.MaxGPUsPerJob < 0 {
+		fe.Add(p("maxGPUsPerJob"), "must not be negative")
+	}
+	if bad(s.MaxPricePerHour) || s.MaxPricePerHour < 0 {
+		fe.Add(p("maxPricePerHour"), "must not be negative")
+	}
+	return fe
+}
+
+// Revision is one applied version of the declared fleet: every document of
+// kind NodePool, Queue and Project, as canonical JSON. Revisions are
+// numbered from 1 and never change once recorded.
+type Revision struct {
+	Number    int       `json:"number"`
+	CreatedAt time.Time `json:"createdAt"`
+	// Author is the subject of the token that applied it.
+	Author  string `json:"author"`
+	Message string `json:"message,omitempty"`
+	// RollbackOf is the revision whose documents this one re-applied.
+	RollbackOf int `json:"rollbackOf,omitempty"`
+	// Digest is the SHA-256 of the documents, hex; equal sets of documents
+	// have equal digests.
+	Digest    string            `json:"digest"`
+	Documents []json.RawMessage `json:"documents"`
+}

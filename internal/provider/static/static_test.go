@@ -1,0 +1,98 @@
+package static
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	since := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for name, machines := range map[string][]Machine{
+		"one box": {{Name: "box-1", GPU: "H100", GPUs: 8, GPUMemory: 80 * model.GiB, CPU: 96, Memory: 1024 * model.GiB, PricePerHour: 9.5}},
+		"mixed rack": {
+			{Name: "a100-1", GPU: "A100-80GB", GPUs: 4, GPUMemory: 80 * model.GiB, Address: "10.0.0.1", PricePerHour: 3},
+			{Name: "a100-2", GPU: "A100-80GB", GPUs: 4, GPUMemory: 80 * model.GiB, Address: "10.0.0.2", PricePerHour: 3},
+			{Name: "l4-1", GPU: "L4", GPUs: 1, GPUMemory: 24 * model.GiB, Region: "lab", Zone: "rack-2"},
+			{Name: "cpu-1", CPU: 64},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(Config{Machines: machines}, since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			providertest.Run(t, p, providertest.Options{}) // Fixed from Machines
+		})
+	}
+}
+
+func TestOffersAreDistinctAndPriced(t *testing.T) {
+	p, err := New(Config{Machines: []Machine{
+		{Name: "a", GPU: "H100", GPUs: 8, GPUMemory: 80 * model.GiB, PricePerHour: 9.5},
+		{Name: "b", GPU: "H100", GPUs: 8, GPUMemory: 80 * model.GiB, PricePerHour: 9.5},
+		{Name: "c", CPU: 8},
+	}}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offers, err := p.Offers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []model.Offer{{
+		Provider: Name, Region: Region, InstanceType: "owned", GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB,
+		CapacityType: model.Owned, PricePerHour: 9.5,
+	}}
+	if diff := cmp.Diff(want, offers); diff != "" {
+		t.Errorf("offers (-want +got):\n%s", diff)
+	}
+	if _, err := p.Launch(context.Background(), provider.LaunchRequest{Offer: want[0]}); !errors.Is(err, provider.ErrFixedCapacity) {
+		t.Errorf("Launch error = %v, want ErrFixedCapacity", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	known := func(m string) bool { return m == "H100" }
+	tests := map[string]struct {
+		cfg  Config
+		want []string
+	}{
+		"valid": {cfg: Config{Machines: []Machine{{Name: "box-1", GPU: "H100", GPUs: 2}}}},
+		"empty": {cfg: Config{}, want: []string{"spec.static.machines"}},
+		"bad and duplicate names": {
+			cfg:  Config{Machines: []Machine{{Name: "Box_1"}, {Name: "b"}, {Name: "b"}}},
+			want: []string{"spec.static.machines[0].name", "spec.static.machines[2].name"},
+		},
+		"gpus without a model, unknown model, negatives": {
+			cfg: Config{Machines: []Machine{
+				{Name: "a", GPUs: 2},
+				{Name: "b", GPU: "H900", GPUs: 1},
+				{Name: "c", GPUs: -1, CPU: -1, Memory: -1, GPUMemory: -1, PricePerHour: -1, Address: "http://x/"},
+			}},
+			want: []string{
+				"spec.static.machines[0].gpu", "spec.static.machines[1].gpu",
+				"spec.static.machines[2].gpus", "spec.static.machines[2].gpuMemory", "spec.static.machines[2].cpu",
+				"spec.static.machines[2].memory", "spec.static.machines[2].pricePerHour", "spec.static.machines[2].address",
+			},
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, e := range tt.cfg.Validate("spec.static", known) {
+				got = append(got, e.Path)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
