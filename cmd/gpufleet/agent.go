@@ -145,7 +145,9 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	if addr != "" {
 		labels[static.LabelAddress] = addr
 	}
+	src, sim := telemetrySource(ctx, inv, log)
 	ag, err := agent.New(agent.Config{
+		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: httpcp.New(c.Server, c.Token, httpcp.Options{}),
 		Registration: agentapi.Registration{
@@ -161,6 +163,9 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	})
 	if err != nil {
 		return err
+	}
+	if sim != nil {
+		sim.Busy = ag.BusyGPU
 	}
 	log.Info("agent starting", "server", c.Server, "gpus", len(inv.GPUs), "gpu_source", inv.Source, "address", addr, "data_dir", c.DataDir)
 	return ag.Run(ctx)

@@ -103,11 +103,16 @@ func cleanEnv() []string {
 	return env
 }
 
-// gpufleetErr runs a CLI command against the server.
-func (s *server) gpufleetErr(args ...string) (string, error) {
+// gpufleetCmd is a CLI command against the server, not yet run.
+func (s *server) gpufleetCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, append([]string{"--data-dir", s.dataDir}, args...)...)
 	cmd.Env = cleanEnv()
-	out, err := cmd.CombinedOutput()
+	return cmd
+}
+
+// gpufleetErr runs a CLI command against the server.
+func (s *server) gpufleetErr(args ...string) (string, error) {
+	out, err := s.gpufleetCmd(args...).CombinedOutput()
 	return string(out), err
 }
 

@@ -20,7 +20,7 @@ func newJobsCmd(g *globals) *cobra.Command {
 		Aliases: []string{"job"},
 		Short:   "List, inspect, follow and cancel jobs",
 	}
-	cmd.AddCommand(newJobsListCmd(g), newJobsGetCmd(g), newJobsLogsCmd(g), newJobsCancelCmd(g))
+	cmd.AddCommand(newJobsListCmd(g), newJobsGetCmd(g), newJobsLogsCmd(g), newJobsCancelCmd(g), newJobsTopCmd(g))
 	return cmd
 }
 
@@ -131,6 +131,7 @@ func jobTable(tw *tabwriter.Writer, v *api.JobView) {
 		sort.Strings(tags)
 		row(tw, "Tags:", strings.Join(tags, ","))
 	}
+	efficiencyRows(tw, v.Efficiency)
 	if v.Pending != nil {
 		row(tw, "Queue position:", v.Pending.Position)
 		for _, r := range v.Pending.Reasons {

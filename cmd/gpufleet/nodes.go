@@ -44,7 +44,7 @@ func newNodesCmd(g *globals) *cobra.Command {
 		},
 	}
 	outputFlag(list, &out)
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, newNodesInterruptCmd(g))
 	return cmd
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+	"github.com/gpufleet/gpufleet/internal/web"
 )
 
 // serverConfig is everything `up` and `server` take.
@@ -49,6 +50,10 @@ type serverConfig struct {
 	// HeartbeatTimeout is how long a node may be silent before it is lost
 	// and its jobs requeue; agents are asked to sync four times as often.
 	HeartbeatTimeout time.Duration
+	// AlertWebhookURL receives alerts (idle jobs, drain XIDs, queue
+	// wait), signed with the key in AlertWebhookSecretFile.
+	AlertWebhookURL        string
+	AlertWebhookSecretFile string
 }
 
 // minHeartbeatTimeout keeps agents' syncs (a quarter of the timeout) from
@@ -93,6 +98,8 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.NoAgent, "no-local-agent", false, "do not run jobs on this machine (control plane only)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 60*time.Second, "how long a node may be silent before it is lost and its jobs requeue")
+	fl.StringVar(&c.AlertWebhookURL, "alert-webhook-url", "", "POST alerts (idle jobs, XID errors, queue wait) as signed JSON to this URL")
+	fl.StringVar(&c.AlertWebhookSecretFile, "alert-webhook-secret-file", "", "file holding the key alert webhooks are signed with (HMAC-SHA256)")
 }
 
 func newUpCmd(g *globals) *cobra.Command {
@@ -220,9 +227,14 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
+	notifier, err := alertNotifier(ctx, c, log)
+	if err != nil {
+		return err
+	}
 	var ctrl *controller.Controller
 	ctrl, err = controller.New(ctx, controller.Config{
-		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
+		Notifier: notifier,
+		Store:    st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
 		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
 		Seed:              time.Now().UnixNano(),
 		HeartbeatTimeout:  c.HeartbeatTimeout,
@@ -234,6 +246,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 		return err
 	}
 	defer ctrl.Close()
+	reg.MustRegister(ctrl.TelemetryCollector())
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
 		return err
 	}
@@ -244,7 +257,8 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if calNote != "" {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
-	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: version, Calibration: cal})
+	ui := web.New(web.Config{ByHash: ctrl.AuthenticateHash, Log: log.With("component", "web")})
+	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: version, Calibration: cal, Audit: st})
 	if err != nil {
 		return err
 	}
@@ -326,7 +340,9 @@ func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, 
 		return nil, inv, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
 	}
 	host, _ := os.Hostname()
+	src, sim := telemetrySource(ctx, inv, log)
 	ag, err := agent.New(agent.Config{
+		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: cp,
 		Registration: agentapi.Registration{
@@ -341,6 +357,9 @@ func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, 
 	})
 	if err != nil {
 		return nil, inv, err
+	}
+	if sim != nil {
+		sim.Busy = ag.BusyGPU
 	}
 	return ag, inv, nil
 }

@@ -105,6 +105,6 @@ func newTokensCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, list, revoke, newRotateAdminCmd(g))
 	return cmd
 }

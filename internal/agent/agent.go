@@ -39,7 +39,9 @@ type Agent struct {
 	tending sync.WaitGroup
 
 	mu      sync.Mutex
-	tracked map[string]*replica // by id; guarded by mu
+	tracked map[string]*replica        // by id; guarded by mu
+	samples []agentapi.TelemetrySample // queued for the next sync; guarded by mu
+	busy    map[int]bool               // GPU indexes of desired replicas; guarded by mu
 
 	// Owned by Run's goroutine.
 	nodeID     string
@@ -98,6 +100,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel() // before the Wait above: stop tending on any return
 	if err := a.adoptAll(ctx); err != nil {
 		return err
+	}
+	if a.cfg.Telemetry != nil {
+		a.tending.Go(func() { a.sampleTelemetry(ctx) })
 	}
 	a.syncLoop(ctx)
 	return nil

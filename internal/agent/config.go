@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/agent/telemetry"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -43,6 +44,12 @@ type Config struct {
 	// doubles up to MaxRetryBackoff. Defaults 1s and 30s.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+
+	// Telemetry, when set, is sampled every TelemetryInterval (default
+	// 5s) and its samples ride on the next sync. The agent owns it from
+	// Run on; telemetry.None reports "no GPU" and nothing else.
+	Telemetry         telemetry.Source
+	TelemetryInterval time.Duration
 }
 
 // Validate reports every problem with c at once, each with its field path.
@@ -61,11 +68,12 @@ func (c Config) Validate() error {
 		errs.Add("supervisorCommand[0]", "must name a program")
 	}
 	for path, d := range map[string]time.Duration{
-		"syncWait":        c.SyncWait,
-		"pollInterval":    c.PollInterval,
-		"startTimeout":    c.StartTimeout,
-		"retryBackoff":    c.RetryBackoff,
-		"maxRetryBackoff": c.MaxRetryBackoff,
+		"syncWait":          c.SyncWait,
+		"pollInterval":      c.PollInterval,
+		"startTimeout":      c.StartTimeout,
+		"retryBackoff":      c.RetryBackoff,
+		"maxRetryBackoff":   c.MaxRetryBackoff,
+		"telemetryInterval": c.TelemetryInterval,
 	} {
 		if d < 0 {
 			errs.Add(path, "must not be negative")
@@ -99,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 30 * time.Second
+	}
+	if c.TelemetryInterval == 0 {
+		c.TelemetryInterval = telemetry.DefaultInterval
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = time.Second

@@ -42,6 +42,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			for _, s := range req.Statuses {
 				a.delivered[s.ID] = s
 			}
+			a.telemetryDelivered(req.Telemetry)
 			a.apply(ctx, resp, endedIDs)
 		case ctx.Err() != nil:
 			return
@@ -97,6 +98,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		Generation: a.generation,
 		Statuses:   statuses,
 		Wait:       model.Duration(wait),
+		Telemetry:  a.telemetryRequest(),
 	}, endedIDs
 }
 
@@ -132,6 +134,17 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 		a.log.Info("node drain changed", "draining", resp.Drain)
 	}
 	desired := make(map[string]bool, len(resp.Replicas))
+	busy := map[int]bool{}
+	for _, spec := range resp.Replicas {
+		if !spec.Stop {
+			for _, g := range spec.GPUs {
+				busy[g] = true
+			}
+		}
+	}
+	a.mu.Lock()
+	a.busy = busy
+	a.mu.Unlock()
 	for _, spec := range resp.Replicas {
 		desired[spec.ID] = true
 		a.mu.Lock()

@@ -136,6 +136,9 @@ type SyncRequest struct {
 	Generation uint64          `json:"generation"`
 	Statuses   []ReplicaStatus `json:"statuses"`
 	Wait       model.Duration  `json:"wait,omitempty"`
+	// Telemetry, when set, carries the GPU samples taken since the last
+	// answered sync. Optional: servers ignore what they do not track.
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
 }
 
 // SyncResponse is the complete desired set for the node. A replica the agent
@@ -161,4 +164,33 @@ type LogChunk struct {
 // LogAck tells the agent how much of the log the server holds.
 type LogAck struct {
 	Size int64 `json:"size"`
+}
+
+// Telemetry is GPU telemetry an agent ships with a sync: the samples taken
+// since the last sync the server answered, oldest first. An agent whose
+// machine has no GPU sends Source "none" and no samples.
+type Telemetry struct {
+	// Source names what read the GPUs: "nvml", "nvidia-smi",
+	// "dcgm-exporter", "simulated" (demo GPUs) or "none".
+	Source  string            `json:"source"`
+	Samples []TelemetrySample `json:"samples,omitempty"`
+}
+
+// MaxTelemetrySamples bounds the samples of one sync; an agent that could
+// not sync for longer drops its oldest samples.
+const MaxTelemetrySamples = 64
+
+// TelemetrySample is one reading of every GPU of the node.
+type TelemetrySample struct {
+	Time time.Time      `json:"time"`
+	GPUs []GPUTelemetry `json:"gpus"`
+}
+
+// GPUTelemetry is one GPU's reading. Values holds DCGM field names
+// (DCGM_FI_PROF_SM_ACTIVE, …) in DCGM's units; a field the source could
+// not read is absent, never zero.
+type GPUTelemetry struct {
+	Index  int                `json:"index"`
+	UUID   string             `json:"uuid"`
+	Values map[string]float64 `json:"values,omitempty"`
 }

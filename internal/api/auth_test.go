@@ -46,6 +46,7 @@ func TestTokenKindsAndScopes(t *testing.T) {
 	}
 	agentToken := tc.Secret
 	_, user := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
+	e.grant(t, "bob", model.DefaultProject, model.RoleMember)
 
 	job := jobManifest("new")
 	tests := map[string]struct {
@@ -123,6 +124,7 @@ func TestTokenLifecycle(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
 	e := newEnv(t, envConfig{Clock: clk})
+	e.grant(t, "carol", model.DefaultProject, model.RoleViewer)
 	listJobs := func(t *testing.T, token string) int {
 		t.Helper()
 		r := e.do(t, req{Method: "GET", Path: "/v1/jobs", Token: token})

@@ -99,7 +99,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	}
 	srv, err := api.New(api.Config{
 		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready,
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)

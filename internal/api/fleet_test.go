@@ -155,6 +155,7 @@ func TestFleetRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
 	_, user := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "alice"})
+	e.grant(t, "alice", model.DefaultProject, model.RoleViewer)
 	tests := map[string]struct {
 		path, token string
 		body        []byte

@@ -69,11 +69,19 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if project == "" {
 		project = model.DefaultProject
 	}
+	if !s.allowProject(w, r, project) {
+		return
+	}
 	sum := sha256.Sum256(body)
 	created, isNew, err := s.cfg.Controller.Submit(r.Context(), controller.Submission{
 		Name: job.Metadata.Name, Project: project, User: caller(r).Subject, Tags: job.Metadata.Tags,
 		Spec: job.Spec, IdempotencyKey: key, BodyHash: sum[:],
 	})
+	var refused model.FieldErrors
+	if errors.As(err, &refused) {
+		writeProblem(w, r, http.StatusBadRequest, "the job spec exceeds project "+project+"'s policy", refused)
+		return
+	}
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
@@ -120,6 +128,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
+	if f.Project == "" {
+		f.Projects = s.visibleProjects(r, MinRole[PermJobsRead])
+	}
 	writeJSON(w, http.StatusOK, JobList{Jobs: nonNil(s.cfg.Controller.Jobs(f))})
 }
 
@@ -155,6 +166,12 @@ func (s *Server) jobView(id string) (JobView, error) {
 		return JobView{}, err
 	}
 	v := JobView{Job: j, AttemptDetails: atts}
+	if jc, ok := s.cfg.Controller.JobCost(id); ok {
+		v.Cost = jobCostView(jc)
+	}
+	if e, ok := s.cfg.Controller.Efficiency(id); ok {
+		v.Efficiency = &e
+	}
 	if j.State == model.JobQueued {
 		if verdict, ok := s.cfg.Controller.Verdict(id); ok {
 			v.Pending = &verdict
@@ -498,3 +515,7 @@ func (s *Server) logDone(key logstore.Key, offset int64) bool {
 
 // logGrace is how long a follower waits for the rest of an ended replica's log.
 const logGrace = 30 * time.Second
+
+func (s *Server) listAlerts(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, AlertList{Items: s.cfg.Controller.Alerts()})
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"github.com/gpufleet/gpufleet/internal/controller"
 	"net/http"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -58,6 +59,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, errConflict):
 		return http.StatusConflict
+	case errors.Is(err, controller.ErrBudget):
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 )
 
 // Permission names what a route lets its caller do.
@@ -34,6 +35,14 @@ const (
 	// PermAgent is the agent protocol (DESIGN.md §4): only agent tokens hold
 	// it, each for its own node.
 	PermAgent Permission = "agent.sync"
+	// PermProjectsRead lists the projects a user holds a role in.
+	PermProjectsRead Permission = "projects.read"
+	// PermUsersManage grants and revokes roles (admins only).
+	PermUsersManage Permission = "users.manage"
+	// PermAuditRead reads the audit log (admins only).
+	PermAuditRead Permission = "audit.read"
+	// PermTokensRotate replaces the caller's own token.
+	PermTokensRotate Permission = "tokens.rotate"
 )
 
 // scope limits a non-user token to its own object.
@@ -59,6 +68,9 @@ type Route struct {
 	Perm  Permission
 	Kinds []model.TokenKind
 	Scope scope
+	// Project says where the project a user's role is checked in comes
+	// from (see access.go and MinRole).
+	Project projectFrom
 	// Public routes need no token (health only).
 	Public bool
 	// MaxBody overrides Config.MaxBodyBytes for this route (uploads).
@@ -91,7 +103,7 @@ var (
 
 // Routes is the table every endpoint is served from.
 func Routes() []Route {
-	return []Route{
+	return append([]Route{
 		{Method: "GET", Pattern: "/healthz", Public: true, Summary: "Liveness: the process serves HTTP.", ResponseType: "text/plain", Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.healthz }},
 		{Method: "GET", Pattern: "/readyz", Public: true, Summary: "Readiness: state is loaded and the store accepts writes.", ResponseType: "text/plain", Status: 200,
@@ -102,29 +114,29 @@ func Routes() []Route {
 			handler: func(s *Server) http.HandlerFunc { return s.openAPI }},
 		{Method: "GET", Pattern: "/v1/version", Perm: PermAPIRead, Kinds: allHolders, Summary: "Server version.", Response: VersionInfo{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.version }},
-		{Method: "POST", Pattern: "/v1/jobs", Perm: PermJobsSubmit, Kinds: users, Summary: "Submit a job (a Job manifest as JSON or YAML). Send Idempotency-Key to make retries safe.",
+		{Method: "POST", Pattern: "/v1/jobs", Project: projectOfBody, Perm: PermJobsSubmit, Kinds: users, Summary: "Submit a job (a Job manifest as JSON or YAML). Send Idempotency-Key to make retries safe.",
 			Request: JobManifest{}, Response: JobView{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.submitJob }},
-		{Method: "GET", Pattern: "/v1/jobs", Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
+		{Method: "GET", Pattern: "/v1/jobs", Project: projectOfQuery, Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
 			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"limit", "integer", "most jobs to return (default 1000)"}},
 			Response: JobList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listJobs }},
-		{Method: "GET", Pattern: "/v1/jobs/{id}", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",
+		{Method: "GET", Pattern: "/v1/jobs/{id}", Project: projectOfJob, Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",
 			Response: JobView{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.getJob }},
-		{Method: "POST", Pattern: "/v1/jobs/{id}/cancel", Perm: PermJobsCancel, Kinds: users, Summary: "Cancel a job: running replicas get their checkpoint signal and grace period.",
+		{Method: "POST", Pattern: "/v1/jobs/{id}/cancel", Project: projectOfJob, Perm: PermJobsCancel, Kinds: users, Summary: "Cancel a job: running replicas get their checkpoint signal and grace period.",
 			Response: JobView{}, Status: 202,
 			handler: func(s *Server) http.HandlerFunc { return s.cancelJob }},
-		{Method: "POST", Pattern: "/v1/jobs/{id}/checkpoints", Perm: PermJobsCheckpoint, Kinds: usersJobs, Scope: scopeOwnJob,
+		{Method: "POST", Pattern: "/v1/jobs/{id}/checkpoints", Project: projectOfJob, Perm: PermJobsCheckpoint, Kinds: usersJobs, Scope: scopeOwnJob,
 			Summary: "Report a completed checkpoint (a job's own token may): work lost by preempting the job is measured from now.",
 			Request: CheckpointReport{}, Response: JobView{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.reportCheckpoint }},
-		{Method: "GET", Pattern: "/v1/jobs/{id}/logs", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A replica's combined stdout and stderr; follow=true streams until the attempt ends.",
+		{Method: "GET", Pattern: "/v1/jobs/{id}/logs", Project: projectOfJob, Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A replica's combined stdout and stderr; follow=true streams until the attempt ends.",
 			Query: []Param{{"attempt", "integer", "attempt number (default: latest)"}, {"rank", "integer", "replica rank (default 0)"},
 				{"follow", "boolean", "stream until the attempt ends"}, {"offset", "integer", "byte offset to start at"}},
 			ResponseType: "text/plain", Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.jobLogs }},
-		{Method: "GET", Pattern: "/v1/jobs/{id}/explain", Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "Why a job waits: queue position, reasons per node group, queue and offer, estimated start, reservation and candidates.",
+		{Method: "GET", Pattern: "/v1/jobs/{id}/explain", Project: projectOfJob, Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "Why a job waits: queue position, reasons per node group, queue and offer, estimated start, reservation and candidates.",
 			Response: Explanation{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.explainJob }},
 		{Method: "GET", Pattern: "/v1/queues", Perm: PermQueuesRead, Kinds: users, Summary: "Queues with their quota, cohort, weight and current use.",
@@ -160,6 +172,18 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/nodes", Perm: PermNodesRead, Kinds: users, Summary: "Nodes, their GPUs and what holds them.",
 			Response: NodeList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listNodes }},
+		{Method: "POST", Pattern: "/v1/nodes/{id}/interrupt", Perm: PermFleetManage, Kinds: users, Summary: "Inject a spot notice for a node's instance (a drill or demo); the node drains and its jobs requeue from their checkpoints.",
+			Response: provider.Notice{}, Status: 202,
+			handler: func(s *Server) http.HandlerFunc { return s.interruptNode }},
+		{Method: "GET", Pattern: "/v1/events", Perm: PermNodesRead, Kinds: users, Summary: "Events (launch, launch-failed, failover, notice, drain, preempted, requeue, terminate, leak…), oldest first.",
+			Query: []Param{{"kind", "string", "comma-separated event kinds"}, {"object", "string", "an object (job/ID, node/ID) or a job or node id"},
+				{"job", "string", "a job id"}, {"node", "string", "a node id"}, {"since", "string", "RFC 3339 time or a duration such as 1h"},
+				{"after", "integer", "only events with a higher seq (to follow)"}, {"limit", "integer", "most events to return, the latest (default 100)"}},
+			Response: EventList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listEvents }},
+		{Method: "GET", Pattern: "/v1/alerts", Perm: PermJobsRead, Kinds: users, Summary: "Recent alerts: idle jobs, XID errors that drained a node, queue waits.",
+			Response: AlertList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listAlerts }},
 		{Method: "GET", Pattern: "/v1/offers", Perm: PermOffersRead, Kinds: users, Summary: "Query the GPU catalog's offers.",
 			Query: []Param{{"gpu", "string", "comma-separated GPU models"}, {"minGpuMemory", "string", "e.g. 40Gi"}, {"gpus", "integer", "GPUs per instance"},
 				{"provider", "string", "comma-separated providers"}, {"region", "string", "comma-separated region patterns, e.g. us-*"},
@@ -170,6 +194,25 @@ func Routes() []Route {
 		{Method: "POST", Pattern: "/v1/advise", Perm: PermOffersRead, Kinds: users, Summary: "Rank the catalog's offers for a workload profile: memory per GPU, parallel plan, time and cost to finish.",
 			Request: advisor.Request{}, Response: advisor.Result{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.advise }},
+		{Method: "GET", Pattern: "/v1/projects", Perm: PermProjectsRead, Kinds: users, Summary: "Projects the caller holds a role in, with the role and the project's declared policy.",
+			Response: ProjectList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listProjects }},
+		{Method: "GET", Pattern: "/v1/grants", Perm: PermUsersManage, Kinds: users, Summary: "Every user's role per project.",
+			Response: GrantList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listGrants }},
+		{Method: "PUT", Pattern: "/v1/grants", Perm: PermUsersManage, Kinds: users, Summary: "Grant a user (a user token's subject) a role in a project, replacing the role they held there; admin is granted on project \"*\".",
+			Request: model.Grant{}, Response: model.Grant{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.putGrant }},
+		{Method: "DELETE", Pattern: "/v1/grants/{user}/{project}", Perm: PermUsersManage, Kinds: users, Summary: "Revoke a user's role in a project.",
+			Status:  204,
+			handler: func(s *Server) http.HandlerFunc { return s.deleteGrant }},
+		{Method: "GET", Pattern: "/v1/audit", Perm: PermAuditRead, Kinds: users, Summary: "The hash-chained audit log of every mutation and refused request, oldest first.",
+			Query:    []Param{{"after", "integer", "only entries with a higher sequence number"}, {"limit", "integer", "most entries to return"}},
+			Response: AuditList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listAudit }},
+		{Method: "POST", Pattern: "/v1/tokens/rotate", Perm: PermTokensRotate, Kinds: users, Summary: "Replace the caller's own token: the new secret is returned once and the old token is revoked at once.",
+			Response: TokenCreated{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.rotateToken }},
 		{Method: "POST", Pattern: "/v1/tokens", Perm: PermTokensManage, Kinds: users, Summary: "Create a user or agent token; its secret is returned once.",
 			Request: TokenCreate{}, Response: TokenCreated{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.createToken }},
@@ -199,5 +242,5 @@ func Routes() []Route {
 			Summary: "Agent protocol: store a chunk of a replica's output at its offset; the answer says where to continue.",
 			Request: agentapi.LogChunk{}, Response: agentapi.LogAck{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.agentLogs }},
-	}
+	}, costRoutes()...)
 }

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,7 +15,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/archive"
-	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/logstore"
@@ -43,6 +44,13 @@ type Config struct {
 	// Calibration holds GPU rates measured by `gpufleet bench`; the
 	// advisor uses them instead of datasheet rates where present.
 	Calibration advisor.Calibration
+	// Sessions authenticates dashboard requests that carry a session
+	// cookie instead of a bearer token (package web); nil: bearer only.
+	Sessions Sessions
+	// UI, when set, serves the dashboard under /ui/ (and / redirects there).
+	UI http.Handler
+	// Audit reads the audit log for GET /v1/audit; nil answers 501.
+	Audit AuditReader
 }
 
 // Server is the HTTP API.
@@ -86,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	for _, rt := range Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
+	}
+	if cfg.UI != nil {
+		mux.Handle("/ui/", cfg.UI)
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusNotFound, "no such route; see /v1/openapi.json", nil)
@@ -150,14 +162,24 @@ func (s *Server) wrap(rt Route) http.Handler {
 			limit = rt.MaxBody
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, limit)
+		a := &access{route: rt, reqID: requestID(r)}
+		rec.Header().Set("X-Request-Id", a.reqID)
+		r = r.WithContext(context.WithValue(r.Context(), accessKey{}, a))
 		if !rt.Public {
-			tok, problem := s.authorize(rt, r)
+			// Recorded after the handler, with the status it answered.
+			defer func() {
+				if code := cmp.Or(rec.code, http.StatusOK); audited(rt, r.Method, code) {
+					s.record(r.Context(), rt, r, a, code)
+				}
+			}()
+			tok, project, problem := s.authorize(rt, r)
+			a.tok, a.project = tok, project
 			if problem != 0 {
 				if problem == http.StatusUnauthorized {
 					rec.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
 					writeProblem(rec, r, problem, "a valid bearer token is required: set GPUFLEET_TOKEN or run `gpufleet up` to create one", nil)
 				} else {
-					writeProblem(rec, r, problem, "this token may not "+string(rt.Perm), nil)
+					writeProblem(rec, r, problem, "this token may not "+string(rt.Perm)+forProject(project), nil)
 				}
 				return
 			}
@@ -167,35 +189,40 @@ func (s *Server) wrap(rt Route) http.Handler {
 	})
 }
 
-// authorize checks the bearer token against the route's declaration. It
-// returns the token, or the status to refuse with.
-func (s *Server) authorize(rt Route, r *http.Request) (*model.Token, int) {
-	secret, ok := auth.Bearer(r.Header.Get("Authorization"))
-	if !ok {
-		return nil, http.StatusUnauthorized
+func forProject(p string) string {
+	if p == "" {
+		return ""
 	}
-	tok, err := s.cfg.Controller.Authenticate(secret)
+	return " in project " + p
+}
+
+// authorize checks the bearer token against the route's declaration: its
+// token kinds and scope, then, for a user token, the role the route's
+// permission needs in the project the request acts on (MinRole). It returns
+// the token and that project, or the status to refuse with.
+func (s *Server) authorize(rt Route, r *http.Request) (*model.Token, string, int) {
+	tok, err := s.authenticate(r)
 	if err != nil {
-		return nil, http.StatusUnauthorized
+		return nil, "", http.StatusUnauthorized
 	}
-	kindOK := false
-	for _, k := range rt.Kinds {
-		if k == tok.Kind {
-			kindOK = true
+	if !slices.Contains(rt.Kinds, tok.Kind) {
+		return tok, "", http.StatusForbidden
+	}
+	switch tok.Kind {
+	case model.TokenJob:
+		if rt.Scope == scopeOwnJob && r.PathValue("id") != tok.Subject {
+			return tok, "", http.StatusForbidden
 		}
-	}
-	if !kindOK {
-		return nil, http.StatusForbidden
-	}
-	switch {
-	case tok.Kind == model.TokenJob && rt.Scope == scopeOwnJob:
-		if r.PathValue("id") != tok.Subject {
-			return nil, http.StatusForbidden
+		p, _ := s.cfg.Controller.JobProject(tok.Subject)
+		return tok, p, 0
+	case model.TokenUser:
+		project, ok := s.authorizeUser(rt, r, tok)
+		if !ok {
+			return tok, project, http.StatusForbidden
 		}
-	case tok.Kind == model.TokenUser && !tok.Admin && (rt.Perm == PermTokensManage || rt.Perm == PermQueuesManage || rt.Perm == PermFleetManage):
-		return nil, http.StatusForbidden
+		return tok, project, 0
 	}
-	return tok, 0
+	return tok, "", 0
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

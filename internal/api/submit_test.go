@@ -246,6 +246,7 @@ func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
 	_, bob := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
+	e.grant(t, "bob", model.DefaultProject, model.RoleMember)
 	post := func(t *testing.T, token, key string, body []byte) (int, string) {
 		t.Helper()
 		hdr := map[string]string{"Content-Type": "application/json"}

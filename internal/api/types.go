@@ -23,6 +23,17 @@ type JobView struct {
 	// array (its id, spec, submission and a state derived from its tasks;
 	// see ArrayState) and Array lists the tasks.
 	Array *ArrayView `json:"array,omitempty"`
+	// Efficiency judges how the live attempt uses its GPUs, with its
+	// allocated and effective cost; absent without telemetry.
+	Efficiency *controller.Efficiency `json:"efficiency,omitempty"`
+	// Cost is the job's metered cost across all its attempts; absent
+	// before its first metered second.
+	Cost *JobCostView `json:"cost,omitempty"`
+}
+
+// AlertList is the recent alerts, oldest first.
+type AlertList struct {
+	Items []controller.Alert `json:"items"`
 }
 
 // ArrayView is an array job's tasks and how many are in each state.

@@ -82,6 +82,9 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	for _, st := range req.Statuses {
 		c.observeLocked(req.NodeID, st, b)
 	}
+	if req.Telemetry != nil {
+		c.observeTelemetryLocked(n, req.Telemetry, b)
+	}
 	var cm *commit
 	if !b.Empty() {
 		c.broadcastLocked()
@@ -301,6 +304,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 			j.State = model.JobRunning
 			if j.StartedAt == nil {
 				j.StartedAt = &now
+				c.cfg.Metrics.gpuReached(now.Sub(j.SubmittedAt))
 			}
 			j.Version++
 			c.st.PutJob(j)
@@ -342,6 +346,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
 	delete(c.secrets, a.ID)
+	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
 	j, ok := c.st.Job(a.JobID)
 	if !ok || j.State.Terminal() {
@@ -369,7 +374,15 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 		j.State = model.JobSucceeded
 	case model.AttemptCancelled:
 		j.State = model.JobCancelled
+	case model.AttemptStoppedEarly:
+		j.State = model.JobStoppedEarly
 	case model.AttemptPreempted, model.AttemptLost:
+		if budgetStopped(a) {
+			// Stopped by a budget: requeued and held until the budget
+			// allows it again; not an interruption counted against retries.
+			requeue = true
+			break
+		}
 		j.Preemptions++
 		requeue = j.Preemptions <= j.Spec.Retries.Preemptions
 		if !requeue {
@@ -391,6 +404,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	}
 	c.st.PutJob(j)
 	b.Jobs = append(b.Jobs, j)
+	c.attemptEventLocked(b, j, a, requeue)
 	c.cfg.Log.Info("attempt ended", "job_id", j.ID, "attempt", a.Number, "state", a.State, "reason", a.Reason, "job_state", j.State)
 }
 
@@ -469,6 +483,8 @@ func (c *Controller) checkNodes(ctx context.Context) {
 		c.st.PutNode(n)
 		b.Nodes = append(b.Nodes, n)
 		c.cfg.Log.Warn("node lost: no heartbeat", "node_id", n.ID, "timeout", c.cfg.HeartbeatTimeout)
+		c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,
+			Message: fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout)})
 		for _, a := range c.st.LiveAttempts() {
 			changed := false
 			a = a.Clone()

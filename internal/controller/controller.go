@@ -59,8 +59,16 @@ type Config struct {
 	// gpufleet (provider name → instance ids), for drift reports; a
 	// provider missing from the map is not checked.
 	Inventory func(ctx context.Context) (map[string][]string, error)
+	// Scale wires the autoscaler loop; the zero value disables it.
+	Scale ScaleConfig
 	// Metrics, when set, is updated as the controller works.
 	Metrics *Metrics
+	// Alerts configure the efficiency, XID and queue-wait rules.
+	Alerts AlertRules
+	// Notifier, when set, receives every alert.
+	Notifier Notifier
+	// Cost configures metering, budgets and their webhooks.
+	Cost CostConfig
 	// Fatal is called once if the store fails; the process should stop.
 	Fatal func(error)
 }
@@ -96,6 +104,7 @@ func (c *Config) defaults() error {
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = 24 * time.Hour
 	}
+	c.Alerts.defaults()
 	if c.Offers == nil {
 		c.Offers = func(context.Context) []model.Offer { return nil }
 	}
@@ -125,9 +134,26 @@ type Controller struct {
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
 	nodeGen  map[string]uint64
+	// events are the most recent events, by Seq; eventSeq is the last
+	// number given.
+	events   []*model.Event
+	eventSeq uint64
+	scaleSt  scaleState
+	// grants are every user's roles; auditSeq and auditHash are the audit
+	// log's head, to chain the next entry to.
+	grants    map[grantKey]model.Grant
+	auditSeq  uint64
+	auditHash string
 	// changed is closed and replaced at every job, attempt or node change,
 	// so watchers (log followers, long-polling agents) wake up.
 	changed chan struct{}
+
+	// tel is GPU telemetry, efficiency verdicts and alerts.
+	tel telemetryState
+
+	// cost is the ledger's rollups, budgets' state and metric reports
+	// (cost.go).
+	cost costState
 
 	kick      chan struct{}
 	fatalOnce sync.Once
@@ -152,8 +178,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		secrets:  map[string]string{},
 		lastSeen: map[string]time.Time{},
 		nodeGen:  map[string]uint64{},
+		grants:   map[grantKey]model.Grant{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),
+		tel:      newTelemetryState(cfg.Alerts.Thresholds),
 	}
 	c.com = newCommitter(cfg.Store, c.fail)
 	dump, err := cfg.Store.Load(ctx)
@@ -186,12 +214,18 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if err := c.loadRevisions(dump.Revisions); err != nil {
 		return nil, fmt.Errorf("loading state: %w", err)
 	}
+	c.events = dump.Events
+	if n := len(dump.Events); n > 0 {
+		c.eventSeq = dump.Events[n-1].Seq
+	}
 	for _, t := range dump.Tokens {
 		c.putToken(t)
 	}
+	c.loadAccess(dump.AccessDump)
 	for _, r := range dump.Idempotency {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}
+	c.loadCost(dump)
 	comCtx, stopCom := context.WithCancel(context.Background())
 	c.stopCom, c.comDone = stopCom, make(chan struct{})
 	go func() { c.com.run(comCtx); close(c.comDone) }()
@@ -217,6 +251,9 @@ func (c *Controller) Close() {
 func (c *Controller) Run(ctx context.Context) error {
 	tick := c.cfg.Clock.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
+	costDone := make(chan struct{})
+	go func() { c.costLoop(ctx); close(costDone) }()
+	defer func() { <-costDone }()
 	for {
 		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Error("scheduling pass failed", "err", err)
@@ -233,6 +270,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C():
 			c.checkNodes(ctx)
+			c.scale(ctx)
+			c.evaluate(c.cfg.Clock.Now())
 		case <-c.kick:
 		}
 	}

@@ -93,17 +93,21 @@ type harness struct {
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func newHarness(t *testing.T, st *memStore, clk *clock.Fake) *harness {
+func newHarness(t *testing.T, st *memStore, clk *clock.Fake, opts ...func(*Config)) *harness {
 	t.Helper()
 	logs, err := logstore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(context.Background(), Config{
+	cfg := Config{
 		Store: st, Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777",
 		CheckpointDir: t.TempDir(), HeartbeatTimeout: time.Minute, PassGap: -1,
 		Fatal: func(err error) { t.Errorf("fatal: %v", err) },
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

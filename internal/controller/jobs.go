@@ -37,7 +37,12 @@ type Submission struct {
 // submission with the same idempotency key made the job.
 func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, created bool, err error) {
 	now := c.cfg.Clock.Now()
+	offers := c.hardBudgetOffers(ctx)
 	c.mu.Lock()
+	if fe := c.admitLocked(&s); len(fe) > 0 {
+		c.mu.Unlock()
+		return nil, false, fe
+	}
 	var idem []store.Idempotency
 	if s.IdempotencyKey != "" {
 		k := idemKey{s.User, s.IdempotencyKey}
@@ -52,6 +57,10 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 			}
 			return prev, false, nil
 		}
+	}
+	if err := c.budgetAdmitLocked(s, now, offers); err != nil {
+		c.mu.Unlock()
+		return nil, false, err
 	}
 	c.seq++
 	job = &model.Job{
@@ -138,6 +147,9 @@ func (c *Controller) Job(id string) (*model.Job, error) {
 type JobFilter struct {
 	States  []model.JobState
 	Project string
+	// Projects, when not nil, selects jobs of these projects only (the
+	// projects a caller may see).
+	Projects map[string]bool
 	// Array, when set, selects the tasks of that array job.
 	Array string
 	// Limit bounds the result to the newest jobs; 0 means 1000.
@@ -156,7 +168,7 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 	var out []*model.Job
 	c.mu.Lock()
 	c.st.Jobs(func(j *model.Job) bool {
-		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Array == "" || j.ArrayID == f.Array) {
+		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Projects == nil || f.Projects[j.Project]) && (f.Array == "" || j.ArrayID == f.Array) {
 			out = append(out, j)
 		}
 		return true

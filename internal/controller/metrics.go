@@ -13,6 +13,10 @@ import (
 type Metrics struct {
 	submittedTotal prometheus.Counter
 	queueWaitHist  prometheus.Histogram
+	timeToGPU      prometheus.Histogram
+	preemptions    *prometheus.CounterVec
+	alertsTotal    *prometheus.CounterVec
+	eventsTotal    *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's series on reg. counts is read at
@@ -27,14 +31,35 @@ func NewMetrics(reg prometheus.Registerer, counts func() map[model.JobState]int)
 			Help:    "Time from entering the queue to being bound to GPUs.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12), // 10 ms … ~46 h
 		}),
+		eventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpufleet_events_total", Help: "Events recorded, by kind (launch, failover, notice, drain, requeue, terminate…).",
+		}, []string{"kind"}),
+		timeToGPU: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpufleet_time_to_gpu_seconds",
+			Help:    "Time from submission to a job's first replica running on its GPUs.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 4, 12),
+		}),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpufleet_preemptions_total", Help: "Attempts preempted, by the provider and region of their node.",
+		}, []string{"provider", "region"}),
+		alertsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpufleet_alerts_total", Help: "Alerts raised, by rule.",
+		}, []string{"rule"}),
 	}
-	reg.MustRegister(m.submittedTotal, m.queueWaitHist, jobsByState{counts: counts})
+	reg.MustRegister(m.timeToGPU, m.preemptions, m.alertsTotal)
+	reg.MustRegister(m.submittedTotal, m.queueWaitHist, m.eventsTotal, jobsByState{counts: counts})
 	return m
 }
 
 func (m *Metrics) submitted() {
 	if m != nil {
 		m.submittedTotal.Inc()
+	}
+}
+
+func (m *Metrics) event(k model.EventKind) {
+	if m != nil {
+		m.eventsTotal.WithLabelValues(string(k)).Inc()
 	}
 }
 
@@ -55,5 +80,23 @@ func (j jobsByState) Collect(ch chan<- prometheus.Metric) {
 	counts := j.counts()
 	for _, s := range model.JobStates {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}
+
+func (m *Metrics) gpuReached(d time.Duration) {
+	if m != nil {
+		m.timeToGPU.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) preempted(provider, region string) {
+	if m != nil {
+		m.preemptions.WithLabelValues(provider, region).Inc()
+	}
+}
+
+func (m *Metrics) alert(rule string) {
+	if m != nil {
+		m.alertsTotal.WithLabelValues(rule).Inc()
 	}
 }

@@ -24,6 +24,7 @@ func (c *Controller) pass(ctx context.Context) error {
 	c.mu.Lock()
 	c.st.ExpireNominations(c.cfg.Clock.Now())
 	snap := c.st.Snapshot()
+	held := c.holdLocked(snap, c.cfg.Clock.Now()) // budgets: jobs that wait for a new period
 	c.mu.Unlock()
 	if len(snap.Pending) == 0 {
 		return nil
@@ -53,6 +54,12 @@ func (c *Controller) pass(ctx context.Context) error {
 		}
 	}
 	c.verdicts = plan.Verdicts
+	if len(held) > 0 && c.verdicts == nil {
+		c.verdicts = map[string]scheduler.Verdict{}
+	}
+	for id, v := range held {
+		c.verdicts[id] = v
+	}
 	c.lastPlan = &plan
 	if bound == 0 && preempted == 0 {
 		c.mu.Unlock()
@@ -131,6 +138,11 @@ func (c *Controller) preemptLocked(pe scheduler.Preemption) (*model.Attempt, boo
 	a.Stop, a.StopState, a.StopWhy = true, model.AttemptPreempted, pe.Reason
 	a.Version++
 	c.st.PutAttempt(a)
+	if len(a.Replicas) > 0 {
+		if n, ok := c.st.Node(a.Replicas[0].NodeID); ok {
+			c.cfg.Metrics.preempted(n.Provider, n.Region)
+		}
+	}
 	c.cfg.Log.Info("preempting", "job_id", pe.JobID, "attempt", a.Number, "for_job_id", pe.ForJobID, "work_lost", pe.WorkLost.String(), "reason", pe.Reason)
 	return a, true
 }

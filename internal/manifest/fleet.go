@@ -21,6 +21,7 @@ const (
 	KindNodePool = "NodePool"
 	KindQueue    = "Queue"
 	KindProject  = "Project"
+	KindBudget   = "Budget"
 )
 
 // ObjectMeta names a declared fleet object.
@@ -90,16 +91,18 @@ type Set struct {
 	NodePools []NodePool `json:"nodePools,omitempty"`
 	Queues    []Queue    `json:"queues,omitempty"`
 	Projects  []Project  `json:"projects,omitempty"`
+	Budgets   []Budget   `json:"budgets,omitempty"`
 }
 
 // Len counts the documents in s.
-func (s *Set) Len() int { return len(s.NodePools) + len(s.Queues) + len(s.Projects) }
+func (s *Set) Len() int { return len(s.NodePools) + len(s.Queues) + len(s.Projects) + len(s.Budgets) }
 
 // sort orders each kind by name.
 func (s *Set) sort() {
 	slices.SortStableFunc(s.NodePools, func(a, b NodePool) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.Queues, func(a, b Queue) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.Projects, func(a, b Project) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	slices.SortStableFunc(s.Budgets, func(a, b Budget) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 }
 
 // Documents returns s as canonical JSON documents, NodePools, then Queues,
@@ -122,6 +125,9 @@ func (s *Set) Documents() ([]json.RawMessage, string) {
 		add(d)
 	}
 	for _, d := range s.Projects {
+		add(d)
+	}
+	for _, d := range s.Budgets {
 		add(d)
 	}
 	h := sha256.New()
@@ -161,10 +167,10 @@ func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any,
 		doc = &Project{}
 	case "Job":
 		return nil, model.FieldErrors{{Path: "kind", Message: "Job manifests are submitted with `gpufleet run -f`, not declared in the fleet"}}
-	case "Budget":
-		return nil, model.FieldErrors{{Path: "kind", Message: "Budget is not supported yet; declare NodePool, Queue or Project"}}
+	case KindBudget:
+		doc = &Budget{}
 	default:
-		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue or Project" + got(h.Kind)}}
+		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project or Budget" + got(h.Kind)}}
 	}
 	fe := decode(data, format, reflect.ValueOf(doc).Elem())
 	if np, ok := doc.(*NodePool); ok {
@@ -242,6 +248,9 @@ func Parse(sources []Source, knownGPU func(string) bool) (*Set, model.FieldError
 			case *Project:
 				kind, name = KindProject, v.Metadata.Name
 				set.Projects = append(set.Projects, *v)
+			case *Budget:
+				kind, name = KindBudget, v.Metadata.Name
+				set.Budgets = append(set.Budgets, *v)
 			}
 			at := fmt.Sprintf("%s[%d]", src.Name, i)
 			if first, dup := where[kind+"/"+name]; dup {

@@ -17,6 +17,9 @@ const (
 	AttemptCancelled AttemptState = "cancelled"
 	AttemptPreempted AttemptState = "preempted"
 	AttemptLost      AttemptState = "lost"
+	// AttemptStoppedEarly: an early-stop policy stopped the run; the job
+	// ends stopped-early.
+	AttemptStoppedEarly AttemptState = "stopped-early"
 )
 
 // Terminal reports whether s is a final state.

@@ -100,9 +100,12 @@ func (s *sched) rankOffers(pj *pjob) candResult {
 			msg = "GPU model not allowed"
 		case spec.Resources.GPU.MinMemory > 0 && o.GPUMemory < spec.Resources.GPU.MinMemory:
 			msg = fmt.Sprintf("GPU memory below %s", spec.Resources.GPU.MinMemory)
-		case spec.Spot == model.SpotNever && o.CapacityType == model.Spot:
+		case pj.spot == model.SpotNever && o.CapacityType == model.Spot:
 			msg = "spot, and the job does not allow spot"
-		case spec.Spot == model.SpotRequired && o.CapacityType != model.Spot:
+			if spec.Spot != model.SpotNever {
+				msg = "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions or limits.deadline)"
+			}
+		case pj.spot == model.SpotRequired && o.CapacityType != model.Spot:
 			msg = "not spot, and the job requires spot"
 		case !regionAllowed(spec.Regions, o.Region):
 			msg = "region not allowed by spec.regions"

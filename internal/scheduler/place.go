@@ -35,7 +35,7 @@ func joinList(l []string) string {
 
 func sigOf(pj *pjob) sigKey {
 	sp := &pj.job.Spec
-	k := sigKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: sp.Spot, ic: sp.Resources.GPU.Interconnect,
+	k := sigKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, ic: sp.Resources.GPU.Interconnect,
 		minMem: sp.Resources.GPU.MinMemory, maxPrice: sp.MaxPricePerHour,
 		models: joinList(sp.Resources.GPU.Models), allow: joinList(sp.Regions.Allow), deny: joinList(sp.Regions.Deny)}
 	if len(sp.NodeSelector) > 0 {
@@ -104,9 +104,12 @@ func (s *sched) staticFit(pj *pjob, cl *class) (string, float64) {
 		return fmt.Sprintf("node is %s", n.State), 0
 	}
 	switch {
-	case spec.Spot == model.SpotRequired && n.CapacityType != model.Spot:
+	case pj.spot == model.SpotRequired && n.CapacityType != model.Spot:
 		return "job requires spot capacity", 0
-	case spec.Spot == model.SpotNever && n.CapacityType == model.Spot:
+	case pj.spot == model.SpotNever && n.CapacityType == model.Spot:
+		if spec.Spot != model.SpotNever {
+			return "node is spot and the job falls back to on-demand (preemptions or deadline)", 0
+		}
 		return "node is spot and the job does not allow spot", 0
 	}
 	if !regionAllowed(spec.Regions, n.Region) {

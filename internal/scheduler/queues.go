@@ -217,6 +217,7 @@ type pjob struct {
 	g           int     // whole GPUs per replica
 	share       float64 // fraction of one GPU per replica, when 0 < gpus < 1
 	runtime     time.Duration
+	spot        model.SpotPolicy // EffectiveSpot
 }
 
 func newPJob(j *model.Job, q *queueState, now time.Time) *pjob {
@@ -226,6 +227,7 @@ func newPJob(j *model.Job, q *queueState, now time.Time) *pjob {
 	}
 	pj := &pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
 	pj.eff = float64(pc.Value)
+	pj.spot = EffectiveSpot(j, pj.runtime, now)
 	if w := now.Sub(j.EnqueuedAt); w > 0 && !j.EnqueuedAt.IsZero() {
 		pj.eff += w.Minutes() * AgingPerMinute
 	}
@@ -246,6 +248,25 @@ func (a *pjob) before(b *pjob) bool {
 		return a.job.EnqueuedAt.Before(b.job.EnqueuedAt)
 	}
 	return a.job.Seq < b.job.Seq
+}
+
+// EffectiveSpot is the job's spot policy as the scheduler applies it now:
+// a job that allows spot falls back to on-demand (never) once it has been
+// preempted retries.onDemandAfterPreemptions times, or when its deadline
+// leaves no room for one interruption (now + runtime + RestartTime past
+// limits.deadline). A job that requires spot keeps requiring it.
+func EffectiveSpot(j *model.Job, runtime time.Duration, now time.Time) model.SpotPolicy {
+	sp := j.Spec.Spot
+	if sp == model.SpotNever || sp == model.SpotRequired {
+		return sp
+	}
+	if n := j.Spec.Retries.OnDemandAfterPreemptions; n > 0 && j.Preemptions >= n {
+		return model.SpotNever
+	}
+	if dl := j.Spec.Limits.Deadline; dl != nil && runtime > 0 && now.Add(runtime+RestartTime).After(*dl) {
+		return model.SpotNever
+	}
+	return sp
 }
 
 // runtimeOf is the job's expected runtime: its estimate, else its runtime

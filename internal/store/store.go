@@ -63,11 +63,19 @@ type Batch struct {
 	Revisions []*model.Revision
 	// Meta sets small named values (counters, settings).
 	Meta map[string]string
+	// Events are inserted once, by Seq; one already stored is left as it
+	// is, so a retried write is harmless.
+	Events []*model.Event
+	// Cost holds the ledger, budget firings, job metrics and the webhook
+	// outbox (see cost.go).
+	Cost
+	// Access holds grants and audit entries (see access.go).
+	Access
 }
 
 // Empty reports whether b writes nothing.
 func (b *Batch) Empty() bool {
-	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions) == 0
+	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions)+len(b.Events) == 0 && b.Cost.empty() && b.Access.empty()
 }
 
 // Idempotency maps a client's Idempotency-Key to the job it created, per
@@ -92,8 +100,18 @@ type Dump struct {
 	Queues      []*model.Queue
 	// Revisions are every fleet revision, by number.
 	Revisions []*model.Revision
-	Meta      map[string]string
+	// Events are the most recent MaxLoadedEvents events, by Seq.
+	Events []*model.Event
+	Meta   map[string]string
+	// Cost: the whole ledger in append order, the fired keys, every
+	// metric report and the undelivered notifications.
+	Cost
+	// AccessDump: every grant and the audit log's head.
+	AccessDump
 }
+
+// MaxLoadedEvents bounds the events Load returns; older ones stay on disk.
+const MaxLoadedEvents = 100000
 
 // ErrClosed is returned by Submit after Close.
 var ErrClosed = errors.New("store closed")

@@ -54,10 +54,30 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number, data FROM revisions ORDER BY number`); err != nil {
 		return nil, err
 	}
+	if d.Events, err = loadObjects[model.Event](ctx, tx, "event", fmt.Sprintf(`SELECT seq, data FROM (SELECT seq, data FROM events ORDER BY seq DESC LIMIT %d) ORDER BY seq`, store.MaxLoadedEvents)); err != nil {
+		return nil, err
+	}
 	if d.Tokens, err = loadTokens(ctx, tx); err != nil {
 		return nil, err
 	}
 	if d.Idempotency, err = loadIdempotency(ctx, tx); err != nil {
+		return nil, err
+	}
+	grants, err := loadObjects[model.Grant](ctx, tx, "grant", `SELECT user || '/' || project, data FROM grants ORDER BY user, project`)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range grants {
+		d.Grants = append(d.Grants, *g)
+	}
+	head, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq, data FROM audit ORDER BY seq DESC LIMIT 1`)
+	if err != nil {
+		return nil, err
+	}
+	if len(head) > 0 {
+		d.AuditHead = head[0]
+	}
+	if err := loadCost(ctx, tx, d); err != nil {
 		return nil, err
 	}
 	err = each(ctx, tx, `SELECT key, value FROM meta`, func(r *sql.Rows) error {
@@ -205,4 +225,23 @@ func loadIdempotency(ctx context.Context, tx *sql.Tx) ([]store.Idempotency, erro
 		return nil
 	})
 	return out, err
+}
+
+// Audit reads up to limit audit entries with a sequence number above after,
+// oldest first (limit ≤ 0: all). It reads committed rows only and may run
+// while the server writes.
+func (s *Store) Audit(ctx context.Context, after uint64, limit int) ([]*model.AuditEntry, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("reading audit log: %w", err)
+	}
+	defer tx.Rollback() // read-only
+	out, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", fmt.Sprintf(`SELECT seq, data FROM audit WHERE seq > %d ORDER BY seq LIMIT %d`, after, limit))
+	if err != nil {
+		return nil, fmt.Errorf("reading audit log: %w", err)
+	}
+	return out, nil
 }

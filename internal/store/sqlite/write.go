@@ -24,6 +24,14 @@ const (
 	upsertQueue
 	deleteQueue
 	insertRevision
+	insertEvent
+	upsertGrant
+	deleteGrant
+	insertAudit
+	insertLedger
+	insertFired
+	insertMetric
+	upsertNotification
 	savepoint
 	releaseSavepoint
 	rollbackToSavepoint
@@ -54,8 +62,18 @@ var stmtSQL = [numStmts]string{
 	upsertQueue: `INSERT INTO queues (name, version, data) VALUES (?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET version = excluded.version, data = excluded.data
 		WHERE excluded.version >= queues.version`,
-	deleteQueue:         `DELETE FROM queues WHERE name = ?`,
-	insertRevision:      `INSERT INTO revisions (number, digest, data) VALUES (?, ?, ?) ON CONFLICT (number) DO NOTHING`,
+	deleteQueue:    `DELETE FROM queues WHERE name = ?`,
+	insertRevision: `INSERT INTO revisions (number, digest, data) VALUES (?, ?, ?) ON CONFLICT (number) DO NOTHING`,
+	insertEvent:    `INSERT INTO events (seq, time, kind, object, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
+	upsertGrant: `INSERT INTO grants (user, project, data) VALUES (?, ?, ?)
+		ON CONFLICT (user, project) DO UPDATE SET data = excluded.data`,
+	deleteGrant:  `DELETE FROM grants WHERE user = ? AND project = ?`,
+	insertAudit:  `INSERT INTO audit (seq, time, data) VALUES (?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
+	insertLedger: `INSERT INTO ledger_entries (from_unix, to_unix, kind, job_id, project, cost, data) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+	insertFired:  `INSERT INTO budget_fired (budget, threshold, period_start) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+	insertMetric: `INSERT INTO metric_reports (job_id, seq, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+	upsertNotification: `INSERT INTO notifications (id, delivered, data) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET delivered = excluded.delivered, data = excluded.data WHERE notifications.delivered = 0`,
 	savepoint:           `SAVEPOINT batch`,
 	releaseSavepoint:    `RELEASE batch`,
 	rollbackToSavepoint: `ROLLBACK TO batch`,
@@ -150,6 +168,29 @@ func encode(b *store.Batch) ([]row, error) {
 			return nil, err
 		}
 	}
+	for _, e := range b.Events {
+		if err := add(insertEvent, "event", fmt.Sprint(e.Seq), e, e.Seq, formatExpires(e.Time), string(e.Kind), e.Object); err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range b.Grants {
+		if err := add(upsertGrant, "grant", g.User+"/"+g.Project, g, g.User, g.Project); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range b.DeleteGrants {
+		rows = append(rows, row{stmt: deleteGrant, args: []any{k.User, k.Project}, kind: "grant deletion", id: k.User + "/" + k.Project})
+	}
+	for _, e := range b.Audit {
+		if err := add(insertAudit, "audit entry", fmt.Sprint(e.Seq), e, e.Seq, formatExpires(e.Time)); err != nil {
+			return nil, err
+		}
+	}
+	costRows, err := encodeCost(&b.Cost)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, costRows...)
 	for k, v := range b.Meta {
 		rows = append(rows, row{stmt: upsertMeta, args: []any{k, v}, kind: "meta", id: k})
 	}

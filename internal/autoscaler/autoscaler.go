@@ -1,0 +1,444 @@
+package autoscaler
+
+import (
+	"cmp"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Defaults for Input's zero values.
+const (
+	DefaultLaunchTimeout = 10 * time.Minute
+	DefaultIdleTimeout   = 10 * time.Minute
+	DefaultBackoff       = 5 * time.Minute
+	MaxBackoff           = time.Hour
+)
+
+// LabelNode is the instance label naming the node an instance was launched
+// for; an instance whose label names a node the store knows is not a leak.
+const LabelNode = "gpufleet.dev/node"
+
+// Node is a node the control plane owns, as the autoscaler needs it.
+type Node struct {
+	ID         string
+	Pool       string
+	Provider   string // the driver that launched it
+	InstanceID string
+	State      model.NodeState
+	Offer      model.Offer
+	LaunchedAt time.Time
+	// Busy: some live attempt holds GPUs on it. IdleSince: when it last
+	// stopped being busy (or became ready).
+	Busy      bool
+	IdleSince time.Time
+	// FreeGPUs is what pending work could still use (launching nodes:
+	// their whole GPU count minus what Decide packed on them earlier is
+	// computed here, so pass the instance's GPU count).
+	FreeGPUs int
+	// ForJobs are the pending jobs it was launched for.
+	ForJobs []string
+}
+
+// Pending is a job that fits on no node, with the scheduler's candidate
+// offers, best first.
+type Pending struct {
+	JobID    string
+	Replicas int
+	GPUs     int // per replica
+	// Offers are the candidate offers, best first; Costs their expected
+	// cost to finish.
+	Offers []model.Offer
+	Costs  []float64
+}
+
+// Instance is a provider's view of one of its instances.
+type Instance struct {
+	Provider string
+	ID       string
+	Labels   map[string]string
+}
+
+// Input is everything Decide looks at.
+type Input struct {
+	Now     time.Time
+	Pools   []*model.NodePool
+	Nodes   []Node
+	Pending []Pending
+	// Inventory lists, per provider driver, the instances it holds. A
+	// provider absent from the map is not checked for leaks.
+	Inventory map[string][]Instance
+	Memory    *Memory
+	// LaunchTimeout bounds launching → ready (DefaultLaunchTimeout).
+	LaunchTimeout time.Duration
+	// ProviderOf maps an offer to the driver that sells it (sim sells
+	// aws, gcp… offers); nil means Offer.Provider.
+	ProviderOf func(model.Offer) string
+}
+
+// ActionKind names an action.
+type ActionKind string
+
+// Action kinds.
+const (
+	Launch    ActionKind = "launch"
+	Terminate ActionKind = "terminate"
+)
+
+// Reasons for terminating.
+const (
+	ReasonIdle          = "idle"
+	ReasonLeak          = "leak"
+	ReasonLaunchTimeout = "launch-timeout"
+	ReasonInterrupted   = "interrupted"
+)
+
+// Action is one thing to do.
+type Action struct {
+	Kind     ActionKind
+	Pool     string
+	Provider string
+	Offer    model.Offer
+	// Count instances of Offer (Launch).
+	Count int
+	// Jobs the launch is for; Failover is set when an earlier offer for
+	// one of them failed (FailedOffer).
+	Jobs        []string
+	Failover    bool
+	FailedOffer string
+	// NodeID / InstanceID to terminate.
+	NodeID     string
+	InstanceID string
+	Reason     string
+}
+
+// OfferKey identifies an offer.
+func OfferKey(o model.Offer) string {
+	return o.Provider + "/" + o.Region + "/" + o.Zone + "/" + o.InstanceType + "/" + string(o.CapacityType)
+}
+
+// Memory remembers failing offers for a while, and the last failure per
+// job for the failover order. It is data: the controller keeps it between
+// cycles and updates it with Fail.
+type Memory struct {
+	Until    map[string]time.Time // offer key → not before
+	Failures map[string]int       // offer key → consecutive failures
+	JobLast  map[string]model.Offer
+}
+
+// Fail remembers that offer failed at now (for job, when set): it is not
+// tried again for a back-off that doubles with each consecutive failure.
+func (m *Memory) Fail(o model.Offer, job string, now time.Time) time.Time {
+	if m.Until == nil {
+		m.Until, m.Failures, m.JobLast = map[string]time.Time{}, map[string]int{}, map[string]model.Offer{}
+	}
+	k := OfferKey(o)
+	m.Failures[k]++
+	d := DefaultBackoff << min(m.Failures[k]-1, 4)
+	d = min(d, MaxBackoff)
+	m.Until[k] = now.Add(d)
+	if job != "" {
+		m.JobLast[job] = o
+	}
+	return m.Until[k]
+}
+
+// Succeed forgets offer's failures.
+func (m *Memory) Succeed(o model.Offer) {
+	if m.Failures != nil {
+		delete(m.Failures, OfferKey(o))
+		delete(m.Until, OfferKey(o))
+	}
+}
+
+func (m *Memory) failing(k string, now time.Time) bool {
+	if m == nil || m.Until == nil {
+		return false
+	}
+	u, ok := m.Until[k]
+	return ok && now.Before(u)
+}
+
+// Decide returns the actions for one cycle, in a stable order: leaks,
+// launch timeouts, idle removals, then launches.
+//  1. leaks: inventory instances no node owns;
+//  2. launch timeouts: launching nodes older than LaunchTimeout (the
+//     caller remembers their offers as failing);
+//  3. pending jobs: packed onto launching nodes that were bought for them
+//     or have room, else onto launches planned this cycle, else a new
+//     launch of the cheapest usable candidate inside a pool with room;
+//  4. pools below Min get their cheapest offer;
+//  5. idle ready nodes past their pool's idle timeout are removed, never
+//     below Min.
+func Decide(in Input) []Action {
+	if in.LaunchTimeout <= 0 {
+		in.LaunchTimeout = DefaultLaunchTimeout
+	}
+	providerOf := in.ProviderOf
+	if providerOf == nil {
+		providerOf = func(o model.Offer) string { return o.Provider }
+	}
+	var acts []Action
+
+	// 1. Leaks.
+	owned := make(map[string]bool, len(in.Nodes)*2)
+	for _, n := range in.Nodes {
+		owned[n.ID] = true
+		if n.InstanceID != "" {
+			owned[n.Provider+"\x00"+n.InstanceID] = true
+		}
+	}
+	provs := make([]string, 0, len(in.Inventory))
+	for p := range in.Inventory {
+		provs = append(provs, p)
+	}
+	sort.Strings(provs)
+	for _, p := range provs {
+		for _, inst := range in.Inventory[p] {
+			if owned[p+"\x00"+inst.ID] || (inst.Labels[LabelNode] != "" && owned[inst.Labels[LabelNode]]) {
+				continue
+			}
+			acts = append(acts, Action{Kind: Terminate, Provider: p, InstanceID: inst.ID, Reason: ReasonLeak})
+		}
+	}
+
+	// 2. Launch timeouts; count the pools' nodes.
+	poolByName := make(map[string]*model.NodePool, len(in.Pools))
+	for _, p := range in.Pools {
+		poolByName[p.Name] = p
+	}
+	size := map[string]int{}
+	gone := map[string]bool{}
+	for _, n := range in.Nodes {
+		if n.State == model.NodeLaunching && in.Now.Sub(n.LaunchedAt) > in.LaunchTimeout {
+			acts = append(acts, Action{Kind: Terminate, Pool: n.Pool, Provider: n.Provider, NodeID: n.ID, InstanceID: n.InstanceID, Offer: n.Offer, Reason: ReasonLaunchTimeout, Jobs: n.ForJobs})
+			gone[n.ID] = true
+			continue
+		}
+		if n.State == model.NodeLaunching || n.State == model.NodeReady || n.State == model.NodeDraining {
+			size[n.Pool]++
+		}
+	}
+
+	// 3. Pending jobs. Capacity in flight: launching nodes, by offer key.
+	type slot struct {
+		free int
+		act  int // index into acts of a planned launch; -1 for a node
+	}
+	inflight := map[string][]*slot{}
+	covered := map[string]bool{}
+	for _, n := range in.Nodes {
+		if n.State != model.NodeLaunching || gone[n.ID] {
+			continue
+		}
+		for _, j := range n.ForJobs {
+			covered[j] = true
+		}
+		k := OfferKey(n.Offer)
+		inflight[k] = append(inflight[k], &slot{free: n.FreeGPUs, act: -1})
+	}
+	for _, pj := range in.Pending {
+		if covered[pj.JobID] {
+			continue
+		}
+		need := max(pj.GPUs, 1)
+		// 3a. A single-replica job packs onto capacity already in flight
+		// or planned, which costs nothing more than buying it.
+		if pj.Replicas <= 1 {
+			packed := false
+			for _, o := range pj.Offers {
+				for _, s := range inflight[OfferKey(o)] {
+					if s.free >= need {
+						s.free -= need
+						if s.act >= 0 {
+							acts[s.act].Jobs = append(acts[s.act].Jobs, pj.JobID)
+						}
+						packed = true
+						break
+					}
+				}
+				if packed {
+					break
+				}
+			}
+			if packed {
+				continue
+			}
+		}
+		// 3b. A new launch: usable candidates in failover order.
+		order := failoverOrder(pj, in.Memory, in.Now)
+		for _, i := range order {
+			o := pj.Offers[i]
+			pool := poolFor(in.Pools, o)
+			if pool == nil || o.GPUCount < need {
+				continue
+			}
+			perInstance := max(o.GPUCount/need, 1)
+			count := (max(pj.Replicas, 1) + perInstance - 1) / perInstance
+			if size[pool.Name]+count > pool.Spec.Max {
+				continue
+			}
+			size[pool.Name] += count
+			a := Action{Kind: Launch, Pool: pool.Name, Provider: providerOf(o), Offer: o, Count: count, Jobs: []string{pj.JobID}, Reason: "pending job " + pj.JobID}
+			if last, ok := in.Memory.jobLast(pj.JobID); ok {
+				a.Failover, a.FailedOffer = true, OfferKey(last)
+				a.Reason = fmt.Sprintf("failover for job %s after %s failed", pj.JobID, OfferKey(last))
+			}
+			acts = append(acts, a)
+			if count == 1 && pj.Replicas <= 1 && o.GPUCount > need {
+				k := OfferKey(o)
+				inflight[k] = append(inflight[k], &slot{free: o.GPUCount - need, act: len(acts) - 1})
+			}
+			break
+		}
+	}
+
+	// 4. Pools below Min.
+	for _, p := range in.Pools {
+		if !launchable(p) || size[p.Name] >= p.Spec.Min {
+			continue
+		}
+		var best *model.Offer
+		for _, o := range in.poolOffers(p) {
+			if !in.Memory.failing(OfferKey(o), in.Now) && (best == nil || o.PricePerHour < best.PricePerHour) {
+				best = &o
+			}
+		}
+		if best != nil {
+			n := p.Spec.Min - size[p.Name]
+			size[p.Name] += n
+			acts = append(acts, Action{Kind: Launch, Pool: p.Name, Provider: providerOf(*best), Offer: *best, Count: n, Reason: fmt.Sprintf("pool %s below min %d", p.Name, p.Spec.Min)})
+		}
+	}
+
+	// 5. Idle nodes, oldest idle first, never below Min.
+	var idle []Node
+	for _, n := range in.Nodes {
+		p := poolByName[n.Pool]
+		if n.State != model.NodeReady || n.Busy || p == nil || !launchable(p) {
+			continue
+		}
+		to := p.Spec.IdleTimeout.D()
+		if to <= 0 {
+			to = DefaultIdleTimeout
+		}
+		if in.Now.Sub(n.IdleSince) >= to {
+			idle = append(idle, n)
+		}
+	}
+	slices.SortFunc(idle, func(a, b Node) int {
+		return cmp.Or(a.IdleSince.Compare(b.IdleSince), cmp.Compare(a.ID, b.ID))
+	})
+	for _, n := range idle {
+		if size[n.Pool] <= poolByName[n.Pool].Spec.Min {
+			continue
+		}
+		size[n.Pool]--
+		acts = append(acts, Action{Kind: Terminate, Pool: n.Pool, Provider: n.Provider, NodeID: n.ID, InstanceID: n.InstanceID, Offer: n.Offer, Reason: ReasonIdle})
+	}
+	return acts
+}
+
+func (m *Memory) jobLast(job string) (model.Offer, bool) {
+	if m == nil || m.JobLast == nil {
+		return model.Offer{}, false
+	}
+	o, ok := m.JobLast[job]
+	return o, ok
+}
+
+// failoverOrder returns the indexes of pj's offers not failing now: after a
+// failure of the job's last offer, the same region (other zones) first,
+// then the same provider (other regions), then the other providers, each
+// group in the scheduler's cost order.
+func failoverOrder(pj Pending, m *Memory, now time.Time) []int {
+	order := make([]int, 0, len(pj.Offers))
+	for i, o := range pj.Offers {
+		if !m.failing(OfferKey(o), now) {
+			order = append(order, i)
+		}
+	}
+	last, ok := m.jobLast(pj.JobID)
+	if !ok {
+		return order
+	}
+	rank := func(o model.Offer) int {
+		switch {
+		case o.Provider == last.Provider && o.Region == last.Region:
+			return 0
+		case o.Provider == last.Provider:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rank(pj.Offers[a]), rank(pj.Offers[b])) })
+	return order
+}
+
+// launchable: pools of providers gpufleet buys from.
+func launchable(p *model.NodePool) bool { return p.Spec.Provider == model.ProviderSim }
+
+// poolFor returns the first launchable pool (by name) that admits o.
+func poolFor(pools []*model.NodePool, o model.Offer) *model.NodePool {
+	for _, p := range pools {
+		if launchable(p) && Admits(p, o) {
+			return p
+		}
+	}
+	return nil
+}
+
+// poolOffers lists the offers a pool admits among the pending jobs'
+// candidates (Decide sees no other offers).
+func (in *Input) poolOffers(p *model.NodePool) []model.Offer {
+	var out []model.Offer
+	seen := map[string]bool{}
+	for _, pj := range in.Pending {
+		for _, o := range pj.Offers {
+			if k := OfferKey(o); !seen[k] && Admits(p, o) {
+				seen[k] = true
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// Admits reports whether pool p may launch offer o: provider (and for sim
+// its clouds), regions, instance types, GPU requirements, capacity types.
+func Admits(p *model.NodePool, o model.Offer) bool {
+	s := &p.Spec
+	if s.Provider == model.ProviderSim && s.Sim != nil && len(s.Sim.Clouds) > 0 && !slices.Contains(s.Sim.Clouds, o.Provider) {
+		return false
+	}
+	if !slices.Contains(s.EffectiveCapacityTypes(), o.CapacityType) {
+		return false
+	}
+	if len(s.InstanceTypes) > 0 && !slices.Contains(s.InstanceTypes, o.InstanceType) {
+		return false
+	}
+	r := s.Requirements
+	if len(r.GPUModels) > 0 && !slices.Contains(r.GPUModels, o.GPU) ||
+		r.MinGPUMemory > 0 && o.GPUMemory < r.MinGPUMemory ||
+		r.GPUsPerNode > 0 && o.GPUCount != r.GPUsPerNode {
+		return false
+	}
+	for _, pat := range s.Regions.Deny {
+		if ok, _ := path.Match(pat, o.Region); ok {
+			return false
+		}
+	}
+	if len(s.Regions.Allow) == 0 {
+		return true
+	}
+	for _, pat := range s.Regions.Allow {
+		if ok, _ := path.Match(pat, o.Region); ok {
+			return true
+		}
+	}
+	return false
+}

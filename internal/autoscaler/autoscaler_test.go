@@ -1,0 +1,232 @@
+package autoscaler
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+func offer(prov, region, zone string, gpus int, price float64) model.Offer {
+	return model.Offer{Provider: prov, Region: region, Zone: zone, InstanceType: fmt.Sprintf("g%d", gpus), GPU: "H100", GPUCount: gpus, CapacityType: model.OnDemand, PricePerHour: price}
+}
+
+func pool(name string, min, max int, idle time.Duration) *model.NodePool {
+	return &model.NodePool{Name: name, Spec: model.NodePoolSpec{Provider: model.ProviderSim, Min: min, Max: max, IdleTimeout: model.Duration(idle)}}
+}
+
+var (
+	a1 = offer("aws", "us-east-1", "us-east-1a", 8, 20)
+	a2 = offer("aws", "us-east-1", "us-east-1b", 8, 21)
+	a3 = offer("aws", "us-west-2", "us-west-2a", 8, 19)
+	g1 = offer("gcp", "us-central1", "us-central1-a", 8, 18)
+)
+
+// brief turns actions into comparable one-liners.
+func brief(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		switch a.Kind {
+		case Launch:
+			s := fmt.Sprintf("launch %s %dx%s jobs=%v", a.Pool, a.Count, OfferKey(a.Offer), a.Jobs)
+			if a.Failover {
+				s += " failover"
+			}
+			out = append(out, s)
+		case Terminate:
+			out = append(out, fmt.Sprintf("terminate %s node=%s instance=%s/%s", a.Reason, a.NodeID, a.Provider, a.InstanceID))
+		}
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	failedA1 := &Memory{}
+	failedA1.Fail(a1, "j1", t0.Add(-time.Minute))
+	failedA1A2 := &Memory{}
+	failedA1A2.Fail(a1, "j1", t0.Add(-time.Minute))
+	failedA1A2.Fail(a2, "j1", t0.Add(-time.Minute))
+	expired := &Memory{}
+	expired.Fail(a1, "", t0.Add(-time.Hour))
+	tests := map[string]struct {
+		in   Input
+		want []string
+	}{
+		"launch cheapest candidate": {
+			in:   Input{Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, g1}}}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"},
+		},
+		"pack two 4-GPU jobs into one 8-GPU instance": {
+			in: Input{Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{
+				{JobID: "j1", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+				{JobID: "j2", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+				{JobID: "j3", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+			}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1 j2]", "launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j3]"},
+		},
+		"gang of 2x8 needs two instances": {
+			in:   Input{Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 2, GPUs: 8, Offers: []model.Offer{a1}}}},
+			want: []string{"launch p 2xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"},
+		},
+		"pool max stops launches": {
+			in: Input{Pools: []*model.NodePool{pool("p", 0, 1, 0)}, Pending: []Pending{
+				{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}},
+				{JobID: "j2", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}},
+			}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"},
+		},
+		"job covered by a launching node gets no second launch": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
+				Nodes:   []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0, FreeGPUs: 8, ForJobs: []string{"j1"}}},
+				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
+		},
+		"failover: same region other zone first": {
+			in:   Input{Now: t0, Memory: failedA1, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{g1, a3, a1, a2}}}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1b/g8/on-demand jobs=[j1] failover"},
+		},
+		"failover: then same provider other region": {
+			in:   Input{Now: t0, Memory: failedA1A2, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{g1, a3, a1, a2}}}},
+			want: []string{"launch p 1xaws/us-west-2/us-west-2a/g8/on-demand jobs=[j1] failover"},
+		},
+		"failover: back-off expires": {
+			in:   Input{Now: t0, Memory: expired, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"},
+		},
+		"every offer failing: wait, no launch": {
+			in: Input{Now: t0, Memory: failedA1, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
+		},
+		"pool does not admit the provider": {
+			in: Input{Pools: []*model.NodePool{{Name: "p", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 5, Sim: &model.SimPoolSettings{Clouds: []string{"gcp"}}}}},
+				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, g1}}}},
+			want: []string{"launch p 1xgcp/us-central1/us-central1-a/g8/on-demand jobs=[j1]"},
+		},
+		"leak: instance no node owns": {
+			in: Input{Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeReady, Busy: true}, {ID: "n2", Pool: "p", Provider: "sim", State: model.NodeLaunching, LaunchedAt: t0}},
+				Now: t0, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
+				Inventory: map[string][]Instance{"sim": {{Provider: "sim", ID: "i1"}, {Provider: "sim", ID: "i2", Labels: map[string]string{LabelNode: "n2"}}, {Provider: "sim", ID: "i9"}}}},
+			want: []string{"terminate leak node= instance=sim/i9"},
+		},
+		"launch timeout": {
+			in: Input{Now: t0, LaunchTimeout: time.Minute, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
+				Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0.Add(-2 * time.Minute), ForJobs: []string{"j1"}}}},
+			want: []string{"terminate launch-timeout node=n1 instance=sim/i1"},
+		},
+		"idle past timeout, never below min": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 1, 10, 5*time.Minute)}, Nodes: []Node{
+				{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeReady, IdleSince: t0.Add(-10 * time.Minute)},
+				{ID: "n2", Pool: "p", Provider: "sim", InstanceID: "i2", State: model.NodeReady, IdleSince: t0.Add(-20 * time.Minute)},
+				{ID: "n3", Pool: "p", Provider: "sim", InstanceID: "i3", State: model.NodeReady, IdleSince: t0.Add(-time.Minute)},
+				{ID: "n4", Pool: "p", Provider: "sim", InstanceID: "i4", State: model.NodeReady, Busy: true, IdleSince: t0.Add(-time.Hour)},
+			}},
+			want: []string{"terminate idle node=n2 instance=sim/i2", "terminate idle node=n1 instance=sim/i1"},
+		},
+		"idle nodes kept at min": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 2, 10, 5*time.Minute)}, Nodes: []Node{
+				{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeReady, IdleSince: t0.Add(-10 * time.Minute)},
+				{ID: "n2", Pool: "p", Provider: "sim", InstanceID: "i2", State: model.NodeReady, IdleSince: t0.Add(-20 * time.Minute)},
+			}},
+		},
+		"pool below min launches cheapest admitted": {
+			in:   Input{Now: t0, Pools: []*model.NodePool{pool("p", 2, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 16, Offers: []model.Offer{a1, g1}}}},
+			want: []string{"launch p 2xgcp/us-central1/us-central1-a/g8/on-demand jobs=[]"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got := brief(Decide(tc.in))
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMemoryBackoffDoubles(t *testing.T) {
+	t.Parallel()
+	m := &Memory{}
+	var got []time.Duration
+	for i := 0; i < 7; i++ {
+		got = append(got, m.Fail(a1, "", t0).Sub(t0))
+	}
+	want := []time.Duration{5 * time.Minute, 10 * time.Minute, 20 * time.Minute, 40 * time.Minute, time.Hour, time.Hour, time.Hour}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("backoff (-want +got):\n%s", diff)
+	}
+	m.Succeed(a1)
+	if m.failing(OfferKey(a1), t0) {
+		t.Error("offer still failing after Succeed")
+	}
+}
+
+// benchInput is 10,000 pending jobs (1–16 GPUs, some gangs) whose
+// candidates come from the whole catalog, 1,000 nodes and their inventory.
+func benchInput(tb testing.TB) Input {
+	cat, err := catalog.Load()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	offers := cat.Offers()
+	sort.SliceStable(offers, func(i, j int) bool { return offers[i].PricePerGPUHour() < offers[j].PricePerGPUHour() })
+	byGPUs := map[int][]model.Offer{}
+	for _, need := range []int{1, 2, 4, 8} {
+		for _, o := range offers {
+			if o.GPUCount >= need && len(byGPUs[need]) < 5 {
+				byGPUs[need] = append(byGPUs[need], o)
+			}
+		}
+	}
+	in := Input{Now: t0, Pools: []*model.NodePool{pool("spot", 0, 100000, 0), {Name: "od", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 100000, CapacityTypes: []model.CapacityType{model.OnDemand, model.Spot}}}},
+		Inventory: map[string][]Instance{}, ProviderOf: func(model.Offer) string { return "sim" }}
+	for i := range 10000 {
+		g := []int{1, 2, 4, 8, 8}[i%5]
+		reps := 1
+		if i%10 == 0 {
+			reps = 2 // a 16-GPU gang
+		}
+		in.Pending = append(in.Pending, Pending{JobID: fmt.Sprintf("j%05d", i), Replicas: reps, GPUs: g, Offers: byGPUs[g]})
+	}
+	for i := range 1000 {
+		id := fmt.Sprintf("n%04d", i)
+		in.Nodes = append(in.Nodes, Node{ID: id, Pool: "od", Provider: "sim", InstanceID: "i" + id, State: model.NodeReady, Busy: i%2 == 0, IdleSince: t0.Add(-time.Hour), Offer: offers[i%len(offers)]})
+		in.Inventory["sim"] = append(in.Inventory["sim"], Instance{Provider: "sim", ID: "i" + id})
+	}
+	m := &Memory{}
+	for i := 0; i < len(offers); i += 7 {
+		m.Fail(offers[i], "", t0)
+	}
+	in.Memory = m
+	return in
+}
+
+func BenchmarkDecide(b *testing.B) {
+	in := benchInput(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(in)
+	}
+}
+
+func TestDecideFast(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("timing")
+	}
+	in := benchInput(t)
+	start := time.Now()
+	acts := Decide(in)
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("Decide over 10,000 pending jobs took %s, want < 100ms", d)
+	}
+	if len(acts) == 0 {
+		t.Error("no actions")
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package autoscaler
+
+const raceEnabled = true

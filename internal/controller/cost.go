@@ -1,0 +1,638 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/state"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// SourceOwnedUnpriced marks a node with neither a catalog price nor a row
+// in the custom price file (a local or static machine): it is metered at
+// $0, so its time still shows in reports, but it costs nothing.
+const SourceOwnedUnpriced cost.PriceSource = "owned-unpriced"
+
+// ErrBudget: a budget refuses the request (see cost.Admit); the message is
+// the reason.
+var ErrBudget = errors.New("refused by budget")
+
+// CostConfig configures metering, budgets and webhooks. The zero value
+// meters every minute with catalog prices only and sends no webhooks.
+type CostConfig struct {
+	// Prices is the custom price file (--prices): owned and privately
+	// priced machines.
+	Prices cost.PriceTable
+	// MeterInterval between metering and budget passes (1m); passes also
+	// end on every hour boundary. Negative: no loop (tests drive
+	// CostPass).
+	MeterInterval time.Duration
+	// WebhookURL receives firings of budgets without spec.webhook.
+	WebhookURL string
+	// WebhookSecret signs every webhook body (HMAC-SHA256).
+	WebhookSecret []byte
+	// HTTP sends webhooks (http.DefaultClient with a 10s timeout).
+	HTTP *http.Client
+	// ForecastHistoryDays of daily spend feed forecasts (28).
+	ForecastHistoryDays int
+}
+
+// costState is the controller's cost side, guarded by Controller.mu.
+type costState struct {
+	rollup    *cost.Rollup
+	meteredTo time.Time
+	// ended are attempts that ended since the last pass: they are metered
+	// up to their end once more, then dropped.
+	ended  []*model.Attempt
+	fired  map[cost.FiredKey]bool
+	blocks []cost.Block
+	spend  map[string]cost.Spend
+	// holds are running-job stops still in force: scopes whose stop-spot or
+	// stop-all fired this period, so requeued jobs wait (holdLocked).
+	stopSpot, stopAll []cost.Block
+	metrics           map[string][]store.MetricReport // by job id
+	outbox            map[string]*store.Notification
+	totals            map[costKey]cost.Money
+	idle              cost.Money
+	buf               []cost.Entry
+}
+
+type costKey struct{ project, queue, capacity string }
+
+func (c *Controller) loadCost(d *store.Dump) {
+	cs := &c.cost
+	cs.rollup = cost.NewRollup()
+	cs.fired = map[cost.FiredKey]bool{}
+	cs.metrics = map[string][]store.MetricReport{}
+	cs.outbox = map[string]*store.Notification{}
+	cs.totals = map[costKey]cost.Money{}
+	cs.rollup.Add(d.Ledger)
+	for i := range d.Ledger {
+		cs.count(&d.Ledger[i])
+	}
+	for _, k := range d.BudgetFired {
+		cs.fired[k] = true
+	}
+	for _, m := range d.Metrics {
+		cs.metrics[m.JobID] = append(cs.metrics[m.JobID], m)
+	}
+	for _, n := range d.Notifications {
+		cs.outbox[n.ID] = n
+	}
+	if v, ok := d.Meta[store.MeteredToKey]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			cs.meteredTo = t
+		}
+	}
+}
+
+func (cs *costState) count(e *cost.Entry) {
+	if e.Kind == cost.KindIdle {
+		cs.idle += e.Cost
+		return
+	}
+	cs.totals[costKey{e.Project, e.Queue, string(e.CapacityType)}] += e.Cost
+}
+
+func (c *Controller) costLoop(ctx context.Context) {
+	every := c.cfg.Cost.MeterInterval
+	if every < 0 {
+		return
+	}
+	if every == 0 {
+		every = time.Minute
+	}
+	tick := c.cfg.Clock.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if err := c.CostPass(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Log.Error("cost pass failed", "err", err)
+		}
+		c.deliverDue(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+	}
+}
+
+// CostPass meters from the end of the last pass to now (in passes that end
+// on hour boundaries), adds the entries to the rollups, evaluates budgets
+// and carries out what they decide. The entries, firings, notifications
+// and stops are one batch, durable before it returns.
+func (c *Controller) CostPass(ctx context.Context) error {
+	now := c.cfg.Clock.Now().UTC().Truncate(time.Second)
+	c.mu.Lock()
+	b := &store.Batch{}
+	c.meterLocked(b, now)
+	stopped := c.budgetsLocked(b, now)
+	if b.Empty() {
+		c.mu.Unlock()
+		return nil
+	}
+	if len(stopped) > 0 {
+		c.broadcastLocked()
+	}
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return fmt.Errorf("recording cost pass: %w", err)
+	}
+	return nil
+}
+
+// meterLocked meters [meteredTo, now) into b. The first pass ever only
+// starts the clock. A gap (the server was down) is metered from the state
+// at restart: nodes still registered were presumably running.
+func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
+	cs := &c.cost
+	from := cs.meteredTo
+	if from.IsZero() || !now.After(from) {
+		if from.IsZero() {
+			cs.meteredTo = now
+			b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
+		}
+		return
+	}
+	for from.Before(now) {
+		to := from.Truncate(time.Hour).Add(time.Hour)
+		if to.After(now) {
+			to = now
+		}
+		entries := cost.AppendMeter(cs.buf[:0], c.nodeUsageLocked(from, to), from, to)
+		cs.buf = entries
+		cs.rollup.Add(entries)
+		for i := range entries {
+			cs.count(&entries[i])
+		}
+		b.Ledger = append(b.Ledger, entries...)
+		from = to
+	}
+	cs.ended = nil
+	cs.meteredTo = now
+	b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
+}
+
+// nodePrice returns a node's price: the custom price file first, then the
+// node's catalog price, else $0 "owned-unpriced".
+func (c *Controller) nodePrice(n *model.Node) (cost.Money, cost.PriceSource) {
+	if p, ok := c.cfg.Cost.Prices.Lookup(n.ID, n.Pool, n.InstanceType); ok {
+		return p.PerHour, p.Source
+	}
+	if n.PricePerHour > 0 {
+		return cost.FromDollars(n.PricePerHour), cost.SourceCatalog
+	}
+	return 0, SourceOwnedUnpriced
+}
+
+// capacityType is a node's capacity type; machines with none (local,
+// static) are owned.
+func capacityType(n *model.Node) model.CapacityType {
+	if n.CapacityType == "" {
+		return model.Owned
+	}
+	return n.CapacityType
+}
+
+// nodeUsageLocked builds what the meter sees over [from, to): every node
+// not terminated or lost, with the replicas of live attempts and of
+// attempts that ended since the last pass. An attempt is charged from
+// StartedAt (GPUs bound while a replica starts count as idle).
+func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
+	nodes := c.st.Nodes()
+	idx := make(map[string]int, len(nodes))
+	out := make([]cost.NodeUsage, 0, len(nodes))
+	for _, n := range nodes {
+		if n.State == model.NodeTerminated || n.State == model.NodeLost {
+			continue
+		}
+		price, src := c.nodePrice(n)
+		nu := cost.NodeUsage{NodeID: n.ID, Pool: n.Pool, Provider: n.Provider, Region: n.Region, InstanceType: n.InstanceType,
+			CapacityType: capacityType(n), PriceSource: src, PricePerHour: price, GPUs: float64(len(n.GPUs)), CPU: n.CPU, Start: n.RegisteredAt}
+		if len(n.GPUs) > 0 {
+			nu.GPUModel = n.GPUs[0].Model
+		}
+		idx[n.ID] = len(out)
+		out = append(out, nu)
+	}
+	add := func(a *model.Attempt) {
+		if a.StartedAt == nil || a.EndedAt != nil && !a.EndedAt.After(from) {
+			return
+		}
+		j, ok := c.st.Job(a.JobID)
+		if !ok {
+			return
+		}
+		for _, r := range a.Replicas {
+			i, ok := idx[r.NodeID]
+			if !ok {
+				continue
+			}
+			gpus := float64(len(r.GPUs))
+			if r.GPUShare > 0 {
+				gpus = r.GPUShare
+			}
+			al := cost.Allocation{JobID: j.ID, AttemptID: a.ID, Attempt: a.Number, Project: j.Project, User: j.User,
+				Queue: j.Spec.Queue, Tags: j.Tags, GPUs: gpus, CPU: j.Spec.Resources.CPU, Start: *a.StartedAt}
+			if a.EndedAt != nil {
+				al.End = *a.EndedAt
+			}
+			out[i].Allocations = append(out[i].Allocations, al)
+		}
+	}
+	for _, a := range c.st.LiveAttempts() {
+		add(a)
+	}
+	for _, a := range c.cost.ended {
+		add(a)
+	}
+	return out
+}
+
+// declaredBudgetsLocked returns the declared budgets and their webhooks, by name.
+func (c *Controller) declaredBudgetsLocked() ([]cost.Budget, map[string]string) {
+	if c.fleet.set == nil {
+		return nil, nil
+	}
+	out := make([]cost.Budget, 0, len(c.fleet.set.Budgets))
+	hooks := map[string]string{}
+	for i := range c.fleet.set.Budgets {
+		d := &c.fleet.set.Budgets[i]
+		out = append(out, d.Budget())
+		hooks[d.Metadata.Name] = d.Spec.Webhook
+	}
+	return out, hooks
+}
+
+func (c *Controller) historyDays() int {
+	if c.cfg.Cost.ForecastHistoryDays > 0 {
+		return c.cfg.Cost.ForecastHistoryDays
+	}
+	return 28
+}
+
+// budgetStopPrefix starts the StopWhy of attempts stopped by a budget.
+const budgetStopPrefix = "stopped by budget "
+
+func budgetStopped(a *model.Attempt) bool { return strings.HasPrefix(a.StopWhy, budgetStopPrefix) }
+
+// budgetsLocked runs one budget pass (cost.Evaluate) into b: new firings
+// are stored and queued as notifications, blocks published for admission,
+// and running jobs in a stop-spot or stop-all scope asked to stop through
+// the drain path (checkpoint signal and grace period). A stopped attempt
+// ends preempted; its job is requeued without counting an interruption
+// and waits in its queue (holdLocked) until the period rolls over, so it
+// resumes from its checkpoint in the next period. Returns the jobs stopped.
+func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
+	cs := &c.cost
+	budgets, hooks := c.declaredBudgetsLocked()
+	if len(budgets) == 0 {
+		cs.blocks, cs.stopSpot, cs.stopAll, cs.spend = nil, nil, nil, nil
+		return nil
+	}
+	spend := make(map[string]cost.Spend, len(budgets))
+	for _, bu := range budgets {
+		sp, _ := cost.ForecastSpend(cs.rollup, bu, now, c.historyDays(), 0)
+		spend[bu.Name] = sp
+	}
+	var running []cost.Running
+	live := map[string]*model.Attempt{}
+	for _, a := range c.st.LiveAttempts() {
+		j, ok := c.st.Job(a.JobID)
+		if !ok || len(a.Replicas) == 0 {
+			continue
+		}
+		ct := model.OnDemand
+		if n, ok := c.st.Node(a.Replicas[0].NodeID); ok {
+			ct = capacityType(n)
+		}
+		live[j.ID] = a
+		running = append(running, cost.Running{JobID: j.ID, Project: j.Project, Queue: j.Spec.Queue, Tags: j.Tags, CapacityType: ct})
+	}
+	slices.SortFunc(running, func(x, y cost.Running) int { return strings.Compare(x.JobID, y.JobID) })
+	ev := cost.Evaluate(cost.EvaluateInput{Budgets: budgets, Spend: spend, Fired: cs.fired, Running: running, Now: now})
+	for _, f := range ev.Firings {
+		cs.fired[f.Key] = true
+		b.BudgetFired = append(b.BudgetFired, f.Key)
+		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
+			"basis", string(f.Basis), "spent", f.Spent.String(), "limit", f.Limit.String())
+		url := hooks[f.Budget]
+		if url == "" {
+			url = c.cfg.Cost.WebhookURL
+		}
+		if url == "" {
+			continue
+		}
+		n := newNotification(f, url, now)
+		cs.outbox[n.ID] = n
+		b.Notifications = append(b.Notifications, cloneNote(n))
+	}
+	cs.blocks, cs.spend = ev.Blocks, spend
+	cs.stopSpot, cs.stopAll = nil, nil
+	var stopped []string
+	for _, s := range ev.Stops {
+		a, ok := live[s.JobID]
+		if !ok || a.Stop {
+			continue
+		}
+		a = a.Clone()
+		a.Stop, a.StopState, a.StopWhy = true, model.AttemptPreempted, budgetStopPrefix+strings.TrimPrefix(s.Reason, "budget ")
+		a.Version++
+		c.st.PutAttempt(a)
+		b.Attempts = append(b.Attempts, a)
+		c.bumpNodesLocked(a)
+		stopped = append(stopped, s.JobID)
+		c.cfg.Log.Info("stopping job for budget", "job_id", s.JobID, "budget", s.Budget)
+	}
+	// Remember which scopes are held: every active stop threshold.
+	for _, bu := range budgets {
+		start, end := bu.Period.Bounds(now)
+		for i, t := range bu.Thresholds {
+			if !cs.fired[cost.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
+				continue
+			}
+			bl := cost.Block{Budget: bu.Name, Scope: bu.Scope, Until: end,
+				Reason: fmt.Sprintf("budget %s (%s): %s fired at %g%% this period; held until %s", bu.Name, bu.Scope, t.Action, t.Percent, end.Format(time.DateOnly))}
+			switch t.Action {
+			case cost.ActionStopSpot:
+				cs.stopSpot = append(cs.stopSpot, bl)
+			case cost.ActionStopAll:
+				cs.stopAll = append(cs.stopAll, bl)
+			}
+		}
+	}
+	return stopped
+}
+
+// holdLocked removes from snap.Pending the queued jobs a budget holds and
+// returns their verdicts (for explain): jobs in a blocked (block-new,
+// stop-all) scope, and jobs that may run on spot in a stop-spot scope,
+// until the period ends.
+func (c *Controller) holdLocked(snap *state.Snapshot, now time.Time) map[string]scheduler.Verdict {
+	cs := &c.cost
+	if len(cs.blocks)+len(cs.stopSpot)+len(cs.stopAll) == 0 || len(snap.Pending) == 0 {
+		return nil
+	}
+	why := func(j *model.Job) string {
+		for _, lists := range [][]cost.Block{cs.blocks, cs.stopAll} {
+			for _, bl := range lists {
+				if now.Before(bl.Until) && bl.Scope.Matches(j.Project, j.Spec.Queue, j.Tags) {
+					return "held by " + bl.Reason
+				}
+			}
+		}
+		if j.Spec.Spot != model.SpotNever {
+			for _, bl := range cs.stopSpot {
+				if now.Before(bl.Until) && bl.Scope.Matches(j.Project, j.Spec.Queue, j.Tags) {
+					return "held by " + bl.Reason + " (the job may run on spot)"
+				}
+			}
+		}
+		return ""
+	}
+	held := map[string]scheduler.Verdict{}
+	pending := make([]*model.Job, 0, len(snap.Pending))
+	for _, j := range snap.Pending {
+		if w := why(j); w != "" {
+			held[j.ID] = scheduler.Verdict{Queue: j.Spec.Queue, Reasons: []scheduler.Reason{{Scope: "job", Message: w}}}
+			if c.verdicts != nil {
+				c.verdicts[j.ID] = held[j.ID]
+			}
+			continue
+		}
+		pending = append(pending, j)
+	}
+	snap.Pending = pending
+	return held
+}
+
+// budgetAdmitLocked applies budgets to a submission (cost.Admit): a blocked scope
+// refuses it, and so does a hard budget its worst case would exceed. The
+// worst case is GPUs × the dearest price per GPU-hour among ready nodes
+// and offers × spec.limits.runtime; without a runtime limit it is not
+// checked (the job can only be stopped by thresholds).
+func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []model.Offer) error {
+	budgets, _ := c.declaredBudgetsLocked()
+	if len(budgets) == 0 {
+		return nil
+	}
+	spec := s.Spec
+	r := cost.Request{Project: s.Project, Queue: spec.Queue, Tags: s.Tags,
+		GPUs: spec.Resources.GPUs * float64(max(spec.Replicas, 1)), MaxDuration: time.Duration(spec.Limits.Runtime)}
+	if r.MaxDuration > 0 && r.GPUs > 0 {
+		var dearest cost.Money
+		for _, n := range c.st.Nodes() {
+			if n.State != model.NodeReady || len(n.GPUs) == 0 {
+				continue
+			}
+			p, _ := c.nodePrice(n)
+			dearest = max(dearest, p/cost.Money(len(n.GPUs)))
+		}
+		for _, o := range offers {
+			if o.GPUCount > 0 {
+				dearest = max(dearest, cost.FromDollars(o.PricePerHour/float64(o.GPUCount)))
+			}
+		}
+		r.PricePerGPUHour = dearest
+	}
+	if ok, why := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now}); !ok {
+		return fmt.Errorf("%s: %w", why, ErrBudget)
+	}
+	return nil
+}
+
+// hardBudgetOffers returns the offers when a hard budget exists (its
+// worst-case check prices jobs at the dearest offer), else nil.
+func (c *Controller) hardBudgetOffers(ctx context.Context) []model.Offer {
+	c.mu.Lock()
+	budgets, _ := c.declaredBudgetsLocked()
+	c.mu.Unlock()
+	for _, b := range budgets {
+		if b.Hard {
+			return c.cfg.Offers(ctx)
+		}
+	}
+	return nil
+}
+
+// CatalogOffers returns the offers the controller schedules against.
+func (c *Controller) CatalogOffers(ctx context.Context) []model.Offer { return c.cfg.Offers(ctx) }
+
+// CostReport answers a report query from the rollups.
+func (c *Controller) CostReport(q cost.Query) (cost.Report, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cost.rollup.Report(q)
+}
+
+// JobCost is a job's cost across all its attempts; ok is false before its
+// first metered second.
+func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cost.rollup.Job(id)
+}
+
+// BudgetStatus is a budget with its spend, forecast and state this period.
+type BudgetStatus struct {
+	Budget      cost.Budget  `json:"budget"`
+	Webhook     string       `json:"webhook,omitempty"`
+	PeriodStart time.Time    `json:"periodStart"`
+	PeriodEnd   time.Time    `json:"periodEnd"`
+	Actual      cost.Money   `json:"actual"`
+	Forecast    cost.Money   `json:"forecast"`
+	Ratio       float64      `json:"ratio"`
+	Fired       []int        `json:"fired"`
+	Blocked     bool         `json:"blocked"`
+	Daily       []DailyPoint `json:"daily,omitempty"`
+	Method      string       `json:"method,omitempty"`
+	Note        string       `json:"note,omitempty"`
+}
+
+// DailyPoint is one forecast day: its mean and prediction interval.
+type DailyPoint struct {
+	Day   time.Time  `json:"day"`
+	Mean  cost.Money `json:"mean"`
+	Lower cost.Money `json:"lower"`
+	Upper cost.Money `json:"upper"`
+}
+
+// Budgets returns every declared budget's status; extraDays > 0 adds a
+// daily forecast for the rest of the period and that many days after.
+func (c *Controller) Budgets(extraDays int) []BudgetStatus {
+	now := c.cfg.Clock.Now().UTC()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	budgets, hooks := c.declaredBudgetsLocked()
+	out := make([]BudgetStatus, 0, len(budgets))
+	for _, bu := range budgets {
+		start, end := bu.Period.Bounds(now)
+		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), extraDays)
+		st := BudgetStatus{Budget: bu, Webhook: hooks[bu.Name], PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
+			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
+		for i := range bu.Thresholds {
+			if c.cost.fired[cost.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
+				st.Fired = append(st.Fired, i)
+			}
+		}
+		for _, bl := range c.cost.blocks {
+			st.Blocked = st.Blocked || bl.Budget == bu.Name && now.Before(bl.Until)
+		}
+		if extraDays > 0 {
+			today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+			for _, p := range f.Points {
+				st.Daily = append(st.Daily, DailyPoint{Day: today.AddDate(0, 0, p.Day), Mean: cost.FromDollars(p.Mean),
+					Lower: cost.FromDollars(p.Lower), Upper: cost.FromDollars(p.Upper)})
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Budget returns one budget's status.
+func (c *Controller) Budget(name string, extraDays int) (BudgetStatus, error) {
+	for _, b := range c.Budgets(extraDays) {
+		if b.Budget.Name == name {
+			return b, nil
+		}
+	}
+	return BudgetStatus{}, fmt.Errorf("budget %s: %w", name, ErrNotFound)
+}
+
+// HourlyGPUUsage returns, per GPU model, GPUs in use per hour over the
+// days before now (oldest first) and the part that tolerates interruption
+// (spot capacity), for purchase recommendations.
+func (c *Controller) HourlyGPUUsage(days int) (usage, spot map[string][]float64) {
+	now := c.cfg.Clock.Now().UTC().Truncate(time.Hour)
+	from := now.Add(-time.Duration(days) * 24 * time.Hour)
+	c.mu.Lock()
+	rep, err := c.cost.rollup.Report(cost.Query{From: from, To: now, Step: time.Hour, GroupBy: []string{"kind", "gpuModel", "capacityType"}, Idle: cost.IdleShown})
+	c.mu.Unlock()
+	usage, spot = map[string][]float64{}, map[string][]float64{}
+	if err != nil {
+		return usage, spot
+	}
+	hours := days * 24
+	for _, r := range rep.Rows {
+		if r.Group[0] != string(cost.KindAllocation) || r.Group[1] == "" {
+			continue
+		}
+		m := r.Group[1]
+		if usage[m] == nil {
+			usage[m], spot[m] = make([]float64, hours), make([]float64, hours)
+		}
+		h := int(r.Start.Sub(from) / time.Hour)
+		if h < 0 || h >= hours {
+			continue
+		}
+		usage[m][h] += r.GPUHours
+		if r.Group[2] == string(model.Spot) {
+			spot[m][h] += r.GPUHours
+		}
+	}
+	return usage, spot
+}
+
+// CostTotals returns money metered so far by project, queue and capacity
+// type, the idle total, and each budget's spend ratio this period, for
+// metrics.
+func (c *Controller) CostTotals() (byKey map[[3]string]cost.Money, idle cost.Money, ratios map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byKey = make(map[[3]string]cost.Money, len(c.cost.totals))
+	for k, v := range c.cost.totals {
+		byKey[[3]string{k.project, k.queue, k.capacity}] = v
+	}
+	budgets, _ := c.declaredBudgetsLocked()
+	ratios = map[string]float64{}
+	for _, b := range budgets {
+		ratios[b.Name] = c.cost.spend[b.Name].Actual.Dollars() / b.Amount.Dollars()
+	}
+	return byKey, c.cost.idle, ratios
+}
+
+// firingBody is what a webhook receives.
+type firingBody struct {
+	ID          string     `json:"id"`
+	Budget      string     `json:"budget"`
+	Scope       cost.Scope `json:"scope"`
+	Threshold   int        `json:"threshold"`
+	Percent     float64    `json:"percent"`
+	Action      string     `json:"action"`
+	Basis       string     `json:"basis"`
+	Spent       cost.Money `json:"spent"`
+	Limit       cost.Money `json:"limit"`
+	Amount      cost.Money `json:"amount"`
+	PeriodStart time.Time  `json:"periodStart"`
+	PeriodEnd   time.Time  `json:"periodEnd"`
+	FiredAt     time.Time  `json:"firedAt"`
+}
+
+// newNotification makes the outbox record of a firing. Its id is derived
+// from the firing's key, so it is the same however often it is retried.
+func newNotification(f cost.Firing, url string, now time.Time) *store.Notification {
+	id := fmt.Sprintf("%s/%d/%s", f.Budget, f.Key.Threshold, f.Key.PeriodStart.UTC().Format(time.DateOnly))
+	body, err := json.Marshal(firingBody{ID: id, Budget: f.Budget, Scope: f.Scope, Threshold: f.Key.Threshold, Percent: f.Percent,
+		Action: string(f.Action), Basis: string(f.Basis), Spent: f.Spent, Limit: f.Limit, Amount: f.Amount,
+		PeriodStart: f.Key.PeriodStart, PeriodEnd: f.PeriodEnd, FiredAt: now})
+	if err != nil {
+		panic(fmt.Sprintf("encoding a firing: %v", err)) // plain values only
+	}
+	return &store.Notification{ID: id, URL: url, Body: body, NextAt: now, Created: now}
+}
+
+func cloneNote(n *store.Notification) *store.Notification {
+	c := *n
+	return &c
+}

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/efficiency"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// recordingNotifier keeps every alert it is given.
+type recordingNotifier struct {
+	mu     sync.Mutex
+	alerts []Alert
+}
+
+func (r *recordingNotifier) Notify(a Alert) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.alerts = append(r.alerts, a)
+}
+
+func (r *recordingNotifier) rules() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, a := range r.alerts {
+		out = append(out, a.Rule+" "+a.Job+a.Node)
+	}
+	return out
+}
+
+// telemetryOf is one sample of n GPUs, the GPUs in busy at 90% SM active
+// and the others at sm.
+func telemetryOf(at time.Time, n int, sm float64, values map[int]map[string]float64) *agentapi.Telemetry {
+	s := agentapi.TelemetrySample{Time: at}
+	for i := range n {
+		v := map[string]float64{fieldSMActive: sm, "DCGM_FI_DEV_GPU_UTIL": 100 * sm}
+		for k, x := range values[i] {
+			v[k] = x
+		}
+		s.GPUs = append(s.GPUs, agentapi.GPUTelemetry{Index: i, UUID: "GPU-" + string(rune('a'+i)), Values: v})
+	}
+	return &agentapi.Telemetry{Source: "nvml", Samples: []agentapi.TelemetrySample{s}}
+}
+
+// A job on a mocked H100 node that keeps SM activity at 3% is classified
+// idle, and its idle alert fires once however long it stays idle.
+func TestIdleJobAlertsOnce(t *testing.T) {
+	clk := clock.NewFake(t0)
+	notes := &recordingNotifier{}
+	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	h.register("", 8)
+	j := h.submit(cmdSpec(1))
+	rs := h.waitDesired(1).Replicas[0]
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+
+	for range int(45 * time.Minute / (5 * time.Second)) {
+		clk.Advance(5 * time.Second)
+		now := clk.Now()
+		if _, err := h.c.Sync(t.Context(), agentapi.SyncRequest{NodeID: h.node, Statuses: []agentapi.ReplicaStatus{running(rs.ID)}, Telemetry: telemetryOf(now, 8, 0.03, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		h.c.evaluate(now)
+	}
+	eff, ok := h.c.Efficiency(j.ID)
+	if !ok {
+		t.Fatal("no efficiency for the running job")
+	}
+	if eff.Verdict.Class != efficiency.Idle {
+		t.Errorf("class = %s, want idle (%v)", eff.Verdict.Class, eff.Verdict.Findings)
+	}
+	if eff.SMActive == nil || *eff.SMActive > 0.031 || *eff.SMActive < 0.029 {
+		t.Errorf("SM active = %v, want 0.03", eff.SMActive)
+	}
+	if diff := cmp.Diff([]string{AlertJobIdle + " " + j.ID}, notes.rules()); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+	if got := h.c.Alerts(); len(got) != 1 || got[0].Since.IsZero() {
+		t.Errorf("recent alerts = %+v, want one with its idle-since", got)
+	}
+}
+
+// A busy job is not idle and raises nothing.
+func TestBusyJobRaisesNothing(t *testing.T) {
+	clk := clock.NewFake(t0)
+	notes := &recordingNotifier{}
+	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	h.register("", 2)
+	j := h.submit(cmdSpec(1))
+	rs := h.waitDesired(1).Replicas[0]
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+	for range 60 {
+		clk.Advance(5 * time.Second)
+		now := clk.Now()
+		tel := telemetryOf(now, 2, 0.9, map[int]map[string]float64{0: {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.5}, 1: {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.5}})
+		if _, err := h.c.Sync(t.Context(), agentapi.SyncRequest{NodeID: h.node, Statuses: []agentapi.ReplicaStatus{running(rs.ID)}, Telemetry: tel}); err != nil {
+			t.Fatal(err)
+		}
+		h.c.evaluate(now)
+	}
+	eff, _ := h.c.Efficiency(j.ID)
+	if eff.Verdict.Class != efficiency.Healthy {
+		t.Errorf("class = %s, want healthy (%v)", eff.Verdict.Class, eff.Verdict.Findings)
+	}
+	if got := notes.rules(); len(got) != 0 {
+		t.Errorf("alerts = %v, want none", got)
+	}
+}
+
+// An XID from NVIDIA's drain list drains the node once; another XID does
+// not.
+func TestDrainXIDDrainsNode(t *testing.T) {
+	clk := clock.NewFake(t0)
+	notes := &recordingNotifier{}
+	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	h.register("", 2)
+	for i, xid := range []float64{13, 79, 79} {
+		clk.Advance(5 * time.Second)
+		tel := telemetryOf(clk.Now(), 2, 0, map[int]map[string]float64{1: {fieldXID: xid}})
+		if _, err := h.c.Sync(t.Context(), agentapi.SyncRequest{NodeID: h.node, Telemetry: tel}); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if diff := cmp.Diff([]string{AlertNodeXID + " " + h.node}, notes.rules()); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+	for _, n := range h.c.Nodes() {
+		if n.State != model.NodeDraining {
+			t.Errorf("node %s is %s, want draining", n.ID, n.State)
+		}
+	}
+}
+
+// A queue whose waiting jobs wait past the threshold alerts once.
+func TestQueueWaitAlert(t *testing.T) {
+	clk := clock.NewFake(t0)
+	notes := &recordingNotifier{}
+	h := newHarness(t, newMemStore(), clk, func(c *Config) {
+		c.Notifier = notes
+		c.Alerts.QueueWaitP95 = 10 * time.Minute
+	})
+	h.submit(cmdSpec(1)) // no node: it waits
+	for range 3 {
+		clk.Advance(6 * time.Minute)
+		h.c.evaluate(clk.Now())
+	}
+	if diff := cmp.Diff([]string{AlertQueueWait + " "}, notes.rules()); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,460 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/autoscaler"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// ScaleConfig wires the autoscaler loop (DESIGN.md §3 Scale). The zero value
+// disables it.
+type ScaleConfig struct {
+	// Providers are the drivers gpufleet buys from and checks for leaks;
+	// a launch goes to the driver that listed the offer.
+	Providers []provider.Provider
+	// LaunchTimeout bounds launching → ready (autoscaler default 10m).
+	LaunchTimeout time.Duration
+	// StartNode, when set, brings a launched instance's node up once the
+	// instance runs (live mode: an in-process agent that registers the
+	// node). When nil the controller marks the node ready itself with the
+	// offer's GPUs, for simulation with virtual runners.
+	StartNode func(ctx context.Context, n *model.Node) error
+	// StopNode, when set, is called after a node's instance is terminated.
+	StopNode func(n *model.Node)
+}
+
+// scaleState is the loop's memory between cycles; guarded by Controller.mu.
+type scaleState struct {
+	memory    autoscaler.Memory
+	idleSince map[string]time.Time
+	started   map[string]bool
+}
+
+// Node labels the scale loop sets.
+const (
+	labelOffer = "gpufleet.dev/offer"
+)
+
+// scale runs one autoscaler cycle:
+//  1. list every provider's inventory and notices (I/O, no lock);
+//  2. under the lock: apply what the providers report (launching nodes
+//     now running, interrupted or vanished instances, notices → drain), and
+//     build the autoscaler's input;
+//  3. autoscaler.Decide (pure);
+//  4. carry out terminations and launches (I/O), recording each node
+//     change and its event in one batch.
+func (c *Controller) scale(ctx context.Context) {
+	sc := c.cfg.Scale
+	if len(sc.Providers) == 0 {
+		return
+	}
+	now := c.cfg.Clock.Now()
+	drivers := map[string]provider.Provider{}
+	inv := map[string][]provider.Instance{}
+	var notices []provider.Notice
+	route := map[string]string{} // offer key → driver
+	for _, p := range sc.Providers {
+		drivers[p.Name()] = p
+		list, err := p.List(ctx)
+		if err != nil {
+			c.cfg.Log.Warn("listing provider inventory", "provider", p.Name(), "err", err)
+			continue
+		}
+		inv[p.Name()] = list
+		if w, ok := p.(provider.InterruptionWatcher); ok {
+			ns, err := w.Notices(ctx)
+			if err == nil {
+				notices = append(notices, ns...)
+			}
+		}
+		if offers, err := p.Offers(ctx); err == nil {
+			for _, o := range offers {
+				route[autoscaler.OfferKey(o)] = p.Name()
+			}
+		}
+	}
+
+	c.mu.Lock()
+	if c.scaleSt.idleSince == nil {
+		c.scaleSt.idleSince, c.scaleSt.started = map[string]time.Time{}, map[string]bool{}
+	}
+	b := &store.Batch{}
+	var toStart []*model.Node
+	running := map[string]provider.Instance{}
+	for p, list := range inv {
+		for _, in := range list {
+			running[p+"\x00"+in.ID] = in
+		}
+	}
+	noticed := map[string]provider.Notice{}
+	for _, n := range notices {
+		noticed[n.InstanceID] = n
+	}
+	var anodes []autoscaler.Node
+	for _, n := range c.st.Nodes() {
+		iid := n.Labels[model.LabelInstance]
+		if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
+			continue
+		}
+		if _, listed := inv[n.Provider]; !listed {
+			continue
+		}
+		in, alive := running[n.Provider+"\x00"+iid]
+		switch {
+		case !alive:
+			c.nodeGoneLocked(n, b, now, "instance is gone (interrupted or stopped by its provider)")
+			continue
+		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID]:
+			c.scaleSt.started[n.ID] = true
+			if sc.StartNode != nil {
+				toStart = append(toStart, n)
+			} else {
+				n = c.readyLocked(n, b, now)
+			}
+		}
+		if nt, ok := noticed[iid]; ok && n.State == model.NodeReady {
+			n = c.noticeLocked(n, b, now, nt)
+		}
+		busy := false
+		for _, g := range n.GPUs {
+			if c.st.GPUHolder(n.ID, g.Index) != "" || c.st.GPUShareUsed(n.ID, g.Index) > 0 {
+				busy = true
+				break
+			}
+		}
+		if busy || n.State != model.NodeReady {
+			delete(c.scaleSt.idleSince, n.ID)
+		} else if _, ok := c.scaleSt.idleSince[n.ID]; !ok {
+			c.scaleSt.idleSince[n.ID] = now
+		}
+		var offer model.Offer
+		offer.Provider, offer.Region, offer.Zone, offer.InstanceType, offer.CapacityType = n.Labels[labelOffer], n.Region, n.Zone, n.InstanceType, n.CapacityType
+		free := len(n.GPUs)
+		if n.State == model.NodeLaunching {
+			free = nodeGPUCount(n)
+		}
+		anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: n.Provider, InstanceID: iid, State: n.State, Offer: offer,
+			LaunchedAt: n.RegisteredAt, Busy: busy, IdleSince: c.scaleSt.idleSince[n.ID], FreeGPUs: free, ForJobs: splitJobs(n.Labels[labelForJobs])})
+	}
+	// Instances of nodes the store knows but whose provider has no pool
+	// (launched by hand, static) are owned too.
+	for _, n := range c.st.Nodes() {
+		if n.Pool == "" && n.Labels[model.LabelInstance] != "" {
+			anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
+		}
+	}
+	var pending []autoscaler.Pending
+	if c.lastPlan != nil {
+		for _, cand := range c.lastPlan.Candidates {
+			j, ok := c.st.Job(cand.JobID)
+			if !ok || j.State != model.JobQueued {
+				continue
+			}
+			pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)), Offers: cand.Offers, Costs: cand.Costs})
+		}
+	}
+	ainv := map[string][]autoscaler.Instance{}
+	for p, list := range inv {
+		for _, in := range list {
+			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
+		}
+	}
+	input := autoscaler.Input{Now: now, Pools: c.fleet.pools, Nodes: anodes, Pending: pending, Inventory: ainv,
+		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout,
+		ProviderOf: func(o model.Offer) string { return route[autoscaler.OfferKey(o)] }}
+	c.mu.Unlock()
+
+	acts := autoscaler.Decide(input) // reads the memory; only this goroutine writes it
+
+	c.mu.Lock()
+	if !b.Empty() {
+		c.broadcastLocked()
+		c.com.submit(b)
+	}
+	c.mu.Unlock()
+	for _, n := range toStart {
+		if err := sc.StartNode(ctx, n); err != nil {
+			c.cfg.Log.Warn("starting node agent", "node_id", n.ID, "err", err)
+		}
+	}
+	for _, a := range acts {
+		switch a.Kind {
+		case autoscaler.Terminate:
+			c.terminate(ctx, drivers[a.Provider], a, now)
+		case autoscaler.Launch:
+			for range a.Count {
+				c.launch(ctx, drivers[a.Provider], a, now)
+			}
+		}
+	}
+	c.trigger()
+}
+
+const labelForJobs = "gpufleet.dev/for-jobs"
+
+func splitJobs(s string) []string {
+	if s == "" {
+		return nil
+	}
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func joinJobs(js []string) string {
+	s := ""
+	for i, j := range js {
+		if i > 0 {
+			s += ","
+		}
+		s += j
+	}
+	return s
+}
+
+// launch buys one instance for a: the node is recorded launching before the
+// provider call (so its instance is never mistaken for a leak), then gets
+// the instance id, or ends terminated with a launch-failed event and the
+// offer remembered as failing.
+func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscaler.Action, now time.Time) {
+	if p == nil {
+		return
+	}
+	o := a.Offer
+	c.mu.Lock()
+	n := &model.Node{ID: newID("n-"), Name: o.InstanceType, Provider: p.Name(), Pool: a.Pool, State: model.NodeLaunching,
+		Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType, PricePerHour: o.PricePerHour,
+		CPU: o.VCPUs, Memory: o.Memory, RegisteredAt: now, Version: 1,
+		Labels: map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
+	c.st.PutNode(n)
+	c.lastSeen[n.ID] = now
+	b := &store.Batch{Nodes: []*model.Node{n}}
+	if a.Failover {
+		c.recordLocked(b, model.Event{Kind: model.EventFailover, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
+			Message: a.Reason, Fields: map[string]string{"offer": autoscaler.OfferKey(o), "failed": a.FailedOffer, "jobs": joinJobs(a.Jobs)}})
+	}
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if cm.wait(ctx) != nil {
+		return
+	}
+	in, err := p.Launch(ctx, provider.LaunchRequest{Offer: o, Token: n.ID, Labels: map[string]string{autoscaler.LabelNode: n.ID, "gpufleet.dev/pool": a.Pool}})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.st.Node(n.ID)
+	if !ok {
+		return
+	}
+	n = cur.Clone()
+	n.Version++
+	b = &store.Batch{Nodes: []*model.Node{n}}
+	if err != nil {
+		job := ""
+		if len(a.Jobs) > 0 {
+			job = a.Jobs[0]
+		}
+		until := c.scaleSt.memory.Fail(o, job, now)
+		n.State = model.NodeTerminated
+		c.recordLocked(b, model.Event{Kind: model.EventLaunchFail, Object: "node/" + n.ID, Node: n.ID, Job: job, Provider: o.Provider, Region: o.Region,
+			Message: fmt.Sprintf("launching %s in %s %s: %v", o.InstanceType, o.Region, o.Zone, err),
+			Fields:  map[string]string{"offer": autoscaler.OfferKey(o), "retryAfter": until.Format(time.RFC3339)}})
+	} else {
+		c.scaleSt.memory.Succeed(o)
+		n.Labels[model.LabelInstance] = in.ID
+		c.recordLocked(b, model.Event{Kind: model.EventLaunch, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
+			Message: fmt.Sprintf("launched %s %s in %s %s at $%.2f/h for %s", o.CapacityType, o.InstanceType, o.Region, o.Zone, o.PricePerHour, a.Reason),
+			Fields:  map[string]string{"offer": autoscaler.OfferKey(o), "instance": in.ID, "pool": a.Pool, "jobs": joinJobs(a.Jobs)}})
+	}
+	c.st.PutNode(n)
+	c.broadcastLocked()
+	c.com.submit(b)
+}
+
+// terminate carries out a Terminate action: the instance stops billing,
+// then the node (if any) ends terminated with an event.
+func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autoscaler.Action, now time.Time) {
+	if p == nil {
+		return
+	}
+	err := p.Terminate(ctx, a.InstanceID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := &store.Batch{}
+	kind := model.EventTerminate
+	if a.Reason == autoscaler.ReasonLeak {
+		kind = model.EventLeak
+	}
+	msg := fmt.Sprintf("terminated instance %s/%s: %s", a.Provider, a.InstanceID, a.Reason)
+	if err != nil {
+		msg = fmt.Sprintf("terminating instance %s/%s (%s): %v", a.Provider, a.InstanceID, a.Reason, err)
+	}
+	obj := "instance/" + a.Provider + "/" + a.InstanceID
+	if a.NodeID != "" {
+		obj = "node/" + a.NodeID
+	}
+	c.recordLocked(b, model.Event{Kind: kind, Object: obj, Node: a.NodeID, Provider: a.Offer.Provider, Region: a.Offer.Region, Message: msg,
+		Fields: map[string]string{"instance": a.InstanceID, "reason": a.Reason}})
+	if a.Reason == autoscaler.ReasonLaunchTimeout {
+		job := ""
+		if len(a.Jobs) > 0 {
+			job = a.Jobs[0]
+		}
+		if n, ok := c.st.Node(a.NodeID); ok {
+			o := model.Offer{Provider: n.Labels[labelOffer], Region: n.Region, Zone: n.Zone, InstanceType: n.InstanceType, CapacityType: n.CapacityType}
+			c.scaleSt.memory.Fail(o, job, now)
+		}
+	}
+	if n, ok := c.st.Node(a.NodeID); ok && err == nil {
+		c.nodeGoneLocked(n, b, now, "terminated: "+a.Reason)
+	}
+	c.broadcastLocked()
+	c.com.submit(b)
+}
+
+// Labels recording a launched node's GPUs until it is ready.
+const (
+	labelGPUs     = "gpufleet.dev/gpus"
+	labelGPUModel = "gpufleet.dev/gpu-model"
+)
+
+// readyLocked marks a launching node ready with the offer's GPUs (virtual
+// runners: no agent registers it).
+func (c *Controller) readyLocked(n *model.Node, b *store.Batch, now time.Time) *model.Node {
+	n = n.Clone()
+	n.Version++
+	n.State = model.NodeReady
+	n.LastHeartbeat = now
+	n.GPUSource = "fake"
+	count := nodeGPUCount(n)
+	n.GPUs = make([]model.GPU, count)
+	for i := range n.GPUs {
+		n.GPUs[i] = model.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", n.ID, i), Model: n.Labels[labelGPUModel], NVLinkGroup: 0}
+	}
+	c.st.PutNode(n)
+	c.lastSeen[n.ID] = now
+	b.Nodes = append(b.Nodes, n)
+	c.recordLocked(b, model.Event{Kind: model.EventNodeReady, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,
+		Message: fmt.Sprintf("instance %s is running", n.Labels[model.LabelInstance])})
+	return n
+}
+
+// noticeLocked handles a notice: the node takes no new work, and each live
+// attempt on it is stopped through the checkpoint signal and grace period,
+// ending preempted (a gang stops on every node).
+func (c *Controller) noticeLocked(n *model.Node, b *store.Batch, now time.Time, nt provider.Notice) *model.Node {
+	n = n.Clone()
+	n.Version++
+	n.State = model.NodeDraining
+	c.st.PutNode(n)
+	b.Nodes = append(b.Nodes, n)
+	c.nodeGen[n.ID]++
+	c.recordLocked(b, model.Event{Kind: model.EventNotice, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,
+		Message: fmt.Sprintf("%s notice: instance %s stops at %s", nt.Reason, nt.InstanceID, nt.Deadline.Format(time.RFC3339)),
+		Fields:  map[string]string{"deadline": nt.Deadline.Format(time.RFC3339), "reason": nt.Reason}})
+	c.recordLocked(b, model.Event{Kind: model.EventDrain, Object: "node/" + n.ID, Node: n.ID, Message: "draining: live attempts get their checkpoint signal"})
+	for _, a := range c.st.LiveAttempts() {
+		on := false
+		for _, r := range a.Replicas {
+			on = on || r.NodeID == n.ID && !r.State.Terminal()
+		}
+		if !on || a.Stop {
+			continue
+		}
+		a = a.Clone()
+		a.Stop, a.StopState, a.StopWhy = true, model.AttemptPreempted, fmt.Sprintf("node %s got a %s notice", n.ID, nt.Reason)
+		a.Version++
+		c.st.PutAttempt(a)
+		b.Attempts = append(b.Attempts, a)
+		c.bumpNodesLocked(a)
+	}
+	return n
+}
+
+// nodeGoneLocked ends a node whose instance is gone: its unfinished
+// replicas are lost (an attempt already stopping for a notice ends
+// preempted) and their jobs requeue.
+func (c *Controller) nodeGoneLocked(n *model.Node, b *store.Batch, now time.Time, why string) {
+	if n.State == model.NodeTerminated {
+		return
+	}
+	n = n.Clone()
+	n.Version++
+	n.State = model.NodeTerminated
+	c.st.PutNode(n)
+	b.Nodes = append(b.Nodes, n)
+	delete(c.scaleSt.idleSince, n.ID)
+	c.recordLocked(b, model.Event{Kind: model.EventTerminate, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region, Message: why,
+		Fields: map[string]string{"instance": n.Labels[model.LabelInstance]}})
+	for _, a := range c.st.LiveAttempts() {
+		changed := false
+		a = a.Clone()
+		for i, r := range a.Replicas {
+			if r.NodeID == n.ID && !r.State.Terminal() {
+				a.Replicas[i].State, a.Replicas[i].Reason = model.AttemptLost, model.ReasonNodeLost
+				changed = true
+			}
+		}
+		if changed {
+			if !a.Stop {
+				a.Stop, a.StopState, a.StopWhy = true, model.AttemptPreempted, why
+			}
+			a.Version++
+			c.settleLocked(a, b, now)
+		}
+	}
+	if c.cfg.Scale.StopNode != nil {
+		go c.cfg.Scale.StopNode(n)
+	}
+}
+
+// nodeGPUCount is the GPUs a launched node's offer has.
+func nodeGPUCount(n *model.Node) int {
+	if len(n.GPUs) > 0 {
+		return len(n.GPUs)
+	}
+	k, _ := strconv.Atoi(n.Labels[labelGPUs])
+	return k
+}
+
+// InterruptNode asks the provider of node id to reclaim its instance with
+// its usual notice, as a drill or demo (`gpufleet nodes interrupt`). The
+// next scale cycle sees the notice and drains the node. Errors: ErrNotFound
+// for an unknown node or one without an instance; an error when its
+// provider cannot interrupt.
+func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Notice, error) {
+	c.mu.Lock()
+	n, ok := c.st.Node(id)
+	c.mu.Unlock()
+	if !ok || n.Labels[model.LabelInstance] == "" || n.State == model.NodeTerminated {
+		return provider.Notice{}, fmt.Errorf("node %s has no live instance: %w", id, ErrNotFound)
+	}
+	for _, p := range c.cfg.Scale.Providers {
+		if p.Name() != n.Provider {
+			continue
+		}
+		ip, ok := p.(provider.Interrupter)
+		if !ok {
+			return provider.Notice{}, fmt.Errorf("provider %s cannot interrupt instances", p.Name())
+		}
+		nt, err := ip.Interrupt(ctx, n.Labels[model.LabelInstance])
+		if err != nil {
+			return provider.Notice{}, fmt.Errorf("interrupting node %s: %w", id, err)
+		}
+		c.trigger()
+		return nt, nil
+	}
+	return provider.Notice{}, fmt.Errorf("node %s: provider %s is not configured: %w", id, n.Provider, ErrNotFound)
+}
