@@ -115,16 +115,24 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(C(row+`[data-state="succeeded"]`))); err != nil {
 		t.Fatalf("watching job %s finish: %v\nserver log:\n%s", jobID, err, s.out)
 	}
+	// The cost column shows the ledger's cost once the server has metered
+	// the job; a server without metering shows a dash.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	werr := chromedp.Do(wctx, chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//tr[@data-job=%q]/td[@class="cost" and starts-with(normalize-space(.), "$")]`, jobID))))
+	wcancel()
 	cost, err := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost")))
 	if err != nil {
 		t.Fatalf("reading the cost of job %s: %v", jobID, err)
+	}
+	if v := s.job(jobID); werr != nil && v.Cost != nil {
+		t.Errorf("the API has job %s's cost (%v) but the dashboard shows %q", jobID, v.Cost.Total, cost)
 	}
 	if !strings.Contains(nodes, "H100") {
 		t.Errorf("nodes section = %q, want the H100 GPUs", nodes)
 	}
 	t.Logf("job %s succeeded; its cost cell reads %q", jobID, cost)
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}

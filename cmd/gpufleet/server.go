@@ -54,6 +54,8 @@ type serverConfig struct {
 	// wait), signed with the key in AlertWebhookSecretFile.
 	AlertWebhookURL        string
 	AlertWebhookSecretFile string
+	// Sim runs simulated clouds with live in-process nodes (`up --sim`).
+	Sim simConfig
 }
 
 // minHeartbeatTimeout keeps agents' syncs (a quarter of the timeout) from
@@ -73,6 +75,12 @@ func (c *serverConfig) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		fe.Add("--log-level", "must be debug, info, warn or error")
+	}
+	if c.Sim.TimeScale < 0 {
+		fe.Add("--time-scale", "must not be negative")
+	}
+	if (c.Sim.Scenario != "" || c.Sim.TimeScale != 0 || len(c.Sim.Clouds) > 0) && !c.Sim.Enabled {
+		fe.Add("--sim", "is required by --sim-scenario, --time-scale and --sim-clouds")
 	}
 	if c.HeartbeatTimeout < minHeartbeatTimeout {
 		fe.Add("--heartbeat-timeout", fmt.Sprintf("must be at least %s", minHeartbeatTimeout))
@@ -100,6 +108,13 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 60*time.Second, "how long a node may be silent before it is lost and its jobs requeue")
 	fl.StringVar(&c.AlertWebhookURL, "alert-webhook-url", "", "POST alerts (idle jobs, XID errors, queue wait) as signed JSON to this URL")
 	fl.StringVar(&c.AlertWebhookSecretFile, "alert-webhook-secret-file", "", "file holding the key alert webhooks are signed with (HMAC-SHA256)")
+	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
+	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
+	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
+	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {
+		c.Sim.Clouds = parseClouds(v)
+		return nil
+	})
 }
 
 func newUpCmd(g *globals) *cobra.Command {
@@ -231,8 +246,27 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	var ctrl *controller.Controller
+	var (
+		ctrl      *controller.Controller
+		simOffers func(context.Context) []model.Offer
+		simScaleC controller.ScaleConfig
+		simN      *simNodes
+	)
+	if c.Sim.Enabled {
+		sp, err := newSimProvider(c.Sim, cat)
+		if err != nil {
+			return err
+		}
+		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, log); err != nil {
+			return err
+		}
+		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
+		c.NoAgent = true
+		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
+	}
 	ctrl, err = controller.New(ctx, controller.Config{
+		Offers:   simOffers,
+		Scale:    simScaleC,
 		Notifier: notifier,
 		Store:    st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
 		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
@@ -246,6 +280,10 @@ func serve(ctx context.Context, c *serverConfig) error {
 		return err
 	}
 	defer ctrl.Close()
+	if simN != nil {
+		simN.cp = ctrl
+		defer simN.Wait()
+	}
 	reg.MustRegister(ctrl.TelemetryCollector())
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
 		return err

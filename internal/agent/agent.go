@@ -135,7 +135,9 @@ func (a *Agent) register(ctx context.Context) error {
 		return fmt.Errorf("reading node id: %w", err)
 	}
 	reg := a.cfg.Registration
-	reg.NodeID = strings.TrimSpace(string(saved))
+	if id := strings.TrimSpace(string(saved)); id != "" || reg.NodeID == "" {
+		reg.NodeID = id
+	}
 	retry := a.newBackoff()
 	for {
 		resp, err := a.cfg.ControlPlane.Register(ctx, reg)

@@ -16,8 +16,9 @@ type Config struct {
 	Dir string
 	// ControlPlane is the server. Required.
 	ControlPlane agentapi.ControlPlane
-	// Registration is the node's facts. Its NodeID is ignored: the agent
-	// keeps the id the server gave it in Dir.
+	// Registration is the node's facts. The agent keeps the id the server
+	// gave it in Dir; Registration.NodeID is asked for only when Dir has
+	// none yet (a node the autoscaler created and named).
 	Registration agentapi.Registration
 	// SupervisorCommand is the argv that starts a supervisor; the replica
 	// directory is appended. Typically {os.Executable(), "supervise", "--dir"}.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -87,5 +88,29 @@ func TestNoGPUReportsNone(t *testing.T) {
 		if len(s.GPUs) != 0 {
 			t.Errorf("sample with GPUs: %+v", s)
 		}
+	}
+}
+
+// BenchmarkTelemetryCycle8GPUs is the agent's work per sampling interval
+// beyond reading the GPUs: converting a sample of 8 GPUs to its wire form,
+// queueing it, and encoding it into a sync. Divided by the interval (5s)
+// it is the agent's steady telemetry overhead.
+func BenchmarkTelemetryCycle8GPUs(b *testing.B) {
+	src := &telemetry.Simulated{Busy: func(int) bool { return true }}
+	for i := range 8 {
+		src.GPUs = append(src.GPUs, telemetry.SimGPU{Index: i, UUID: "GPU-fake-" + string(rune('0'+i)), MemoryMiB: 81920})
+	}
+	a := &Agent{cfg: Config{Telemetry: src}}
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		s, _ := src.Sample(ctx)
+		s.Time = time.Unix(int64(len(a.samples)), 0)
+		a.queueSample(s)
+		t := a.telemetryRequest()
+		if _, err := json.Marshal(agentapi.SyncRequest{NodeID: "n", Telemetry: t}); err != nil {
+			b.Fatal(err)
+		}
+		a.telemetryDelivered(t)
 	}
 }

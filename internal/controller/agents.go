@@ -34,7 +34,12 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	c.mu.Lock()
 	id := r.NodeID
 	var n *model.Node
-	if old, ok := c.st.Node(id); ok && id != "" {
+	if old, ok := c.st.Node(id); ok && old.State == model.NodeTerminated && old.Labels[model.LabelInstance] != "" {
+		// Its instance is gone: a late agent of a terminated node must
+		// not bring it back.
+		c.mu.Unlock()
+		return agentapi.RegisterResponse{}, fmt.Errorf("node %s: its instance was terminated: %w", id, ErrNotFound)
+	} else if ok && id != "" {
 		n = old.Clone()
 		n.Version++
 	} else {
@@ -46,13 +51,18 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	n.Name, n.Provider, n.GPUs, n.GPUSource = r.Name, r.Provider, r.GPUs, r.GPUSource
 	n.CPU, n.Memory, n.Labels = r.CPU, r.Memory, r.Labels
 	n.Region, n.Zone, n.InstanceType, n.CapacityType = r.Region, r.Zone, r.InstanceType, r.CapacityType
+	b := &store.Batch{Nodes: []*model.Node{n}}
+	if n.State == model.NodeLaunching {
+		c.recordLocked(b, model.Event{Kind: model.EventNodeReady, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,
+			Message: fmt.Sprintf("instance %s is running and its agent registered", n.Labels[model.LabelInstance])})
+	}
 	n.State = model.NodeReady
 	n.LastHeartbeat = now
 	c.st.PutNode(n)
 	c.lastSeen[id] = now
 	c.nodeGen[id]++
 	c.broadcastLocked()
-	cm := c.com.submit(&store.Batch{Nodes: []*model.Node{n}})
+	cm := c.com.submit(b)
 	c.mu.Unlock()
 	if err := cm.wait(ctx); err != nil {
 		return agentapi.RegisterResponse{}, fmt.Errorf("recording node: %w", err)

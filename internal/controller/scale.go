@@ -26,8 +26,20 @@ type ScaleConfig struct {
 	// node). When nil the controller marks the node ready itself with the
 	// offer's GPUs, for simulation with virtual runners.
 	StartNode func(ctx context.Context, n *model.Node) error
-	// StopNode, when set, is called after a node's instance is terminated.
+	// StopNode, when set, is called after a node's instance is terminated
+	// (by gpufleet or its provider), once its attempts have been settled.
+	// It runs on its own goroutine and must not block the loop.
 	StopNode func(n *model.Node)
+	// DefaultPools are used while the fleet declares no NodePool (`up
+	// --sim` gives one so a demo scales without a manifest); a declared
+	// pool replaces them all.
+	DefaultPools []*model.NodePool
+}
+
+// LaunchedGPUs is the GPU count and model of the offer a scale-loop node
+// was launched from, for StartNode to declare; 0 for other nodes.
+func LaunchedGPUs(n *model.Node) (count int, gpuModel string) {
+	return nodeGPUCount(n), n.Labels[labelGPUModel]
 }
 
 // scaleState is the loop's memory between cycles; guarded by Controller.mu.
@@ -166,7 +178,11 @@ func (c *Controller) scale(ctx context.Context) {
 			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
 		}
 	}
-	input := autoscaler.Input{Now: now, Pools: c.fleet.pools, Nodes: anodes, Pending: pending, Inventory: ainv,
+	pools := c.fleet.pools
+	if len(pools) == 0 {
+		pools = sc.DefaultPools
+	}
+	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
 		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout,
 		ProviderOf: func(o model.Offer) string { return route[autoscaler.OfferKey(o)] }}
 	c.mu.Unlock()
@@ -452,6 +468,22 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 		nt, err := ip.Interrupt(ctx, n.Labels[model.LabelInstance])
 		if err != nil {
 			return provider.Notice{}, fmt.Errorf("interrupting node %s: %w", id, err)
+		}
+		// Drain now rather than at the next scale cycle: a simulation's
+		// scaled notice lead can be shorter than the cycle.
+		c.mu.Lock()
+		var cm *commit
+		if cur, ok := c.st.Node(id); ok && cur.State == model.NodeReady {
+			b := &store.Batch{}
+			c.noticeLocked(cur, b, c.cfg.Clock.Now(), nt)
+			c.broadcastLocked()
+			cm = c.com.submit(b)
+		}
+		c.mu.Unlock()
+		if cm != nil {
+			if err := cm.wait(ctx); err != nil {
+				return nt, fmt.Errorf("recording the notice of node %s: %w", id, err)
+			}
 		}
 		c.trigger()
 		return nt, nil

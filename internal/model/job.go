@@ -158,6 +158,11 @@ type RunSpec struct {
 	// attempt starts and runs the command there; Workdir, if set, is then a
 	// folder inside it.
 	Archive string `json:"archive,omitempty"`
+	// Secrets names secrets of the job's project (gpufleet secrets set)
+	// that its replicas get as environment variables of the same name. The
+	// value is opened only when the replica is handed to its node; it is
+	// never stored in the job.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // archiveDigestRE is a content address of an uploaded archive.
@@ -303,6 +308,18 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 		if w := s.Run.Workdir; w != "" && (path.IsAbs(w) || w != path.Clean(w) || w == ".." || strings.HasPrefix(w, "../")) {
 			fe.Add(p("run.workdir"), "with run.archive, must be a clean relative path inside the archive")
 		}
+	}
+	seen := map[string]bool{}
+	for i, name := range s.Run.Secrets {
+		f := fmt.Sprintf("%s[%d]", p("run.secrets"), i)
+		if msg := ValidateSecretName(name); msg != "" {
+			fe.Add(f, msg)
+		} else if seen[name] {
+			fe.Add(f, fmt.Sprintf("%q is named twice", name))
+		} else if _, ok := s.Run.Env[name]; ok {
+			fe.Add(f, fmt.Sprintf("%q is also in run.env", name))
+		}
+		seen[name] = true
 	}
 	for k := range s.Run.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

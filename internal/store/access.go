@@ -12,9 +12,18 @@ type Access struct {
 	// Audit entries are appended by sequence number and never change; an
 	// entry already stored is left as it is, so a retried write is harmless.
 	Audit []*model.AuditEntry
+	// Secrets are upserted by (project, name), sealed; DeleteSecrets
+	// removes them (after the upserts).
+	Secrets       []model.Secret
+	DeleteSecrets []SecretKey
 }
 
-func (a *Access) empty() bool { return len(a.Grants)+len(a.DeleteGrants)+len(a.Audit) == 0 }
+func (a *Access) empty() bool {
+	return len(a.Grants)+len(a.DeleteGrants)+len(a.Audit)+len(a.Secrets)+len(a.DeleteSecrets) == 0
+}
+
+// SecretKey names one secret.
+type SecretKey struct{ Project, Name string }
 
 // GrantKey names one grant.
 type GrantKey struct{ User, Project string }
@@ -25,4 +34,6 @@ type AccessDump struct {
 	// AuditHead is the newest audit entry (nil when the log is empty), so
 	// the controller chains the next entry to it.
 	AuditHead *model.AuditEntry
+	// Secrets are every sealed secret.
+	Secrets []model.Secret
 }

@@ -70,6 +70,13 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	for _, g := range grants {
 		d.Grants = append(d.Grants, *g)
 	}
+	secrets, err := loadObjects[model.Secret](ctx, tx, "secret", `SELECT project || '/' || name, data FROM secrets ORDER BY project, name`)
+	if err != nil {
+		return nil, err
+	}
+	for _, sec := range secrets {
+		d.Secrets = append(d.Secrets, *sec)
+	}
 	head, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq, data FROM audit ORDER BY seq DESC LIMIT 1`)
 	if err != nil {
 		return nil, err

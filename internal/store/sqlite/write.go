@@ -28,6 +28,8 @@ const (
 	upsertGrant
 	deleteGrant
 	insertAudit
+	upsertSecret
+	deleteSecret
 	insertLedger
 	insertFired
 	insertMetric
@@ -69,6 +71,9 @@ var stmtSQL = [numStmts]string{
 		ON CONFLICT (user, project) DO UPDATE SET data = excluded.data`,
 	deleteGrant:  `DELETE FROM grants WHERE user = ? AND project = ?`,
 	insertAudit:  `INSERT INTO audit (seq, time, data) VALUES (?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
+	upsertSecret: `INSERT INTO secrets (project, name, data) VALUES (?, ?, ?)
+		ON CONFLICT (project, name) DO UPDATE SET data = excluded.data`,
+	deleteSecret: `DELETE FROM secrets WHERE project = ? AND name = ?`,
 	insertLedger: `INSERT INTO ledger_entries (from_unix, to_unix, kind, job_id, project, cost, data) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 	insertFired:  `INSERT INTO budget_fired (budget, threshold, period_start) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
 	insertMetric: `INSERT INTO metric_reports (job_id, seq, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
@@ -185,6 +190,14 @@ func encode(b *store.Batch) ([]row, error) {
 		if err := add(insertAudit, "audit entry", fmt.Sprint(e.Seq), e, e.Seq, formatExpires(e.Time)); err != nil {
 			return nil, err
 		}
+	}
+	for _, sec := range b.Secrets {
+		if err := add(upsertSecret, "secret", sec.Project+"/"+sec.Name, sec, sec.Project, sec.Name); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range b.DeleteSecrets {
+		rows = append(rows, row{stmt: deleteSecret, args: []any{k.Project, k.Name}, kind: "secret deletion", id: k.Project + "/" + k.Name})
 	}
 	costRows, err := encodeCost(&b.Cost)
 	if err != nil {

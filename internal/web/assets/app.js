@@ -42,7 +42,6 @@ async function optional(path) {
   try { return await api("GET", path); } catch (e) { if (e.status === 404 || e.status === 501 || e.status === 403) return null; throw e; }
 }
 
-const dollars = (micros) => micros == null ? "—" : "$" + (micros / 1e6).toFixed(micros < 1e6 ? 4 : 2);
 const pct = (x) => x == null ? "—" : (100 * x).toFixed(0) + "%";
 const ago = (t) => t ? new Date(t).toLocaleTimeString() : "";
 
@@ -105,14 +104,15 @@ async function renderJobs() {
     const eff = v.efficiency;
     const cls = eff ? eff.verdict.class : null;
     const why = v.pending ? (v.pending.reasons || []).map((r) => r.message).join("; ") : (v.reason || "");
-    const cost = eff && eff.costMicros != null ? eff.costMicros : (v.costMicros != null ? v.costMicros : null);
-    const effCost = eff ? eff.effectiveCostMicros : null;
+    // The ledger's cost when the server meters it, else the live estimate.
+    const cost = v.cost ? money(v.cost.total) : (eff && eff.costMicros != null ? eff.costMicros / 1e6 : null);
+    const effCost = v.cost && v.cost.effectiveCost ? money(v.cost.effectiveCost) : (eff && eff.effectiveCostMicros != null ? eff.effectiveCostMicros / 1e6 : null);
     const effText = eff ? [el("span", { class: "class-" + cls }, cls), " ", pct(eff.smActive), " SM", eff.source === "simulated" ? " (simulated)" : ""] : ["—"];
     return el("tr", { "data-job": v.id, "data-state": v.state },
       el("td", {}, v.id), el("td", {}, v.name || ""),
       el("td", {}, el("span", { class: "state state-" + v.state }, v.state)),
       el("td", {}, (v.spec && v.spec.queue) || ""), el("td", {}, v.spec ? v.spec.resources.gpus : ""),
-      el("td", { class: "cost" }, dollars(cost)), el("td", {}, dollars(effCost)),
+      el("td", { class: "cost" }, usd(cost)), el("td", {}, usd(effCost)),
       el("td", {}, ...effText), el("td", { class: "muted" }, why));
   }));
 }
@@ -175,39 +175,45 @@ function chart(title, series) {
   return el("figure", {}, el("figcaption", {}, title), svg);
 }
 
-// costSeries turns rows with a time, a key and dollars into chart series.
+// money reads the server's decimal-dollar strings ("12.345678").
+const money = (m) => m == null || m === "" ? null : Number(m);
+const usd = (d) => d == null ? "—" : "$" + d.toFixed(d < 1 ? 4 : 2);
+
+// costSeries turns GET /v1/cost rows into chart series by one group field.
 function costSeries(rows, key) {
   const s = {};
   for (const r of rows) {
-    const k = r[key] || "other", d = String(r.day || r.start || r.time || r.date || "").slice(0, 10);
-    const v = r.dollars != null ? r.dollars : (r.costMicros != null ? r.costMicros / 1e6 : (r.micros != null ? r.micros / 1e6 : 0));
-    (s[k] = s[k] || {})[d] = (s[k][d] || 0) + v;
+    const k = (r.group && r.group[key]) || "other", d = String(r.start || "").slice(0, 10);
+    (s[k] = s[k] || {})[d] = (s[k][d] || 0) + (money(r.cost) || 0);
   }
   return s;
 }
 
 async function renderCost() {
-  const byProject = await optional("/v1/cost?groupBy=project&step=day");
-  const byCapacity = await optional("/v1/cost?groupBy=capacityType&step=day");
-  const rowsOf = (x) => x && (x.rows || x.items || x.series || x.buckets) || [];
+  const byProject = await optional("/v1/cost?window=14d&step=1d&by=project");
+  const byCapacity = await optional("/v1/cost?window=14d&step=1d&by=capacityType");
   if (!byProject && !byCapacity) {
     $("#cost").replaceChildren(el("p", { class: "muted" }, "Cost reports are not available on this server."));
     return;
   }
-  $("#cost").replaceChildren(chart("By project", costSeries(rowsOf(byProject), "project")), chart("By capacity type", costSeries(rowsOf(byCapacity), "capacityType")));
+  const total = byProject ? money(byProject.total) : null;
+  $("#cost").replaceChildren(el("p", { class: "muted" }, "Last 14 days: " + usd(total)),
+    chart("By project", costSeries((byProject && byProject.rows) || [], "project")),
+    chart("By capacity type", costSeries((byCapacity && byCapacity.rows) || [], "capacityType")));
 }
 
 async function renderBudgets() {
   const b = await optional("/v1/budgets");
-  const items = b && (b.budgets || b.items) || [];
   if (!b) { $("#budgets").replaceChildren(el("p", { class: "muted" }, "Budgets are not available on this server.")); return; }
+  const items = b.budgets || [];
   if (items.length === 0) { $("#budgets").replaceChildren(el("p", { class: "muted" }, "No budgets.")); return; }
   $("#budgets").replaceChildren(...items.map((x) => {
-    const name = x.name || (x.metadata && x.metadata.name) || "budget";
-    const used = x.spentMicros != null && x.limitMicros ? x.spentMicros / x.limitMicros : null;
+    const bud = x.budget || {};
     const bar = el("div", { class: "bar" }, el("div", {}));
-    bar.firstChild.style.width = used == null ? "0" : Math.min(100, Math.round(100 * used)) + "%";
-    return el("div", {}, el("strong", {}, name), " ", used == null ? "" : pct(used) + " used", bar);
+    bar.firstChild.style.width = Math.min(100, Math.round(100 * (x.ratio || 0))) + "%";
+    return el("div", { class: "budget" }, el("strong", {}, bud.name || "budget"), " ",
+      usd(money(x.actual)) + " of " + usd(money(bud.amount)) + " (" + pct(x.ratio) + ", forecast " + usd(money(x.forecast)) + ")",
+      x.blocked ? el("span", { class: "error" }, " blocked") : null, bar);
   }));
 }
 
