@@ -26,9 +26,11 @@ import (
 
 // agentConfig is everything `gpufleet agent` takes.
 type agentConfig struct {
-	DataDir  string
-	Server   string
-	Token    string
+	DataDir string
+	Server  string
+	Token   string
+	// CA pins the server's certificate (or its CA) for an https server.
+	CA       string
 	Name     string
 	Address  string
 	Labels   []string
@@ -105,6 +107,7 @@ back. The agent's state is in DATA_DIR/agent.`,
 	fl.StringVar(&c.Zone, "zone", "", "zone this node reports")
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
 
@@ -145,11 +148,17 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	if addr != "" {
 		labels[static.LabelAddress] = addr
 	}
+	var cpOpts httpcp.Options
+	if c.CA != "" {
+		if cpOpts.HTTPClient, err = pinnedClient(c.CA, 4); err != nil {
+			return err
+		}
+	}
 	src, sim := telemetrySource(ctx, inv, log)
 	ag, err := agent.New(agent.Config{
 		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
-		ControlPlane: httpcp.New(c.Server, c.Token, httpcp.Options{}),
+		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),
 		Registration: agentapi.Registration{
 			Name: name, Provider: static.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
 			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Labels: labels,

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +63,22 @@ func newClient(dataDir string) (*client.Client, error) {
 			return nil, fmt.Errorf("no token: set GPUFLEET_TOKEN, or run `gpufleet up` once to create %s", filepath.Join(dataDir, tokenFile))
 		}
 	}
-	return client.New(server, token, nil), nil
+	var hc *http.Client
+	if strings.HasPrefix(server, "https://") {
+		// Pin GPUFLEET_CA, else the certificate `up --tls` made; with
+		// neither, the system's roots (a real certificate).
+		ca := os.Getenv("GPUFLEET_CA")
+		if own := filepath.Join(dataDir, tlsDir, tlsCertFile); ca == "" {
+			if _, err := os.Stat(own); err == nil {
+				ca = own
+			}
+		}
+		if ca != "" {
+			var err error
+			if hc, err = pinnedClient(ca, 64); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return client.New(server, token, hc), nil
 }

@@ -117,7 +117,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	// The cost column shows the ledger's cost once the server has metered
 	// the job; a server without metering shows a dash.
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	werr := chromedp.Do(wctx, chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//tr[@data-job=%q]/td[@class="cost" and starts-with(normalize-space(.), "$")]`, jobID))))
 	wcancel()
 	cost, err := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost")))

@@ -62,10 +62,11 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func startServer(t *testing.T, dataDir, listen string) *server {
+// startServer runs `gpufleet up` with 4 fake H100s and any extra flags.
+func startServer(t *testing.T, dataDir, listen string, extra ...string) *server {
 	t.Helper()
 	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
-	s.cmd = exec.Command(binary, "up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100")
+	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
 	if err := s.cmd.Start(); err != nil {

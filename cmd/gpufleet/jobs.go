@@ -131,6 +131,9 @@ func jobTable(tw *tabwriter.Writer, v *api.JobView) {
 		sort.Strings(tags)
 		row(tw, "Tags:", strings.Join(tags, ","))
 	}
+	if v.Cost != nil {
+		row(tw, "Cost:", fmt.Sprintf("%s across %d attempts", dollars(v.Cost.Total), j.Attempts))
+	}
 	efficiencyRows(tw, v.Efficiency)
 	if v.Pending != nil {
 		row(tw, "Queue position:", v.Pending.Position)

@@ -40,6 +40,7 @@ type runFlags struct {
 	memory     string
 	spot       string
 	env        []string
+	secrets    []string
 	tags       []string
 	workdir    string
 	upload     bool
@@ -123,6 +124,7 @@ output until it ends and exit with its exit code.`,
 	fl.StringVar(&f.memory, "memory", "", "memory per replica (e.g. 64Gi)")
 	fl.StringVar(&f.spot, "spot", "", "spot capacity: never, allowed or required (default never)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	fl.StringSliceVar(&f.secrets, "secret", nil, "a project secret the job gets as an environment variable of its name (repeatable; see gpufleet secrets)")
 	fl.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE for cost attribution (repeatable)")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory)")
 	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it")
@@ -138,7 +140,7 @@ output until it ends and exit with its exit code.`,
 }
 
 // specFlags are the flags that describe the job itself, not how to submit it.
-var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "tag", "workdir", "runtime", "grace", "signal", "retries"}
+var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "runtime", "grace", "signal", "retries"}
 
 // manifest returns the body to submit and whether it is YAML.
 func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, error) {
@@ -171,6 +173,7 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	spec.Spot = model.SpotPolicy(f.spot)
 	spec.Run.Command = args
 	spec.Run.Env = keyValues("--env", f.env, &fe)
+	spec.Run.Secrets = f.secrets
 	spec.Limits.Runtime = parseDurationFlag("--runtime", f.runtime, &fe)
 	spec.Checkpoint.Grace = parseDurationFlag("--grace", f.grace, &fe)
 	spec.Checkpoint.Signal = f.signal

@@ -1,13 +1,22 @@
 package main
 
 import (
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	_ "modernc.org/sqlite" // the store's driver, to tamper with the file
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // TestAuditTamperDetected: mutations through the CLI land in the audit
@@ -67,4 +76,155 @@ func TestAuditTamperDetected(t *testing.T) {
 	if err == nil || !strings.Contains(out, "entry 2") {
 		t.Fatalf("verify after tampering: %v\n%s\nwant a failure naming entry 2", err, out)
 	}
+}
+
+// TestNoSecretLeaks runs the server at debug log level through a job's
+// whole life with a project secret and user, admin and job tokens, then
+// looks for their values in the server's log, events, audit log, API
+// answers and the database file, and finds none. The job proves it got
+// the secret by printing a digest of it.
+func TestNoSecretLeaks(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, dir, freePort(t), "--log-level", "debug")
+	const value = "hf_Zq8vN3xLk2PwT7sRm4Yb"
+
+	var alice api.TokenCreated
+	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "create", "alice", "--ttl", "1h", "-o", "json")), &alice); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("roles", "grant", "alice", "nlp", "project-admin")
+	asAlice := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := s.gpufleetCmd(args...)
+		cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+alice.Secret)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Dir = t.TempDir() // uploaded: alice, no admin, may not run in a host folder
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("gpufleet %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	asAlice(value+"\n", "secrets", "set", "nlp", "HF_TOKEN")
+	// A job that names a secret its project lacks is refused by field.
+	if out, err := s.gpufleetErr("run", "--project", "nlp", "--secret", "NOPE", "--", "true"); err == nil || !strings.Contains(out, "spec.run.secrets[0]") {
+		t.Fatalf("a job naming a missing secret: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(asAlice("", "run", "--upload-workdir", "--project", "nlp", "--secret", "HF_TOKEN", "--", "sh", "-c",
+		`printf '%s' "$HF_TOKEN" | sha256sum | cut -c1-16; echo "job token set: ${GPUFLEET_JOB_TOKEN:+yes}"`))
+	v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobSucceeded {
+		t.Fatalf("job %s %s\n%s", v.State, v.Reason, s.gpufleet("jobs", "logs", id))
+	}
+	sum := sha256.Sum256([]byte(value))
+	if got, want := s.gpufleet("jobs", "logs", id), hex.EncodeToString(sum[:])[:16]+"\njob token set: yes\n"; got != want {
+		t.Fatalf("job output %q, want %q: the secret did not reach the job", got, want)
+	}
+
+	// The job token: the agent's copy of the replica spec holds it (and
+	// the secret), at mode 0600.
+	var jobToken string
+	err := filepath.WalkDir(filepath.Join(dir, "agent"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.Name() != "spec.json" {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", path, info.Mode().Perm())
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var spec struct{ Env map[string]string }
+		if err := json.Unmarshal(data, &spec); err != nil {
+			return err
+		}
+		jobToken = spec.Env["GPUFLEET_JOB_TOKEN"]
+		return nil
+	})
+	if err != nil || jobToken == "" {
+		t.Fatalf("finding the job token in the agent's replica spec: %v", err)
+	}
+	admin, err := os.ReadFile(filepath.Join(dir, tokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(filepath.Join(dir, secretKeyFile)); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the sealing key file: %v, mode %v, want 0600", err, info.Mode().Perm())
+	}
+
+	places := map[string]string{
+		"events":       s.gpufleet("events", "-o", "json", "--limit", "1000"),
+		"audit":        s.gpufleet("audit", "-o", "json"),
+		"job":          s.gpufleet("jobs", "get", id, "-o", "json"),
+		"jobs":         s.gpufleet("jobs", "list", "--all", "-o", "json"),
+		"secrets list": asAlice("", "secrets", "list", "nlp", "-o", "json"),
+		"explain":      s.gpufleet("explain", id),
+		"tokens":       s.gpufleet("tokens", "list", "-o", "json"),
+	}
+	if !strings.Contains(places["secrets list"], "HF_TOKEN") {
+		t.Fatalf("secrets list lacks the name:\n%s", places["secrets list"])
+	}
+	s.kill() // flushes the log and the database
+	places["server log"] = s.out.String()
+	for _, f := range []string{"gpufleet.db", "gpufleet.db-wal"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		places[f] = string(data)
+	}
+	if !strings.Contains(places["server log"], "level=DEBUG") {
+		t.Fatalf("the server did not log at debug level:\n%s", places["server log"])
+	}
+	secrets := map[string]string{"secret value": value, "alice's token": alice.Secret, "admin token": strings.TrimSpace(string(admin)), "job token": jobToken}
+	for what, secret := range secrets {
+		for where, text := range places {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s is in the %s", what, where)
+			}
+		}
+	}
+}
+
+// TestTLSPinned: `up --tls` serves HTTPS with a self-signed loopback
+// certificate; the CLI pins it from the data dir, an agent pins it with
+// --ca, and a client that trusts another certificate is refused.
+func TestTLSPinned(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, dir, freePort(t), "--tls")
+	data, err := os.ReadFile(filepath.Join(dir, serverFile))
+	if err != nil || !strings.Contains(string(data), `"https://`) {
+		t.Fatalf("server.json: %s %v, want an https URL", data, err)
+	}
+	if info, err := os.Stat(filepath.Join(dir, tlsDir, tlsKeyFile)); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("TLS key: %v, want mode 0600", err)
+	}
+	// Plain HTTP gets no API.
+	if resp, err := http.Get("http://" + s.listen + "/v1/version"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP answered %d", resp.StatusCode)
+		}
+	}
+	// A client pinning another certificate refuses the server.
+	other := t.TempDir()
+	if _, _, err := selfSignedCert(other); err != nil {
+		t.Fatal(err)
+	}
+	cmd := s.gpufleetCmd("nodes", "list")
+	cmd.Env = append(cmd.Env, "GPUFLEET_CA="+filepath.Join(other, tlsDir, tlsCertFile))
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "certificate") {
+		t.Fatalf("a client pinning another certificate: %v\n%s", err, out)
+	}
+	a := startAgent(t, s, "n-tls", "2xH100")
+	a.cmd.Process.Kill()
+	_ = a.cmd.Wait()
+	a.args = []string{"--server", "https://" + s.listen, "--ca", filepath.Join(dir, tlsDir, tlsCertFile), "--fake-gpus", "2xH100", "--name", "n-tls"}
+	a.start()
+	s.waitNodes(2)
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -28,9 +30,11 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
@@ -54,9 +58,24 @@ type serverConfig struct {
 	// wait), signed with the key in AlertWebhookSecretFile.
 	AlertWebhookURL        string
 	AlertWebhookSecretFile string
+	// TLS serves HTTPS with a self-signed loopback certificate made in the
+	// data dir; TLSCert and TLSKey serve a real one instead.
+	TLS             bool
+	TLSCert, TLSKey string
 	// Sim runs simulated clouds with live in-process nodes (`up --sim`).
 	Sim simConfig
+	// PricesFile is the custom price CSV for owned and privately priced
+	// machines (docs/cost.md).
+	PricesFile string
+	// WebhookURL receives budget firings of budgets without spec.webhook;
+	// WebhookSecret (--webhook-secret or GPUFLEET_WEBHOOK_SECRET) signs
+	// every budget webhook.
+	WebhookURL    string
+	WebhookSecret string
 }
+
+// minWebhookSecret is the shortest webhook signing secret accepted.
+const minWebhookSecret = 16
 
 // minHeartbeatTimeout keeps agents' syncs (a quarter of the timeout) from
 // turning into a busy loop.
@@ -82,10 +101,44 @@ func (c *serverConfig) Validate() error {
 	if (c.Sim.Scenario != "" || c.Sim.TimeScale != 0 || len(c.Sim.Clouds) > 0) && !c.Sim.Enabled {
 		fe.Add("--sim", "is required by --sim-scenario, --time-scale and --sim-clouds")
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		fe.Add("--tls-cert", "and --tls-key go together")
+	}
+	if c.TLS && c.TLSCert != "" {
+		fe.Add("--tls", "makes a self-signed certificate: leave it out with --tls-cert")
+	}
 	if c.HeartbeatTimeout < minHeartbeatTimeout {
 		fe.Add("--heartbeat-timeout", fmt.Sprintf("must be at least %s", minHeartbeatTimeout))
 	}
+	if c.WebhookURL != "" {
+		if u, err := neturl.Parse(c.WebhookURL); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			fe.Add("--webhook-url", fmt.Sprintf("%q is not an http(s) URL", c.WebhookURL))
+		}
+		if c.WebhookSecret == "" {
+			fe.Add("--webhook-secret", "is required with --webhook-url (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it")
+		}
+	}
+	if c.WebhookSecret != "" && len(c.WebhookSecret) < minWebhookSecret {
+		fe.Add("--webhook-secret", fmt.Sprintf("must be at least %d characters", minWebhookSecret))
+	}
 	return fe.Err()
+}
+
+// costConfig reads the price file and the webhook settings.
+func (c *serverConfig) costConfig() (controller.CostConfig, error) {
+	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret)}
+	if c.PricesFile == "" {
+		return cc, nil
+	}
+	f, err := os.Open(c.PricesFile)
+	if err != nil {
+		return cc, fmt.Errorf("--prices: %w", err)
+	}
+	defer f.Close()
+	if cc.Prices, err = cost.ParsePrices(f); err != nil {
+		return cc, fmt.Errorf("--prices %s: %w", c.PricesFile, err)
+	}
+	return cc, nil
 }
 
 // heartbeatInterval is how often agents are asked to sync: a quarter of the
@@ -108,6 +161,12 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 60*time.Second, "how long a node may be silent before it is lost and its jobs requeue")
 	fl.StringVar(&c.AlertWebhookURL, "alert-webhook-url", "", "POST alerts (idle jobs, XID errors, queue wait) as signed JSON to this URL")
 	fl.StringVar(&c.AlertWebhookSecretFile, "alert-webhook-secret-file", "", "file holding the key alert webhooks are signed with (HMAC-SHA256)")
+	fl.StringVar(&c.PricesFile, "prices", "", "custom price CSV for owned and privately priced machines (columns: match,value,price_per_hour,purchase_price,amortize_months,opex_per_hour; see docs/cost.md)")
+	fl.StringVar(&c.WebhookURL, "webhook-url", "", "POST budget threshold firings as signed JSON to this URL (budgets without spec.webhook)")
+	fl.StringVar(&c.WebhookSecret, "webhook-secret", os.Getenv("GPUFLEET_WEBHOOK_SECRET"), "key budget webhooks are signed with (HMAC-SHA256, header X-Gpufleet-Signature); prefer env GPUFLEET_WEBHOOK_SECRET, which keeps it out of the process list")
+	fl.BoolVar(&c.TLS, "tls", false, "serve HTTPS with a self-signed certificate for 127.0.0.1, ::1 and localhost, made in the data dir's tls/ (local clients pin it)")
+	fl.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	fl.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
@@ -147,8 +206,10 @@ func newServerCmd(g *globals) *cobra.Command {
 		Short: "Run the gpufleet server (headless, JSON logs)",
 		Long: `Run the gpufleet server as a daemon: the same control plane as 'up', with
 structured JSON logs and no banner, for systemd and containers.`,
-		Example: `  gpufleet server --data-dir /var/lib/gpufleet --listen 0.0.0.0:7777`,
-		Args:    cobra.NoArgs,
+		Example: `  gpufleet server --data-dir /var/lib/gpufleet --listen 0.0.0.0:7777
+  GPUFLEET_WEBHOOK_SECRET="$(cat /etc/gpufleet/webhook.key)" gpufleet server \
+      --prices /etc/gpufleet/prices.csv --webhook-url https://hooks.example.com/gpufleet`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
 			c.LogJSON = true
@@ -193,10 +254,18 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(c)
+	// Every log line passes the scrubber, which the controller keeps up
+	// to date with secret values and job tokens.
+	redactor := &secrets.Redactor{}
+	log := slog.New(secrets.NewHandler(newLogger(c).Handler(), redactor))
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
+	keyring, keySource, err := loadKeyring(c.DataDir)
+	if err != nil {
+		return err
+	}
+	log.Info("secrets sealed", "key_source", keySource)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -237,12 +306,29 @@ func serve(ctx context.Context, c *serverConfig) error {
 	}
 	defer ln.Close()
 	url := "http://" + ln.Addr().String()
+	if certFile, keyFile := c.TLSCert, c.TLSKey; c.TLS || certFile != "" {
+		if c.TLS {
+			if certFile, keyFile, err = selfSignedCert(c.DataDir); err != nil {
+				return err
+			}
+		}
+		tc, err := serverTLS(certFile, keyFile)
+		if err != nil {
+			return err
+		}
+		ln = tls.NewListener(ln, tc)
+		url = "https://" + ln.Addr().String()
+	}
 
 	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
 	if err != nil {
 		return err
 	}
 	notifier, err := alertNotifier(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	costCfg, err := c.costConfig()
 	if err != nil {
 		return err
 	}
@@ -268,11 +354,13 @@ func serve(ctx context.Context, c *serverConfig) error {
 		Offers:   simOffers,
 		Scale:    simScaleC,
 		Notifier: notifier,
-		Store:    st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
+		Keyring:  keyring, Redactor: redactor,
+		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
 		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
 		Seed:              time.Now().UnixNano(),
 		HeartbeatTimeout:  c.HeartbeatTimeout,
 		HeartbeatInterval: c.heartbeatInterval(),
+		Cost:              costCfg,
 		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
 		Fatal:             func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
 	})
@@ -284,7 +372,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 		simN.cp = ctrl
 		defer simN.Wait()
 	}
-	reg.MustRegister(ctrl.TelemetryCollector())
+	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
 		return err
 	}

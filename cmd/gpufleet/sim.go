@@ -120,7 +120,7 @@ func (s *simNodes) Start(_ context.Context, n *model.Node) error {
 		},
 		SupervisorCommand: []string{s.exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
-		Logger:            s.log.With("component", "agent", "node_id", n.ID),
+		Logger:            s.log.With("component", "agent"),
 		PollInterval:      200 * time.Millisecond,
 	})
 	if err != nil {

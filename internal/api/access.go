@@ -61,14 +61,18 @@ var MinRole = map[Permission]model.Role{
 	PermJobsCancel:     model.RoleMember,
 	PermJobsCheckpoint: model.RoleMember,
 	PermJobsMetrics:    model.RoleMember,
-	PermCostRead:       model.RoleViewer,
-	PermMetricsRead:    model.RoleAdmin,
-	PermTokensManage:   model.RoleAdmin,
-	PermQueuesManage:   model.RoleAdmin,
-	PermFleetManage:    model.RoleAdmin,
-	PermUsersManage:    model.RoleAdmin,
-	PermAuditRead:      model.RoleAdmin,
-	PermAgent:          model.RoleAdmin, // never a user's: agents only
+	// Cost reports and budgets span every project (the ledger is not yet
+	// filtered by project), so only admins read them.
+	PermCostRead:      model.RoleAdmin,
+	PermSecretsManage: model.RoleProjectAdmin,
+	PermSecretsReseal: model.RoleAdmin,
+	PermMetricsRead:   model.RoleAdmin,
+	PermTokensManage:  model.RoleAdmin,
+	PermQueuesManage:  model.RoleAdmin,
+	PermFleetManage:   model.RoleAdmin,
+	PermUsersManage:   model.RoleAdmin,
+	PermAuditRead:     model.RoleAdmin,
+	PermAgent:         model.RoleAdmin, // never a user's: agents only
 }
 
 // access is what authorisation learned about a request.

@@ -88,11 +88,11 @@ var accessCases = map[string]accessCase{
 	"GET /v1/jobs/{id}/explain":          {project: "job", min: model.RoleViewer, build: onJob("GET", "/explain")},
 	"GET /v1/queues":                     {min: model.RoleViewer, build: get("/v1/queues")},
 	"POST /v1/jobs/{id}/metrics":         {project: "job", min: model.RoleMember, build: onJob("POST", "/metrics")},
-	"GET /v1/cost":                       {min: model.RoleViewer, build: get("/v1/cost")},
-	"GET /v1/cost/forecast":              {min: model.RoleViewer, build: get("/v1/cost/forecast")},
-	"GET /v1/cost/purchase":              {min: model.RoleViewer, build: get("/v1/cost/purchase")},
-	"GET /v1/budgets":                    {min: model.RoleViewer, build: get("/v1/budgets")},
-	"GET /v1/budgets/{name}":             {min: model.RoleViewer, build: get("/v1/budgets/x")},
+	"GET /v1/cost":                       {min: model.RoleAdmin, build: get("/v1/cost")},
+	"GET /v1/cost/forecast":              {min: model.RoleAdmin, build: get("/v1/cost/forecast")},
+	"GET /v1/cost/purchase":              {min: model.RoleAdmin, build: get("/v1/cost/purchase")},
+	"GET /v1/budgets":                    {min: model.RoleAdmin, build: get("/v1/budgets")},
+	"GET /v1/budgets/{name}":             {min: model.RoleAdmin, build: get("/v1/budgets/x")},
 	"GET /v1/queues/{name}":              {min: model.RoleViewer, build: get("/v1/queues/default")},
 	"PUT /v1/queues/{name}":              {min: model.RoleAdmin, build: send("PUT", "/v1/queues/x", `{"apiVersion": "gpufleet.dev/v1", "kind": "Queue", "metadata": {"name": "x"}, "spec": {}}`)},
 	"DELETE /v1/queues/{name}":           {min: model.RoleAdmin, build: send("DELETE", "/v1/queues/x", "")},
@@ -121,7 +121,17 @@ var accessCases = map[string]accessCase{
 	"GET /v1/archives/{digest}":          {min: agentOnly, build: get("/v1/archives/sha256:" + strings.Repeat("0", 64))},
 	"POST /v1/agent/register":            {min: agentOnly, build: send("POST", "/v1/agent/register", `{}`)},
 	"POST /v1/agent/sync":                {min: agentOnly, build: send("POST", "/v1/agent/sync", `{"nodeId": "node-q"}`)},
-	"POST /v1/agent/logs":                {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
+	"GET /v1/projects/{project}/secrets": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/projects/" + p + "/secrets"}
+	}},
+	"PUT /v1/projects/{project}/secrets/{name}": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
+		return req{Method: "PUT", Path: "/v1/projects/" + p + "/secrets/X", Body: []byte(`{"value": "v"}`)}
+	}},
+	"DELETE /v1/projects/{project}/secrets/{name}": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
+		return req{Method: "DELETE", Path: "/v1/projects/" + p + "/secrets/NOPE"}
+	}},
+	"POST /v1/secrets/reseal": {min: model.RoleAdmin, build: send("POST", "/v1/secrets/reseal", "")},
+	"POST /v1/agent/logs":     {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
 }
 
 // TestAccessMatrix calls every route as every role, on the caller's own

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/gpufleet/gpufleet/internal/secrets"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -84,7 +85,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	ts := httptest.NewUnstartedServer(nil)
 	var ctrl *controller.Controller
 	ctrl, err = controller.New(ctx, controller.Config{
-		Store: st, Logs: logs, Clock: cfg.Clock,
+		Store: st, Logs: logs, Clock: cfg.Clock, Keyring: testKeyring(tb),
 		ServerURL:     "http://" + ts.Listener.Addr().String(),
 		CheckpointDir: filepath.Join(dir, "checkpoints"),
 		Metrics:       controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
@@ -93,6 +94,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("starting controller: %v", err)
 	}
+	reg.MustRegister(ctrl.CostCollector()) // as serve does
 	cat, err := catalog.Load()
 	if err != nil {
 		tb.Fatalf("loading catalog: %v", err)
@@ -320,4 +322,18 @@ func runningStatus(id string) agentapi.ReplicaStatus {
 func exitedStatus(id string, code int) agentapi.ReplicaStatus {
 	now := time.Now()
 	return agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseExited, ExitCode: &code, StartedAt: now, EndedAt: &now}
+}
+
+// testKeyring is a fresh sealing keyring for one test server.
+func testKeyring(tb testing.TB) *secrets.Keyring {
+	tb.Helper()
+	k, err := secrets.NewKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kr, err := secrets.ParseKeys(k)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return kr
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,7 +57,22 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
-	writeJSON(w, http.StatusOK, EventList{Events: nonNil(s.cfg.Controller.Events(f))})
+	evs := s.cfg.Controller.Events(f)
+	if visible := s.visibleProjects(r, MinRole[PermNodesRead]); visible != nil {
+		// A job's events belong to its project; node and instance events
+		// are the fleet's, which every viewer may read.
+		evs = slices.DeleteFunc(evs, func(e model.Event) bool { return !s.jobVisible(e.Job, visible) })
+	}
+	writeJSON(w, http.StatusOK, EventList{Events: nonNil(evs)})
+}
+
+// jobVisible reports whether a job ("" for none) is in a visible project.
+func (s *Server) jobVisible(job string, visible map[string]bool) bool {
+	if job == "" {
+		return true
+	}
+	p, ok := s.cfg.Controller.JobProject(job)
+	return ok && visible[p]
 }
 
 // interruptNode serves POST /v1/nodes/{id}/interrupt.

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,10 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if !s.allowProject(w, r, project) {
 		return
 	}
+	if fe := job.Spec.HostPaths("spec"); len(fe) > 0 && s.cfg.Controller.RoleIn(caller(r), project) != model.RoleAdmin {
+		writeProblem(w, r, http.StatusBadRequest, "the job asks for host access, which only admins may grant", fe)
+		return
+	}
 	sum := sha256.Sum256(body)
 	created, isNew, err := s.cfg.Controller.Submit(r.Context(), controller.Submission{
 		Name: job.Metadata.Name, Project: project, User: caller(r).Subject, Tags: job.Metadata.Tags,
@@ -79,7 +84,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	})
 	var refused model.FieldErrors
 	if errors.As(err, &refused) {
-		writeProblem(w, r, http.StatusBadRequest, "the job spec exceeds project "+project+"'s policy", refused)
+		writeProblem(w, r, http.StatusBadRequest, "project "+project+" refuses the job spec; fix the fields below", refused)
 		return
 	}
 	if err != nil {
@@ -516,6 +521,10 @@ func (s *Server) logDone(key logstore.Key, offset int64) bool {
 // logGrace is how long a follower waits for the rest of an ended replica's log.
 const logGrace = 30 * time.Second
 
-func (s *Server) listAlerts(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, AlertList{Items: s.cfg.Controller.Alerts()})
+func (s *Server) listAlerts(w http.ResponseWriter, r *http.Request) {
+	items := s.cfg.Controller.Alerts()
+	if visible := s.visibleProjects(r, MinRole[PermJobsRead]); visible != nil {
+		items = slices.DeleteFunc(items, func(a controller.Alert) bool { return !s.jobVisible(a.Job, visible) })
+	}
+	writeJSON(w, http.StatusOK, AlertList{Items: items})
 }

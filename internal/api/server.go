@@ -60,6 +60,8 @@ type Server struct {
 	metricsH http.Handler
 	duration *prometheus.HistogramVec
 	openapi  []byte
+	// origins refuses cross-origin state-changing browser requests.
+	origins *http.CrossOriginProtection
 }
 
 // New builds the server and its mux from the route table.
@@ -90,13 +92,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.openapi = doc
+	s.origins = http.NewCrossOriginProtection()
 	s.metricsH = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
 	for _, rt := range Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
 	}
 	if cfg.UI != nil {
-		mux.Handle("/ui/", cfg.UI)
+		mux.Handle("/ui/", s.origins.Handler(cfg.UI))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -172,6 +175,14 @@ func (s *Server) wrap(rt Route) http.Handler {
 					s.record(r.Context(), rt, r, a, code)
 				}
 			}()
+			// Browsers send Origin (and Sec-Fetch-Site) on state-changing
+			// requests: one from another origin is refused, so a page
+			// elsewhere cannot ride a dashboard session. Non-browser
+			// clients send neither and pass.
+			if err := s.origins.Check(r); err != nil {
+				writeProblem(rec, r, http.StatusForbidden, "cross-origin request refused: "+err.Error(), nil)
+				return
+			}
 			tok, project, problem := s.authorize(rt, r)
 			a.tok, a.project = tok, project
 			if problem != 0 {

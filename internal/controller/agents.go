@@ -171,8 +171,15 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				b.Tokens = append(b.Tokens, tok)
 				c.secrets[a.ID] = s
 				secret = s
+				c.refreshScrubberLocked()
 			}
 			spec, err := c.replicaSpec(job, a, r, secret)
+			if errors.Is(err, errSecretUnavailable) {
+				// A secret deleted (or its key retired) after submission:
+				// hold this replica back rather than fail the node's sync.
+				c.cfg.Log.Error("holding replica back", "job_id", job.ID, "err", err)
+				continue
+			}
 			if err != nil {
 				return resp, nil, err
 			}
@@ -199,8 +206,17 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 	if err != nil {
 		return agentapi.ReplicaSpec{}, err
 	}
-	env := make(map[string]string, len(job.Spec.Run.Env)+12)
+	env := make(map[string]string, len(job.Spec.Run.Env)+len(job.Spec.Run.Secrets)+12)
 	for k, v := range job.Spec.Run.Env {
+		env[k] = v
+	}
+	// Secrets are opened only here, into the desired replica the node
+	// fetches; the agent keeps its replica spec at mode 0600.
+	sec, err := c.secretEnvLocked(job)
+	if err != nil {
+		return agentapi.ReplicaSpec{}, fmt.Errorf("%w: %w", errSecretUnavailable, err)
+	}
+	for k, v := range sec {
 		env[k] = v
 	}
 	gpus := make([]string, len(r.GPUs))

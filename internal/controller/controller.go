@@ -16,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/state"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -69,6 +70,12 @@ type Config struct {
 	Notifier Notifier
 	// Cost configures metering, budgets and their webhooks.
 	Cost CostConfig
+	// Keyring seals and opens job secrets; nil means the server keeps none
+	// (writing one fails, and so does submitting a job that names one).
+	Keyring *secrets.Keyring
+	// Redactor, when set, is kept up to date with every secret value and
+	// live job token, for the log handler's scrubbing.
+	Redactor *secrets.Redactor
 	// Fatal is called once if the store fails; the process should stop.
 	Fatal func(error)
 }
@@ -141,7 +148,9 @@ type Controller struct {
 	scaleSt  scaleState
 	// grants are every user's roles; auditSeq and auditHash are the audit
 	// log's head, to chain the next entry to.
-	grants    map[grantKey]model.Grant
+	grants map[grantKey]model.Grant
+	// vault holds the projects' sealed job secrets (secrets.go).
+	vault     vault
 	auditSeq  uint64
 	auditHash string
 	// changed is closed and replaced at every job, attempt or node change,
@@ -222,6 +231,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		c.putToken(t)
 	}
 	c.loadAccess(dump.AccessDump)
+	c.loadSecrets(dump.AccessDump.Secrets)
 	for _, r := range dump.Idempotency {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}

@@ -21,6 +21,12 @@ const maxEvents = store.MaxLoadedEvents
 func (c *Controller) recordLocked(b *store.Batch, ev model.Event) *model.Event {
 	c.eventSeq++
 	ev.Seq = c.eventSeq
+	// Messages may quote errors that echo a secret; scrub them before
+	// they are kept or stored.
+	ev.Message = c.cfg.Redactor.Scrub(ev.Message)
+	for k, v := range ev.Fields {
+		ev.Fields[k] = c.cfg.Redactor.Scrub(v)
+	}
 	if ev.Time.IsZero() {
 		ev.Time = c.cfg.Clock.Now()
 	}

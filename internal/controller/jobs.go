@@ -39,7 +39,7 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 	now := c.cfg.Clock.Now()
 	offers := c.hardBudgetOffers(ctx)
 	c.mu.Lock()
-	if fe := c.admitLocked(&s); len(fe) > 0 {
+	if fe := append(c.admitLocked(&s), c.checkSecretsLocked(&s)...); len(fe) > 0 {
 		c.mu.Unlock()
 		return nil, false, fe
 	}

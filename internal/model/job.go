@@ -309,6 +309,16 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 			fe.Add(p("run.workdir"), "with run.archive, must be a clean relative path inside the archive")
 		}
 	}
+	if w := s.Run.Workdir; w != "" && s.Run.Archive == "" {
+		switch {
+		case strings.ContainsRune(w, 0):
+			fe.Add(p("run.workdir"), "must not hold a NUL byte")
+		case w != path.Clean(w):
+			fe.Add(p("run.workdir"), fmt.Sprintf("must be a clean path (%s)", path.Clean(w)))
+		case !path.IsAbs(w) && (w == ".." || strings.HasPrefix(w, "../")):
+			fe.Add(p("run.workdir"), "must not leave the job's own folder")
+		}
+	}
 	seen := map[string]bool{}
 	for i, name := range s.Run.Secrets {
 		f := fmt.Sprintf("%s[%d]", p("run.secrets"), i)
@@ -418,4 +428,17 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// HostPaths lists the fields of s that reach outside the job's own tree on
+// the node: an absolute run.workdir (without run.archive) runs the job in a
+// folder of the host's. Only admins may submit such specs (issue 9); the
+// spec has no field for privileged containers, host mounts or the host
+// network, and strict decoding refuses unknown ones.
+func (s *JobSpec) HostPaths(prefix string) FieldErrors {
+	var fe FieldErrors
+	if w := s.Run.Workdir; s.Run.Archive == "" && path.IsAbs(w) {
+		fe.Add(prefix+".run.workdir", fmt.Sprintf("%s is a host path: only admins may run jobs in one; upload the working directory instead (gpufleet run --upload-workdir)", w))
+	}
+	return fe
 }

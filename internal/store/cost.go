@@ -38,12 +38,12 @@ const MeteredToKey = "cost.metered_to"
 // MetricReport is one report a job made: a training step and its values.
 // Seq numbers a job's reports in arrival order, from 1.
 type MetricReport struct {
-	JobID   string             `json:"jobId"`
-	Seq     int64              `json:"seq"`
-	Attempt int                `json:"attempt"`
-	Step    int64              `json:"step"`
-	Values  MetricValues       `json:"values"`
-	At      time.Time          `json:"at"`
+	JobID   string       `json:"jobId"`
+	Seq     int64        `json:"seq"`
+	Attempt int          `json:"attempt"`
+	Step    int64        `json:"step"`
+	Values  MetricValues `json:"values"`
+	At      time.Time    `json:"at"`
 }
 
 // Notification is one webhook delivery in the outbox. ID is stable across

@@ -91,9 +91,14 @@ type Policy struct {
 	Mode     Mode
 }
 
-// FromSpec converts the job spec's early-stop block.
+// FromSpec converts the job spec's early-stop block. The spec calls the
+// patience policy "plateau" (model.JobSpec.Validate); both names work.
 func FromSpec(e *model.EarlyStop) Policy {
-	return Policy{Kind: Kind(e.Policy), Metric: e.Metric, Patience: e.Patience, MinDelta: e.MinDelta, Mode: Mode(e.Mode)}
+	k := Kind(e.Policy)
+	if k == "plateau" {
+		k = Patience
+	}
+	return Policy{Kind: k, Metric: e.Metric, Patience: e.Patience, MinDelta: e.MinDelta, Mode: Mode(e.Mode)}
 }
 
 // Validate returns every problem, paths under spec.earlyStop.

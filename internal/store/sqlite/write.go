@@ -69,8 +69,8 @@ var stmtSQL = [numStmts]string{
 	insertEvent:    `INSERT INTO events (seq, time, kind, object, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
 	upsertGrant: `INSERT INTO grants (user, project, data) VALUES (?, ?, ?)
 		ON CONFLICT (user, project) DO UPDATE SET data = excluded.data`,
-	deleteGrant:  `DELETE FROM grants WHERE user = ? AND project = ?`,
-	insertAudit:  `INSERT INTO audit (seq, time, data) VALUES (?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
+	deleteGrant: `DELETE FROM grants WHERE user = ? AND project = ?`,
+	insertAudit: `INSERT INTO audit (seq, time, data) VALUES (?, ?, ?) ON CONFLICT (seq) DO NOTHING`,
 	upsertSecret: `INSERT INTO secrets (project, name, data) VALUES (?, ?, ?)
 		ON CONFLICT (project, name) DO UPDATE SET data = excluded.data`,
 	deleteSecret: `DELETE FROM secrets WHERE project = ? AND name = ?`,

@@ -1,0 +1,410 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
+)
+
+// simFleetScenario: every spot offer is interrupted 0.3 times per
+// instance-hour and every launch fails with probability 0.5.
+const simFleetScenario = `
+offers:
+  - match: {capacityType: spot}
+    interruptionRate: 0.3
+  - match: {}
+    fail: {probability: 0.5, error: insufficient-capacity}
+`
+
+// TestSimFleet500 is issue 4's done-when on a fake clock: 500 jobs (1–8
+// GPUs, some 2×8 and 2×4 gangs) over three simulated clouds with a 30% per
+// hour spot interruption rate and half of all launches failing. A virtual
+// runner plays the agent of every ready node: a replica "runs" for its
+// job's remaining work, checkpoints every interval through
+// Controller.Checkpoint, and exits with the stop reason when told to stop.
+// Every job completes; each preempted job resumes with its checkpoint dir
+// and the next attempt number; lost work never exceeds one checkpoint
+// interval; no instance is leaked; billed seconds match the events.
+// -short runs 100 jobs.
+func TestSimFleet500(t *testing.T) {
+	jobs := 500
+	if testing.Short() {
+		jobs = 100
+	}
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	scn, err := sim.ParseScenario([]byte(simFleetScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := sim.New(sim.Config{Clock: clk, Seed: 42, Providers: []string{"aws", "gcp", "azure"}, Scenario: scn, Offers: busiestRegions(t, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := logstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1, Seed: 42,
+		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
+		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
+		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.mu.Lock()
+	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 48,
+		CapacityTypes: []model.CapacityType{model.OnDemand, model.Spot}, IdleTimeout: model.Duration(5 * time.Minute)}}}
+	c.mu.Unlock()
+
+	const interval = 10 * time.Minute
+	rng := rand.New(rand.NewPCG(42, 4))
+	work := map[string]time.Duration{}
+	for range jobs {
+		spec := model.JobSpec{Replicas: 1, Spot: model.SpotAllowed}
+		switch k := rng.IntN(20); {
+		case k == 0:
+			spec.Replicas, spec.Resources.GPUs = 2, 8 // a 16-GPU gang
+		case k == 1:
+			spec.Replicas, spec.Resources.GPUs = 2, 4
+		default:
+			spec.Resources.GPUs = float64([]int{1, 2, 4, 8}[rng.IntN(4)])
+		}
+		spec.Run.Command = []string{"train"}
+		rt := time.Duration(10+rng.IntN(80)) * time.Minute
+		spec.Estimate.Runtime = model.Duration(rt)
+		spec.Checkpoint.Interval = model.Duration(interval)
+		spec.Retries.Preemptions = 1000
+		spec.Default()
+		j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		work[j.ID] = rt
+	}
+
+	r := &virtualRunner{t: t, c: c, interval: interval, work: work, jobs: map[string]*vjob{}, replicas: map[string]*vreplica{}}
+	const step = time.Minute
+	deadline := t0.Add(14 * 24 * time.Hour)
+	for !r.allDone() {
+		if clk.Now().After(deadline) {
+			t.Fatalf("not every job ended within 14 simulated days: %s", r.summary())
+		}
+		c.scale(ctx)
+		if err := c.pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.syncAll(ctx, clk.Now())
+		clk.Advance(step)
+	}
+
+	// 1. Every job completed; preempted ones resumed with their checkpoint
+	// dir and the next attempt number (checked as they started).
+	preempted := 0
+	for id := range work {
+		j, _ := c.Job(id)
+		if j.State != model.JobSucceeded {
+			t.Errorf("job %s ended %s (%s)", id, j.State, j.Reason)
+		}
+		if v := r.jobs[id]; v != nil && j.Attempts != v.lastAttempt {
+			t.Errorf("job %s counts %d attempts, runner saw %d", id, j.Attempts, v.lastAttempt)
+		}
+		if j.Preemptions > 0 {
+			preempted++
+		}
+	}
+	if preempted == 0 {
+		t.Errorf("no job was preempted: the scenario did not bite")
+	}
+	// 2. No instance leaked: the providers' inventory is the store's.
+	r.checkInventory(ctx, sp)
+	// Idle nodes go after their idle timeout, and the inventory follows.
+	for range 20 {
+		clk.Advance(step)
+		c.scale(ctx)
+	}
+	r.checkInventory(ctx, sp)
+	if list, _ := sp.List(ctx); len(list) != 0 {
+		t.Errorf("%d instances still run after every job ended and the idle timeout passed", len(list))
+	}
+	// 3. Billed seconds match the launch and terminate events, within the
+	// scale cycle that observes a provider's stop.
+	launched, ended := map[string]time.Time{}, map[string]time.Time{}
+	fails := 0
+	for _, e := range c.Events(EventFilter{Limit: 1 << 20}) {
+		in := e.Fields["instance"]
+		switch e.Kind {
+		case model.EventLaunch:
+			launched[in] = e.Time
+		case model.EventTerminate, model.EventLeak:
+			if _, ok := ended[in]; !ok && in != "" {
+				ended[in] = e.Time
+			}
+		case model.EventLaunchFail:
+			fails++
+		}
+	}
+	if fails == 0 {
+		t.Errorf("no launch failed: the scenario did not bite")
+	}
+	usage, err := sp.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var billed, evented time.Duration
+	for _, u := range usage {
+		start, ok1 := launched[u.InstanceID]
+		end, ok2 := ended[u.InstanceID]
+		if !ok1 || !ok2 {
+			t.Errorf("instance %s billed %ds has no launch or terminate event", u.InstanceID, u.Seconds)
+			continue
+		}
+		span, bill := end.Sub(start), time.Duration(u.Seconds)*time.Second
+		if bill > span || span-bill > step {
+			t.Errorf("instance %s billed %s, events span %s", u.InstanceID, bill, span)
+		}
+		billed += bill
+		evented += span
+	}
+	t.Logf("%d jobs, %d preempted, %d attempts, %d instances, %d launch failures, %s simulated; billed %s node-time, events %s; worst lost work %s",
+		len(work), preempted, r.attempts, len(usage), fails, clk.Now().Sub(t0).Round(time.Minute), billed, evented, r.worstLost)
+}
+
+// virtualRunner plays the agent for every ready node on the fake clock.
+type virtualRunner struct {
+	t         *testing.T
+	c         *Controller
+	interval  time.Duration
+	work      map[string]time.Duration // job → runtime
+	jobs      map[string]*vjob
+	replicas  map[string]*vreplica // by replica id
+	attempts  int
+	worstLost time.Duration
+}
+
+type vjob struct {
+	ckpt        time.Duration // work saved by the last checkpoint
+	base        time.Duration // work saved when the latest attempt started
+	progress    time.Duration // work done by the latest attempt
+	lastAttempt int
+	attemptID   string
+	started     time.Time // the latest attempt's start
+	dir         string
+	done        bool
+}
+
+type vreplica struct {
+	node   string
+	job    string
+	status agentapi.ReplicaStatus
+	sent   bool
+}
+
+func (r *virtualRunner) allDone() bool {
+	for id := range r.work {
+		if j, err := r.c.Job(id); err != nil || !j.State.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *virtualRunner) summary() string {
+	n := map[model.JobState]int{}
+	for id := range r.work {
+		j, _ := r.c.Job(id)
+		n[j.State]++
+	}
+	return fmt.Sprint(n)
+}
+
+// syncAll syncs every ready or draining node: it reports its replicas'
+// statuses and acts on the desired set.
+func (r *virtualRunner) syncAll(ctx context.Context, now time.Time) {
+	t := r.t
+	for _, n := range r.c.Nodes() {
+		if n.State != model.NodeReady && n.State != model.NodeDraining {
+			continue
+		}
+		var sts []agentapi.ReplicaStatus
+		for _, rp := range r.replicas {
+			if rp.node == n.ID {
+				sts = append(sts, rp.status)
+				rp.sent = rp.status.Phase == agentapi.PhaseExited
+			}
+		}
+		resp, err := r.c.Sync(ctx, agentapi.SyncRequest{NodeID: n.ID, Statuses: sts})
+		if err != nil {
+			t.Fatalf("sync %s: %v", n.ID, err)
+		}
+		for _, spec := range resp.Replicas {
+			rp := r.replicas[spec.ID]
+			if rp == nil {
+				if spec.Stop {
+					continue
+				}
+				rp = &vreplica{node: n.ID, job: spec.JobID, status: agentapi.ReplicaStatus{ID: spec.ID, Phase: agentapi.PhaseRunning, StartedAt: now}}
+				r.replicas[spec.ID] = rp
+				r.start(spec, now)
+			}
+			if rp.status.Phase != agentapi.PhaseRunning {
+				continue
+			}
+			v := r.jobs[spec.JobID]
+			if v.attemptID != spec.AttemptID {
+				continue
+			}
+			v.progress = v.base + now.Sub(v.started)
+			for v.progress-v.ckpt >= r.interval && v.ckpt+r.interval < r.work[spec.JobID] {
+				v.ckpt += r.interval
+				if _, err := r.c.Checkpoint(ctx, spec.JobID); err != nil {
+					t.Fatalf("checkpoint %s: %v", spec.JobID, err)
+				}
+			}
+			switch {
+			case spec.Stop:
+				rp.status = exitedAt(spec.ID, 143, agentapi.ReasonStopped, rp.status.StartedAt, now)
+			case v.progress >= r.work[spec.JobID]:
+				rp.status = exitedAt(spec.ID, 0, "", rp.status.StartedAt, now)
+			}
+		}
+		// Replicas the server no longer lists and that reported their end
+		// are forgotten, as an agent does.
+		listed := map[string]bool{}
+		for _, spec := range resp.Replicas {
+			listed[spec.ID] = true
+		}
+		for id, rp := range r.replicas {
+			if rp.node == n.ID && rp.sent && !listed[id] {
+				delete(r.replicas, id)
+			}
+		}
+	}
+	// Replicas on nodes that are gone are gone too.
+	live := map[string]bool{}
+	for _, n := range r.c.Nodes() {
+		live[n.ID] = n.State == model.NodeReady || n.State == model.NodeDraining
+	}
+	for id, rp := range r.replicas {
+		if !live[rp.node] {
+			delete(r.replicas, id)
+		}
+	}
+}
+
+// start begins replica spec: the first replica of a new attempt checks it
+// resumes from the last checkpoint, in the same checkpoint dir, numbered
+// one after the last attempt.
+func (r *virtualRunner) start(spec agentapi.ReplicaSpec, now time.Time) {
+	t := r.t
+	v := r.jobs[spec.JobID]
+	if v == nil {
+		v = &vjob{dir: spec.Env["GPUFLEET_CHECKPOINT_DIR"]}
+		r.jobs[spec.JobID] = v
+	}
+	if v.attemptID == spec.AttemptID {
+		return
+	}
+	if spec.Attempt != v.lastAttempt+1 {
+		t.Errorf("job %s: attempt %d follows attempt %d", spec.JobID, spec.Attempt, v.lastAttempt)
+	}
+	if got := spec.Env["GPUFLEET_ATTEMPT"]; got != fmt.Sprint(spec.Attempt) {
+		t.Errorf("job %s attempt %d: GPUFLEET_ATTEMPT=%q", spec.JobID, spec.Attempt, got)
+	}
+	if d := spec.Env["GPUFLEET_CHECKPOINT_DIR"]; d == "" || d != v.dir {
+		t.Errorf("job %s attempt %d: checkpoint dir %q, first attempt had %q", spec.JobID, spec.Attempt, d, v.dir)
+	}
+	lost := v.progress - v.ckpt
+	if lost > r.interval {
+		t.Errorf("job %s attempt %d: lost %s of work, more than one checkpoint interval", spec.JobID, spec.Attempt, lost)
+	}
+	r.worstLost = max(r.worstLost, lost)
+	v.progress, v.base, v.lastAttempt, v.attemptID, v.started = v.ckpt, v.ckpt, spec.Attempt, spec.AttemptID, now
+	r.attempts++
+}
+
+// checkInventory compares the provider's instances with the store's live
+// nodes.
+func (r *virtualRunner) checkInventory(ctx context.Context, sp *sim.Provider) {
+	t := r.t
+	list, err := sp.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := map[string]bool{}
+	for _, in := range list {
+		inv[in.ID] = true
+	}
+	st := map[string]bool{}
+	for _, n := range r.c.Nodes() {
+		if id := n.Labels[model.LabelInstance]; id != "" && n.State != model.NodeTerminated {
+			st[id] = true
+		}
+	}
+	for id := range inv {
+		if !st[id] {
+			t.Errorf("instance %s runs but no live node owns it (leak)", id)
+		}
+	}
+	for id := range st {
+		if !inv[id] {
+			t.Errorf("node of instance %s is live but the provider does not list it", id)
+		}
+	}
+}
+
+func exitedAt(id string, code int, reason string, start, end time.Time) agentapi.ReplicaStatus {
+	return agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseExited, ExitCode: &code, Reason: reason, StartedAt: start, EndedAt: &end}
+}
+
+// busiestRegions keeps the catalog offers of each cloud's k regions with the
+// most offers: three clouds still, but few enough offers that a pass over
+// hundreds of queued jobs stays cheap under -race.
+func busiestRegions(t *testing.T, k int) []model.Offer {
+	t.Helper()
+	cat, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := cat.Offers()
+	count := map[[2]string]int{}
+	for _, o := range all {
+		count[[2]string{o.Provider, o.Region}]++
+	}
+	regions := map[string][][2]string{}
+	for pr := range count {
+		regions[pr[0]] = append(regions[pr[0]], pr)
+	}
+	keep := map[[2]string]bool{}
+	for _, rs := range regions {
+		slices.SortFunc(rs, func(a, b [2]string) int {
+			if d := count[b] - count[a]; d != 0 {
+				return d
+			}
+			return strings.Compare(a[1], b[1])
+		})
+		for _, pr := range rs[:min(k, len(rs))] {
+			keep[pr] = true
+		}
+	}
+	var out []model.Offer
+	for _, o := range all {
+		if keep[[2]string{o.Provider, o.Region}] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
