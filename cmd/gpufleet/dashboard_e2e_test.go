@@ -88,7 +88,7 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.Click(C("#login-submit")),
 		chromedp.WaitVisible(C("#job-command")),
 		chromedp.SendKeys(C("#job-name"), "from-the-dashboard"),
-		chromedp.SendKeys(C("#job-command"), "echo hello from chromium; sleep 6"),
+		chromedp.SendKeys(C("#job-command"), "echo hello from chromium; sleep 8"),
 		chromedp.Click(C("#submit-job")),
 		chromedp.WaitVisible(C("#submit-result[data-job]")),
 	)
@@ -107,6 +107,9 @@ func TestDashboardInChromium(t *testing.T) {
 	)
 	if err != nil {
 		t.Fatalf("watching job %s run: %v\nserver log:\n%s", jobID, err, s.out)
+	}
+	if top := s.gpufleet("jobs", "top", "--once"); !strings.Contains(top, jobID) {
+		t.Errorf("jobs top --once does not show running job %s:\n%s", jobID, top)
 	}
 	nodes, err := chromedp.Run(ctx, chromedp.Text(C("#nodes")))
 	if err != nil {

@@ -181,7 +181,7 @@ func Routes() []Route {
 				{"after", "integer", "only events with a higher seq (to follow)"}, {"limit", "integer", "most events to return, the latest (default 100)"}},
 			Response: EventList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listEvents }},
-		{Method: "GET", Pattern: "/v1/alerts", Perm: PermJobsRead, Kinds: users, Summary: "Recent alerts: idle jobs, XID errors that drained a node, queue waits.",
+		{Method: "GET", Pattern: "/v1/alerts", Perm: PermNodesRead, Kinds: users, Summary: "Recent alerts: idle jobs, XID errors that drained a node, queue waits.",
 			Response: AlertList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listAlerts }},
 		{Method: "GET", Pattern: "/v1/offers", Perm: PermOffersRead, Kinds: users, Summary: "Query the GPU catalog's offers.",

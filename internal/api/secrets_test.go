@@ -143,3 +143,40 @@ func TestCrossOriginRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestHostPathsAdminOnly: a job may run in a host folder (an absolute
+// workdir) only when an admin submits it; nobody may leave the job's tree
+// with "..".
+func TestHostPathsAdminOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	e.grant(t, "mo", "a", model.RoleProjectAdmin)
+	_, mo := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "mo"})
+	job := func(workdir string) []byte {
+		return []byte(`{"apiVersion": "gpufleet.dev/v1", "kind": "Job", "metadata": {"name": "w", "project": "a"},
+			"spec": {"resources": {"gpus": 0}, "run": {"command": ["true"], "workdir": "` + workdir + `"}}}`)
+	}
+	tests := map[string]struct {
+		token, workdir string
+		want           int
+	}{
+		"admin, host folder":         {token: e.admin, workdir: "/srv/data", want: http.StatusCreated},
+		"project-admin, host folder": {token: mo, workdir: "/srv/data", want: http.StatusBadRequest},
+		"project-admin, relative":    {token: mo, workdir: "sub/dir", want: http.StatusCreated},
+		"admin, escaping":            {token: e.admin, workdir: "../etc", want: http.StatusBadRequest},
+		"admin, unclean":             {token: e.admin, workdir: "/srv/../etc", want: http.StatusBadRequest},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := e.do(t, req{Method: "POST", Path: "/v1/jobs", Token: tc.token, Body: job(tc.workdir)})
+			if r.Status != tc.want {
+				t.Fatalf("status %d, want %d: %s", r.Status, tc.want, r.Body)
+			}
+			if tc.want == http.StatusBadRequest {
+				if diff := gocmp.Diff([]string{"spec.run.workdir"}, problemPaths(problem(t, r))); diff != "" {
+					t.Errorf("paths (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}

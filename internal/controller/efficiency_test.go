@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
@@ -154,5 +156,87 @@ func TestQueueWaitAlert(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{AlertQueueWait + " "}, notes.rules()); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+}
+
+// An interactive job idle past IdleStopAfter is cancelled, once.
+func TestIdleInteractiveJobIsStopped(t *testing.T) {
+	clk := clock.NewFake(t0)
+	notes := &recordingNotifier{}
+	h := newHarness(t, newMemStore(), clk, func(c *Config) {
+		c.Notifier = notes
+		c.Alerts.IdleNotifyAfter = -1
+		c.Alerts.IdleStopAfter = 15 * time.Minute
+	})
+	h.register("", 1)
+	spec := cmdSpec(1)
+	spec.Default()
+	j, _, err := h.c.Submit(t.Context(), Submission{Project: "default", User: "test", Spec: spec, Tags: map[string]string{"interactive": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := h.waitDesired(1).Replicas[0]
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+	for range int(20 * time.Minute / (5 * time.Second)) {
+		clk.Advance(5 * time.Second)
+		if _, err := h.c.Sync(t.Context(), agentapi.SyncRequest{NodeID: h.node, Statuses: []agentapi.ReplicaStatus{running(rs.ID)}, Telemetry: telemetryOf(clk.Now(), 1, 0.01, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		h.c.evaluate(clk.Now())
+	}
+	if diff := cmp.Diff([]string{AlertJobIdleStopped + " " + j.ID}, notes.rules()); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+	if resp := h.sync(); len(resp.Replicas) != 1 || !resp.Replicas[0].Stop {
+		t.Errorf("desired = %+v, want the replica stopped", resp.Replicas)
+	}
+}
+
+// The GPU and per-job series carry node/gpu and job labels only, and the
+// job's series go when its attempt ends.
+func TestTelemetrySeries(t *testing.T) {
+	clk := clock.NewFake(t0)
+	h := newHarness(t, newMemStore(), clk)
+	h.register("", 2)
+	j := h.submit(cmdSpec(1))
+	rs := h.waitDesired(1).Replicas[0]
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+	clk.Advance(5 * time.Second)
+	if _, err := h.c.Sync(t.Context(), agentapi.SyncRequest{NodeID: h.node, Statuses: []agentapi.ReplicaStatus{running(rs.ID)}, Telemetry: telemetryOf(clk.Now(), 2, 0.5, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	h.c.evaluate(clk.Now())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h.c.TelemetryCollector())
+	series := func() map[string][]string {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				var ls []string
+				for _, l := range m.GetLabel() {
+					ls = append(ls, l.GetName()+"="+l.GetValue())
+				}
+				out[mf.GetName()] = append(out[mf.GetName()], strings.Join(ls, ","))
+			}
+		}
+		return out
+	}
+	got := series()
+	if diff := cmp.Diff([]string{"gpu=0,node=" + h.node, "gpu=1,node=" + h.node}, got["gpufleet_gpu_sm_active"]); diff != "" {
+		t.Errorf("gpu series (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"job=" + j.ID}, got["gpufleet_job_sm_active"]); diff != "" {
+		t.Errorf("job series (-want +got):\n%s", diff)
+	}
+	h.sync(exited(rs.ID, 0, ""))
+	h.waitJob(j.ID, model.JobSucceeded)
+	if got := series()["gpufleet_job_sm_active"]; len(got) != 0 {
+		t.Errorf("job series after the job ended: %v", got)
 	}
 }

@@ -110,6 +110,9 @@ func (c *Controller) scale(ctx context.Context) {
 		noticed[n.InstanceID] = n
 	}
 	var anodes []autoscaler.Node
+	// readied are the jobs of nodes that became ready this cycle: the next
+	// pass binds them, so they are not pending here.
+	readied := map[string]bool{}
 	for _, n := range c.st.Nodes() {
 		iid := n.Labels[model.LabelInstance]
 		if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
@@ -129,6 +132,9 @@ func (c *Controller) scale(ctx context.Context) {
 				toStart = append(toStart, n)
 			} else {
 				n = c.readyLocked(n, b, now)
+				for _, j := range splitJobs(n.Labels[labelForJobs]) {
+					readied[j] = true
+				}
 			}
 		}
 		if nt, ok := noticed[iid]; ok && n.State == model.NodeReady {
@@ -166,7 +172,7 @@ func (c *Controller) scale(ctx context.Context) {
 	if c.lastPlan != nil {
 		for _, cand := range c.lastPlan.Candidates {
 			j, ok := c.st.Job(cand.JobID)
-			if !ok || j.State != model.JobQueued {
+			if !ok || j.State != model.JobQueued || readied[j.ID] {
 				continue
 			}
 			pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)), Offers: cand.Offers, Costs: cand.Costs})
