@@ -33,6 +33,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
@@ -351,10 +352,11 @@ func serve(ctx context.Context, c *serverConfig) error {
 		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
 	}
 	ctrl, err = controller.New(ctx, controller.Config{
-		Offers:   simOffers,
-		Scale:    simScaleC,
-		Notifier: notifier,
-		Keyring:  keyring, Redactor: redactor,
+		Offers:    simOffers,
+		Scale:     simScaleC,
+		Inventory: providerInventory(simScaleC.Providers),
+		Notifier:  notifier,
+		Keyring:   keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
 		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
 		Seed:              time.Now().UnixNano(),
@@ -555,4 +557,28 @@ The CLI finds this server and its admin token in the data dir.
 Press Ctrl-C to stop; running jobs keep running and are re-adopted at the next start.
 
 `, url, dataDir)
+}
+
+// providerInventory lists the instances of every provider gpufleet buys
+// from, so `gpufleet drift` can report instances gone or leaked outside it.
+// Nil when there are none (drift then checks nodes against pools only).
+func providerInventory(provs []provider.Provider) func(context.Context) (map[string][]string, error) {
+	if len(provs) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) (map[string][]string, error) {
+		out := make(map[string][]string, len(provs))
+		for _, p := range provs {
+			insts, err := p.List(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("listing %s instances: %w", p.Name(), err)
+			}
+			ids := make([]string, len(insts))
+			for i, in := range insts {
+				ids[i] = in.ID
+			}
+			out[p.Name()] = ids
+		}
+		return out, nil
+	}
 }
