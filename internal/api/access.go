@@ -81,6 +81,9 @@ type access struct {
 	route   Route
 	project string
 	reqID   string
+	// recorded is set when the handler had its audit entry committed with
+	// the change itself, so the middleware does not write a second one.
+	recorded bool
 }
 
 type accessKey struct{}
@@ -200,14 +203,23 @@ func audited(rt Route, method string, code int) bool {
 	return rt.Perm != PermAgent
 }
 
-// record writes one audit entry; a failure is logged, not answered, since
-// the response has gone.
-func (s *Server) record(ctx context.Context, rt Route, r *http.Request, a *access, code int) {
+// auditEntry describes a request for the audit log: who, with which token,
+// what, in which project, and the answer — never a body or a secret.
+func auditEntry(rt Route, r *http.Request, a *access, code int) model.AuditEntry {
 	e := model.AuditEntry{Action: rt.Method + " " + rt.Pattern, Object: r.URL.Path, RequestID: a.reqID, Result: code, Project: a.project}
 	if a.tok != nil {
 		e.Actor, e.TokenID = string(a.tok.Kind)+":"+a.tok.Subject, a.tok.ID
 	}
-	if _, err := s.cfg.Controller.Audit(ctx, e); err != nil {
+	return e
+}
+
+// record writes one audit entry; a failure is logged, not answered, since
+// the response has gone.
+func (s *Server) record(ctx context.Context, rt Route, r *http.Request, a *access, code int) {
+	if a.recorded {
+		return
+	}
+	if _, err := s.cfg.Controller.Audit(ctx, auditEntry(rt, r, a, code)); err != nil {
 		s.cfg.Log.Error("recording audit entry", "request_id", a.reqID, "err", err)
 	}
 }

@@ -78,10 +78,13 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum := sha256.Sum256(body)
+	a := accessOf(r)
+	entry := auditEntry(a.route, r, a, http.StatusCreated)
 	created, isNew, err := s.cfg.Controller.Submit(r.Context(), controller.Submission{
 		Name: job.Metadata.Name, Project: project, User: caller(r).Subject, Tags: job.Metadata.Tags,
-		Spec: job.Spec, IdempotencyKey: key, BodyHash: sum[:],
+		Spec: job.Spec, IdempotencyKey: key, BodyHash: sum[:], Audit: &entry,
 	})
+	a.recorded = err == nil && isNew
 	var refused model.FieldErrors
 	if errors.As(err, &refused) {
 		writeProblem(w, r, http.StatusBadRequest, "project "+project+" refuses the job spec; fix the fields below", refused)

@@ -265,6 +265,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	go func() { c.costLoop(ctx); close(costDone) }()
 	defer func() { <-costDone }()
 	for {
+		started := time.Now()
 		if err := c.pass(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Error("scheduling pass failed", "err", err)
 		}
@@ -272,7 +273,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-c.cfg.Clock.After(c.cfg.PassGap):
+			case <-c.cfg.Clock.After(passGap(c.cfg.PassGap, time.Since(started))):
 			}
 		}
 		select {
@@ -285,6 +286,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-c.kick:
 		}
 	}
+}
+
+// passGap is the pause after a pass that took took: at least least, and four
+// times the pass's own duration (capped at a second), so scheduling takes at
+// most a fifth of a core however deep the queue grows, and a burst of
+// submissions is not slowed by a pass per job.
+func passGap(least, took time.Duration) time.Duration {
+	return max(least, 4*min(took, 250*time.Millisecond))
 }
 
 // trigger asks for a scheduling pass soon; it never blocks.

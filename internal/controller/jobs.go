@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -31,6 +32,10 @@ type Submission struct {
 	// job the first one created. BodyHash tells retries from reuse.
 	IdempotencyKey string
 	BodyHash       []byte
+	// Audit, when set, is the audit entry of a successful submission: it is
+	// chained and committed in the job's own batch, so the submission and
+	// its audit record become durable together, with one disk sync.
+	Audit *model.AuditEntry
 }
 
 // Submit records a new queued job durably. created is false when an earlier
@@ -48,12 +53,18 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 		k := idemKey{s.User, s.IdempotencyKey}
 		if rec, ok := c.idem[k]; ok && now.Before(rec.Expires) {
 			prev, found := c.st.Job(rec.JobID)
+			seq := c.com.next
 			c.mu.Unlock()
 			if !bytes.Equal(rec.BodyHash, s.BodyHash) {
 				return nil, false, fmt.Errorf("idempotency key %q was used for a different request: %w", s.IdempotencyKey, ErrConflict)
 			}
 			if !found {
 				return nil, false, fmt.Errorf("job %s of idempotency key %q: %w", rec.JobID, s.IdempotencyKey, ErrNotFound)
+			}
+			// A concurrent retry must not be told of a job whose first
+			// submission is not yet on disk.
+			if err := c.com.barrier(ctx, seq); err != nil {
+				return nil, false, fmt.Errorf("recording job: %w", err)
 			}
 			return prev, false, nil
 		}
@@ -89,8 +100,16 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 	for _, j := range jobs {
 		c.st.PutJob(j)
 	}
+	b := &store.Batch{Jobs: jobs, Idempotency: idem}
+	if s.Audit != nil {
+		e := *s.Audit
+		e.Time = now
+		audit.Link(c.auditSeq, c.auditHash, &e)
+		c.auditSeq, c.auditHash = e.Seq, e.Hash
+		b.Access.Audit = []*model.AuditEntry{&e}
+	}
 	c.broadcastLocked()
-	cm := c.com.submit(&store.Batch{Jobs: jobs, Idempotency: idem})
+	cm := c.com.submit(b)
 	c.mu.Unlock()
 	c.trigger()
 	if err := cm.wait(ctx); err != nil {

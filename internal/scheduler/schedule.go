@@ -72,7 +72,7 @@ type sched struct {
 //  4. Every job not bound gets a verdict: its queue position, reasons per
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
-	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending)/4)}
+	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[sigKey]*feasibility{}}
 	s.c = newCluster(snap)
 	s.queues, s.order = buildQueues(snap, s.c.capacity, now, seed)
