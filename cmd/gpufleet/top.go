@@ -34,8 +34,10 @@ func efficiencyRows(tw *tabwriter.Writer, e *controller.Efficiency) {
 		row(tw, "", string(f.Class)+": "+f.Reason)
 	}
 	row(tw, "SM active:", pctOrDash(e.SMActive))
-	row(tw, "Cost:", microsOrDash(e.CostMicros))
-	row(tw, "Effective cost:", microsOrDash(e.EffectiveCostMicros)+" (cost × SM active)")
+	// The ledger's all-attempt cost is the "Cost:" line; this one is the
+	// running attempt's, beside what its GPUs actually did.
+	row(tw, "Attempt cost:", microsOrDash(e.CostMicros))
+	row(tw, "Effective cost:", microsOrDash(e.EffectiveCostMicros)+" (attempt cost × SM active)")
 }
 
 func pctOrDash(v *float64) string {

@@ -64,6 +64,7 @@ var MinRole = map[Permission]model.Role{
 	// Cost reports and budgets span every project (the ledger is not yet
 	// filtered by project), so only admins read them.
 	PermCostRead:      model.RoleAdmin,
+	PermCostReport:    model.RoleViewer,
 	PermSecretsManage: model.RoleProjectAdmin,
 	PermSecretsReseal: model.RoleAdmin,
 	PermMetricsRead:   model.RoleAdmin,

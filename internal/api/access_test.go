@@ -88,7 +88,7 @@ var accessCases = map[string]accessCase{
 	"GET /v1/jobs/{id}/explain":          {project: "job", min: model.RoleViewer, build: onJob("GET", "/explain")},
 	"GET /v1/queues":                     {min: model.RoleViewer, build: get("/v1/queues")},
 	"POST /v1/jobs/{id}/metrics":         {project: "job", min: model.RoleMember, build: onJob("POST", "/metrics")},
-	"GET /v1/cost":                       {min: model.RoleAdmin, build: get("/v1/cost")},
+	"GET /v1/cost":                       {min: model.RoleViewer, build: get("/v1/cost")},
 	"GET /v1/cost/forecast":              {min: model.RoleAdmin, build: get("/v1/cost/forecast")},
 	"GET /v1/cost/purchase":              {min: model.RoleAdmin, build: get("/v1/cost/purchase")},
 	"GET /v1/budgets":                    {min: model.RoleAdmin, build: get("/v1/budgets")},

@@ -19,15 +19,20 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// PermCostRead lets a user read cost reports, budgets and forecasts.
+// PermCostRead lets a user read budgets, forecasts and the purchase mix,
+// which span every project.
 const PermCostRead Permission = "cost.read"
+
+// PermCostReport lets a user read the cost report, filtered to the projects
+// the caller may read.
+const PermCostReport Permission = "cost.report"
 
 // PermJobsMetrics lets a job report its own training metrics.
 const PermJobsMetrics Permission = "jobs.metrics"
 
 func costRoutes() []Route {
 	return []Route{
-		{Method: "GET", Pattern: "/v1/cost", Perm: PermCostRead, Kinds: users,
+		{Method: "GET", Pattern: "/v1/cost", Perm: PermCostReport, Kinds: users,
 			Summary: "Cost report from the ledger's rollups: a window, grouped by fields or tags, in steps, idle shown, shared by node or hidden.",
 			Query: []Param{{"window", "string", "e.g. 30d, 12h (default 30d), ending now"}, {"by", "string", "comma-separated: kind, project, user, queue, capacityType, priceSource, gpuModel, provider, region, pool, tag:KEY"},
 				{"step", "string", "row length, whole hours (e.g. 1d, 6h); default one row"}, {"idle", "string", "shown | shared | hidden (default shown)"},
@@ -169,7 +174,8 @@ func (s *Server) costReport(w http.ResponseWriter, r *http.Request) {
 	if step >= 24*time.Hour || window%(24*time.Hour) == 0 {
 		to = to.Truncate(time.Hour).Add(time.Hour) // the current hour, in full
 	}
-	cq := cost.Query{From: to.Add(-window), To: to, Step: step, GroupBy: by, Idle: idle}
+	cq := cost.Query{From: to.Add(-window), To: to, Step: step, GroupBy: by, Idle: idle,
+		Projects: s.visibleProjects(r, MinRole[PermCostReport])} // nil for global admins: everything
 	rep, err := s.cfg.Controller.CostReport(cq)
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)

@@ -99,7 +99,7 @@ func TestRouteDeclarations(t *testing.T) {
 		"POST /v1/jobs/{id}/cancel":                    {Perm: api.PermJobsCancel, Kinds: users},
 		"POST /v1/jobs/{id}/checkpoints":               {Perm: api.PermJobsCheckpoint, Kinds: usersJobs},
 		"POST /v1/jobs/{id}/metrics":                   {Perm: api.PermJobsMetrics, Kinds: usersJobs},
-		"GET /v1/cost":                                 {Perm: api.PermCostRead, Kinds: users},
+		"GET /v1/cost":                                 {Perm: api.PermCostReport, Kinds: users},
 		"GET /v1/cost/forecast":                        {Perm: api.PermCostRead, Kinds: users},
 		"GET /v1/cost/purchase":                        {Perm: api.PermCostRead, Kinds: users},
 		"GET /v1/budgets":                              {Perm: api.PermCostRead, Kinds: users},

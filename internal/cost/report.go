@@ -44,6 +44,10 @@ type Query struct {
 	Idle    IdleMode
 	// Scope, when set, keeps only work in scope (and drops idle).
 	Scope *Scope
+	// Projects, when not nil, keeps only work of these projects and drops
+	// idle, which belongs to no project: what a caller may see of others'
+	// spend is nothing.
+	Projects map[string]bool
 }
 
 // Validate returns every problem with the query.
@@ -153,6 +157,9 @@ func (r *Rollup) Report(q Query) (Report, error) {
 	vals := make([]string, len(q.GroupBy))
 	r.each(q.From, q.To, func(start int64, id uint32, d *Dims, c *Cell) {
 		if q.Scope != nil && (d.Kind == KindIdle || !q.Scope.Matches(d.Project, d.Queue, d.Tags)) {
+			return
+		}
+		if q.Projects != nil && (d.Kind == KindIdle || !q.Projects[d.Project]) {
 			return
 		}
 		cost := c.Cost

@@ -37,6 +37,16 @@ func TestReport(t *testing.T) {
 				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * Dollar, GPUHours: 24 * 2},
 			},
 		},
+		"only the caller's projects, idle dropped": {
+			q: Query{From: t0, To: at(day), GroupBy: []string{"project"}, Projects: map[string]bool{"p2": true}},
+			want: []Row{
+				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * Dollar, GPUHours: 24 * 2},
+			},
+		},
+		"no visible project shows nothing": {
+			q:    Query{From: t0, To: at(day), GroupBy: []string{"project"}, Projects: map[string]bool{}},
+			want: []Row{},
+		},
 		"idle shared by node": {
 			q: Query{From: t0, To: at(day), GroupBy: []string{"project"}, Idle: IdleShared},
 			want: []Row{
