@@ -141,6 +141,9 @@ type Controller struct {
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
 	nodeGen  map[string]uint64
+	// markers remembers each running job's checkpoint marker time, so a
+	// marker is recorded once per change (watchCheckpoints).
+	markers map[string]time.Time
 	// events are the most recent events, by Seq; eventSeq is the last
 	// number given.
 	events   []*model.Event
@@ -187,6 +190,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		secrets:  map[string]string{},
 		lastSeen: map[string]time.Time{},
 		nodeGen:  map[string]uint64{},
+		markers:  map[string]time.Time{},
 		grants:   map[grantKey]model.Grant{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),
@@ -283,6 +287,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			c.checkNodes(ctx)
 			c.scale(ctx)
 			c.evaluate(c.cfg.Clock.Now())
+			c.watchCheckpoints(ctx)
 		case <-c.kick:
 		}
 	}

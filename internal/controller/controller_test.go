@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -274,4 +275,48 @@ func mustJob(t *testing.T, c *Controller, id string) *model.Job {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// TestCheckpointMarker: a job that writes $GPUFLEET_CHECKPOINT_DIR/LATEST has
+// its checkpoint recorded, once per change of the marker.
+func TestCheckpointMarker(t *testing.T) {
+	clk := clock.NewFake(t0)
+	h := newHarness(t, newMemStore(), clk)
+	h.register("", 1)
+	j := h.submit(cmdSpec(1))
+	rs := h.waitDesired(1).Replicas[0]
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+
+	marker := filepath.Join(rs.Env["GPUFLEET_CHECKPOINT_DIR"], "LATEST")
+	if err := os.WriteFile(marker, []byte("step 100\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(-time.Minute)
+	if err := os.Chtimes(marker, at, at); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		clk.Advance(time.Second) // the ticker drives watchCheckpoints
+		got := mustJob(t, h.c, j.ID)
+		if got.LastCheckpoint != nil {
+			if !got.LastCheckpoint.Equal(at) {
+				t.Fatalf("checkpoint recorded at %v, want the marker's time %v", got.LastCheckpoint, at)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("marker never recorded as a checkpoint")
+		}
+		h.await()
+	}
+	version := mustJob(t, h.c, j.ID).Version
+	for range 3 {
+		clk.Advance(time.Second)
+		h.await()
+	}
+	if v := mustJob(t, h.c, j.ID).Version; v != version {
+		t.Fatalf("an unchanged marker was recorded again (version %d → %d)", version, v)
+	}
 }

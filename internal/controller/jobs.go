@@ -286,7 +286,11 @@ func (c *Controller) cancelLocked(j *model.Job, b *store.Batch, now time.Time) *
 // time (DESIGN.md §3.5): work lost by preempting it is measured from here.
 // It is durable before it returns; an ended job is a conflict.
 func (c *Controller) Checkpoint(ctx context.Context, id string) (*model.Job, error) {
-	now := c.cfg.Clock.Now()
+	return c.checkpointAt(ctx, id, c.cfg.Clock.Now())
+}
+
+// checkpointAt records that job id completed a checkpoint at the given time.
+func (c *Controller) checkpointAt(ctx context.Context, id string, now time.Time) (*model.Job, error) {
 	c.mu.Lock()
 	j, ok := c.st.Job(id)
 	if !ok {
