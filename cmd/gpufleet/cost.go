@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -308,30 +309,15 @@ func newBudgetsListCmd(g *globals) *cobra.Command {
 }
 
 func newBudgetsGetCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show one budget, its thresholds and its daily forecast",
 		Example: `  gpufleet budgets get nlp-monthly
   gpufleet budgets get nlp-monthly -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			b, err := c.Budget(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, b, func(tw *tabwriter.Writer) { budgetTable(tw, b) })
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, args []string) (*controller.BudgetStatus, error) {
+		return c.Budget(ctx, args[0])
+	}, budgetTable)
 }
 
 func budgetTable(tw *tabwriter.Writer, b *controller.BudgetStatus) {

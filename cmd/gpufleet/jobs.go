@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -80,30 +81,15 @@ func newJobsListCmd(g *globals) *cobra.Command {
 }
 
 func newJobsGetCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:   "get JOB",
 		Short: "Show a job, its attempts and why it waits",
 		Example: `  gpufleet jobs get j-abcdefghij
   gpufleet jobs get j-abcdefghij -o yaml`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			v, err := c.Job(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, v, func(tw *tabwriter.Writer) { jobTable(tw, v) })
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, args []string) (*api.JobView, error) {
+		return c.Job(ctx, args[0])
+	}, jobTable)
 }
 
 func jobTable(tw *tabwriter.Writer, v *api.JobView) {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/controller"
 )
 
@@ -15,35 +18,21 @@ func newNodesCmd(g *globals) *cobra.Command {
 		Aliases: []string{"node"},
 		Short:   "Inspect the machines that run jobs",
 	}
-	var out string
-	list := &cobra.Command{
+	list := readCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List nodes, their GPUs and how many are free",
 		Example: `  gpufleet nodes list
   gpufleet nodes list -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			nodes, err := c.Nodes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, nodes, func(tw *tabwriter.Writer) {
-				row(tw, "ID", "NAME", "STATE", "PROVIDER", "GPUS", "FREE", "CPU", "MEMORY", "GPU SOURCE", "AGE")
-				for _, n := range nodes.Nodes {
-					row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory.Human(), dash(n.GPUSource), age(n.RegisteredAt))
-				}
-			})
-		},
-	}
-	outputFlag(list, &out)
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.NodeList, error) {
+		return c.Nodes(ctx)
+	}, func(tw *tabwriter.Writer, nodes api.NodeList) {
+		row(tw, "ID", "NAME", "STATE", "PROVIDER", "GPUS", "FREE", "CPU", "MEMORY", "GPU SOURCE", "AGE")
+		for _, n := range nodes.Nodes {
+			row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory.Human(), dash(n.GPUSource), age(n.RegisteredAt))
+		}
+	})
 	cmd.AddCommand(list, newNodesInterruptCmd(g))
 	return cmd
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 )
@@ -58,4 +60,27 @@ func row(tw io.Writer, cells ...any) {
 		parts[i] = fmt.Sprint(c)
 	}
 	fmt.Fprintln(tw, strings.Join(parts, "\t"))
+}
+
+// readCommand makes cmd a read command: it takes -o table|json|yaml, finds
+// the server, fetches with get and renders the result, as a table with table
+// or as JSON/YAML. Every read command shares this shape.
+func readCommand[T any](g *globals, cmd *cobra.Command, get func(ctx context.Context, c *client.Client, args []string) (T, error), table func(*tabwriter.Writer, T)) *cobra.Command {
+	var out string
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(out); err != nil {
+			return err
+		}
+		c, err := newClient(g.dataDir)
+		if err != nil {
+			return err
+		}
+		v, err := get(cmd.Context(), c, args)
+		if err != nil {
+			return err
+		}
+		return render(cmd.OutOrStdout(), out, v, func(tw *tabwriter.Writer) { table(tw, v) })
+	}
+	outputFlag(cmd, &out)
+	return cmd
 }

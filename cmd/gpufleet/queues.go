@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/client"
 )
 
 func newQueuesCmd(g *globals) *cobra.Command {
@@ -62,36 +64,22 @@ func useSummary(use map[string]float64) string {
 }
 
 func newQueuesListCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List queues with their quota and use",
 		Example: `  gpufleet queues list
   gpufleet queues list -o yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			qs, err := c.Queues(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, api.QueueList{Queues: qs}, func(tw *tabwriter.Writer) {
-				row(tw, "NAME", "COHORT", "WEIGHT", "QUOTA (used/nominal)", "IN USE", "PENDING")
-				for _, q := range qs {
-					row(tw, q.Name, dash(q.Spec.Cohort), q.Spec.EffectiveWeight(), quotaSummary(q), useSummary(q.Use), q.Pending)
-				}
-			})
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.QueueList, error) {
+		qs, err := c.Queues(ctx)
+		return api.QueueList{Queues: qs}, err
+	}, func(tw *tabwriter.Writer, l api.QueueList) {
+		row(tw, "NAME", "COHORT", "WEIGHT", "QUOTA (used/nominal)", "IN USE", "PENDING")
+		for _, q := range l.Queues {
+			row(tw, q.Name, dash(q.Spec.Cohort), q.Spec.EffectiveWeight(), quotaSummary(q), useSummary(q.Use), q.Pending)
+		}
+	})
 }
 
 func newQueuesGetCmd(g *globals) *cobra.Command {

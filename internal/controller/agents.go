@@ -337,6 +337,12 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 			b.Jobs = append(b.Jobs, j)
 		}
 	}
+	if a.StartedAt == nil && st.Phase == agentapi.PhaseExited && r.ExitCode != nil && !st.StartedAt.IsZero() {
+		// A replica that ended between two syncs was never seen running;
+		// the agent's record still says when it started.
+		started := st.StartedAt
+		a.StartedAt = &started
+	}
 	c.settleLocked(a, b, now)
 }
 
