@@ -129,7 +129,10 @@ func TestSimFleet500(t *testing.T) {
 	if preempted == 0 {
 		t.Errorf("no job was preempted: the scenario did not bite")
 	}
-	// 2. No instance leaked: the providers' inventory is the store's.
+	// 2. No instance leaked: once the controller has had the scale cycle
+	// that observes the providers' last stops, their inventory is the
+	// store's.
+	c.scale(ctx)
 	r.checkInventory(ctx, sp)
 	// Idle nodes go after their idle timeout, and the inventory follows.
 	for range 20 {
@@ -141,7 +144,9 @@ func TestSimFleet500(t *testing.T) {
 		t.Errorf("%d instances still run after every job ended and the idle timeout passed", len(list))
 	}
 	// 3. Billed seconds match the launch and terminate events, within the
-	// scale cycle that observes a provider's stop.
+	// two scale cycles it can take to observe a provider's stop (the cycle
+	// that lists it gone, and the one that records the node's end when a
+	// drain was under way).
 	launched, ended := map[string]time.Time{}, map[string]time.Time{}
 	fails := 0
 	for _, e := range c.Events(EventFilter{Limit: 1 << 20}) {
@@ -173,7 +178,7 @@ func TestSimFleet500(t *testing.T) {
 			continue
 		}
 		span, bill := end.Sub(start), time.Duration(u.Seconds)*time.Second
-		if bill > span || span-bill > step {
+		if bill > span || span-bill > 2*step {
 			t.Errorf("instance %s billed %s, events span %s", u.InstanceID, bill, span)
 		}
 		billed += bill
