@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,43 +14,30 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func newProjectsCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:     "projects",
 		Aliases: []string{"project"},
 		Short:   "List the projects you hold a role in, with the role and the project's policy",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.ProjectList, error) {
+		ps, err := c.Projects(ctx)
+		return api.ProjectList{Projects: ps}, err
+	}, func(tw *tabwriter.Writer, l api.ProjectList) {
+		row(tw, "PROJECT", "ROLE", "ALLOWED REGIONS", "ALLOWED GPUS", "MAX GPUS/JOB", "MAX $/H")
+		for _, p := range l.Projects {
+			var s model.ProjectSpec
+			if p.Spec != nil {
+				s = *p.Spec
 			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			ps, err := c.Projects(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, api.ProjectList{Projects: ps}, func(tw *tabwriter.Writer) {
-				row(tw, "PROJECT", "ROLE", "ALLOWED REGIONS", "ALLOWED GPUS", "MAX GPUS/JOB", "MAX $/H")
-				for _, p := range ps {
-					var s model.ProjectSpec
-					if p.Spec != nil {
-						s = *p.Spec
-					}
-					row(tw, p.Name, p.Role, dash(strings.Join(s.AllowedRegions, ",")), dash(strings.Join(s.AllowedGPUs, ",")), s.MaxGPUsPerJob, s.MaxPricePerHour)
-				}
-			})
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+			row(tw, p.Name, p.Role, dash(strings.Join(s.AllowedRegions, ",")), dash(strings.Join(s.AllowedGPUs, ",")), s.MaxGPUsPerJob, s.MaxPricePerHour)
+		}
+	})
 }
 
 func newRolesCmd(g *globals) *cobra.Command {
@@ -61,30 +49,17 @@ viewer reads a project's jobs and logs; member also submits and cancels them;
 project-admin also manages the project's secrets; admin, granted on project "*",
 does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 	}
-	var out string
-	list := &cobra.Command{
+	list := readCommand(g, &cobra.Command{
 		Use: "list", Aliases: []string{"ls"}, Short: "List every grant", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			gs, err := c.Grants(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, api.GrantList{Grants: gs}, func(tw *tabwriter.Writer) {
-				row(tw, "USER", "PROJECT", "ROLE", "GRANTED")
-				for _, gr := range gs {
-					row(tw, gr.User, gr.Project, gr.Role, gr.CreatedAt.Local().Format("2006-01-02 15:04"))
-				}
-			})
-		},
-	}
-	outputFlag(list, &out)
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.GrantList, error) {
+		gs, err := c.Grants(ctx)
+		return api.GrantList{Grants: gs}, err
+	}, func(tw *tabwriter.Writer, l api.GrantList) {
+		row(tw, "USER", "PROJECT", "ROLE", "GRANTED")
+		for _, gr := range l.Grants {
+			row(tw, gr.User, gr.Project, gr.Role, gr.CreatedAt.Local().Format("2006-01-02 15:04"))
+		}
+	})
 	grant := &cobra.Command{
 		Use:     "grant USER PROJECT ROLE",
 		Short:   "Give a user a role in a project (replacing the role they held there)",

@@ -275,37 +275,23 @@ these commands show their state.`,
 }
 
 func newBudgetsListCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List budgets with their spend this period",
 		Example: `  gpufleet budgets list
   gpufleet budgets list -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			bs, err := c.Budgets(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, api.BudgetList{Budgets: bs}, func(tw *tabwriter.Writer) {
-				row(tw, "NAME", "SCOPE", "AMOUNT", "SPENT", "USED", "FORECAST", "PERIOD", "FIRED", "BLOCKED")
-				for _, b := range bs {
-					row(tw, b.Budget.Name, dash(b.Budget.Scope.String()), dollars(b.Budget.Amount), dollars(b.Actual), pct(b.Ratio),
-						dollars(b.Forecast), b.PeriodStart.Format(time.DateOnly)+"…"+b.PeriodEnd.Format(time.DateOnly), firedList(b), yesNo(b.Blocked))
-				}
-			})
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, _ []string) (api.BudgetList, error) {
+		bs, err := c.Budgets(ctx)
+		return api.BudgetList{Budgets: bs}, err
+	}, func(tw *tabwriter.Writer, l api.BudgetList) {
+		row(tw, "NAME", "SCOPE", "AMOUNT", "SPENT", "USED", "FORECAST", "PERIOD", "FIRED", "BLOCKED")
+		for _, b := range l.Budgets {
+			row(tw, b.Budget.Name, dash(b.Budget.Scope.String()), dollars(b.Budget.Amount), dollars(b.Actual), pct(b.Ratio),
+				dollars(b.Forecast), b.PeriodStart.Format(time.DateOnly)+"…"+b.PeriodEnd.Format(time.DateOnly), firedList(b), yesNo(b.Blocked))
+		}
+	})
 }
 
 func newBudgetsGetCmd(g *globals) *cobra.Command {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -193,44 +195,29 @@ func writeApplied(w io.Writer, res *api.ApplyView) {
 }
 
 func newHistoryCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:   "history",
 		Short: "List the fleet's revisions",
 		Example: `  gpufleet history
   gpufleet history -o yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
+	}, func(ctx context.Context, c *client.Client, _ []string) (*api.RevisionList, error) {
+		return c.Revisions(ctx)
+	}, func(tw *tabwriter.Writer, list *api.RevisionList) {
+		row(tw, "REVISION", "CREATED", "AUTHOR", "DIGEST", "MESSAGE")
+		for i := len(list.Revisions) - 1; i >= 0; i-- {
+			r := list.Revisions[i]
+			num := strconv.Itoa(r.Number)
+			if r.Number == list.Current {
+				num += " (current)"
 			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
+			msg := r.Message
+			if r.RollbackOf > 0 && msg == "" {
+				msg = fmt.Sprintf("rollback to %d", r.RollbackOf)
 			}
-			list, err := c.Revisions(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, list, func(tw *tabwriter.Writer) {
-				row(tw, "REVISION", "CREATED", "AUTHOR", "DIGEST", "MESSAGE")
-				for i := len(list.Revisions) - 1; i >= 0; i-- {
-					r := list.Revisions[i]
-					num := strconv.Itoa(r.Number)
-					if r.Number == list.Current {
-						num += " (current)"
-					}
-					msg := r.Message
-					if r.RollbackOf > 0 && msg == "" {
-						msg = fmt.Sprintf("rollback to %d", r.RollbackOf)
-					}
-					row(tw, num, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), dash(r.Author), r.Digest[:min(12, len(r.Digest))], dash(msg))
-				}
-			})
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+			row(tw, num, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), dash(r.Author), r.Digest[:min(12, len(r.Digest))], dash(msg))
+		}
+	})
 }
 
 func newRollbackCmd(g *globals) *cobra.Command {
