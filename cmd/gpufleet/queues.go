@@ -83,38 +83,23 @@ func newQueuesListCmd(g *globals) *cobra.Command {
 }
 
 func newQueuesGetCmd(g *globals) *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
+	return readCommand(g, &cobra.Command{
 		Use:   "get QUEUE",
 		Short: "Show one queue",
 		Example: `  gpufleet queues get research
   gpufleet queues get default -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := newClient(g.dataDir)
-			if err != nil {
-				return err
-			}
-			q, err := c.Queue(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return render(cmd.OutOrStdout(), out, q, func(tw *tabwriter.Writer) {
-				row(tw, "NAME", q.Name)
-				row(tw, "COHORT", dash(q.Spec.Cohort))
-				row(tw, "WEIGHT", q.Spec.EffectiveWeight())
-				row(tw, "QUOTA", quotaSummary(*q))
-				row(tw, "IN USE", useSummary(q.Use))
-				row(tw, "PENDING", q.Pending)
-				row(tw, "DECAYED GPU-HOURS", fmt.Sprintf("%.1f", q.DecayedUsage))
-			})
-		},
-	}
-	outputFlag(cmd, &out)
-	return cmd
+	}, func(ctx context.Context, c *client.Client, args []string) (*api.QueueView, error) {
+		return c.Queue(ctx, args[0])
+	}, func(tw *tabwriter.Writer, q *api.QueueView) {
+		row(tw, "NAME", q.Name)
+		row(tw, "COHORT", dash(q.Spec.Cohort))
+		row(tw, "WEIGHT", q.Spec.EffectiveWeight())
+		row(tw, "QUOTA", quotaSummary(*q))
+		row(tw, "IN USE", useSummary(q.Use))
+		row(tw, "PENDING", q.Pending)
+		row(tw, "DECAYED GPU-HOURS", fmt.Sprintf("%.1f", q.DecayedUsage))
+	})
 }
 
 func newQueuesApplyCmd(g *globals) *cobra.Command {
