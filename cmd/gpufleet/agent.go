@@ -149,9 +149,14 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		labels[static.LabelAddress] = addr
 	}
 	var cpOpts httpcp.Options
+	var serverCA []byte
 	if c.CA != "" {
 		if cpOpts.HTTPClient, err = pinnedClient(c.CA, 4); err != nil {
 			return err
+		}
+		// Jobs pin what the agent pins (GPUFLEET_CA in their tree).
+		if serverCA, err = os.ReadFile(c.CA); err != nil {
+			return fmt.Errorf("reading --ca: %w", err)
 		}
 	}
 	src, sim := telemetrySource(ctx, inv, log)
@@ -164,6 +169,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Labels: labels,
 			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
 		},
+		ServerCA:          serverCA,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log,

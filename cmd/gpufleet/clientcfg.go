@@ -36,9 +36,10 @@ func defaultDataDir() string {
 }
 
 // newClient finds the server and token: GPUFLEET_SERVER and GPUFLEET_TOKEN
-// first, then the files a local server wrote into the data dir.
+// first (inside a job, its own GPUFLEET_JOB_TOKEN), then the files a local
+// server wrote into the data dir.
 func newClient(dataDir string) (*client.Client, error) {
-	server, token := os.Getenv("GPUFLEET_SERVER"), os.Getenv("GPUFLEET_TOKEN")
+	server, token := os.Getenv("GPUFLEET_SERVER"), cmpOr(os.Getenv("GPUFLEET_TOKEN"), os.Getenv("GPUFLEET_JOB_TOKEN"))
 	if server == "" {
 		data, err := os.ReadFile(filepath.Join(dataDir, serverFile))
 		if errors.Is(err, os.ErrNotExist) {
@@ -63,22 +64,41 @@ func newClient(dataDir string) (*client.Client, error) {
 			return nil, fmt.Errorf("no token: set GPUFLEET_TOKEN, or run `gpufleet up` once to create %s", filepath.Join(dataDir, tokenFile))
 		}
 	}
-	var hc *http.Client
-	if strings.HasPrefix(server, "https://") {
-		// Pin GPUFLEET_CA, else the certificate `up --tls` made; with
-		// neither, the system's roots (a real certificate).
-		ca := os.Getenv("GPUFLEET_CA")
-		if own := filepath.Join(dataDir, tlsDir, tlsCertFile); ca == "" {
-			if _, err := os.Stat(own); err == nil {
-				ca = own
-			}
-		}
-		if ca != "" {
-			var err error
-			if hc, err = pinnedClient(ca, 64); err != nil {
-				return nil, err
-			}
-		}
+	hc, err := httpClientFor(server, dataDir)
+	if err != nil {
+		return nil, err
 	}
 	return client.New(server, token, hc), nil
+}
+
+// httpClientFor returns the HTTP client for server: for https, one that
+// pins GPUFLEET_CA (inside a job, the certificate its agent wrote into the
+// job's tree), else the certificate `up --tls` made in dataDir ("" for
+// none), else nil, the system's roots (a real certificate).
+func httpClientFor(server, dataDir string) (*http.Client, error) {
+	if !strings.HasPrefix(server, "https://") {
+		return nil, nil
+	}
+	ca := os.Getenv("GPUFLEET_CA")
+	if ca == "" && dataDir != "" {
+		if own := filepath.Join(dataDir, tlsDir, tlsCertFile); fileExists(own) {
+			ca = own
+		}
+	}
+	if ca == "" {
+		return nil, nil
+	}
+	return pinnedClient(ca, 64)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

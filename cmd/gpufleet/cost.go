@@ -364,7 +364,8 @@ func newMetricCmd() *cobra.Command {
 		Short: "Report a training step's metrics from inside a job",
 		Long: `Report metrics for the job this command runs in, so that its early-stop policy
 (spec.earlyStop) can act on them. It reads GPUFLEET_SERVER, GPUFLEET_JOB_ID and
-GPUFLEET_JOB_TOKEN, which gpufleet sets in every job's environment. It prints
+GPUFLEET_JOB_TOKEN, which gpufleet sets in every job's environment, and pins
+GPUFLEET_CA, which it sets when the server is https. It prints
 nothing unless the policy triggers; in stop mode the job then gets its
 checkpoint signal.`,
 		Example: `  # in a job's script
@@ -392,7 +393,11 @@ checkpoint signal.`,
 			if len(bad) > 0 {
 				return errors.New(strings.Join(bad, "; "))
 			}
-			v, err := client.New(server, token, nil).ReportMetrics(cmd.Context(), job, api.MetricReport{Step: step, Values: values})
+			hc, err := httpClientFor(server, "") // pins GPUFLEET_CA, which jobs get when the server is https
+			if err != nil {
+				return err
+			}
+			v, err := client.New(server, token, hc).ReportMetrics(cmd.Context(), job, api.MetricReport{Step: step, Values: values})
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/gpufleet/gpufleet/internal/api"
 )
 
 // chromium finds Debian's Chromium. Outside CI a machine without it skips
@@ -50,12 +53,13 @@ func artifactDir(t *testing.T) string {
 
 // The dashboard in headless Chromium against a real server on loopback:
 // log in with a user token, submit a job, watch it run and finish, see
-// its cost column and the node's simulated GPU telemetry, and keep a
-// screenshot.
+// its cost — the demo H100s are priced from the catalog, so a non-zero
+// dollar amount — and the node's simulated GPU telemetry, and keep
+// screenshots of the page and of the job's row.
 func TestDashboardInChromium(t *testing.T) {
 	browser := chromium(t)
 	dataDir := t.TempDir()
-	s := startServer(t, dataDir, freePort(t))
+	s := startServer(t, dataDir, freePort(t), "--meter-interval", "2s")
 	tokenBytes, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
 	if err != nil {
 		t.Fatal(err)
@@ -118,20 +122,46 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(C(row+`[data-state="succeeded"]`))); err != nil {
 		t.Fatalf("watching job %s finish: %v\nserver log:\n%s", jobID, err, s.out)
 	}
-	// The cost column shows the ledger's cost once the server has metered
-	// the job; a server without metering shows a dash.
-	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
-	werr := chromedp.Do(wctx, chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//tr[@data-job=%q]/td[@class="cost" and starts-with(normalize-space(.), "$")]`, jobID))))
-	wcancel()
-	cost, err := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost")))
-	if err != nil {
-		t.Fatalf("reading the cost of job %s: %v", jobID, err)
+	// The server meters every 2 s here: wait until the ledger covers the
+	// whole attempt (the meter charges whole seconds, from the start's
+	// second to the end's), so the cost is final; the dashboard then shows
+	// it as a non-zero dollar amount.
+	var final api.JobView
+	for deadline := time.Now().Add(45 * time.Second); ; {
+		final = s.job(jobID)
+		if c, a := final.Cost, final.AttemptDetails; c != nil && len(a) == 1 && a[0].StartedAt != nil && a[0].EndedAt != nil &&
+			math.Round(c.GPUHours*3600) == final.Spec.Resources.GPUs*float64(a[0].EndedAt.Unix()-a[0].StartedAt.Unix()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s's metered cost never covered its run: %+v\nserver log:\n%s", jobID, final.Cost, s.out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API for the next metering pass; bounded by the deadline
 	}
-	if v := s.job(jobID); werr != nil && v.Cost != nil {
-		t.Errorf("the API has job %s's cost (%v) but the dashboard shows %q", jobID, v.Cost.Total, cost)
+	total := final.Cost.Total.Dollars()
+	if total <= 0 {
+		t.Fatalf("job %s ran on priced demo H100s but cost %v", jobID, final.Cost.Total)
+	}
+	shownCost := fmt.Sprintf(`(() => { const c = document.querySelector('tr[data-job=%q] td.cost');
+		const m = /^\$([0-9]+(?:\.[0-9]+)?)$/.exec(c ? c.textContent.trim() : "");
+		return m && Number(m[1]) > 0 && Math.abs(Number(m[1]) - %g) < 0.006 ? m[0] : false; })()`, jobID, total)
+	cost, err := chromedp.Run(ctx, chromedp.Poll[string](shownCost, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
+	if err != nil {
+		cell, _ := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost")))
+		t.Fatalf("job %s's cost cell reads %q, want $%.4f: %v", jobID, cell, total, err)
 	}
 	if !strings.Contains(nodes, "H100") {
 		t.Errorf("nodes section = %q, want the H100 GPUs", nodes)
+	}
+
+	// Screenshots: the page with the job's row in view, and the row alone;
+	// the cost must read the same non-zero amount while they are taken.
+	if err := chromedp.Do(ctx, chromedp.ScrollIntoView(C(row))); err != nil {
+		t.Fatalf("scrolling to job %s: %v", jobID, err)
+	}
+	rowPNG, err := chromedp.Run(ctx, chromedp.Screenshot(C(row), chromedp.NodeVisible))
+	if err != nil {
+		t.Fatalf("screenshot of job %s's row: %v", jobID, err)
 	}
 	t.Logf("job %s succeeded; its cost cell reads %q", jobID, cost)
 
@@ -139,10 +169,16 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(artifactDir(t), "dashboard.png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
+	if after, err := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost"))); err != nil || after != cost {
+		t.Errorf("the cost cell changed while the screenshots were taken: %q, then %q (%v)", cost, after, err)
 	}
-	t.Logf("dashboard screenshot: %s", path)
-	fmt.Println("dashboard screenshot:", path)
+	dir := artifactDir(t)
+	for name, data := range map[string][]byte{"dashboard.png": png, "dashboard-job-cost.png": rowPNG} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("dashboard screenshot: %s", path)
+		fmt.Println("dashboard screenshot:", path)
+	}
 }

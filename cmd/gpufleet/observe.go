@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
 	"github.com/gpufleet/gpufleet/internal/agent/telemetry"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/notify"
 )
 
 // telemetrySource picks what samples this machine's GPUs: demo GPUs get a
@@ -32,28 +27,4 @@ func telemetrySource(ctx context.Context, inv gpu.Inventory, log *slog.Logger) (
 	src = telemetry.Detect(ctx, telemetry.Options{Logger: log})
 	log.Info("GPU telemetry", "source", src.Name())
 	return src, nil
-}
-
-// alertWebhook sends the controller's alerts to a webhook.
-type alertWebhook struct{ w *notify.Webhook }
-
-func (a alertWebhook) Notify(al controller.Alert) { a.w.Send("alert", al) }
-
-// alertNotifier returns the webhook alerts go to, started on ctx, or nil
-// when no URL is configured.
-func alertNotifier(ctx context.Context, c *serverConfig, log *slog.Logger) (controller.Notifier, error) {
-	if c.AlertWebhookURL == "" {
-		return nil, nil
-	}
-	var secret []byte
-	if c.AlertWebhookSecretFile != "" {
-		b, err := os.ReadFile(c.AlertWebhookSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the alert webhook secret: %w", err)
-		}
-		secret = []byte(strings.TrimSpace(string(b)))
-	}
-	w := notify.New(notify.Options{URL: c.AlertWebhookURL, Secret: secret, Logger: log.With("component", "alerts")})
-	go w.Run(ctx)
-	return alertWebhook{w}, nil
 }

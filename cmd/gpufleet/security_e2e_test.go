@@ -221,6 +221,37 @@ func TestTLSPinned(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "certificate") {
 		t.Fatalf("a client pinning another certificate: %v\n%s", err, out)
 	}
+	// A job on the local node reaches the https server from inside: its
+	// agent puts the certificate in the job's tree (GPUFLEET_CA), and the
+	// CLI in the job pins it for `gpufleet metric` and its own job token.
+	script := `set -e
+case "$GPUFLEET_SERVER" in https://*) ;; *) echo "GPUFLEET_SERVER=$GPUFLEET_SERVER is not https"; exit 2;; esac
+test -s "$GPUFLEET_CA" || { echo "no certificate at GPUFLEET_CA=$GPUFLEET_CA"; exit 3; }
+gpufleet metric --step 1 loss=0.5
+gpufleet jobs get "$GPUFLEET_JOB_ID" -o json > /dev/null
+echo "in-job calls ok"`
+	job, err := json.Marshal(map[string]any{
+		"apiVersion": "gpufleet.dev/v1", "kind": "Job", "metadata": map[string]any{"name": "tls-inside"},
+		"spec": map[string]any{
+			"resources": map[string]any{"gpus": 0},
+			"run":       map[string]any{"command": []string{"sh", "-c", script}, "env": map[string]string{"PATH": filepath.Dir(binary) + ":" + os.Getenv("PATH")}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobFile := filepath.Join(t.TempDir(), "job.json")
+	if err := os.WriteFile(jobFile, job, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(s.gpufleet("run", "-f", jobFile))
+	if v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended"); v.State != model.JobSucceeded {
+		t.Fatalf("in-job calls over TLS: job %s, want succeeded\nlogs:\n%s", v.State, s.gpufleet("jobs", "logs", id))
+	}
+	if logs := s.gpufleet("jobs", "logs", id); !strings.Contains(logs, "in-job calls ok") {
+		t.Errorf("job logs = %q", logs)
+	}
+
 	a := startAgent(t, s, "n-tls", "2xH100")
 	a.cmd.Process.Kill()
 	_ = a.cmd.Wait()

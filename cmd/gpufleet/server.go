@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 	"github.com/gpufleet/gpufleet/internal/web"
@@ -56,9 +58,9 @@ type serverConfig struct {
 	// and its jobs requeue; agents are asked to sync four times as often.
 	HeartbeatTimeout time.Duration
 	// AlertWebhookURL receives alerts (idle jobs, drain XIDs, queue
-	// wait), signed with the key in AlertWebhookSecretFile.
-	AlertWebhookURL        string
-	AlertWebhookSecretFile string
+	// wait); empty: WebhookURL. Alerts take the budget firings' path: the
+	// durable outbox, signed with WebhookSecret.
+	AlertWebhookURL string
 	// TLS serves HTTPS with a self-signed loopback certificate made in the
 	// data dir; TLSCert and TLSKey serve a real one instead.
 	TLS             bool
@@ -68,9 +70,13 @@ type serverConfig struct {
 	// PricesFile is the custom price CSV for owned and privately priced
 	// machines (docs/cost.md).
 	PricesFile string
-	// WebhookURL receives budget firings of budgets without spec.webhook;
-	// WebhookSecret (--webhook-secret or GPUFLEET_WEBHOOK_SECRET) signs
-	// every budget webhook.
+	// MeterInterval is the time between metering passes (1m): how soon
+	// a finished job's cost is in the ledger.
+	MeterInterval time.Duration
+	// WebhookURL is the default receiver: firings of budgets without
+	// spec.webhook, and alerts without AlertWebhookURL. WebhookSecret
+	// (--webhook-secret or GPUFLEET_WEBHOOK_SECRET) signs every webhook
+	// but those with their own signingKeyRef.
 	WebhookURL    string
 	WebhookSecret string
 }
@@ -108,15 +114,21 @@ func (c *serverConfig) Validate() error {
 	if c.TLS && c.TLSCert != "" {
 		fe.Add("--tls", "makes a self-signed certificate: leave it out with --tls-cert")
 	}
+	if c.MeterInterval < time.Second {
+		fe.Add("--meter-interval", "must be at least 1s")
+	}
 	if c.HeartbeatTimeout < minHeartbeatTimeout {
 		fe.Add("--heartbeat-timeout", fmt.Sprintf("must be at least %s", minHeartbeatTimeout))
 	}
-	if c.WebhookURL != "" {
-		if u, err := neturl.Parse(c.WebhookURL); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			fe.Add("--webhook-url", fmt.Sprintf("%q is not an http(s) URL", c.WebhookURL))
+	for flag, v := range map[string]string{"--webhook-url": c.WebhookURL, "--alert-webhook-url": c.AlertWebhookURL} {
+		if v == "" {
+			continue
+		}
+		if u, err := neturl.Parse(v); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			fe.Add(flag, fmt.Sprintf("%q is not an http(s) URL", v))
 		}
 		if c.WebhookSecret == "" {
-			fe.Add("--webhook-secret", "is required with --webhook-url (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it")
+			fe.Add("--webhook-secret", fmt.Sprintf("is required with %s (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it", flag))
 		}
 	}
 	if c.WebhookSecret != "" && len(c.WebhookSecret) < minWebhookSecret {
@@ -127,7 +139,7 @@ func (c *serverConfig) Validate() error {
 
 // costConfig reads the price file and the webhook settings.
 func (c *serverConfig) costConfig() (controller.CostConfig, error) {
-	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret)}
+	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval}
 	if c.PricesFile == "" {
 		return cc, nil
 	}
@@ -160,11 +172,11 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.NoAgent, "no-local-agent", false, "do not run jobs on this machine (control plane only)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 60*time.Second, "how long a node may be silent before it is lost and its jobs requeue")
-	fl.StringVar(&c.AlertWebhookURL, "alert-webhook-url", "", "POST alerts (idle jobs, XID errors, queue wait) as signed JSON to this URL")
-	fl.StringVar(&c.AlertWebhookSecretFile, "alert-webhook-secret-file", "", "file holding the key alert webhooks are signed with (HMAC-SHA256)")
+	fl.StringVar(&c.AlertWebhookURL, "alert-webhook-url", "", "POST alerts (idle jobs, XID errors, queue wait) as signed JSON to this URL (default --webhook-url; signed with --webhook-secret)")
 	fl.StringVar(&c.PricesFile, "prices", "", "custom price CSV for owned and privately priced machines (columns: match,value,price_per_hour,purchase_price,amortize_months,opex_per_hour; see docs/cost.md)")
-	fl.StringVar(&c.WebhookURL, "webhook-url", "", "POST budget threshold firings as signed JSON to this URL (budgets without spec.webhook)")
-	fl.StringVar(&c.WebhookSecret, "webhook-secret", os.Getenv("GPUFLEET_WEBHOOK_SECRET"), "key budget webhooks are signed with (HMAC-SHA256, header X-Gpufleet-Signature); prefer env GPUFLEET_WEBHOOK_SECRET, which keeps it out of the process list")
+	fl.DurationVar(&c.MeterInterval, "meter-interval", time.Minute, "time between metering passes: how soon a finished job's cost shows")
+	fl.StringVar(&c.WebhookURL, "webhook-url", "", "POST budget threshold firings (budgets without spec.webhook) and alerts as signed JSON to this URL")
+	fl.StringVar(&c.WebhookSecret, "webhook-secret", os.Getenv("GPUFLEET_WEBHOOK_SECRET"), "key webhooks are signed with (HMAC-SHA256, header X-Gpufleet-Signature); prefer env GPUFLEET_WEBHOOK_SECRET, which keeps it out of the process list")
 	fl.BoolVar(&c.TLS, "tls", false, "serve HTTPS with a self-signed certificate for 127.0.0.1, ::1 and localhost, made in the data dir's tls/ (local clients pin it)")
 	fl.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fl.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
@@ -307,6 +319,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 	}
 	defer ln.Close()
 	url := "http://" + ln.Addr().String()
+	var serverCA []byte
 	if certFile, keyFile := c.TLSCert, c.TLSKey; c.TLS || certFile != "" {
 		if c.TLS {
 			if certFile, keyFile, err = selfSignedCert(c.DataDir); err != nil {
@@ -317,15 +330,15 @@ func serve(ctx context.Context, c *serverConfig) error {
 		if err != nil {
 			return err
 		}
+		// Jobs on the local node pin this certificate (GPUFLEET_CA).
+		if serverCA, err = os.ReadFile(certFile); err != nil {
+			return fmt.Errorf("reading the TLS certificate: %w", err)
+		}
 		ln = tls.NewListener(ln, tc)
 		url = "https://" + ln.Addr().String()
 	}
 
 	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
-	if err != nil {
-		return err
-	}
-	notifier, err := alertNotifier(ctx, c, log)
 	if err != nil {
 		return err
 	}
@@ -351,12 +364,34 @@ func serve(ctx context.Context, c *serverConfig) error {
 		c.NoAgent = true
 		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
 	}
+	// This machine's GPUs, found before the controller starts so demo
+	// GPUs can be priced: they cost what the catalog charges for them on
+	// demand, so `up --fake-gpus` demos show cost.
+	var (
+		inv      gpu.Inventory
+		demoType string
+	)
+	if !c.NoAgent {
+		if inv, err = discoverGPUs(ctx, c.FakeGPUs, cat, log); err != nil {
+			return err
+		}
+		if typ, p, ok := demoPrice(inv, cat); ok {
+			demoType = typ
+			costCfg.Prices = costCfg.Prices.WithInstanceType(typ, p)
+			log.Info("demo GPUs priced from the catalog", "instance_type", typ, "price_per_hour", p.PerHour.String())
+		}
+	}
+	// Owned machines: the static provider follows the applied static
+	// NodePools; each machine joins by running `gpufleet agent` with the
+	// token of its name.
+	owned := static.NewPools(nil, time.Now())
 	ctrl, err = controller.New(ctx, controller.Config{
-		Offers:    simOffers,
-		Scale:     simScaleC,
-		Inventory: providerInventory(simScaleC.Providers),
-		Notifier:  notifier,
-		Keyring:   keyring, Redactor: redactor,
+		Offers:       simOffers,
+		Scale:        simScaleC,
+		Inventory:    providerInventory(append(slices.Clip(simScaleC.Providers), owned)),
+		PoolsChanged: owned.SetPools,
+		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
+		Keyring:      keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
 		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
 		Seed:              time.Now().UnixNano(),
@@ -397,7 +432,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 	go func() { errc <- ctrl.Run(ctx) }()
 	running := 2
 	if !c.NoAgent {
-		ag, inv, err := localAgent(ctx, c, ctrl, cat, log)
+		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, log)
 		if err != nil {
 			cancel(nil)
 			return errors.Join(err, drain(httpSrv, errc, running))
@@ -456,16 +491,14 @@ func ignoreClosed(err error) error {
 	return err
 }
 
-// localAgent discovers this machine's GPUs and returns the in-process agent
-// that runs jobs here, speaking the agent protocol to the controller.
-func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, cat *catalog.Catalog, log *slog.Logger) (*agent.Agent, gpu.Inventory, error) {
-	inv, err := discoverGPUs(ctx, c.FakeGPUs, cat, log)
-	if err != nil {
-		return nil, inv, err
-	}
+// localAgent returns the in-process agent that runs jobs on this machine's
+// GPUs (inv), speaking the agent protocol to the controller. instanceType
+// names demo GPUs for the price table; serverCA, when the API is served
+// over TLS, is the certificate jobs pin to reach it.
+func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, inv gpu.Inventory, instanceType string, serverCA []byte, log *slog.Logger) (*agent.Agent, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, inv, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
+		return nil, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
 	}
 	host, _ := os.Hostname()
 	src, sim := telemetrySource(ctx, inv, log)
@@ -476,20 +509,21 @@ func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, 
 		Registration: agentapi.Registration{
 			Name: host, Provider: local.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
 			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Region: local.Region,
-			CapacityType: model.Owned, AgentVersion: version,
+			InstanceType: instanceType, CapacityType: model.Owned, AgentVersion: version,
 		},
+		ServerCA:          serverCA,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log.With("component", "agent"),
 		PollInterval:      200 * time.Millisecond,
 	})
 	if err != nil {
-		return nil, inv, err
+		return nil, err
 	}
 	if sim != nil {
 		sim.Busy = ag.BusyGPU
 	}
-	return ag, inv, nil
+	return ag, nil
 }
 
 // totalMemory reads MemTotal from /proc/meminfo; 0 when unknown.

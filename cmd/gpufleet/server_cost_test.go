@@ -20,7 +20,7 @@ func TestServerCostFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := func() *serverConfig {
-		return &serverConfig{DataDir: dir, Listen: "127.0.0.1:0", LogLevel: "info", HeartbeatTimeout: time.Minute}
+		return &serverConfig{DataDir: dir, Listen: "127.0.0.1:0", LogLevel: "info", HeartbeatTimeout: time.Minute, MeterInterval: time.Minute}
 	}
 	tests := map[string]struct {
 		edit func(*serverConfig)
@@ -36,9 +36,14 @@ func TestServerCostFlags(t *testing.T) {
 			want: []string{"--webhook-secret: is required with --webhook-url", "GPUFLEET_WEBHOOK_SECRET"}},
 		"not a url": {edit: func(c *serverConfig) { c.WebhookURL, c.WebhookSecret = "hooks.example.com", "0123456789abcdef" },
 			want: []string{`--webhook-url: "hooks.example.com" is not an http(s) URL`}},
-		"short secret":  {edit: func(c *serverConfig) { c.WebhookSecret = "short" }, want: []string{"--webhook-secret: must be at least 16 characters"}},
-		"missing price": {edit: func(c *serverConfig) { c.PricesFile = filepath.Join(dir, "nope.csv") }, want: []string{"--prices:", "nope.csv"}},
-		"bad prices":    {edit: func(c *serverConfig) { c.PricesFile = bad }, want: []string{"--prices " + bad, "colour"}},
+		"alert webhook without secret": {edit: func(c *serverConfig) { c.AlertWebhookURL = "https://hooks.example.com/alerts" },
+			want: []string{"--webhook-secret: is required with --alert-webhook-url"}},
+		"alert webhook not a url": {edit: func(c *serverConfig) { c.AlertWebhookURL, c.WebhookSecret = "ftp://x", "0123456789abcdef" },
+			want: []string{`--alert-webhook-url: "ftp://x" is not an http(s) URL`}},
+		"meter interval": {edit: func(c *serverConfig) { c.MeterInterval = 100 * time.Millisecond }, want: []string{"--meter-interval: must be at least 1s"}},
+		"short secret":   {edit: func(c *serverConfig) { c.WebhookSecret = "short" }, want: []string{"--webhook-secret: must be at least 16 characters"}},
+		"missing price":  {edit: func(c *serverConfig) { c.PricesFile = filepath.Join(dir, "nope.csv") }, want: []string{"--prices:", "nope.csv"}},
+		"bad prices":     {edit: func(c *serverConfig) { c.PricesFile = bad }, want: []string{"--prices " + bad, "colour"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -51,6 +51,12 @@ type Config struct {
 	// Run on; telemetry.None reports "no GPU" and nothing else.
 	Telemetry         telemetry.Source
 	TelemetryInterval time.Duration
+
+	// ServerCA is the certificate (PEM) the agent pins for an https
+	// server, or nil. Replicas whose GPUFLEET_SERVER is https get it as
+	// ServerCAFile in their own directory, named by GPUFLEET_CA, so the
+	// CLI and SDK inside a job pin it too.
+	ServerCA []byte
 }
 
 // Validate reports every problem with c at once, each with its field path.

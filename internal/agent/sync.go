@@ -231,6 +231,10 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 			return a.trackEnded(ctx, spec.ID, dir, phase, fmt.Sprintf("agent could not unpack the job's workdir %s: %v", spec.Archive, err))
 		}
 	}
+	if spec, err = a.withServerCA(dir, spec); err != nil {
+		log.Error("writing the server certificate for the job", "err", err)
+		return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, fmt.Sprintf("agent could not write the server certificate: %v", err))
+	}
 	l, err := a.launch(dir, spec)
 	if err != nil {
 		log.Error("launching supervisor", "err", err)
@@ -240,6 +244,31 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 	r := a.newReplica(spec.ID, dir, l)
 	a.track(ctx, r)
 	return r
+}
+
+// ServerCAFile is the server's certificate in a replica's directory, for
+// jobs reaching an https server (GPUFLEET_CA names it).
+const ServerCAFile = "server-ca.pem"
+
+// withServerCA writes the pinned server certificate into the replica's
+// directory and names it in the job's environment, when the agent pins one
+// and the job reaches the server over https; spec is returned unchanged
+// otherwise. The environment map is copied, never changed in place.
+func (a *Agent) withServerCA(dir string, spec agentapi.ReplicaSpec) (agentapi.ReplicaSpec, error) {
+	if len(a.cfg.ServerCA) == 0 || !strings.HasPrefix(spec.Env["GPUFLEET_SERVER"], "https://") {
+		return spec, nil
+	}
+	path := filepath.Join(dir, ServerCAFile)
+	if err := os.WriteFile(path, a.cfg.ServerCA, 0o644); err != nil { // a certificate: public
+		return spec, fmt.Errorf("writing %s: %w", ServerCAFile, err)
+	}
+	env := make(map[string]string, len(spec.Env)+1)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env["GPUFLEET_CA"] = path
+	spec.Env = env
+	return spec, nil
 }
 
 // unpack fetches the job's uploaded workdir and unpacks it into the

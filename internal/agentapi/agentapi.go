@@ -64,6 +64,13 @@ type Registration struct {
 	InstanceType string             `json:"instanceType,omitempty"`
 	CapacityType model.CapacityType `json:"capacityType,omitempty"`
 	AgentVersion string             `json:"agentVersion"`
+	// Pool, when set, names the NodePool the node belongs to (a
+	// Kubernetes pool's virtual nodes); an agent leaves it empty.
+	Pool string `json:"pool,omitempty"`
+	// PricePerHour is what the node costs in USD per hour (a Kubernetes
+	// pool's virtual node: its GPUs × price per GPU-hour), for the cost
+	// meter; it counts only with Pool set.
+	PricePerHour float64 `json:"pricePerHour,omitempty"`
 }
 
 // RegisterResponse names the node and how often it must sync.
@@ -97,6 +104,15 @@ type ReplicaSpec struct {
 	Grace   model.Duration `json:"grace"`
 	// Stop asks for Signal, Grace, then SIGKILL.
 	Stop bool `json:"stop,omitempty"`
+	// What a container runtime needs beyond the command: the job's image
+	// (run.image; empty: the node's default), its project and tags, and
+	// the CPU and memory each replica asked for (0: unset). A process
+	// agent ignores them.
+	Image   string            `json:"image,omitempty"`
+	Project string            `json:"project,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+	CPU     float64           `json:"cpu,omitempty"`
+	Memory  model.Bytes       `json:"memory,omitempty"`
 }
 
 // Phase is what an agent observes of a replica.

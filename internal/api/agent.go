@@ -165,7 +165,10 @@ func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)
 		return
 	}
-	rc, err := s.cfg.Controller.FetchArchive(r.Context(), digest)
+	// An agent token reads only the archives of jobs with a replica
+	// desired on its node; others are 404, not 403, so that a token
+	// cannot tell which digests exist.
+	rc, err := s.cfg.Controller.FetchArchiveFor(r.Context(), caller(r).Subject, digest)
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return

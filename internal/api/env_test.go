@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -37,6 +38,8 @@ type envConfig struct {
 	// Dir holds the database and logs (empty: a new temp dir), so a test
 	// can restart a server on the same state.
 	Dir string
+	// Archives makes the server store uploaded workdirs (under Dir).
+	Archives bool
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -80,12 +83,18 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var archives *archive.Store
+	if cfg.Archives {
+		if archives, err = archive.NewStore(filepath.Join(dir, "archives")); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	// The listener exists before the controller so that jobs are handed
 	// the real server URL; the handler is set before the server starts.
 	ts := httptest.NewUnstartedServer(nil)
 	var ctrl *controller.Controller
 	ctrl, err = controller.New(ctx, controller.Config{
-		Store: st, Logs: logs, Clock: cfg.Clock, Keyring: testKeyring(tb),
+		Store: st, Logs: logs, Clock: cfg.Clock, Keyring: testKeyring(tb), Archives: archives,
 		ServerURL:     "http://" + ts.Listener.Addr().String(),
 		CheckpointDir: filepath.Join(dir, "checkpoints"),
 		Metrics:       controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
@@ -100,7 +109,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 		tb.Fatalf("loading catalog: %v", err)
 	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg,
+		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {

@@ -228,7 +228,7 @@ func Routes() []Route {
 			Response: ArchiveUploaded{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.uploadArchive }},
 		{Method: "GET", Pattern: "/v1/archives/{digest}", Perm: PermAgent, Kinds: agents,
-			Summary: "Agent protocol: download an uploaded working directory by content address.", ResponseType: "application/gzip", Status: 200,
+			Summary: "Agent protocol: download an uploaded working directory by content address; only the archive of a job with a replica desired on the token's node (any other: 404).", ResponseType: "application/gzip", Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.downloadArchive }},
 		{Method: "POST", Pattern: "/v1/agent/register", Perm: PermAgent, Kinds: agents, Scope: scopeOwnNode,
 			Summary: "Agent protocol: announce the token's node and its GPUs (creates the node on first registration).",

@@ -78,6 +78,9 @@ type Input struct {
 	// ProviderOf maps an offer to the driver that sells it (sim sells
 	// aws, gcp… offers); nil means Offer.Provider.
 	ProviderOf func(model.Offer) string
+	// Offers are all the offers the providers sell now, so that a pool
+	// below its min launches even when no pending job names a candidate.
+	Offers []model.Offer
 }
 
 // ActionKind names an action.
@@ -171,7 +174,8 @@ func (m *Memory) failing(k string, now time.Time) bool {
 //  3. pending jobs: packed onto launching nodes that were bought for them
 //     or have room, else onto launches planned this cycle, else a new
 //     launch of the cheapest usable candidate inside a pool with room;
-//  4. pools below Min get their cheapest offer;
+//  4. pools below Min get their cheapest admitted offer (among the
+//     pending jobs' candidates and Input.Offers), pending work or not;
 //  5. idle ready nodes past their pool's idle timeout are removed, never
 //     below Min.
 func Decide(in Input) []Action {
@@ -393,17 +397,23 @@ func poolFor(pools []*model.NodePool, o model.Offer) *model.NodePool {
 }
 
 // poolOffers lists the offers a pool admits among the pending jobs'
-// candidates (Decide sees no other offers).
+// candidates, then among Input.Offers, each once.
 func (in *Input) poolOffers(p *model.NodePool) []model.Offer {
 	var out []model.Offer
 	seen := map[string]bool{}
+	add := func(o model.Offer) {
+		if k := OfferKey(o); !seen[k] && Admits(p, o) {
+			seen[k] = true
+			out = append(out, o)
+		}
+	}
 	for _, pj := range in.Pending {
 		for _, o := range pj.Offers {
-			if k := OfferKey(o); !seen[k] && Admits(p, o) {
-				seen[k] = true
-				out = append(out, o)
-			}
+			add(o)
 		}
+	}
+	for _, o := range in.Offers {
+		add(o)
 	}
 	return out
 }

@@ -135,6 +135,24 @@ func TestDecide(t *testing.T) {
 				{ID: "n2", Pool: "p", Provider: "sim", InstanceID: "i2", State: model.NodeReady, IdleSince: t0.Add(-20 * time.Minute)},
 			}},
 		},
+		"pool below min launches with no pending job": {
+			in:   Input{Now: t0, Pools: []*model.NodePool{pool("p", 2, 10, 0)}, Offers: []model.Offer{a1, a3, g1}},
+			want: []string{"launch p 2xgcp/us-central1/us-central1-a/g8/on-demand jobs=[]"},
+		},
+		"pool below min counts its live nodes": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 2, 10, 0)}, Offers: []model.Offer{a1},
+				Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeReady, Busy: true}}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[]"},
+		},
+		"pool below min skips failing and unadmitted offers": {
+			in: Input{Now: t0, Memory: failedA1, Offers: []model.Offer{g1, a1, a3},
+				Pools: []*model.NodePool{{Name: "p", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Min: 1, Max: 3, Sim: &model.SimPoolSettings{Clouds: []string{"aws"}}}}}},
+			want: []string{"launch p 1xaws/us-west-2/us-west-2a/g8/on-demand jobs=[]"},
+		},
+		"pool at min launches nothing without work": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 1, 10, 0)}, Offers: []model.Offer{a1},
+				Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0}}},
+		},
 		"pool below min launches cheapest admitted": {
 			in:   Input{Now: t0, Pools: []*model.NodePool{pool("p", 2, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 16, Offers: []model.Offer{a1, g1}}}},
 			want: []string{"launch p 2xgcp/us-central1/us-central1-a/g8/on-demand jobs=[]"},

@@ -44,13 +44,21 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 		n.Version++
 	} else {
 		if id == "" {
-			id = newID("n-")
+			id = c.cfg.NewID("n-")
 		}
 		n = &model.Node{ID: id, RegisteredAt: now, Version: 1}
 	}
 	n.Name, n.Provider, n.GPUs, n.GPUSource = r.Name, r.Provider, r.GPUs, r.GPUSource
 	n.CPU, n.Memory, n.Labels = r.CPU, r.Memory, r.Labels
 	n.Region, n.Zone, n.InstanceType, n.CapacityType = r.Region, r.Zone, r.InstanceType, r.CapacityType
+	// A launched node keeps the pool and price the scale loop gave it; a
+	// runner that states its pool (a Kubernetes pool's virtual node) states
+	// its price too, 0 included, as its GPUs come and go.
+	if r.Pool != "" {
+		n.Pool, n.PricePerHour = r.Pool, r.PricePerHour
+	}
+	// An owned machine joins the static pool that lists its id.
+	c.placeStaticLocked(n)
 	b := &store.Batch{Nodes: []*model.Node{n}}
 	if n.State == model.NodeLaunching {
 		c.recordLocked(b, model.Event{Kind: model.EventNodeReady, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,
@@ -266,6 +274,11 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		Signal:    job.Spec.Checkpoint.Signal,
 		Grace:     job.Spec.Checkpoint.Grace,
 		Stop:      a.Stop,
+		Image:     job.Spec.Run.Image,
+		Project:   job.Project,
+		Tags:      job.Tags,
+		CPU:       job.Spec.Resources.CPU,
+		Memory:    job.Spec.Resources.Memory,
 	}
 	return spec, nil
 }
@@ -544,7 +557,36 @@ func (c *Controller) checkNodes(ctx context.Context) {
 	}
 }
 
-// FetchArchive opens an uploaded working directory for an agent.
+// FetchArchiveFor opens an uploaded working directory for the agent of node
+// nodeID (the route a remote agent's token reaches): only the archive of a
+// job with a replica desired on that node. Any other digest is ErrNotFound
+// whether or not it was uploaded, so a node's token can neither read
+// another job's code nor learn that it exists.
+func (c *Controller) FetchArchiveFor(ctx context.Context, nodeID, digest string) (io.ReadCloser, error) {
+	c.mu.Lock()
+	wanted := false
+	for _, a := range c.st.LiveAttempts() {
+		j, ok := c.st.Job(a.JobID)
+		if !ok || j.Spec.Run.Archive != digest {
+			continue
+		}
+		for _, r := range a.Replicas {
+			wanted = wanted || r.NodeID == nodeID && !r.State.Terminal()
+		}
+		if wanted {
+			break
+		}
+	}
+	c.mu.Unlock()
+	if !wanted {
+		return nil, fmt.Errorf("archive %s: no job on node %s uses it: %w", digest, nodeID, ErrNotFound)
+	}
+	return c.FetchArchive(ctx, digest)
+}
+
+// FetchArchive opens an uploaded working directory for an agent. It does
+// not check who asks: the in-process agent calls it; a remote agent's
+// request goes through FetchArchiveFor.
 func (c *Controller) FetchArchive(_ context.Context, digest string) (io.ReadCloser, error) {
 	if c.cfg.Archives == nil {
 		return nil, fmt.Errorf("archive %s: this server stores no archives: %w", digest, ErrNotFound)

@@ -54,6 +54,11 @@ type Config struct {
 	FairShareHalfLife time.Duration
 	// Seed feeds the scheduler's tie-breaking.
 	Seed int64
+	// NewID, when set, makes the ids of new jobs and nodes (prefix and a
+	// unique suffix); nil means random ones. A simulation gives a counter,
+	// so that a seed and a clock replay the same run: the scheduler and
+	// the autoscaler break ties by id.
+	NewID func(prefix string) string
 	// Offers lists capacity that could be bought, for scheduling candidates.
 	Offers func(ctx context.Context) []model.Offer
 	// Inventory, when set, lists the instances each provider holds for
@@ -62,13 +67,19 @@ type Config struct {
 	Inventory func(ctx context.Context) (map[string][]string, error)
 	// Scale wires the autoscaler loop; the zero value disables it.
 	Scale ScaleConfig
+	// PoolsChanged, when set, is given the declared pools once New has
+	// loaded them and again after every apply or rollback that changes
+	// them, so a provider of fixed capacity follows the fleet
+	// (static.Provider.SetPools) with the time of the change. It is called
+	// with the controller's lock held, in revision order: it must be quick
+	// and must not call the controller.
+	PoolsChanged func(pools []*model.NodePool, now time.Time)
 	// Metrics, when set, is updated as the controller works.
 	Metrics *Metrics
-	// Alerts configure the efficiency, XID and queue-wait rules.
+	// Alerts configure the efficiency, XID and queue-wait rules and where
+	// alerts are delivered (through the same outbox as budget firings).
 	Alerts AlertRules
-	// Notifier, when set, receives every alert.
-	Notifier Notifier
-	// Cost configures metering, budgets and their webhooks.
+	// Cost configures metering, budgets and the webhook outbox.
 	Cost CostConfig
 	// Keyring seals and opens job secrets; nil means the server keeps none
 	// (writing one fails, and so does submitting a job that names one).
@@ -89,6 +100,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
+	}
+	if c.NewID == nil {
+		c.NewID = newID
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -167,10 +181,15 @@ type Controller struct {
 	// (cost.go).
 	cost costState
 
-	kick      chan struct{}
-	fatalOnce sync.Once
-	stopCom   context.CancelFunc
-	comDone   chan struct{}
+	kick chan struct{}
+	// outboxKick wakes the webhook delivery loop when a notification is
+	// queued; deliverMu makes deliveries one at a time, so a notification
+	// is never posted twice at once.
+	outboxKick chan struct{}
+	deliverMu  sync.Mutex
+	fatalOnce  sync.Once
+	stopCom    context.CancelFunc
+	comDone    chan struct{}
 }
 
 type idemKey struct{ subject, key string }
@@ -181,20 +200,21 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:      cfg,
-		st:       state.New(),
-		tokens:   map[string]*model.Token{},
-		tokenIDs: map[string]*model.Token{},
-		idem:     map[idemKey]store.Idempotency{},
-		verdicts: map[string]scheduler.Verdict{},
-		secrets:  map[string]string{},
-		lastSeen: map[string]time.Time{},
-		nodeGen:  map[string]uint64{},
-		markers:  map[string]time.Time{},
-		grants:   map[grantKey]model.Grant{},
-		changed:  make(chan struct{}),
-		kick:     make(chan struct{}, 1),
-		tel:      newTelemetryState(cfg.Alerts.Thresholds),
+		cfg:        cfg,
+		st:         state.New(),
+		tokens:     map[string]*model.Token{},
+		tokenIDs:   map[string]*model.Token{},
+		idem:       map[idemKey]store.Idempotency{},
+		verdicts:   map[string]scheduler.Verdict{},
+		secrets:    map[string]string{},
+		lastSeen:   map[string]time.Time{},
+		nodeGen:    map[string]uint64{},
+		markers:    map[string]time.Time{},
+		grants:     map[grantKey]model.Grant{},
+		changed:    make(chan struct{}),
+		kick:       make(chan struct{}, 1),
+		outboxKick: make(chan struct{}, 1),
+		tel:        newTelemetryState(cfg.Alerts.Thresholds),
 	}
 	c.com = newCommitter(cfg.Store, c.fail)
 	dump, err := cfg.Store.Load(ctx)
@@ -226,6 +246,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	if err := c.loadRevisions(dump.Revisions); err != nil {
 		return nil, fmt.Errorf("loading state: %w", err)
+	}
+	if cfg.PoolsChanged != nil {
+		cfg.PoolsChanged(c.fleet.pools, now)
 	}
 	c.events = dump.Events
 	if n := len(dump.Events); n > 0 {

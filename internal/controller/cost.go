@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/state"
@@ -36,9 +37,12 @@ type CostConfig struct {
 	// end on every hour boundary. Negative: no loop (tests drive
 	// CostPass).
 	MeterInterval time.Duration
-	// WebhookURL receives firings of budgets without spec.webhook.
+	// WebhookURL is the default receiver of notifications: firings of
+	// budgets without spec.webhook, and alerts when AlertRules.WebhookURL
+	// is empty.
 	WebhookURL string
-	// WebhookSecret signs every webhook body (HMAC-SHA256).
+	// WebhookSecret signs every webhook body (HMAC-SHA256) but those of
+	// receivers with their own signingKeyRef.
 	WebhookSecret []byte
 	// HTTP sends webhooks (http.DefaultClient with a 10s timeout).
 	HTTP *http.Client
@@ -113,15 +117,33 @@ func (c *Controller) costLoop(ctx context.Context) {
 	}
 	tick := c.cfg.Clock.NewTicker(every)
 	defer tick.Stop()
+	meter := true
 	for {
-		if err := c.CostPass(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Log.Error("cost pass failed", "err", err)
+		if meter {
+			if err := c.CostPass(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Error("cost pass failed", "err", err)
+			}
 		}
+		// The webhook outbox (budget firings and alerts) is delivered
+		// after every pass, as soon as something is queued, and when
+		// the earliest retry is due.
 		c.deliverDue(ctx)
+		c.mu.Lock()
+		next, ok := c.nextDeliveryLocked()
+		c.mu.Unlock()
+		var retry <-chan time.Time
+		if ok {
+			retry = c.cfg.Clock.After(max(next.Sub(c.cfg.Clock.Now()), time.Second))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C():
+			meter = true
+		case <-c.outboxKick:
+			meter = false
+		case <-retry:
+			meter = false
 		}
 	}
 }
@@ -259,13 +281,14 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 	return out
 }
 
-// declaredBudgetsLocked returns the declared budgets and their webhooks, by name.
-func (c *Controller) declaredBudgetsLocked() ([]cost.Budget, map[string]string) {
+// declaredBudgetsLocked returns the declared budgets and their webhooks
+// (nil: the server's default receiver), by name.
+func (c *Controller) declaredBudgetsLocked() ([]cost.Budget, map[string]*manifest.WebhookRef) {
 	if c.fleet.set == nil {
 		return nil, nil
 	}
 	out := make([]cost.Budget, 0, len(c.fleet.set.Budgets))
-	hooks := map[string]string{}
+	hooks := map[string]*manifest.WebhookRef{}
 	for i := range c.fleet.set.Budgets {
 		d := &c.fleet.set.Budgets[i]
 		out = append(out, d.Budget())
@@ -326,16 +349,11 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		b.BudgetFired = append(b.BudgetFired, f.Key)
 		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
 			"basis", string(f.Basis), "spent", f.Spent.String(), "limit", f.Limit.String())
-		url := hooks[f.Budget]
-		if url == "" {
-			url = c.cfg.Cost.WebhookURL
-		}
-		if url == "" {
+		hook := hooks[f.Budget]
+		if hook == nil && c.cfg.Cost.WebhookURL == "" {
 			continue
 		}
-		n := newNotification(f, url, now)
-		cs.outbox[n.ID] = n
-		b.Notifications = append(b.Notifications, cloneNote(n))
+		c.queueNotificationLocked(newNotification(f, hook, now), b)
 	}
 	cs.blocks, cs.spend = ev.Blocks, spend
 	cs.stopSpot, cs.stopAll = nil, nil
@@ -485,7 +503,9 @@ func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
 
 // BudgetStatus is a budget with its spend, forecast and state this period.
 type BudgetStatus struct {
-	Budget      cost.Budget  `json:"budget"`
+	Budget cost.Budget `json:"budget"`
+	// Webhook names the secret holding the budget's receiver URL, never
+	// the URL; empty: the server's default receiver.
 	Webhook     string       `json:"webhook,omitempty"`
 	PeriodStart time.Time    `json:"periodStart"`
 	PeriodEnd   time.Time    `json:"periodEnd"`
@@ -518,7 +538,7 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
 		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), extraDays)
-		st := BudgetStatus{Budget: bu, Webhook: hooks[bu.Name], PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
+		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
 			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
 		for i := range bu.Thresholds {
 			if c.cost.fired[cost.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
@@ -602,9 +622,10 @@ func (c *Controller) CostTotals() (byKey map[[3]string]cost.Money, idle cost.Mon
 	return byKey, c.cost.idle, ratios
 }
 
-// firingBody is what a webhook receives.
+// firingBody is what a webhook receives for a budget firing.
 type firingBody struct {
 	ID          string     `json:"id"`
+	Kind        string     `json:"kind"` // NotifyBudget
 	Budget      string     `json:"budget"`
 	Scope       cost.Scope `json:"scope"`
 	Threshold   int        `json:"threshold"`
@@ -619,17 +640,31 @@ type firingBody struct {
 	FiredAt     time.Time  `json:"firedAt"`
 }
 
-// newNotification makes the outbox record of a firing. Its id is derived
-// from the firing's key, so it is the same however often it is retried.
-func newNotification(f cost.Firing, url string, now time.Time) *store.Notification {
+// newNotification makes the outbox record of a firing, for hook (nil: the
+// server's default receiver). Its id is derived from the firing's key, so
+// it is the same however often it is retried.
+func newNotification(f cost.Firing, hook *manifest.WebhookRef, now time.Time) *store.Notification {
 	id := fmt.Sprintf("%s/%d/%s", f.Budget, f.Key.Threshold, f.Key.PeriodStart.UTC().Format(time.DateOnly))
-	body, err := json.Marshal(firingBody{ID: id, Budget: f.Budget, Scope: f.Scope, Threshold: f.Key.Threshold, Percent: f.Percent,
+	body, err := json.Marshal(firingBody{ID: id, Kind: NotifyBudget, Budget: f.Budget, Scope: f.Scope, Threshold: f.Key.Threshold, Percent: f.Percent,
 		Action: string(f.Action), Basis: string(f.Basis), Spent: f.Spent, Limit: f.Limit, Amount: f.Amount,
 		PeriodStart: f.Key.PeriodStart, PeriodEnd: f.PeriodEnd, FiredAt: now})
 	if err != nil {
 		panic(fmt.Sprintf("encoding a firing: %v", err)) // plain values only
 	}
-	return &store.Notification{ID: id, URL: url, Body: body, NextAt: now, Created: now}
+	n := &store.Notification{ID: id, Kind: NotifyBudget, Body: body, NextAt: now, Created: now}
+	if hook != nil {
+		n.URLRef, n.KeyRef = string(hook.SecretRef), string(hook.SigningKeyRef)
+	}
+	return n
+}
+
+// webhookName is what the API shows of a budget's webhook: the secret
+// naming its URL, never the URL.
+func webhookName(h *manifest.WebhookRef) string {
+	if h == nil {
+		return ""
+	}
+	return string(h.SecretRef)
 }
 
 func cloneNote(n *store.Notification) *store.Notification {

@@ -28,6 +28,7 @@ type receiver struct {
 	failFirst int
 	requests  int
 	seen      map[string]int
+	bodies    map[string][]byte // the last body by id
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +44,10 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc.seen[r.Header.Get(HeaderNotificationID)]++ // deduplicated by id: a repeat would count 2
+	if rc.bodies == nil {
+		rc.bodies = map[string][]byte{}
+	}
+	rc.bodies[r.Header.Get(HeaderNotificationID)] = body
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -56,7 +61,8 @@ func newCostHarness(t *testing.T, clk *clock.Fake, cc CostConfig) *harness {
 	c, err := New(context.Background(), Config{
 		Store: newMemStore(), Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777",
 		CheckpointDir: t.TempDir(), HeartbeatTimeout: 1000 * time.Hour, PassGap: -1, Cost: cc,
-		Fatal: func(err error) { t.Errorf("fatal: %v", err) },
+		Alerts: AlertRules{QueueWaitP95: -1}, // held jobs wait for days: only budget firings here
+		Fatal:  func(err error) { t.Errorf("fatal: %v", err) },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -33,6 +34,12 @@ type AlertRules struct {
 	QueueWaitP95 time.Duration
 	// EvaluateEvery is how often efficiency and rules are evaluated (5s).
 	EvaluateEvery time.Duration
+	// WebhookURL receives alerts; empty: CostConfig.WebhookURL, the
+	// server's default receiver. Alerts go through the same durable
+	// outbox as budget firings (signed with CostConfig.WebhookSecret,
+	// retried, one id per alert and period); with no receiver at all they
+	// are only logged, counted and kept among the recent alerts.
+	WebhookURL string
 }
 
 // DefaultDrainXIDs are the XID errors NVIDIA's XID catalogue says need
@@ -67,9 +74,12 @@ const (
 	AlertQueueWait      = "queue-wait"
 )
 
-// Alert is one rule firing. It goes to the Notifier and is kept among the
-// recent alerts.
+// Alert is one rule firing. It is queued in the webhook outbox and kept
+// among the recent alerts.
 type Alert struct {
+	// ID is stable for one alert and period (alertID): a webhook
+	// receiver deduplicates by it.
+	ID       string    `json:"id"`
 	Rule     string    `json:"rule"`
 	Severity string    `json:"severity"` // "warning" or "critical"
 	At       time.Time `json:"at"`
@@ -77,16 +87,11 @@ type Alert struct {
 	Attempt  string    `json:"attempt,omitempty"`
 	Node     string    `json:"node,omitempty"`
 	GPU      string    `json:"gpu,omitempty"`
+	XID      int       `json:"xid,omitempty"`
 	Queue    string    `json:"queue,omitempty"`
 	Summary  string    `json:"summary"`
 	// Since is when the condition began (idle since).
 	Since time.Time `json:"since,omitzero"`
-}
-
-// Notifier delivers alerts (webhooks). Notify must not block: an
-// implementation queues and retries on its own goroutine.
-type Notifier interface {
-	Notify(a Alert)
 }
 
 // maxAlerts bounds the recent alerts kept in memory.
@@ -198,8 +203,8 @@ func (c *Controller) checkXIDsLocked(n *model.Node, s agentapi.TelemetrySample, 
 		if !slices.Contains(c.cfg.Alerts.DrainXIDs, int(x)) {
 			continue
 		}
-		c.alertLocked(Alert{Rule: AlertNodeXID, Severity: "critical", At: s.Time, Node: n.ID, GPU: g.UUID,
-			Summary: fmt.Sprintf("GPU %d (%s) of node %s reported XID %d; the node is drained", g.Index, g.UUID, n.ID, int(x))})
+		c.alertLocked(Alert{Rule: AlertNodeXID, Severity: "critical", At: s.Time, Node: n.ID, GPU: g.UUID, XID: int(x),
+			Summary: fmt.Sprintf("GPU %d (%s) of node %s reported XID %d; the node is drained", g.Index, g.UUID, n.ID, int(x))}, b)
 		c.cordonLocked(n.ID, fmt.Sprintf("XID %d on GPU %d", int(x), g.Index), b)
 	}
 }
@@ -220,18 +225,55 @@ func (c *Controller) cordonLocked(nodeID, why string, b *store.Batch) {
 	c.recordLocked(b, model.Event{Kind: model.EventDrain, Object: "node/" + nodeID, Node: nodeID, Provider: n.Provider, Region: n.Region, Message: "drained: " + why})
 }
 
-// alertLocked records an alert and hands it to the notifier.
-func (c *Controller) alertLocked(a Alert) {
+// alertLocked records an alert and, when a receiver is configured, queues
+// it in the webhook outbox through b (the path budget firings take:
+// durable, signed, retried). Callers hold c.mu and commit b.
+func (c *Controller) alertLocked(a Alert, b *store.Batch) {
+	a.ID = alertID(a)
 	ts := &c.tel
 	ts.alerts = append(ts.alerts, a)
 	if len(ts.alerts) > maxAlerts {
 		ts.alerts = slices.Delete(ts.alerts, 0, len(ts.alerts)-maxAlerts)
 	}
 	c.cfg.Metrics.alert(a.Rule)
-	c.cfg.Log.Warn("alert", "rule", a.Rule, "job_id", a.Job, "node_id", a.Node, "queue", a.Queue, "summary", a.Summary)
-	if c.cfg.Notifier != nil {
-		c.cfg.Notifier.Notify(a)
+	c.cfg.Log.Warn("alert", "rule", a.Rule, "alert_id", a.ID, "job_id", a.Job, "node_id", a.Node, "queue", a.Queue, "summary", a.Summary)
+	if c.alertWebhookURL() == "" {
+		return
 	}
+	now := c.cfg.Clock.Now()
+	body, err := json.Marshal(alertBody{Kind: NotifyAlert, Alert: a})
+	if err != nil {
+		panic(fmt.Sprintf("encoding an alert: %v", err)) // plain values only
+	}
+	c.queueNotificationLocked(&store.Notification{ID: a.ID, Kind: NotifyAlert, Body: body, NextAt: now, Created: now}, b)
+}
+
+// alertBody is what a webhook receives for an alert: the alert's fields
+// (its id first among them) and the kind.
+type alertBody struct {
+	Kind string `json:"kind"` // NotifyAlert
+	Alert
+}
+
+// alertID names one alert and period: the rule, what it is about, and when
+// the condition began (idle since) or, for point events, when it fired.
+// The same condition raised again gets the same id, so receivers
+// deduplicate it.
+func alertID(a Alert) string {
+	var about string
+	switch a.Rule {
+	case AlertNodeXID:
+		about = fmt.Sprintf("%s/%s/%d", a.Node, a.GPU, a.XID)
+	case AlertQueueWait:
+		about = a.Queue
+	default:
+		about = cmpOr(a.Attempt, a.Job)
+	}
+	period := a.Since
+	if period.IsZero() {
+		period = a.At
+	}
+	return "alert/" + a.Rule + "/" + about + "/" + period.UTC().Format("20060102T150405Z")
 }
 
 // Alerts returns the recent alerts, oldest first.
@@ -288,14 +330,14 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 		if rules.IdleNotifyAfter > 0 && idle >= rules.IdleNotifyAfter && !ts.fired[AlertJobIdle+"/"+id] {
 			ts.fired[AlertJobIdle+"/"+id] = true
 			c.alertLocked(Alert{Rule: AlertJobIdle, Severity: "warning", At: now, Job: a.JobID, Attempt: id, Since: v.IdleSince,
-				Summary: fmt.Sprintf("job %s has been idle for %s: %s", a.JobID, idle.Truncate(time.Second), v.Findings[0].Reason)})
+				Summary: fmt.Sprintf("job %s has been idle for %s: %s", a.JobID, idle.Truncate(time.Second), v.Findings[0].Reason)}, b)
 		}
 		if rules.IdleStopAfter > 0 && idle >= rules.IdleStopAfter && !ts.fired[AlertJobIdleStopped+"/"+id] {
 			if j, ok := c.st.Job(a.JobID); ok && j.Tags["interactive"] == "true" {
 				ts.fired[AlertJobIdleStopped+"/"+id] = true
 				c.cancelLocked(j, b, now)
 				c.alertLocked(Alert{Rule: AlertJobIdleStopped, Severity: "warning", At: now, Job: a.JobID, Attempt: id, Since: v.IdleSince,
-					Summary: fmt.Sprintf("interactive job %s was idle for %s and has been stopped", a.JobID, idle.Truncate(time.Second))})
+					Summary: fmt.Sprintf("interactive job %s was idle for %s and has been stopped", a.JobID, idle.Truncate(time.Second))}, b)
 			}
 		}
 	}
@@ -306,7 +348,7 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 			case p95 > rules.QueueWaitP95 && !ts.fired[key]:
 				ts.fired[key] = true
 				c.alertLocked(Alert{Rule: AlertQueueWait, Severity: "warning", At: now, Queue: q,
-					Summary: fmt.Sprintf("queue %s: 95%% of waiting jobs have waited up to %s, above %s", q, p95.Truncate(time.Second), rules.QueueWaitP95)})
+					Summary: fmt.Sprintf("queue %s: 95%% of waiting jobs have waited up to %s, above %s", q, p95.Truncate(time.Second), rules.QueueWaitP95)}, b)
 			case p95 <= rules.QueueWaitP95:
 				delete(ts.fired, key)
 			}
@@ -383,7 +425,8 @@ func (c *Controller) Efficiency(jobID string) (Efficiency, bool) {
 }
 
 // allocatedCostLocked is what an attempt's GPUs have cost since it
-// started, at its nodes' prices shared by GPU; false when no node of it
+// started, at its nodes' prices (nodePrice: the price file, else the
+// catalog, as the meter charges) shared by GPU; false when no node of it
 // has a price.
 func (c *Controller) allocatedCostLocked(a *model.Attempt, now time.Time) (int64, bool) {
 	if a.StartedAt == nil {
@@ -394,7 +437,11 @@ func (c *Controller) allocatedCostLocked(a *model.Attempt, now time.Time) (int64
 	priced := false
 	for _, r := range a.Replicas {
 		n, ok := c.st.Node(r.NodeID)
-		if !ok || n.PricePerHour <= 0 || len(n.GPUs) == 0 {
+		if !ok || len(n.GPUs) == 0 {
+			continue
+		}
+		price, _ := c.nodePrice(n)
+		if price <= 0 {
 			continue
 		}
 		priced = true
@@ -402,7 +449,7 @@ func (c *Controller) allocatedCostLocked(a *model.Attempt, now time.Time) (int64
 		if r.GPUShare > 0 {
 			share = r.GPUShare / float64(len(n.GPUs))
 		}
-		total += n.PricePerHour * share * hours
+		total += price.Dollars() * share * hours
 	}
 	return int64(math.Round(total * 1e6)), priced
 }

@@ -1,8 +1,9 @@
 package controller
 
 import (
+	"encoding/json"
+	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,23 +16,10 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// recordingNotifier keeps every alert it is given.
-type recordingNotifier struct {
-	mu     sync.Mutex
-	alerts []Alert
-}
-
-func (r *recordingNotifier) Notify(a Alert) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.alerts = append(r.alerts, a)
-}
-
-func (r *recordingNotifier) rules() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// alertRules lists the controller's recent alerts as "rule job-or-node".
+func alertRules(c *Controller) []string {
 	var out []string
-	for _, a := range r.alerts {
+	for _, a := range c.Alerts() {
 		out = append(out, a.Rule+" "+a.Job+a.Node)
 	}
 	return out
@@ -52,11 +40,20 @@ func telemetryOf(at time.Time, n int, sm float64, values map[int]map[string]floa
 }
 
 // A job on a mocked H100 node that keeps SM activity at 3% is classified
-// idle, and its idle alert fires once however long it stays idle.
+// idle, and its idle alert fires once however long it stays idle: it goes
+// through the webhook outbox budget firings take, and a real receiver gets
+// it once, signed with the server's webhook secret.
 func TestIdleJobAlertsOnce(t *testing.T) {
 	clk := clock.NewFake(t0)
-	notes := &recordingNotifier{}
-	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	secret := []byte("alert-signing-key-0123")
+	rc := &receiver{t: t, secret: secret, failFirst: 1, seen: map[string]int{}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	h := newHarness(t, newMemStore(), clk, func(c *Config) {
+		c.Alerts.WebhookURL = srv.URL
+		c.Cost.WebhookSecret = secret
+		c.Cost.MeterInterval = -1 // the test drives deliveries
+	})
 	h.register("", 8)
 	j := h.submit(cmdSpec(1))
 	rs := h.waitDesired(1).Replicas[0]
@@ -70,6 +67,7 @@ func TestIdleJobAlertsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.c.evaluate(now)
+		h.c.deliverDue(t.Context()) // the first post fails: retried with backoff
 	}
 	eff, ok := h.c.Efficiency(j.ID)
 	if !ok {
@@ -81,19 +79,36 @@ func TestIdleJobAlertsOnce(t *testing.T) {
 	if eff.SMActive == nil || *eff.SMActive > 0.031 || *eff.SMActive < 0.029 {
 		t.Errorf("SM active = %v, want 0.03", eff.SMActive)
 	}
-	if diff := cmp.Diff([]string{AlertJobIdle + " " + j.ID}, notes.rules()); diff != "" {
+	if diff := cmp.Diff([]string{AlertJobIdle + " " + j.ID}, alertRules(h.c)); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
-	if got := h.c.Alerts(); len(got) != 1 || got[0].Since.IsZero() {
-		t.Errorf("recent alerts = %+v, want one with its idle-since", got)
+	got := h.c.Alerts()
+	if len(got) != 1 || got[0].Since.IsZero() {
+		t.Fatalf("recent alerts = %+v, want one with its idle-since", got)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if diff := cmp.Diff(map[string]int{got[0].ID: 1}, rc.seen); diff != "" {
+		t.Errorf("deliveries by id (-want +got):\n%s", diff)
+	}
+	if rc.requests != 2 {
+		t.Errorf("receiver got %d requests, want 2 (one injected failure, one delivery)", rc.requests)
+	}
+	var body struct {
+		ID, Kind, Rule, Job string
+	}
+	if err := json.Unmarshal(rc.bodies[got[0].ID], &body); err != nil {
+		t.Fatal(err)
+	}
+	if want := (struct{ ID, Kind, Rule, Job string }{got[0].ID, NotifyAlert, AlertJobIdle, j.ID}); body != want {
+		t.Errorf("body = %+v, want %+v", body, want)
 	}
 }
 
 // A busy job is not idle and raises nothing.
 func TestBusyJobRaisesNothing(t *testing.T) {
 	clk := clock.NewFake(t0)
-	notes := &recordingNotifier{}
-	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	h := newHarness(t, newMemStore(), clk)
 	h.register("", 2)
 	j := h.submit(cmdSpec(1))
 	rs := h.waitDesired(1).Replicas[0]
@@ -112,7 +127,7 @@ func TestBusyJobRaisesNothing(t *testing.T) {
 	if eff.Verdict.Class != efficiency.Healthy {
 		t.Errorf("class = %s, want healthy (%v)", eff.Verdict.Class, eff.Verdict.Findings)
 	}
-	if got := notes.rules(); len(got) != 0 {
+	if got := alertRules(h.c); len(got) != 0 {
 		t.Errorf("alerts = %v, want none", got)
 	}
 }
@@ -121,8 +136,7 @@ func TestBusyJobRaisesNothing(t *testing.T) {
 // not.
 func TestDrainXIDDrainsNode(t *testing.T) {
 	clk := clock.NewFake(t0)
-	notes := &recordingNotifier{}
-	h := newHarness(t, newMemStore(), clk, func(c *Config) { c.Notifier = notes })
+	h := newHarness(t, newMemStore(), clk)
 	h.register("", 2)
 	for i, xid := range []float64{13, 79, 79} {
 		clk.Advance(5 * time.Second)
@@ -131,7 +145,7 @@ func TestDrainXIDDrainsNode(t *testing.T) {
 			t.Fatalf("sync %d: %v", i, err)
 		}
 	}
-	if diff := cmp.Diff([]string{AlertNodeXID + " " + h.node}, notes.rules()); diff != "" {
+	if diff := cmp.Diff([]string{AlertNodeXID + " " + h.node}, alertRules(h.c)); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
 	for _, n := range h.c.Nodes() {
@@ -144,9 +158,7 @@ func TestDrainXIDDrainsNode(t *testing.T) {
 // A queue whose waiting jobs wait past the threshold alerts once.
 func TestQueueWaitAlert(t *testing.T) {
 	clk := clock.NewFake(t0)
-	notes := &recordingNotifier{}
 	h := newHarness(t, newMemStore(), clk, func(c *Config) {
-		c.Notifier = notes
 		c.Alerts.QueueWaitP95 = 10 * time.Minute
 	})
 	h.submit(cmdSpec(1)) // no node: it waits
@@ -154,7 +166,7 @@ func TestQueueWaitAlert(t *testing.T) {
 		clk.Advance(6 * time.Minute)
 		h.c.evaluate(clk.Now())
 	}
-	if diff := cmp.Diff([]string{AlertQueueWait + " "}, notes.rules()); diff != "" {
+	if diff := cmp.Diff([]string{AlertQueueWait + " "}, alertRules(h.c)); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
 }
@@ -162,9 +174,7 @@ func TestQueueWaitAlert(t *testing.T) {
 // An interactive job idle past IdleStopAfter is cancelled, once.
 func TestIdleInteractiveJobIsStopped(t *testing.T) {
 	clk := clock.NewFake(t0)
-	notes := &recordingNotifier{}
 	h := newHarness(t, newMemStore(), clk, func(c *Config) {
-		c.Notifier = notes
 		c.Alerts.IdleNotifyAfter = -1
 		c.Alerts.IdleStopAfter = 15 * time.Minute
 	})
@@ -185,7 +195,7 @@ func TestIdleInteractiveJobIsStopped(t *testing.T) {
 		}
 		h.c.evaluate(clk.Now())
 	}
-	if diff := cmp.Diff([]string{AlertJobIdleStopped + " " + j.ID}, notes.rules()); diff != "" {
+	if diff := cmp.Diff([]string{AlertJobIdleStopped + " " + j.ID}, alertRules(h.c)); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
 	if resp := h.sync(); len(resp.Replicas) != 1 || !resp.Replicas[0].Stop {

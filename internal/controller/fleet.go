@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -193,7 +194,12 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 		c.mu.Unlock()
 		return ApplyResult{Revision: cur}, nil
 	}
-	// 1. Check every queue deletion before changing anything.
+	// 1. Check every queue deletion, and that the webhooks' secrets
+	// exist, before changing anything.
+	if fe := c.checkWebhooksLocked(desired); len(fe) > 0 {
+		c.mu.Unlock()
+		return ApplyResult{}, fe
+	}
 	want := map[string]bool{}
 	for _, q := range desired.Queues {
 		want[q.Metadata.Name] = true
@@ -234,6 +240,10 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	}
 	c.fleet.advance(rev, desired)
 	b.Revisions = []*model.Revision{rev}
+	c.adoptStaticLocked(b)
+	if c.cfg.PoolsChanged != nil {
+		c.cfg.PoolsChanged(c.fleet.pools, rev.CreatedAt)
+	}
 	// 3. One commit for all of it.
 	c.broadcastLocked()
 	cm := c.com.submit(b)
@@ -285,4 +295,104 @@ func (c *Controller) Drift(ctx context.Context) ([]fleet.Finding, error) {
 	}
 	c.mu.Unlock()
 	return fleet.Drift(w), nil
+}
+
+// checkWebhooksLocked refuses budgets whose webhook names a secret the
+// server does not hold, or that would be signed with no key. Callers hold
+// c.mu.
+func (c *Controller) checkWebhooksLocked(set *manifest.Set) model.FieldErrors {
+	var fe model.FieldErrors
+	for _, b := range set.Budgets {
+		h := b.Spec.Webhook
+		if h == nil {
+			continue
+		}
+		p := fmt.Sprintf("Budget/%s: spec.webhook", b.Metadata.Name)
+		for field, ref := range map[string]model.SecretRef{"secretRef": h.SecretRef, "signingKeyRef": h.SigningKeyRef} {
+			if ref == "" {
+				continue
+			}
+			if project, name, ok := ref.Split(); ok {
+				if _, held := c.vault.sealed[store.SecretKey{Project: project, Name: name}]; !held {
+					fe.Add(p+"."+field, fmt.Sprintf("project %s has no secret %s (gpufleet secrets set %s %s)", project, name, project, name))
+				}
+			}
+		}
+		if h.SigningKeyRef == "" && len(c.cfg.Cost.WebhookSecret) == 0 {
+			fe.Add(p+".signingKeyRef", "is required: this server has no --webhook-secret to sign with")
+		}
+	}
+	slices.SortFunc(fe, func(a, b model.FieldError) int { return strings.Compare(a.Path, b.Path) })
+	return fe
+}
+
+// webhookUsersLocked returns the budgets whose webhook names the secret k.
+// Callers hold c.mu.
+func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
+	var out []string
+	if c.fleet.set == nil {
+		return nil
+	}
+	for _, b := range c.fleet.set.Budgets {
+		for _, ref := range b.Spec.Webhook.Refs() {
+			if p, n, _ := ref.Split(); p == k.Project && n == k.Name {
+				out = append(out, b.Metadata.Name)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// staticMachineLocked finds the declared static pool that lists machine
+// id (a node id).
+func (c *Controller) staticMachineLocked(id string) (*model.NodePool, model.StaticMachine, bool) {
+	for _, p := range c.fleet.pools {
+		if p.Spec.Provider != model.ProviderStatic || p.Spec.Static == nil {
+			continue
+		}
+		for _, m := range p.Spec.Static.Machines {
+			if m.Name == id {
+				return p, m, true
+			}
+		}
+	}
+	return nil, model.StaticMachine{}, false
+}
+
+// placeStaticLocked sets what the declared fleet says of an owned
+// machine's node n (provider static): the pool that lists it and its
+// amortised price, or no pool when none does. It reports whether n changed;
+// the caller owns n (a clone).
+func (c *Controller) placeStaticLocked(n *model.Node) bool {
+	if n.Provider != model.ProviderStatic {
+		return false
+	}
+	pool, price := "", n.PricePerHour
+	if p, m, ok := c.staticMachineLocked(n.ID); ok {
+		pool, price = p.Name, m.PricePerHour
+	}
+	if pool == n.Pool && price == n.PricePerHour {
+		return false
+	}
+	n.Pool, n.PricePerHour = pool, price
+	return true
+}
+
+// adoptStaticLocked brings the nodes of owned machines in line with a new
+// revision: a machine added to a static pool joins it, a machine removed
+// leaves it. The changed nodes join batch b.
+func (c *Controller) adoptStaticLocked(b *store.Batch) {
+	for _, n := range c.st.Nodes() {
+		if n.Provider != model.ProviderStatic || n.State == model.NodeTerminated {
+			continue
+		}
+		m := n.Clone()
+		if !c.placeStaticLocked(m) {
+			continue
+		}
+		m.Version++
+		c.st.PutNode(m)
+		b.Nodes = append(b.Nodes, m)
+	}
 }

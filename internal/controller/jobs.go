@@ -75,7 +75,7 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 	}
 	c.seq++
 	job = &model.Job{
-		ID:          newID("j-"),
+		ID:          c.cfg.NewID("j-"),
 		Name:        s.Name,
 		Project:     s.Project,
 		User:        s.User,

@@ -47,6 +47,9 @@ type scaleState struct {
 	memory    autoscaler.Memory
 	idleSince map[string]time.Time
 	started   map[string]bool
+	// deadlines are the notice deadlines of live instances, by instance
+	// id: their stop time when the provider reports none.
+	deadlines map[string]time.Time
 }
 
 // Node labels the scale loop sets.
@@ -72,6 +75,7 @@ func (c *Controller) scale(ctx context.Context) {
 	inv := map[string][]provider.Instance{}
 	var notices []provider.Notice
 	route := map[string]string{} // offer key → driver
+	var offers []model.Offer     // every provider's, for pools below min
 	for _, p := range sc.Providers {
 		drivers[p.Name()] = p
 		list, err := p.List(ctx)
@@ -86,16 +90,22 @@ func (c *Controller) scale(ctx context.Context) {
 				notices = append(notices, ns...)
 			}
 		}
-		if offers, err := p.Offers(ctx); err == nil {
-			for _, o := range offers {
+		if sold, err := p.Offers(ctx); err == nil {
+			for _, o := range sold {
 				route[autoscaler.OfferKey(o)] = p.Name()
 			}
+			offers = append(offers, sold...)
 		}
 	}
 
+	// The instances of live nodes that the providers no longer list
+	// stopped on the providers' side: ask their bills when (I/O, so
+	// before the lock).
+	stops := c.stopTimes(ctx, drivers, inv, now)
+
 	c.mu.Lock()
 	if c.scaleSt.idleSince == nil {
-		c.scaleSt.idleSince, c.scaleSt.started = map[string]time.Time{}, map[string]bool{}
+		c.scaleSt.idleSince, c.scaleSt.started, c.scaleSt.deadlines = map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
 	}
 	b := &store.Batch{}
 	var toStart []*model.Node
@@ -124,7 +134,11 @@ func (c *Controller) scale(ctx context.Context) {
 		in, alive := running[n.Provider+"\x00"+iid]
 		switch {
 		case !alive:
-			c.nodeGoneLocked(n, b, now, "instance is gone (interrupted or stopped by its provider)")
+			at := stops[n.Provider+"\x00"+iid]
+			if nt, ok := c.scaleSt.deadlines[iid]; ok && at.IsZero() {
+				at = nt
+			}
+			c.nodeGoneLocked(n, b, now, nodeStop{why: "instance is gone (interrupted or stopped by its provider)", at: at})
 			continue
 		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID]:
 			c.scaleSt.started[n.ID] = true
@@ -137,8 +151,13 @@ func (c *Controller) scale(ctx context.Context) {
 				}
 			}
 		}
-		if nt, ok := noticed[iid]; ok && n.State == model.NodeReady {
-			n = c.noticeLocked(n, b, now, nt)
+		if nt, ok := noticed[iid]; ok {
+			// The deadline is when the instance stops, should its bill
+			// not say (a provider that is no Biller).
+			c.scaleSt.deadlines[iid] = nt.Deadline
+			if n.State == model.NodeReady {
+				n = c.noticeLocked(n, b, now, nt)
+			}
 		}
 		busy := false
 		for _, g := range n.GPUs {
@@ -189,7 +208,7 @@ func (c *Controller) scale(ctx context.Context) {
 		pools = sc.DefaultPools
 	}
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
-		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout,
+		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: offers,
 		ProviderOf: func(o model.Offer) string { return route[autoscaler.OfferKey(o)] }}
 	c.mu.Unlock()
 
@@ -257,7 +276,7 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 	}
 	o := a.Offer
 	c.mu.Lock()
-	n := &model.Node{ID: newID("n-"), Name: o.InstanceType, Provider: p.Name(), Pool: a.Pool, State: model.NodeLaunching,
+	n := &model.Node{ID: c.cfg.NewID("n-"), Name: o.InstanceType, Provider: p.Name(), Pool: a.Pool, State: model.NodeLaunching,
 		Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType, PricePerHour: o.PricePerHour,
 		CPU: o.VCPUs, Memory: o.Memory, RegisteredAt: now, Version: 1,
 		Labels: map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
@@ -298,7 +317,8 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 		n.Labels[model.LabelInstance] = in.ID
 		c.recordLocked(b, model.Event{Kind: model.EventLaunch, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
 			Message: fmt.Sprintf("launched %s %s in %s %s at $%.2f/h for %s", o.CapacityType, o.InstanceType, o.Region, o.Zone, o.PricePerHour, a.Reason),
-			Fields:  map[string]string{"offer": autoscaler.OfferKey(o), "instance": in.ID, "pool": a.Pool, "jobs": joinJobs(a.Jobs)}})
+			Fields: map[string]string{"offer": autoscaler.OfferKey(o), "instance": in.ID, "pool": a.Pool, "jobs": joinJobs(a.Jobs),
+				FieldLaunchedAt: cmpTime(in.LaunchedAt, now).Format(time.RFC3339Nano)}})
 	}
 	c.st.PutNode(n)
 	c.broadcastLocked()
@@ -306,29 +326,20 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 }
 
 // terminate carries out a Terminate action: the instance stops billing,
-// then the node (if any) ends terminated with an event.
+// then the node (if any) ends terminated. One event records it, with the
+// provider's stop time.
 func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autoscaler.Action, now time.Time) {
 	if p == nil {
 		return
 	}
 	err := p.Terminate(ctx, a.InstanceID)
+	var at time.Time
+	if err == nil {
+		at = c.stopTimes(ctx, map[string]provider.Provider{a.Provider: p}, nil, now, a.InstanceID)[a.Provider+"\x00"+a.InstanceID]
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := &store.Batch{}
-	kind := model.EventTerminate
-	if a.Reason == autoscaler.ReasonLeak {
-		kind = model.EventLeak
-	}
-	msg := fmt.Sprintf("terminated instance %s/%s: %s", a.Provider, a.InstanceID, a.Reason)
-	if err != nil {
-		msg = fmt.Sprintf("terminating instance %s/%s (%s): %v", a.Provider, a.InstanceID, a.Reason, err)
-	}
-	obj := "instance/" + a.Provider + "/" + a.InstanceID
-	if a.NodeID != "" {
-		obj = "node/" + a.NodeID
-	}
-	c.recordLocked(b, model.Event{Kind: kind, Object: obj, Node: a.NodeID, Provider: a.Offer.Provider, Region: a.Offer.Region, Message: msg,
-		Fields: map[string]string{"instance": a.InstanceID, "reason": a.Reason}})
 	if a.Reason == autoscaler.ReasonLaunchTimeout {
 		job := ""
 		if len(a.Jobs) > 0 {
@@ -339,11 +350,110 @@ func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autos
 			c.scaleSt.memory.Fail(o, job, now)
 		}
 	}
-	if n, ok := c.st.Node(a.NodeID); ok && err == nil {
-		c.nodeGoneLocked(n, b, now, "terminated: "+a.Reason)
+	if n, ok := c.st.Node(a.NodeID); ok && err == nil && n.State != model.NodeTerminated {
+		c.nodeGoneLocked(n, b, now, nodeStop{why: "terminated: " + a.Reason, reason: a.Reason, at: at})
+	} else {
+		kind := model.EventTerminate
+		if a.Reason == autoscaler.ReasonLeak {
+			kind = model.EventLeak
+		}
+		msg := fmt.Sprintf("terminated instance %s/%s: %s", a.Provider, a.InstanceID, a.Reason)
+		fields := map[string]string{"instance": a.InstanceID, "reason": a.Reason}
+		if err != nil {
+			msg = fmt.Sprintf("terminating instance %s/%s (%s): %v", a.Provider, a.InstanceID, a.Reason, err)
+		} else {
+			fields[FieldStoppedAt] = cmpTime(at, now).Format(time.RFC3339Nano)
+		}
+		obj := "instance/" + a.Provider + "/" + a.InstanceID
+		if a.NodeID != "" {
+			obj = "node/" + a.NodeID
+		}
+		c.recordLocked(b, model.Event{Kind: kind, Object: obj, Node: a.NodeID, Provider: a.Offer.Provider, Region: a.Offer.Region, Message: msg, Fields: fields})
 	}
+	delete(c.scaleSt.deadlines, a.InstanceID)
 	c.broadcastLocked()
 	c.com.submit(b)
+}
+
+// Event fields that date an instance's bill: the launch event's
+// launchedAt and the terminate (or leak) event's stoppedAt are the
+// provider's own times (RFC 3339 with nanoseconds), so the node-time the
+// events add up to is what the provider bills.
+const (
+	FieldLaunchedAt = "launchedAt"
+	FieldStoppedAt  = "stoppedAt"
+)
+
+// stopTimes returns when the providers stopped instances (provider name
+// and instance id joined by NUL → time), from the bills of the providers
+// that are a provider.Biller. It asks only about the given ids, or, when
+// none are given, about the instances of live nodes missing from inv (an
+// instance whose provider is missing from inv is not asked about). Without
+// a bill entry an instance has no time here, and the caller falls back to
+// a notice's deadline or now.
+func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.Provider, inv map[string][]provider.Instance, now time.Time, ids ...string) map[string]time.Time {
+	billers := false
+	for _, d := range drivers {
+		_, ok := d.(provider.Biller)
+		billers = billers || ok
+	}
+	if !billers {
+		return nil
+	}
+	want := map[string][]string{} // provider → instance ids
+	if len(ids) > 0 {
+		for p := range drivers {
+			want[p] = ids
+		}
+	} else {
+		listed := map[string]bool{}
+		for p, list := range inv {
+			for _, in := range list {
+				listed[p+"\x00"+in.ID] = true
+			}
+		}
+		c.mu.Lock()
+		for _, n := range c.st.Nodes() {
+			iid := n.Labels[model.LabelInstance]
+			if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
+				continue
+			}
+			if _, ok := inv[n.Provider]; ok && !listed[n.Provider+"\x00"+iid] {
+				want[n.Provider] = append(want[n.Provider], iid)
+			}
+		}
+		c.mu.Unlock()
+	}
+	out := map[string]time.Time{}
+	for p, ids := range want {
+		bl, ok := drivers[p].(provider.Biller)
+		if !ok || len(ids) == 0 {
+			continue
+		}
+		usage, err := bl.Usage(ctx)
+		if err != nil {
+			c.cfg.Log.Warn("reading provider bill for stop times", "provider", p, "err", err)
+			continue
+		}
+		need := map[string]bool{}
+		for _, id := range ids {
+			need[id] = true
+		}
+		for _, u := range usage {
+			if need[u.InstanceID] && !u.Running {
+				out[p+"\x00"+u.InstanceID] = u.End
+			}
+		}
+	}
+	return out
+}
+
+// cmpTime is t, or def when t is zero.
+func cmpTime(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
 }
 
 // Labels recording a launched node's GPUs until it is ready.
@@ -405,21 +515,35 @@ func (c *Controller) noticeLocked(n *model.Node, b *store.Batch, now time.Time, 
 	return n
 }
 
+// nodeStop says why a node's instance is gone (why: the event's message;
+// reason: the autoscaler's, when it terminated it) and when it stopped
+// (zero: now).
+type nodeStop struct {
+	why, reason string
+	at          time.Time
+}
+
 // nodeGoneLocked ends a node whose instance is gone: its unfinished
 // replicas are lost (an attempt already stopping for a notice ends
 // preempted) and their jobs requeue.
-func (c *Controller) nodeGoneLocked(n *model.Node, b *store.Batch, now time.Time, why string) {
+func (c *Controller) nodeGoneLocked(n *model.Node, b *store.Batch, now time.Time, stop nodeStop) {
 	if n.State == model.NodeTerminated {
 		return
 	}
+	why := stop.why
 	n = n.Clone()
 	n.Version++
 	n.State = model.NodeTerminated
 	c.st.PutNode(n)
 	b.Nodes = append(b.Nodes, n)
 	delete(c.scaleSt.idleSince, n.ID)
+	delete(c.scaleSt.deadlines, n.Labels[model.LabelInstance])
+	fields := map[string]string{"instance": n.Labels[model.LabelInstance], FieldStoppedAt: cmpTime(stop.at, now).Format(time.RFC3339Nano)}
+	if stop.reason != "" {
+		fields["reason"] = stop.reason
+	}
 	c.recordLocked(b, model.Event{Kind: model.EventTerminate, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region, Message: why,
-		Fields: map[string]string{"instance": n.Labels[model.LabelInstance]}})
+		Fields: fields})
 	for _, a := range c.st.LiveAttempts() {
 		changed := false
 		a = a.Clone()

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -134,4 +135,194 @@ func (n NodeInfo) offerFor(t *testing.T, sp *sim.Provider) model.Offer {
 		}
 	}
 	return offers[0]
+}
+
+// TestScaleGangNotice: a spot notice on one node of a two-node gang stops
+// the whole gang with its checkpoint signal and grace; the attempt ends
+// preempted, and the job restarts as a whole (every rank, the next attempt
+// number, the same GPUFLEET_CHECKPOINT_DIR) on fresh capacity.
+func TestScaleGangNotice(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	// No random interruptions or failures: the notice is the one this
+	// test gives.
+	scn, err := sim.ParseScenario([]byte("offers:\n  - match: {capacityType: spot}\n    interruptionRate: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := sim.New(sim.Config{Clock: clk, Seed: 3, Providers: []string{"aws"}, Scenario: scn, Offers: busiestRegions(t, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := logstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
+		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
+		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
+		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.mu.Lock()
+	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4,
+		CapacityTypes: []model.CapacityType{model.Spot}, IdleTimeout: model.Duration(time.Hour)}}}
+	c.mu.Unlock()
+
+	spec := model.JobSpec{Replicas: 2, Spot: model.SpotRequired}
+	spec.Resources.GPUs = 8
+	spec.Run.Command = []string{"torchrun", "train.py"}
+	spec.Estimate.Runtime = model.Duration(2 * time.Hour)
+	spec.Checkpoint = model.Checkpoint{Interval: model.Duration(10 * time.Minute), Signal: "SIGUSR1", Grace: model.Duration(90 * time.Second)}
+	spec.Default()
+	j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// cycle runs a scale cycle and a pass, then syncs every live node;
+	// it returns the desired replicas of the job by node.
+	cycle := func() map[string][]agentapi.ReplicaSpec {
+		t.Helper()
+		c.scale(ctx)
+		if err := c.pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]agentapi.ReplicaSpec{}
+		for _, n := range c.Nodes() {
+			if n.State != model.NodeReady && n.State != model.NodeDraining {
+				continue
+			}
+			resp, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: n.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n.ID] = resp.Replicas
+		}
+		return out
+	}
+	// started waits (on the fake clock) for both ranks of attempt n to be
+	// desired, one per node, reports them running and returns them.
+	started := func(n int) []agentapi.ReplicaSpec {
+		t.Helper()
+		for range 30 {
+			var ranks []agentapi.ReplicaSpec
+			for _, rs := range cycle() {
+				for _, r := range rs {
+					if r.Attempt == n && !r.Stop {
+						ranks = append(ranks, r)
+					}
+				}
+			}
+			if len(ranks) == 2 {
+				slices.SortFunc(ranks, func(a, b agentapi.ReplicaSpec) int { return a.Rank - b.Rank })
+				for _, r := range ranks {
+					node := nodeOfReplica(t, c, r.ID)
+					if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: node, Statuses: []agentapi.ReplicaStatus{running(r.ID)}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return ranks
+			}
+			clk.Advance(time.Minute)
+		}
+		t.Fatalf("attempt %d of the gang never started on two nodes; nodes %+v", n, c.Nodes())
+		return nil
+	}
+
+	first := started(1)
+	nodes := []string{nodeOfReplica(t, c, first[0].ID), nodeOfReplica(t, c, first[1].ID)}
+	if nodes[0] == nodes[1] {
+		t.Fatalf("both ranks on node %s; want one 8-GPU node each", nodes[0])
+	}
+	dir := first[0].Env["GPUFLEET_CHECKPOINT_DIR"]
+	if dir == "" || first[1].Env["GPUFLEET_CHECKPOINT_DIR"] != dir {
+		t.Fatalf("ranks have checkpoint dirs %q and %q", dir, first[1].Env["GPUFLEET_CHECKPOINT_DIR"])
+	}
+	clk.Advance(15 * time.Minute)
+	if _, err := c.Checkpoint(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. Rank 1's node gets a spot notice.
+	var instance string
+	for _, n := range c.Nodes() {
+		if n.ID == nodes[1] {
+			instance = n.Labels[model.LabelInstance]
+		}
+	}
+	nt, err := sp.Interrupt(ctx, instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2. The next cycle drains that node and stops both ranks, each with
+	// the job's checkpoint signal and grace, on both nodes.
+	desired := cycle()
+	for i, node := range nodes {
+		rs := desired[node]
+		if len(rs) != 1 || rs[0].ID != first[i].ID || !rs[0].Stop || rs[0].Signal != "SIGUSR1" || rs[0].Grace != model.Duration(90*time.Second) {
+			t.Fatalf("rank %d on node %s after the notice: desired %+v; want it stopped with SIGUSR1 and 90s grace", i, node, rs)
+		}
+	}
+	for _, n := range c.Nodes() {
+		if n.ID == nodes[1] && n.State != model.NodeDraining {
+			t.Errorf("noticed node is %s, want draining", n.State)
+		}
+		if n.ID == nodes[0] && n.State != model.NodeReady {
+			t.Errorf("the other node is %s, want ready", n.State)
+		}
+	}
+	// 3. Both ranks exit on the signal inside the grace period; the
+	// attempt ends preempted and the job is queued again.
+	clk.Advance(30 * time.Second)
+	for i, node := range nodes {
+		if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: node, Statuses: []agentapi.ReplicaStatus{exited(first[i].ID, 143, agentapi.ReasonStopped)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := c.Job(j.ID)
+	if got.State != model.JobQueued || got.Attempts != 1 || got.Preemptions != 1 {
+		t.Fatalf("job after the notice: %s, %d attempts, %d preemptions; want queued, 1, 1", got.State, got.Attempts, got.Preemptions)
+	}
+	atts, _ := c.Attempts(j.ID)
+	if len(atts) != 1 || atts[0].State != model.AttemptPreempted {
+		t.Fatalf("attempts %+v; want one, preempted", atts)
+	}
+
+	// 4. The instance stops at its deadline; the gang restarts whole, as
+	// attempt 2, with the same checkpoint dir, on the surviving node and a
+	// new one.
+	clk.Advance(nt.Deadline.Sub(clk.Now()))
+	second := started(2)
+	for i, r := range second {
+		if r.Rank != i || r.Env["GPUFLEET_ATTEMPT"] != "2" || r.Env["WORLD_SIZE"] != "2" || r.Env["GPUFLEET_CHECKPOINT_DIR"] != dir {
+			t.Errorf("rank %d of attempt 2: rank %d, GPUFLEET_ATTEMPT=%s WORLD_SIZE=%s GPUFLEET_CHECKPOINT_DIR=%q; want %d, 2, 2, %q",
+				i, r.Rank, r.Env["GPUFLEET_ATTEMPT"], r.Env["WORLD_SIZE"], r.Env["GPUFLEET_CHECKPOINT_DIR"], i, dir)
+		}
+		if node := nodeOfReplica(t, c, r.ID); node == nodes[1] {
+			t.Errorf("rank %d of attempt 2 is on the noticed node %s", i, node)
+		}
+	}
+	got, _ = c.Job(j.ID)
+	if got.State != model.JobRunning || got.Attempts != 2 {
+		t.Errorf("job after restart: %s, %d attempts; want running, 2", got.State, got.Attempts)
+	}
+}
+
+// nodeOfReplica returns the node a replica id is bound to.
+func nodeOfReplica(t *testing.T, c *Controller, id string) string {
+	t.Helper()
+	attemptID, rank, ok := splitReplicaID(id)
+	if !ok {
+		t.Fatalf("replica id %q", id)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.st.Attempt(attemptID)
+	if !ok || rank >= len(a.Replicas) {
+		t.Fatalf("no replica %s", id)
+	}
+	return a.Replicas[rank].NodeID
 }

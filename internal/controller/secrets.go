@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/secrets"
@@ -106,6 +107,10 @@ func (c *Controller) DeleteSecret(ctx context.Context, project, name string) err
 	if _, ok := c.vault.sealed[k]; !ok {
 		c.mu.Unlock()
 		return fmt.Errorf("secret %s in project %s: %w", name, project, ErrNotFound)
+	}
+	if users := c.webhookUsersLocked(k); len(users) > 0 {
+		c.mu.Unlock()
+		return fmt.Errorf("secret %s in project %s is the webhook of budget %s; apply the fleet without it first: %w", name, project, strings.Join(users, ", "), ErrConflict)
 	}
 	delete(c.vault.sealed, k)
 	// The value stays in the scrubber: it may still be in running jobs'

@@ -43,6 +43,21 @@ func (t PriceTable) Lookup(nodeID, pool, instanceType string) (p Price, ok bool)
 	return Price{}, false
 }
 
+// WithInstanceType returns t with instance type name priced at p, unless
+// t already prices that type (a price file row wins). t is not changed.
+func (t PriceTable) WithInstanceType(name string, p Price) PriceTable {
+	if _, ok := t.byType[name]; ok {
+		return t
+	}
+	byType := make(map[string]Price, len(t.byType)+1)
+	for k, v := range t.byType {
+		byType[k] = v
+	}
+	byType[name] = p
+	t.byType = byType
+	return t
+}
+
 // priceColumns is the header a price file must start with, in any order;
 // see docs/cost.md.
 var priceColumns = []string{"match", "value", "price_per_hour", "purchase_price", "amortize_months", "opex_per_hour"}

@@ -57,3 +57,32 @@ func TestParsePricesErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestWithInstanceType(t *testing.T) {
+	t.Parallel()
+	file, err := ParsePrices(strings.NewReader("match,value,price_per_hour\ninstance_type,mine,5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := Price{PerHour: 2 * Dollar, Source: "demo"}
+	for name, tc := range map[string]struct {
+		table PriceTable
+		typ   string
+		want  Price
+	}{
+		"added to an empty table":     {table: PriceTable{}, typ: "demo-1xH100", want: demo},
+		"added beside the file's":     {table: file, typ: "demo-1xH100", want: demo},
+		"the file's own price stands": {table: file, typ: "mine", want: Price{PerHour: 5 * Dollar, Source: SourceCustom}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := tc.table.WithInstanceType(tc.typ, demo).Lookup("n", "", tc.typ)
+			if !ok || got != tc.want {
+				t.Errorf("Lookup = %+v %v, want %+v", got, ok, tc.want)
+			}
+		})
+	}
+	if _, ok := file.Lookup("n", "", "demo-1xH100"); ok {
+		t.Error("WithInstanceType changed the table it was called on")
+	}
+}

@@ -80,6 +80,8 @@ func Drift(w World) []Finding {
 		}
 		instanceOf[id] = n.ID
 		byName[n.Pool+"/"+n.Name] = true
+		// An owned machine's node id is its machine name.
+		byName[n.Pool+"/"+n.ID] = true
 		if n.State == model.NodeLost {
 			if n.Pool != "" {
 				add("Node", n.ID, NodeLost, "node %s of pool %s stopped reporting (last heartbeat %s)", n.Name, n.Pool, n.LastHeartbeat.UTC().Format("2006-01-02T15:04:05Z"))
@@ -87,7 +89,9 @@ func Drift(w World) []Finding {
 			continue
 		}
 		if _, ok := pools[n.Pool]; !ok {
-			if n.Pool == "" {
+			if n.Pool == "" && n.Provider == model.ProviderStatic {
+				add("Node", n.ID, UnmanagedNode, "owned machine %s (agent %s) is listed in no static pool: add it to one, or stop its agent", n.ID, n.Name)
+			} else if n.Pool == "" {
 				add("Node", n.ID, UnmanagedNode, "node %s (%s) belongs to no pool", n.Name, n.Provider)
 			} else {
 				add("Node", n.ID, UnmanagedNode, "node %s names pool %s, which is not declared", n.Name, n.Pool)
@@ -95,7 +99,9 @@ func Drift(w World) []Finding {
 		} else {
 			live[n.Pool]++
 		}
-		if ids, checked := w.Inventory[n.Provider]; checked && !contains(ids, id) {
+		// Owned machines are checked against the pools that list them
+		// (machine-missing, unmanaged-node), not as instances.
+		if ids, checked := w.Inventory[n.Provider]; checked && n.Provider != model.ProviderStatic && !contains(ids, id) {
 			add("Node", n.ID, InstanceGone, "provider %s no longer lists instance %s of node %s", n.Provider, id, n.Name)
 		}
 	}
@@ -115,6 +121,9 @@ func Drift(w World) []Finding {
 		}
 	}
 	for prov, ids := range w.Inventory {
+		if prov == model.ProviderStatic {
+			continue
+		}
 		for _, id := range ids {
 			if _, ok := instanceOf[id]; !ok {
 				add("Instance", id, UnknownInstance, "provider %s lists instance %s, which no node stands for", prov, id)

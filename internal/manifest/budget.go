@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"errors"
-	"net/url"
 
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -25,10 +24,52 @@ type BudgetSpec struct {
 	Period     cost.Period      `json:"period"`
 	Hard       bool             `json:"hard,omitempty"`
 	Thresholds []cost.Threshold `json:"thresholds,omitempty"`
-	// Webhook receives this budget's firings (POST, JSON, signed with
-	// the server's webhook secret); empty means the server's default
-	// (--webhook-url), if any.
-	Webhook string `json:"webhook,omitempty"`
+	// Webhook receives this budget's firings (POST, JSON, signed); nil
+	// means the server's default receiver (--webhook-url), if any.
+	Webhook *WebhookRef `json:"webhook,omitempty"`
+}
+
+// WebhookRef names a webhook receiver by sealed secrets (issue 9), so
+// neither its URL nor its signing key is stored in the fleet's documents,
+// and the API, which returns documents, never shows them.
+type WebhookRef struct {
+	// SecretRef is the secret ("project/NAME") whose value is the
+	// receiver's http(s) URL. Required.
+	SecretRef model.SecretRef `json:"secretRef"`
+	// SigningKeyRef is the secret whose value signs the bodies
+	// (HMAC-SHA256); empty signs with the server's --webhook-secret.
+	SigningKeyRef model.SecretRef `json:"signingKeyRef,omitempty"`
+}
+
+// Refs returns the secrets w names.
+func (w *WebhookRef) Refs() []model.SecretRef {
+	if w == nil {
+		return nil
+	}
+	refs := []model.SecretRef{w.SecretRef}
+	if w.SigningKeyRef != "" {
+		refs = append(refs, w.SigningKeyRef)
+	}
+	return refs
+}
+
+// Validate reports every problem in w, with paths under prefix.
+func (w *WebhookRef) Validate(prefix string) model.FieldErrors {
+	var fe model.FieldErrors
+	if w == nil {
+		return nil
+	}
+	if w.SecretRef == "" {
+		fe.Add(prefix+".secretRef", "is required: the secret (project/NAME) holding the receiver's URL; write it with `gpufleet secrets set PROJECT NAME`")
+	} else if msg := w.SecretRef.Validate(); msg != "" {
+		fe.Add(prefix+".secretRef", msg)
+	}
+	if w.SigningKeyRef != "" {
+		if msg := w.SigningKeyRef.Validate(); msg != "" {
+			fe.Add(prefix+".signingKeyRef", msg)
+		}
+	}
+	return fe
 }
 
 // Budget returns the document as the cost core's Budget.
@@ -53,10 +94,6 @@ func (d *Budget) Validate(func(string) bool) model.FieldErrors {
 			fe.Add("spec", err.Error())
 		}
 	}
-	if d.Spec.Webhook != "" {
-		if u, err := url.Parse(d.Spec.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			fe.Add("spec.webhook", "must be an http or https URL")
-		}
-	}
+	fe = append(fe, d.Spec.Webhook.Validate("spec.webhook")...)
 	return fe
 }

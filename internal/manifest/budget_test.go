@@ -18,7 +18,7 @@ spec:
   amount: "5000"
   period: {kind: monthly, startDay: 1}
   hard: true
-  webhook: https://hooks.example.com/cost
+  webhook: {secretRef: finance/BUDGET_HOOK, signingKeyRef: finance/BUDGET_KEY}
   thresholds:
     - {percent: 80, action: notify}
     - {percent: 90, action: stop-spot, basis: forecast}
@@ -32,6 +32,10 @@ spec:
 		Thresholds: []cost.Threshold{{Percent: 80, Action: cost.ActionNotify}, {Percent: 90, Action: cost.ActionStopSpot, Basis: cost.Forecast}}}
 	if diff := cmp.Diff(want, set.Budgets[0].Budget()); diff != "" {
 		t.Errorf("budget (-want +got):\n%s", diff)
+	}
+	wantHook := &WebhookRef{SecretRef: "finance/BUDGET_HOOK", SigningKeyRef: "finance/BUDGET_KEY"}
+	if diff := cmp.Diff(wantHook, set.Budgets[0].Spec.Webhook); diff != "" {
+		t.Errorf("webhook (-want +got):\n%s", diff)
 	}
 	// Stored documents decode back to the same set.
 	docs, _ := set.Documents()
@@ -50,7 +54,7 @@ spec:
   scope: {}
   amount: "-1"
   period: {kind: daily}
-  webhook: ftp://x
+  webhook: {secretRef: "https://hooks.example.com/x"}
   bogus: 1
   thresholds: [{percent: 0, action: explode}]
 `
@@ -60,8 +64,41 @@ spec:
 		paths = append(paths, e.Path)
 	}
 	wantPaths := []string{"b.yaml[0].spec.amount", "b.yaml[0].spec.bogus", "b.yaml[0].spec.period.kind", "b.yaml[0].spec.scope",
-		"b.yaml[0].spec.thresholds[0].action", "b.yaml[0].spec.thresholds[0].percent", "b.yaml[0].spec.webhook"}
+		"b.yaml[0].spec.thresholds[0].action", "b.yaml[0].spec.thresholds[0].percent", "b.yaml[0].spec.webhook.secretRef"}
 	if diff := cmp.Diff(wantPaths, paths); diff != "" {
 		t.Errorf("problem paths (-want +got):\n%s\n%v", diff, fe)
+	}
+}
+
+// A webhook is named by sealed secrets, never written into the document:
+// a URL where the reference belongs is refused.
+func TestBudgetWebhookIsAReference(t *testing.T) {
+	t.Parallel()
+	doc := func(webhook string) []byte {
+		return []byte("apiVersion: gpufleet.dev/v1\nkind: Budget\nmetadata: {name: b}\nspec:\n  scope: {project: nlp}\n  amount: \"10\"\n  period: {kind: monthly}\n  webhook: " + webhook + "\n")
+	}
+	for name, tc := range map[string]struct {
+		webhook string
+		want    []string // problem paths
+	}{
+		"reference":          {webhook: "{secretRef: ops/HOOK}"},
+		"with a signing key": {webhook: "{secretRef: ops/HOOK, signingKeyRef: ops/HOOK_KEY}"},
+		"a plain URL":        {webhook: "https://hooks.example.com/x", want: []string{"b.yaml[0].spec.webhook"}},
+		"no project":         {webhook: "{secretRef: HOOK}", want: []string{"b.yaml[0].spec.webhook.secretRef"}},
+		"no reference":       {webhook: "{signingKeyRef: ops/K}", want: []string{"b.yaml[0].spec.webhook.secretRef"}},
+		"bad key name":       {webhook: "{secretRef: ops/HOOK, signingKeyRef: ops/9bad}", want: []string{"b.yaml[0].spec.webhook.signingKeyRef"}},
+		"unknown field":      {webhook: "{secretRef: ops/HOOK, url: x}", want: []string{"b.yaml[0].spec.webhook.url"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, fe := Parse([]Source{{Name: "b.yaml", Data: doc(tc.webhook)}}, nil)
+			var got []string
+			for _, e := range fe {
+				got = append(got, e.Path)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("problem paths (-want +got):\n%s\n%v", diff, fe)
+			}
+		})
 	}
 }

@@ -75,6 +75,19 @@ func decode(data []byte, format Format, v reflect.Value) model.FieldErrors {
 			return model.FieldErrors{{Path: bodyPath, Message: msg}}
 		}
 	}
+	// A valid document, the common case, decodes without the generic
+	// tree; anything else is decoded again by the walk, which reports
+	// every problem with its path.
+	if decodeFast(data, v) {
+		return nil
+	}
+	v.SetZero()
+	return walk(data, v)
+}
+
+// walk decodes the JSON data into v, which must be settable and zero,
+// through a generic tree, reporting every problem with its path.
+func walk(data []byte, v reflect.Value) model.FieldErrors {
 	x, msg := parseJSON(data)
 	if msg != "" {
 		return model.FieldErrors{{Path: bodyPath, Message: msg}}

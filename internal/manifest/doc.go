@@ -22,6 +22,12 @@
 //     case-insensitive matching is not applied. JSON objects with duplicate
 //     keys keep the last value (YAML duplicates are rejected).
 //
+// Decoding takes two paths to one result: a valid document is decoded in
+// one pass straight into the Go value (fast.go); anything the fast path is
+// not sure of is decoded again through a generic tree (walk.go), which
+// reports every problem with its path. FuzzFastDecode holds the fast path
+// to the walk's result.
+//
 // The decoder serves any Go type built from structs, pointers, slices, maps
 // with string keys, strings, booleans, numbers, []byte (base64), interface{}
 // (numbers as float64, as encoding/json does) and types that implement

@@ -48,11 +48,15 @@ func (m *Metadata) Validate(prefix string) model.FieldErrors {
 		fe.Add(prefix+".tags", fmt.Sprintf("has %d tags; at most %d are allowed", len(m.Tags), maxTags))
 	}
 	for k, v := range m.Tags {
+		keyOK, valueOK := isTagKey(k), isTagValue(v)
+		if keyOK && valueOK {
+			continue // the common case builds no path
+		}
 		p := keyPath(prefix+".tags", k)
-		if !isTagKey(k) {
+		if !keyOK {
 			fe.Add(p, fmt.Sprintf("tag key must be 1 to %d letters, digits, '.', '_', '-' or '/', starting with a letter or digit", maxTagKeyLen))
 		}
-		if !isTagValue(v) {
+		if !valueOK {
 			fe.Add(p, fmt.Sprintf("tag value must be at most %d printable characters", maxTagValueLen))
 		}
 	}

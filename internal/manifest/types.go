@@ -23,6 +23,7 @@ type typeInfo struct {
 type field struct {
 	index  []int // as for reflect.Value.FieldByIndex
 	tagged bool  // named by its json tag rather than its Go name
+	pos    int   // the name's place in typeInfo.names
 }
 
 // typeInfos caches typeInfo by reflect.Type. Entries are immutable once
@@ -113,6 +114,7 @@ func structFields(t reflect.Type) (map[string]field, []string) {
 		for _, name := range order {
 			seen[name] = true
 			if f, ok := dominant(candidates[name]); ok {
+				f.pos = len(names)
 				fields[name] = f
 				names = append(names, name)
 			}

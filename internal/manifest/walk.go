@@ -283,32 +283,40 @@ func (d *decoder) plain(x any) any {
 	return x
 }
 
-// integer decodes a signed integer. An integral number written with a
-// fraction or exponent (3.0, 1e3) is accepted.
+// integer decodes a signed integer.
 func (d *decoder) integer(x any, v reflect.Value) {
 	n, ok := x.(json.Number)
 	if !ok {
 		d.mismatch("an integer", x)
 		return
 	}
-	i, err := strconv.ParseInt(string(n), 10, 64)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(string(n), 64)
-		switch {
-		case ferr != nil || f < -0x1p63 || f >= 0x1p63:
-			d.fail(string(n) + " is out of range")
-			return
-		case f != math.Trunc(f):
-			d.fail("want an integer, got " + string(n))
-			return
-		}
-		i = int64(f)
+	i, msg := intOf(string(n))
+	if msg == "" && v.OverflowInt(i) {
+		msg = string(n) + " is out of range"
 	}
-	if v.OverflowInt(i) {
-		d.fail(string(n) + " is out of range")
+	if msg != "" {
+		d.fail(msg)
 		return
 	}
 	v.SetInt(i)
+}
+
+// intOf converts the JSON number n to an int64, or says why it cannot. An
+// integral number written with a fraction or exponent (3.0, 1e3) is
+// accepted.
+func intOf(n string) (int64, string) {
+	i, err := strconv.ParseInt(n, 10, 64)
+	if err == nil {
+		return i, ""
+	}
+	f, ferr := strconv.ParseFloat(n, 64)
+	switch {
+	case ferr != nil || f < -0x1p63 || f >= 0x1p63:
+		return 0, n + " is out of range"
+	case f != math.Trunc(f):
+		return 0, "want an integer, got " + n
+	}
+	return int64(f), ""
 }
 
 // unsigned is integer for unsigned Go types.
@@ -318,25 +326,31 @@ func (d *decoder) unsigned(x any, v reflect.Value) {
 		d.mismatch("a non-negative integer", x)
 		return
 	}
-	u, err := strconv.ParseUint(string(n), 10, 64)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(string(n), 64)
-		switch {
-		case ferr != nil || f >= 0x1p64:
-			d.fail(string(n) + " is out of range")
-			return
-		case f < 0:
-			d.fail("want a non-negative integer, got " + string(n))
-			return
-		case f != math.Trunc(f):
-			d.fail("want an integer, got " + string(n))
-			return
-		}
-		u = uint64(f)
+	u, msg := uintOf(string(n))
+	if msg == "" && v.OverflowUint(u) {
+		msg = string(n) + " is out of range"
 	}
-	if v.OverflowUint(u) {
-		d.fail(string(n) + " is out of range")
+	if msg != "" {
+		d.fail(msg)
 		return
 	}
 	v.SetUint(u)
+}
+
+// uintOf is intOf for unsigned integers.
+func uintOf(n string) (uint64, string) {
+	u, err := strconv.ParseUint(n, 10, 64)
+	if err == nil {
+		return u, ""
+	}
+	f, ferr := strconv.ParseFloat(n, 64)
+	switch {
+	case ferr != nil || f >= 0x1p64:
+		return 0, n + " is out of range"
+	case f < 0:
+		return 0, "want a non-negative integer, got " + n
+	case f != math.Trunc(f):
+		return 0, "want an integer, got " + n
+	}
+	return uint64(f), ""
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Pool providers a NodePool may name.
@@ -91,13 +93,121 @@ type StaticMachine struct {
 	PricePerHour float64 `json:"pricePerHour"`
 }
 
-// KubernetesPoolSettings name a cluster and what its GPUs cost.
+// KubernetesPoolSettings name a cluster, how its GPU nodes are labelled,
+// where gpufleet's Jobs go and what its GPUs cost (docs/kubernetes.md).
+// Zero fields take the defaults noted; the kubernetes provider applies them.
 type KubernetesPoolSettings struct {
-	// Context is the kubeconfig context of the cluster.
-	Context         string  `json:"context"`
-	Namespace       string  `json:"namespace,omitempty"`
+	// Kubeconfig is the path of a kubeconfig file; empty means $KUBECONFIG,
+	// else ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is the kubeconfig context of the cluster; empty means the
+	// file's current context.
+	Context string `json:"context"`
+	// InCluster uses the service account of the pod gpufleet runs in
+	// instead of a kubeconfig.
+	InCluster bool `json:"inCluster,omitempty"`
+	// Namespace holds gpufleet's Jobs, pods and Services (default
+	// "gpufleet").
+	Namespace string `json:"namespace,omitempty"`
+	// GPUResource is the extended resource pods request (default
+	// nvidia.com/gpu).
+	GPUResource string `json:"gpuResource,omitempty"`
+	// GPUModelLabel is the node label naming the GPU model (default
+	// nvidia.com/gpu.product, set by GPU feature discovery).
+	GPUModelLabel string `json:"gpuModelLabel,omitempty"`
+	// CapacityTypeLabel is the node label saying spot or on-demand
+	// (default karpenter.sh/capacity-type).
+	CapacityTypeLabel string `json:"capacityTypeLabel,omitempty"`
+	// PricePerGPUHour, when set, prices every GPU of the cluster; else a
+	// node is priced from the catalog by its instance type.
 	PricePerGPUHour float64 `json:"pricePerGPUHour,omitempty"`
+	// Image runs jobs that name no run.image.
+	Image string `json:"image,omitempty"`
+	// QueueName, when set, is the Kueue LocalQueue gpufleet's Jobs are
+	// submitted to (label kueue.x-k8s.io/queue-name).
+	QueueName string `json:"queueName,omitempty"`
+	// NodeSelector limits the pool to nodes with these labels; pods
+	// select them too.
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// ClientQPS and ClientBurst bound gpufleet's requests to the API
+	// server (defaults 500 and 1000).
+	ClientQPS   float64 `json:"clientQPS,omitempty"`
+	ClientBurst int     `json:"clientBurst,omitempty"`
 }
+
+// Validate reports every problem in k, with paths under prefix (usually
+// "spec.kubernetes").
+func (k *KubernetesPoolSettings) Validate(prefix string) FieldErrors {
+	var fe FieldErrors
+	p := func(f string) string { return prefix + "." + f }
+	if k.InCluster && (k.Kubeconfig != "" || k.Context != "") {
+		fe.Add(p("inCluster"), "uses the service account of the pod gpufleet runs in: leave kubeconfig and context out")
+	}
+	if strings.TrimSpace(k.Kubeconfig) != k.Kubeconfig {
+		fe.Add(p("kubeconfig"), "must not start or end with spaces")
+	}
+	if k.Namespace != "" && !ValidName(k.Namespace) {
+		fe.Add(p("namespace"), fmt.Sprintf("%q is not a namespace name: lower-case letters, digits and dashes (at most 63)", k.Namespace))
+	}
+	for field, v := range map[string]string{"gpuResource": k.GPUResource, "gpuModelLabel": k.GPUModelLabel, "capacityTypeLabel": k.CapacityTypeLabel} {
+		if v != "" {
+			if msg := qualifiedNameProblem(v); msg != "" {
+				fe.Add(p(field), fmt.Sprintf("%q %s", v, msg))
+			}
+		}
+	}
+	if bad(k.PricePerGPUHour) || k.PricePerGPUHour < 0 {
+		fe.Add(p("pricePerGPUHour"), "must be a non-negative number of USD per GPU-hour")
+	}
+	if strings.ContainsFunc(k.Image, unicode.IsSpace) {
+		fe.Add(p("image"), fmt.Sprintf("%q is not an image reference", k.Image))
+	}
+	if k.QueueName != "" && !validLabelValue(k.QueueName) {
+		fe.Add(p("queueName"), fmt.Sprintf("%q is not a label value (at most 63 letters, digits, '-', '_' and '.')", k.QueueName))
+	}
+	for _, key := range sortedKeys(k.NodeSelector) {
+		kp := fmt.Sprintf("%s[%q]", p("nodeSelector"), key)
+		if msg := qualifiedNameProblem(key); msg != "" {
+			fe.Add(kp, fmt.Sprintf("key %s", msg))
+		}
+		if !validLabelValue(k.NodeSelector[key]) {
+			fe.Add(kp, fmt.Sprintf("%q is not a label value (at most 63 letters, digits, '-', '_' and '.')", k.NodeSelector[key]))
+		}
+	}
+	if bad(k.ClientQPS) || k.ClientQPS < 0 {
+		fe.Add(p("clientQPS"), "must not be negative (0: the default, 500)")
+	}
+	if k.ClientBurst < 0 {
+		fe.Add(p("clientBurst"), "must not be negative (0: the default, 1000)")
+	}
+	return fe
+}
+
+// labelNameRE is the name part of a Kubernetes label key or resource name;
+// labelValueRE a label value.
+var (
+	labelNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValueRE   = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// qualifiedNameProblem says what is wrong with a Kubernetes qualified name
+// (a label key or extended resource name: [prefix/]name), or "" when
+// nothing is.
+func qualifiedNameProblem(s string) string {
+	prefix, name, found := strings.Cut(s, "/")
+	if !found {
+		prefix, name = "", s
+	} else if prefix == "" || len(prefix) > 253 || !dnsSubdomainRE.MatchString(prefix) {
+		return "has a prefix that is not a DNS subdomain (such as nvidia.com)"
+	}
+	if !labelNameRE.MatchString(name) {
+		return "is not a label key or resource name: [prefix/]name, the name at most 63 letters, digits, '-', '_' and '.'"
+	}
+	return ""
+}
+
+func validLabelValue(s string) bool { return labelValueRE.MatchString(s) }
 
 // PoolRequirements select instance types by their GPUs.
 type PoolRequirements struct {
@@ -180,13 +290,9 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 			}
 		}
 	}
-	if s.Provider == ProviderKubernetes {
-		if s.Kubernetes == nil || s.Kubernetes.Context == "" {
-			fe.Add(p("kubernetes.context"), "is required: the kubeconfig context of the cluster")
-		}
-		if s.Kubernetes != nil && (bad(s.Kubernetes.PricePerGPUHour) || s.Kubernetes.PricePerGPUHour < 0) {
-			fe.Add(p("kubernetes.pricePerGPUHour"), "must be a non-negative number of USD per GPU-hour")
-		}
+	if s.Provider == ProviderKubernetes && s.Kubernetes != nil {
+		// No block means every default: the current kubeconfig context.
+		fe = append(fe, s.Kubernetes.Validate(p("kubernetes"))...)
 	}
 	for i, r := range s.Regions.Allow {
 		if _, err := path.Match(r, ""); r == "" || err != nil {

@@ -55,3 +55,27 @@ func ValidateSecretName(name string) string {
 	}
 	return ""
 }
+
+// SecretRef names a sealed secret from a document that must not hold the
+// value itself (a budget's webhook URL or signing key): "project/NAME".
+// The reference is not secret; the API shows it.
+type SecretRef string
+
+// Split returns the reference's project and name; ok is false when it is
+// not "project/NAME".
+func (r SecretRef) Split() (project, name string, ok bool) {
+	project, name, ok = strings.Cut(string(r), "/")
+	return project, name, ok && project != "" && name != ""
+}
+
+// Validate returns why r cannot name a secret, or "".
+func (r SecretRef) Validate() string {
+	project, name, ok := r.Split()
+	switch {
+	case !ok:
+		return fmt.Sprintf("%q must be project/NAME: a secret written with `gpufleet secrets set PROJECT NAME`", string(r))
+	case !ValidName(project):
+		return fmt.Sprintf("%q: the project must be lower-case letters, digits and dashes (at most 63)", string(r))
+	}
+	return ValidateSecretName(name)
+}

@@ -73,18 +73,22 @@ func (b Bytes) String() string {
 // GiB returns b in gibibytes.
 func (b Bytes) GiB() float64 { return float64(b) / float64(GiB) }
 
-// MarshalJSON writes the quantity as a string.
-func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()) }
+// MarshalText writes the quantity as String does; encoding/json quotes it.
+// (A text marshaler rather than a JSON one: encoding/json then skips
+// re-validating the output, which store rows and API answers pay for.)
+func (b Bytes) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
 
 // UnmarshalJSON accepts a quantity string or a plain number of bytes.
 func (b *Bytes) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		var n json.Number
-		if err2 := json.Unmarshal(data, &n); err2 != nil {
-			return fmt.Errorf("want a quantity such as \"40Gi\"")
+	s, ok := plainJSONString(data)
+	if !ok {
+		if err := json.Unmarshal(data, &s); err != nil {
+			var n json.Number
+			if err2 := json.Unmarshal(data, &n); err2 != nil {
+				return fmt.Errorf("want a quantity such as \"40Gi\"")
+			}
+			s = n.String()
 		}
-		s = n.String()
 	}
 	v, err := ParseBytes(s)
 	if err != nil {
@@ -119,14 +123,17 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+// MarshalText writes the duration as String does; encoding/json quotes it
+// (see Bytes.MarshalText).
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
 // UnmarshalJSON accepts a duration string.
 func (d *Duration) UnmarshalJSON(data []byte) error {
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"30m\"")
+	s, ok := plainJSONString(data)
+	if !ok {
+		if err := json.Unmarshal(data, &s); err != nil {
+			return fmt.Errorf("want a duration string such as \"30m\"")
+		}
 	}
 	v, err := ParseDuration(s)
 	if err != nil {
@@ -134,6 +141,22 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 	}
 	*d = v
 	return nil
+}
+
+// plainJSONString returns the string the JSON value data holds when data is
+// a string of printable ASCII without escapes, which is the string as
+// written; ok is false for any other value, which json.Unmarshal must read.
+func plainJSONString(data []byte) (s string, ok bool) {
+	if len(data) < 2 || data[0] != '"' || data[len(data)-1] != '"' {
+		return "", false
+	}
+	inner := data[1 : len(data)-1]
+	for _, c := range inner {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return string(inner), true
 }
 
 // Human writes b rounded to one decimal for people: "23.5Gi", "512Mi", "80Gi".

@@ -61,6 +61,45 @@ func TestDurationJSON(t *testing.T) {
 	if string(out) != `"1m30s"` {
 		t.Fatalf("marshal = %s", out)
 	}
+	out, _ = json.Marshal(map[string]any{"b": 40 * GiB, "d": Duration(90 * time.Second), "z": Bytes(0)})
+	if want := `{"b":"40Gi","d":"1m30s","z":"0"}`; string(out) != want {
+		t.Fatalf("marshal = %s, want %s", out, want)
+	}
+}
+
+// TestUnitsUnmarshalJSON covers both ways in: a plain string read as
+// written, and anything else through encoding/json.
+func TestUnitsUnmarshalJSON(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		in       string
+		bytes    Bytes
+		duration Duration
+		bytesErr bool
+		durErr   bool
+	}{
+		"plain":          {in: `"40Gi"`, bytes: 40 * GiB, durErr: true},
+		"plain duration": {in: `"30m"`, bytesErr: true, duration: Duration(30 * time.Minute)},
+		"escaped":        {in: `"4\u0030Gi"`, bytes: 40 * GiB, durErr: true},
+		"escaped unit":   {in: `"3\u0030m"`, bytesErr: true, duration: Duration(30 * time.Minute)},
+		"number":         {in: `1024`, bytes: KiB, durErr: true},
+		"quote inside":   {in: `"4"0Gi"`, bytesErr: true, durErr: true},
+		"not JSON":       {in: `"40Gi`, bytesErr: true, durErr: true},
+		"object":         {in: `{}`, bytesErr: true, durErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var b Bytes
+			if err := b.UnmarshalJSON([]byte(tc.in)); (err != nil) != tc.bytesErr || b != tc.bytes {
+				t.Errorf("Bytes.UnmarshalJSON(%s) = %v, %v; want %v, error %t", tc.in, b, err, tc.bytes, tc.bytesErr)
+			}
+			var d Duration
+			if err := d.UnmarshalJSON([]byte(tc.in)); (err != nil) != tc.durErr || d != tc.duration {
+				t.Errorf("Duration.UnmarshalJSON(%s) = %v, %v; want %v, error %t", tc.in, d, err, tc.duration, tc.durErr)
+			}
+		})
+	}
 }
 
 func FuzzParseBytes(f *testing.F) {

@@ -281,3 +281,15 @@ func BenchmarkArrival(b *testing.B) {
 	snap := st.Snapshot()
 	runBench(b, "arrival", snap, 1, fmt.Sprintf("%d busy nodes × 8 H100 (7 used each), 1 new one-GPU job", n))
 }
+
+// BenchmarkDeepQueue is the submission benchmark's pass: 20,000 queued
+// one-GPU jobs in the default queue and no nodes yet, so every job gets a
+// verdict and none is placed.
+func BenchmarkDeepQueue(b *testing.B) {
+	var jobs []*model.Job
+	for i := range 20000 {
+		jobs = append(jobs, job(fmt.Sprintf("j%07d", i), uint64(i+1), 1))
+	}
+	snap := buildSnap(nil, jobs, nil)
+	runBench(b, "deep queue", snap, 0, "no nodes, 20,000 one-GPU jobs in the default queue")
+}

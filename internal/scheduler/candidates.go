@@ -84,65 +84,138 @@ func (s *sched) rankOffers(pj *pjob) candResult {
 	if runtime <= 0 {
 		runtime, assumed = DefaultRuntime, true
 	}
+	// Only the best maxCandidates are kept, by insertion into a short
+	// sorted list: sorting every fitting offer of a large catalog per job
+	// class dominated a pass.
 	type scored struct {
-		o         model.Offer
+		i         int // index into s.offers
 		instances int
 		cost      float64
 	}
-	var list []scored
-	why := map[string]int{}
-	for _, o := range s.offers {
-		msg := ""
+	var top [maxCandidates]scored
+	n, fits := 0, 0
+	// Why offers do not fit, counted by kind; the messages are only
+	// written when none fits (formatting one per offer cost a pass dear).
+	const (
+		fewerGPUs = iota
+		modelNotAllowed
+		lowMemory
+		spotNotAllowed
+		spotFallback
+		notSpot
+		regionDenied
+		pcieOnly
+		abovePrice
+		whyKinds
+	)
+	var why [whyKinds]int
+	for oi := range s.offers {
+		o := &s.offers[oi]
+		k := -1
 		switch {
 		case o.GPUCount < perReplica:
-			msg = fmt.Sprintf("instance has fewer than %d GPUs", perReplica)
+			k = fewerGPUs
 		case !modelAllowed(spec.Resources.GPU.Models, o.GPU):
-			msg = "GPU model not allowed"
+			k = modelNotAllowed
 		case spec.Resources.GPU.MinMemory > 0 && o.GPUMemory < spec.Resources.GPU.MinMemory:
-			msg = fmt.Sprintf("GPU memory below %s", spec.Resources.GPU.MinMemory)
+			k = lowMemory
 		case pj.spot == model.SpotNever && o.CapacityType == model.Spot:
-			msg = "spot, and the job does not allow spot"
+			k = spotNotAllowed
 			if spec.Spot != model.SpotNever {
-				msg = "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions or limits.deadline)"
+				k = spotFallback
 			}
 		case pj.spot == model.SpotRequired && o.CapacityType != model.Spot:
-			msg = "not spot, and the job requires spot"
+			k = notSpot
 		case !regionAllowed(spec.Regions, o.Region):
-			msg = "region not allowed by spec.regions"
+			k = regionDenied
 		case (spec.Resources.GPU.Interconnect == "nvlink" || spec.Resources.GPU.Interconnect == "nvswitch") && o.Interconnect == "pcie":
-			msg = "GPUs are PCIe-only and the job asks for " + spec.Resources.GPU.Interconnect
+			k = pcieOnly
 		}
-		if msg != "" {
-			why[msg]++
+		if k >= 0 {
+			why[k]++
 			continue
 		}
 		perInstance := o.GPUCount / perReplica
 		instances := (spec.Replicas + perInstance - 1) / perInstance
 		if spec.MaxPricePerHour > 0 && o.PricePerHour*float64(instances) > spec.MaxPricePerHour {
-			why[fmt.Sprintf("above maxPricePerHour $%.2f", spec.MaxPricePerHour)]++
+			why[abovePrice]++
 			continue
 		}
-		list = append(list, scored{o, instances, ExpectedCost(o, instances, runtime, spec.Checkpoint.Interval.D())})
+		fits++
+		x := scored{oi, instances, ExpectedCost(*o, instances, runtime, spec.Checkpoint.Interval.D())}
+		// Cheaper first; equal costs by offer identity, then catalog order
+		// (what a stable sort gave).
+		less := func(a, b scored) bool {
+			if math.Abs(a.cost-b.cost) > 1e-9 {
+				return a.cost < b.cost
+			}
+			if ka, kb := s.offerRank(a.i), s.offerRank(b.i); ka != kb {
+				return ka < kb
+			}
+			return a.i < b.i
+		}
+		if n == maxCandidates && !less(x, top[n-1]) {
+			continue
+		}
+		j := min(n, maxCandidates-1)
+		for j > 0 && less(x, top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = x
+		n = min(n+1, maxCandidates)
 	}
-	if len(list) == 0 {
+	if fits == 0 {
+		msgs := [whyKinds]string{
+			fewerGPUs:       fmt.Sprintf("instance has fewer than %d GPUs", perReplica),
+			modelNotAllowed: "GPU model not allowed",
+			lowMemory:       fmt.Sprintf("GPU memory below %s", spec.Resources.GPU.MinMemory),
+			spotNotAllowed:  "spot, and the job does not allow spot",
+			spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions or limits.deadline)",
+			notSpot:         "not spot, and the job requires spot",
+			regionDenied:    "region not allowed by spec.regions",
+			pcieOnly:        "GPUs are PCIe-only and the job asks for " + spec.Resources.GPU.Interconnect,
+			abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", spec.MaxPricePerHour),
+		}
 		var rs []Reason
-		for msg, n := range why {
-			rs = append(rs, Reason{Scope: fmt.Sprintf("offers(%d)", n), Message: msg})
+		for k, n := range why {
+			if n > 0 {
+				rs = append(rs, Reason{Scope: fmt.Sprintf("offers(%d)", n), Message: msgs[k]})
+			}
 		}
 		sort.Slice(rs, func(i, j int) bool { return rs[i].Message < rs[j].Message })
 		return candResult{reasons: append([]Reason{{Scope: "offer", Message: "no offer in the catalog meets the job's constraints"}}, rs...)}
 	}
-	sort.SliceStable(list, func(i, j int) bool {
-		if math.Abs(list[i].cost-list[j].cost) > 1e-9 {
-			return list[i].cost < list[j].cost
-		}
-		a, b := list[i].o, list[j].o
-		return a.Provider+a.Region+a.Zone+a.InstanceType+string(a.CapacityType) < b.Provider+b.Region+b.Zone+b.InstanceType+string(b.CapacityType)
-	})
-	c := Candidate{Instances: list[0].instances, ExpectedCost: list[0].cost, RuntimeAssumed: assumed}
-	for i := 0; i < len(list) && i < maxCandidates; i++ {
-		c.Offers = append(c.Offers, list[i].o)
-		c.Costs = append(c.Costs, list[i].cost)
+	c := Candidate{Instances: top[0].instances, ExpectedCost: top[0].cost, RuntimeAssumed: assumed}
+	for _, x := range top[:n] {
+		c.Offers = append(c.Offers, s.offers[x.i])
+		c.Costs = append(c.Costs, x.cost)
 	}
 	return candResult{c: c, ok: true}
+}
+
+// offerRank is offer i's place in the order of its identity string
+// (provider, region, zone, instance type, capacity type concatenated), the
+// tie-break between offers of equal cost; computed once per pass.
+func (s *sched) offerRank(i int) int {
+	if s.offerRanks == nil {
+		keys := make([]string, len(s.offers))
+		idx := make([]int, len(s.offers))
+		for j, o := range s.offers {
+			keys[j] = o.Provider + o.Region + o.Zone + o.InstanceType + string(o.CapacityType)
+			idx[j] = j
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+		s.offerRanks = make([]int, len(s.offers))
+		for r, j := range idx {
+			s.offerRanks[j] = r
+		}
+		// Equal identity strings share a rank, so catalog order decides.
+		for r := 1; r < len(idx); r++ {
+			if keys[idx[r]] == keys[idx[r-1]] {
+				s.offerRanks[idx[r]] = s.offerRanks[idx[r-1]]
+			}
+		}
+	}
+	return s.offerRanks[i]
 }

@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,6 +37,7 @@ type queueState struct {
 	dom       float64
 	usage     float64 // share of the fleet's decayed usage
 	jobs      []*pjob
+	pending   int // len(jobs) once buildQueues has filled it
 	next      int
 	// reserved is set once a blocked job of this queue holds a backfill
 	// reservation this pass (EASY: one per queue).
@@ -170,18 +173,29 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Tim
 			}
 		}
 	}
-	for _, j := range snap.Pending {
+	// The pass's jobs take one allocation and each queue's list another,
+	// rather than one per job and a list grown job by job.
+	pjs := make([]pjob, len(snap.Pending))
+	for i, j := range snap.Pending {
 		q := qs[j.Spec.Queue]
 		if q == nil {
 			q = newQ(j.Spec.Queue)
 			q.missing = true
 			qs[q.name] = q
 		}
-		q.jobs = append(q.jobs, newPJob(j, q, now))
+		pjs[i] = newPJob(j, q, now)
+		q.pending++
+	}
+	for i := range pjs {
+		q := pjs[i].q
+		if q.jobs == nil {
+			q.jobs = make([]*pjob, 0, q.pending)
+		}
+		q.jobs = append(q.jobs, &pjs[i])
 	}
 	list := make([]*queueState, 0, len(qs))
 	for _, q := range qs {
-		sort.SliceStable(q.jobs, func(a, b int) bool { return q.jobs[a].before(q.jobs[b]) })
+		slices.SortStableFunc(q.jobs, (*pjob).compare)
 		list = append(list, q)
 	}
 	for _, q := range list {
@@ -220,12 +234,12 @@ type pjob struct {
 	spot        model.SpotPolicy // EffectiveSpot
 }
 
-func newPJob(j *model.Job, q *queueState, now time.Time) *pjob {
+func newPJob(j *model.Job, q *queueState, now time.Time) pjob {
 	pc, ok := model.LookupPriorityClass(j.Spec.Priority)
 	if !ok {
 		pc, _ = model.LookupPriorityClass(model.DefaultPriority)
 	}
-	pj := &pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
+	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
 	pj.eff = float64(pc.Value)
 	pj.spot = EffectiveSpot(j, pj.runtime, now)
 	if w := now.Sub(j.EnqueuedAt); w > 0 && !j.EnqueuedAt.IsZero() {
@@ -240,14 +254,19 @@ func newPJob(j *model.Job, q *queueState, now time.Time) *pjob {
 	return pj
 }
 
-func (a *pjob) before(b *pjob) bool {
+// compare orders a queue's jobs: higher aged priority first, then earlier
+// enqueued, then earlier accepted.
+func (a *pjob) compare(b *pjob) int {
 	if a.eff != b.eff {
-		return a.eff > b.eff
+		if a.eff > b.eff {
+			return -1
+		}
+		return 1
 	}
-	if !a.job.EnqueuedAt.Equal(b.job.EnqueuedAt) {
-		return a.job.EnqueuedAt.Before(b.job.EnqueuedAt)
+	if c := a.job.EnqueuedAt.Compare(b.job.EnqueuedAt); c != 0 {
+		return c
 	}
-	return a.job.Seq < b.job.Seq
+	return cmp.Compare(a.job.Seq, b.job.Seq)
 }
 
 // EffectiveSpot is the job's spot policy as the scheduler applies it now:

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -34,6 +35,10 @@ type sched struct {
 	victimTaken map[string]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
+	offerRanks  []int // see offerRank
+	// noNodes is the reason every job gets in a pass without nodes; see
+	// schedule for why verdicts may share it.
+	noNodes []Reason
 
 	// nominated holds the GPUs preemption freed for each pending job, and
 	// nomMask all nominated GPUs by node (see nominate.go).
@@ -124,15 +129,21 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
+	// Verdicts share reason slices (one per pass here, one per job shape
+	// below): nothing changes a verdict's reasons in place, and the
+	// slices are clipped, so a verdict that adds reasons copies them first.
 	if len(s.snap.Nodes) == 0 {
-		v.Reasons = []Reason{{Scope: "job", Message: "no nodes are registered"}}
+		if s.noNodes == nil {
+			s.noNodes = []Reason{{Scope: "job", Message: "no nodes are registered"}}
+		}
+		v.Reasons = s.noNodes
 		s.candidates(pj, &v)
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
 	f := s.feasible(pj)
 	if len(f.classes) == 0 {
-		v.Reasons = f.reasons
+		v.Reasons = slices.Clip(f.reasons)
 		if pj.share > 0 && !s.anyShared() {
 			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
 		}

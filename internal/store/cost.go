@@ -46,11 +46,20 @@ type MetricReport struct {
 	At      time.Time    `json:"at"`
 }
 
-// Notification is one webhook delivery in the outbox. ID is stable across
-// retries, so receivers deduplicate by it (at-least-once delivery).
+// Notification is one webhook delivery in the outbox: a budget firing or
+// an alert. ID is stable across retries, so receivers deduplicate by it
+// (at-least-once delivery). It names its receiver by reference, never by
+// URL or key, so neither reaches the database (issue 9): the controller
+// resolves the references when it delivers.
 type Notification struct {
-	ID        string    `json:"id"`
-	URL       string    `json:"url"`
+	ID string `json:"id"`
+	// Kind is what it reports: "budget" or "alert".
+	Kind string `json:"kind,omitempty"`
+	// URLRef and KeyRef name the sealed secrets ("project/NAME") holding
+	// the receiver's URL and signing key; empty means the server's
+	// configured receiver for Kind and its webhook secret.
+	URLRef    string    `json:"urlRef,omitempty"`
+	KeyRef    string    `json:"keyRef,omitempty"`
 	Body      []byte    `json:"body"`
 	Attempts  int       `json:"attempts"`
 	NextAt    time.Time `json:"nextAt"`

@@ -13,8 +13,10 @@ package static
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -30,6 +32,9 @@ const Region = "owned"
 // LabelAddress is the node label holding the address other machines reach
 // a node at; the controller hands it to gangs as MASTER_ADDR.
 const LabelAddress = "gpufleet.dev/address"
+
+// LabelPool is the instance label naming the pool that declares a machine.
+const LabelPool = "gpufleet.dev/pool"
 
 // Machine is one owned host as a pool declares it.
 type Machine struct {
@@ -53,6 +58,9 @@ type Machine struct {
 	// Region and Zone place it for region policies (default Region).
 	Region string `json:"region,omitempty"`
 	Zone   string `json:"zone,omitempty"`
+	// Pool is the NodePool that declares it (SetPools); empty for
+	// machines given to New.
+	Pool string `json:"pool,omitempty"`
 }
 
 // Config is the static provider's part of a NodePool: its machines.
@@ -106,11 +114,13 @@ func (c Config) Validate(prefix string, knownGPU func(string) bool) model.FieldE
 	return fe
 }
 
-// Provider describes a fixed set of owned machines. It is immutable and safe
-// for concurrent use.
+// Provider describes a set of owned machines: fixed by New, or following
+// the static NodePools of the applied fleet (NewPools, SetPools). It is safe
+// for concurrent use; each call sees one whole set.
 type Provider struct {
+	mu       sync.Mutex
 	machines []Machine
-	since    time.Time
+	since    map[string]time.Time // by machine name: when it was declared
 }
 
 var (
@@ -125,7 +135,77 @@ func New(cfg Config, since time.Time) (*Provider, error) {
 	if fe := cfg.Validate("static", nil); len(fe) > 0 {
 		return nil, fmt.Errorf("configuring static provider: %w", fe.Err())
 	}
-	return &Provider{machines: slices.Clone(cfg.Machines), since: since}, nil
+	p := &Provider{}
+	p.set(cfg.Machines, since)
+	return p, nil
+}
+
+// NewPools returns the provider of the machines the static pools among
+// pools declare; with none it has no machines until SetPools gives some.
+func NewPools(pools []*model.NodePool, now time.Time) *Provider {
+	p := &Provider{}
+	p.SetPools(pools, now)
+	return p
+}
+
+// SetPools makes the provider's machines those of the static pools among
+// pools (an applied fleet revision), in pool then machine order; a machine
+// listed twice counts once, in its first pool. A machine that stays keeps
+// the time it was first declared; a new one is declared at now. Machines
+// whose gpus do not parse ("COUNTxMODEL") are left out: manifest
+// validation refuses them before an apply.
+func (p *Provider) SetPools(pools []*model.NodePool, now time.Time) {
+	p.set(Machines(pools), now)
+}
+
+// Machines converts the machines of the static pools among pools.
+func Machines(pools []*model.NodePool) []Machine {
+	var out []Machine
+	seen := map[string]bool{}
+	for _, pool := range pools {
+		if pool.Spec.Provider != model.ProviderStatic || pool.Spec.Static == nil {
+			continue
+		}
+		for _, m := range pool.Spec.Static.Machines {
+			count, gpu, err := model.ParseGPUCount(m.GPUs)
+			if err != nil || seen[m.Name] {
+				continue
+			}
+			seen[m.Name] = true
+			out = append(out, Machine{Name: m.Name, Pool: pool.Name, Address: hostOf(m.Address), GPU: gpu, GPUs: count, PricePerHour: m.PricePerHour})
+		}
+	}
+	return out
+}
+
+// hostOf drops a port from a pool's machine address ("host:port" of its
+// agent, or a host name): MASTER_ADDR is a host.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+func (p *Provider) set(machines []Machine, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	since := make(map[string]time.Time, len(machines))
+	for _, m := range machines {
+		if t, ok := p.since[m.Name]; ok {
+			since[m.Name] = t
+		} else {
+			since[m.Name] = now
+		}
+	}
+	p.machines, p.since = slices.Clone(machines), since
+}
+
+// snapshot returns the current machines; the slice is never modified.
+func (p *Provider) snapshot() ([]Machine, map[string]time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.machines, p.since
 }
 
 // Name returns "static".
@@ -134,8 +214,9 @@ func (p *Provider) Name() string { return Name }
 // Offers lists the distinct offers of the machines that have GPUs: owned
 // capacity at its amortised price.
 func (p *Provider) Offers(context.Context) ([]model.Offer, error) {
+	machines, _ := p.snapshot()
 	var out []model.Offer
-	for _, m := range p.machines {
+	for _, m := range machines {
 		if o := offer(m); o.GPUCount > 0 && !slices.Contains(out, o) {
 			out = append(out, o)
 		}
@@ -155,30 +236,42 @@ func (p *Provider) Terminate(_ context.Context, id string) error {
 
 // List returns one running instance per machine, its id the node id.
 func (p *Provider) List(context.Context) ([]provider.Instance, error) {
-	out := make([]provider.Instance, 0, len(p.machines))
-	for _, m := range p.machines {
-		in := provider.Instance{ID: m.Name, Offer: offer(m), State: "running", LaunchedAt: p.since}
-		if m.Address != "" {
-			in.Labels = map[string]string{LabelAddress: m.Address}
-		}
+	machines, since := p.snapshot()
+	out := make([]provider.Instance, 0, len(machines))
+	for _, m := range machines {
+		in := provider.Instance{ID: m.Name, Offer: offer(m), State: "running", LaunchedAt: since[m.Name], Labels: labels(m)}
 		out = append(out, in)
 	}
 	return out, nil
 }
 
+// labels are a machine's address and pool, nil when it has neither.
+func labels(m Machine) map[string]string {
+	var l map[string]string
+	put := func(k, v string) {
+		if v != "" {
+			if l == nil {
+				l = map[string]string{}
+			}
+			l[k] = v
+		}
+	}
+	put(LabelAddress, m.Address)
+	put(LabelPool, m.Pool)
+	return l
+}
+
 // Machines returns the declared machines as the nodes they will be.
 func (p *Provider) Machines(context.Context) ([]model.Node, error) {
-	out := make([]model.Node, 0, len(p.machines))
-	for _, m := range p.machines {
+	machines, _ := p.snapshot()
+	out := make([]model.Node, 0, len(machines))
+	for _, m := range machines {
 		n := model.Node{
-			ID: m.Name, Name: m.Name, Provider: Name, Region: region(m), Zone: m.Zone,
-			CPU: m.CPU, Memory: m.Memory, CapacityType: model.Owned,
+			ID: m.Name, Name: m.Name, Provider: Name, Pool: m.Pool, Region: region(m), Zone: m.Zone,
+			CPU: m.CPU, Memory: m.Memory, CapacityType: model.Owned, PricePerHour: m.PricePerHour, Labels: labels(m),
 		}
 		for i := range m.GPUs {
 			n.GPUs = append(n.GPUs, model.GPU{Index: i, Model: m.GPU, Memory: m.GPUMemory})
-		}
-		if m.Address != "" {
-			n.Labels = map[string]string{LabelAddress: m.Address}
 		}
 		out = append(out, n)
 	}

@@ -96,3 +96,37 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestSetPools: the provider follows the static pools of an applied fleet
+// (other providers' pools ignored), passes the conformance suite with
+// them, and keeps a machine's declaration time across applies.
+func TestSetPools(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	pool := func(name string, machines ...model.StaticMachine) *model.NodePool {
+		return &model.NodePool{Name: name, Spec: model.NodePoolSpec{Provider: model.ProviderStatic, Static: &model.StaticPoolSettings{Machines: machines}}}
+	}
+	sim := &model.NodePool{Name: "cloud", Spec: model.NodePoolSpec{Provider: model.ProviderSim}}
+	p := NewPools([]*model.NodePool{sim, pool("rack", model.StaticMachine{Name: "a", Address: "10.0.0.1:7000", GPUs: "8xH100", PricePerHour: 9})}, t0)
+	providertest.Run(t, p, providertest.Options{})
+
+	p.SetPools([]*model.NodePool{pool("rack",
+		model.StaticMachine{Name: "a", Address: "10.0.0.1:7000", GPUs: "8xH100", PricePerHour: 9},
+		model.StaticMachine{Name: "b", Address: "gpu-b", GPUs: "2xL4", PricePerHour: 1})}, t0.Add(time.Hour))
+	list, err := p.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []provider.Instance{
+		{ID: "a", State: "running", LaunchedAt: t0, Labels: map[string]string{LabelAddress: "10.0.0.1", LabelPool: "rack"},
+			Offer: model.Offer{Provider: Name, Region: Region, InstanceType: "owned", GPU: "H100", GPUCount: 8, CapacityType: model.Owned, PricePerHour: 9}},
+		{ID: "b", State: "running", LaunchedAt: t0.Add(time.Hour), Labels: map[string]string{LabelAddress: "gpu-b", LabelPool: "rack"},
+			Offer: model.Offer{Provider: Name, Region: Region, InstanceType: "owned", GPU: "L4", GPUCount: 2, CapacityType: model.Owned, PricePerHour: 1}},
+	}
+	if diff := cmp.Diff(want, list); diff != "" {
+		t.Errorf("List after SetPools (-want +got):\n%s", diff)
+	}
+	p.SetPools(nil, t0.Add(2*time.Hour))
+	if list, _ := p.List(context.Background()); len(list) != 0 {
+		t.Errorf("List after the pools are gone: %d machines", len(list))
+	}
+}

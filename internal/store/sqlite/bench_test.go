@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -77,4 +78,26 @@ func BenchmarkLoad100k(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(jobs*b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkEncodeSubmission is the store's share of one API submission on
+// the caller's goroutine: a job, its idempotency record and its audit entry
+// turned into rows.
+func BenchmarkEncodeSubmission(b *testing.B) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	j := testJob("j-abcdefghij", 7, 1)
+	j.SubmittedAt, j.EnqueuedAt = now, now
+	batch := &store.Batch{
+		Jobs:        []*model.Job{j},
+		Idempotency: []store.Idempotency{{Subject: "ada", Key: "k-7", JobID: j.ID, BodyHash: make([]byte, 32), Expires: now.Add(24 * time.Hour)}},
+		Access: store.Access{Audit: []*model.AuditEntry{{Seq: 7, Time: now, Actor: "ada", TokenID: "t-1", Project: "nlp",
+			Action: "POST /v1/jobs", Object: j.ID, RequestID: "r-7", Result: 201, PrevHash: "ab12", Hash: "cd34"}}},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rows, err := encode(batch)
+		if err != nil || len(rows) != 3 {
+			b.Fatalf("encode = %d rows, %v; want 3", len(rows), err)
+		}
+	}
 }

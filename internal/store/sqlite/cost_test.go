@@ -35,9 +35,9 @@ func TestCostRoundTrip(t *testing.T) {
 		{JobID: "j-1", Seq: 1, Attempt: 1, Step: 10, Values: store.MetricValues{"loss": 1.25, "acc": 0.5}, At: t0.Add(time.Minute)},
 		{JobID: "j-1", Seq: 2, Attempt: 1, Step: 11, Values: store.MetricValues{"loss": math.NaN(), "grad": math.Inf(1)}, At: t0.Add(2 * time.Minute)},
 	}
-	pending := &store.Notification{ID: "nlp-monthly/1/2026-03-01", URL: "https://hooks.example.com/x", Body: []byte(`{"id":"nlp-monthly/1/2026-03-01"}`),
+	pending := &store.Notification{ID: "nlp-monthly/1/2026-03-01", Kind: "budget", URLRef: "ops/HOOK", Body: []byte(`{"id":"nlp-monthly/1/2026-03-01"}`),
 		Attempts: 2, NextAt: t0.Add(5 * time.Minute), LastError: "503 Service Unavailable", Created: t0}
-	delivered := &store.Notification{ID: "nlp-monthly/0/2026-03-01", URL: "https://hooks.example.com/x", Body: []byte(`{}`), NextAt: t0, Created: t0}
+	delivered := &store.Notification{ID: "nlp-monthly/0/2026-03-01", Kind: "budget", URLRef: "ops/HOOK", Body: []byte(`{}`), NextAt: t0, Created: t0}
 
 	commit(t, s, &store.Batch{Cost: store.Cost{Ledger: []cost.Entry{alloc, idle}, BudgetFired: []cost.FiredKey{fired},
 		Notifications: []*store.Notification{delivered, pending}}, Meta: map[string]string{store.MeteredToKey: t0.Add(time.Hour).Format(time.RFC3339)}})

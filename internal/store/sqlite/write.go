@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -123,14 +124,19 @@ func encode(b *store.Batch) ([]row, error) {
 	if b.Empty() {
 		return nil, nil
 	}
-	rows := make([]row, 0, len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta))
-	// add appends a row whose last argument is v as JSON, the data column.
+	rows := make([]row, 0, len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+
+		len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions)+len(b.Events)+len(b.Grants)+len(b.DeleteGrants)+len(b.Audit)+
+		len(b.Secrets)+len(b.DeleteSecrets))
+	// add appends a row whose arguments are args and v as JSON, the data
+	// column.
 	add := func(st stmt, kind, id string, v any, args ...any) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("encoding %s %s: %w", kind, id, err)
 		}
-		rows = append(rows, row{stmt: st, args: append(args, string(data)), kind: kind, id: id})
+		all := make([]any, len(args)+1)
+		all[copy(all, args)] = string(data)
+		rows = append(rows, row{stmt: st, args: all, kind: kind, id: id})
 		return nil
 	}
 	for _, j := range b.Jobs {
@@ -187,7 +193,7 @@ func encode(b *store.Batch) ([]row, error) {
 		rows = append(rows, row{stmt: deleteGrant, args: []any{k.User, k.Project}, kind: "grant deletion", id: k.User + "/" + k.Project})
 	}
 	for _, e := range b.Audit {
-		if err := add(insertAudit, "audit entry", fmt.Sprint(e.Seq), e, e.Seq, formatExpires(e.Time)); err != nil {
+		if err := add(insertAudit, "audit entry", strconv.FormatUint(e.Seq, 10), e, e.Seq, formatExpires(e.Time)); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,106 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// TestArchiveScopedToNode: an agent token downloads only the archive of a
+// job with a replica desired on its node. Another node's token, a digest no
+// job on the node uses (uploaded or not), and the node's own job once it
+// has ended all get 404, never 403, so a token cannot tell which archives
+// exist.
+func TestArchiveScopedToNode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{Archives: true})
+	upload := func(content string) (string, []byte) {
+		t.Helper()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := archive.Pack(dir, &buf, archive.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		got := e.do(t, req{Method: "POST", Path: "/v1/archives", Token: e.admin, Body: buf.Bytes()})
+		if got.Status != http.StatusCreated {
+			t.Fatalf("upload = %d %s", got.Status, got.Body)
+		}
+		d, _, _ := strings.Cut(strings.TrimPrefix(string(got.Body), `{"digest":"`), `"`)
+		return d, buf.Bytes()
+	}
+	used, usedBytes := upload("print('mine')")
+	other, _ := upload("print('someone else')")
+	never := "sha256:" + strings.Repeat("ab", 32)
+
+	// node-a runs the job that uses the archive; node-b runs nothing.
+	ctx := context.Background()
+	reg := func(id string, gpus int) {
+		r := agentapi.Registration{NodeID: id, Name: id, Provider: "static", CPU: 16, Memory: 64 * model.GiB, Region: "local"}
+		for i := range gpus {
+			r.GPUs = append(r.GPUs, model.GPU{Index: i, UUID: "GPU-" + id, Model: "H100", Memory: 80 * model.GiB})
+		}
+		if _, err := e.ctrl.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg("node-a", 1)
+	reg("node-b", 0)
+	_, tokA := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-a"})
+	_, tokB := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-b"})
+	manifest := bytes.Replace(jobManifest("with-code"), []byte(`"env":`), []byte(`"archive": "`+used+`", "workdir": ".", "env":`), 1)
+	jobID := e.submit(t, manifest)
+	a := &fakeAgent{ctrl: e.ctrl, node: "node-a"}
+	rs := a.waitReplicas(t, 1)
+	if rs[0].JobID != jobID || rs[0].Archive != used {
+		t.Fatalf("node-a desires %+v, want job %s with archive %s", rs[0], jobID, used)
+	}
+
+	get := func(tok, digest string) reply {
+		return e.do(t, req{Method: "GET", Path: "/v1/archives/" + digest, Token: tok})
+	}
+	for name, tt := range map[string]struct {
+		tok, digest string
+		want        int
+	}{
+		"own job's archive":            {tokA, used, http.StatusOK},
+		"another node's job's archive": {tokB, used, http.StatusNotFound},
+		"uploaded, used by no job":     {tokA, other, http.StatusNotFound},
+		"never uploaded":               {tokA, never, http.StatusNotFound},
+		"user token":                   {e.admin, used, http.StatusForbidden},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := get(tt.tok, tt.digest)
+			if got.Status != tt.want {
+				t.Fatalf("status = %d, want %d; body %s", got.Status, tt.want, got.Body)
+			}
+			if tt.want == http.StatusOK && !bytes.Equal(got.Body, usedBytes) {
+				t.Errorf("downloaded %d bytes, not the %d uploaded", len(got.Body), len(usedBytes))
+			}
+			if tt.want >= 400 {
+				p := problem(t, got)
+				if tt.want == http.StatusNotFound && (strings.Contains(p.Detail, "never uploaded") || strings.Contains(p.Detail, "uploaded")) {
+					t.Errorf("a 404 tells whether the archive exists: %q", p.Detail)
+				}
+			}
+		})
+	}
+
+	// Once the job has ended, its node no longer needs the code.
+	a.report(t, runningStatus(rs[0].ID), exitedStatus(rs[0].ID, 0))
+	e.waitJob(t, jobID, model.JobSucceeded)
+	if got := get(tokA, used); got.Status != http.StatusNotFound {
+		t.Errorf("after the job ended: status %d, want 404", got.Status)
+	}
+}

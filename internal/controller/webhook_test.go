@@ -1,0 +1,195 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/secrets"
+	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+)
+
+// Budget webhooks are named by sealed secrets: their URLs and signing keys
+// reach neither the fleet's documents, the API's budget view, the outbox's
+// records nor anything else in the SQLite file, and a failed delivery's
+// error does not quote its URL. The firing still arrives, signed with the
+// budget's own key.
+func TestWebhookSecretsSealedAtRest(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "gpufleet.db")
+	st, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyring, err := secrets.NewKeyring(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := logstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signingKey := "budget-signing-key-Zq81xv"
+	rc := &receiver{t: t, secret: []byte(signingKey), failFirst: 1, seen: map[string]int{}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	hookURL := srv.URL + "/hooks/T0KEN-in-the-path-4d1f"
+	deadURL := "http://127.0.0.1:1/hooks/unreachable-T0KEN-9a2c" // refuses connections: its error must not quote it
+
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(start)
+	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,own,36\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ctx, Config{
+		Store: st, Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777", Keyring: keyring,
+		CheckpointDir: t.TempDir(), HeartbeatTimeout: 1000 * time.Hour, PassGap: -1,
+		Cost:   CostConfig{Prices: prices, MeterInterval: -1},
+		Alerts: AlertRules{QueueWaitP95: -1},
+		Fatal:  func(err error) { t.Errorf("fatal: %v", err) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	h := &harness{t: t, clk: clk, c: c, cancel: cancel, done: make(chan struct{})}
+	go func() { _ = c.Run(runCtx); close(h.done) }()
+	closed := false
+	shutdown := func() {
+		if !closed {
+			closed = true
+			h.stop()
+			c.Close()
+			st.Close()
+		}
+	}
+	t.Cleanup(shutdown)
+
+	budget := func(name string, hook *manifest.WebhookRef) manifest.Budget {
+		return manifest.Budget{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: name}, Spec: manifest.BudgetSpec{
+			Scope: cost.Scope{Project: "nlp"}, Amount: 10 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
+			Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionNotify}}, Webhook: hook}}
+	}
+	fleet := &manifest.Set{Budgets: []manifest.Budget{
+		budget("live", &manifest.WebhookRef{SecretRef: "ops/BUDGET_HOOK", SigningKeyRef: "ops/BUDGET_KEY"}),
+		budget("dead", &manifest.WebhookRef{SecretRef: "ops/DEAD_HOOK", SigningKeyRef: "ops/BUDGET_KEY"}),
+	}}
+
+	// A reference to a secret the server does not hold is refused, and so
+	// is a webhook with nothing to sign it.
+	_, err = c.ApplyFleet(ctx, fleet, ApplyOptions{Author: "test"})
+	var fe model.FieldErrors
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "project ops has no secret BUDGET_HOOK") {
+		t.Fatalf("apply before the secrets exist: %v, want field errors naming the missing secret", err)
+	}
+	unsigned := &manifest.Set{Budgets: []manifest.Budget{budget("unsigned", &manifest.WebhookRef{SecretRef: "ops/BUDGET_HOOK"})}}
+	for name, v := range map[string]string{"BUDGET_HOOK": hookURL, "DEAD_HOOK": deadURL, "BUDGET_KEY": signingKey} {
+		if _, err := c.PutSecret(ctx, "ops", name, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.ApplyFleet(ctx, unsigned, ApplyOptions{Author: "test"}); err == nil || !strings.Contains(err.Error(), "signingKeyRef: is required") {
+		t.Fatalf("apply of a webhook with no signing key on a server without --webhook-secret: %v", err)
+	}
+	if _, err := c.ApplyFleet(ctx, fleet, ApplyOptions{Author: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// A secret a budget's webhook names cannot be deleted from under it.
+	if err := c.DeleteSecret(ctx, "ops", "BUDGET_HOOK"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("deleting a webhook's secret: %v, want ErrConflict", err)
+	}
+
+	// Spend $18 of the $10 budgets: both fire.
+	h.registerNode("own", 2, model.Owned)
+	spec := model.JobSpec{Resources: model.Resources{GPUs: 1}, Run: model.RunSpec{Command: []string{"true"}}}
+	spec.Default()
+	j, _, err := c.Submit(ctx, Submission{Project: "nlp", User: "u", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node = "own"
+	h.sync(running(h.waitDesired(1).Replicas[0].ID))
+	h.waitJob(j.ID, model.JobRunning)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // the first post to the live receiver fails; the dead one always does
+		c.deliverDue(ctx)
+		clk.Advance(time.Minute)
+	}
+	rc.mu.Lock()
+	if diff := cmp.Diff(map[string]int{"live/0/2026-12-01": 1}, rc.seen); diff != "" {
+		t.Errorf("deliveries (-want +got):\n%s", diff)
+	}
+	rc.mu.Unlock()
+	c.mu.Lock()
+	dead := cloneNote(c.cost.outbox["dead/0/2026-12-01"])
+	c.mu.Unlock()
+	if dead.LastError == "" || strings.Contains(dead.LastError, "T0KEN") {
+		t.Errorf("the dead webhook's last error = %q, want an error that does not quote the URL", dead.LastError)
+	}
+
+	// The API's views name the secrets, never their values.
+	views, _ := json.Marshal(c.Budgets(0))
+	rev, err := c.Revision(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, _ := json.Marshal(rev.Documents)
+	for what, data := range map[string][]byte{"budget views": views, "fleet documents": docs} {
+		if !bytes.Contains(data, []byte("ops/BUDGET_HOOK")) {
+			t.Errorf("%s do not name the webhook's secret: %s", what, data)
+		}
+		for _, v := range []string{hookURL, deadURL, signingKey, "T0KEN"} {
+			if bytes.Contains(data, []byte(v)) {
+				t.Errorf("%s hold %q: %s", what, v, data)
+			}
+		}
+	}
+
+	// The raw database (and its WAL) holds none of them.
+	shutdown()
+	files, err := filepath.Glob(dbPath + "*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("database files: %v %v", files, err)
+	}
+	var all []byte
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, raw...)
+		for _, v := range []string{hookURL, deadURL, signingKey, "T0KEN", srv.URL} {
+			if bytes.Contains(raw, []byte(v)) {
+				t.Errorf("%s holds %q in clear", filepath.Base(f), v)
+			}
+		}
+	}
+	// …though it holds the references and the outbox (the scan is real).
+	for _, v := range []string{"ops/BUDGET_HOOK", "live/0/2026-12-01", "dead/0/2026-12-01"} {
+		if !bytes.Contains(all, []byte(v)) {
+			t.Errorf("the database files do not hold %q: is the scan reading them?", v)
+		}
+	}
+}

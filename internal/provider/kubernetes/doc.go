@@ -1,0 +1,31 @@
+// Package kubernetes is the Kubernetes backend (DESIGN.md §4): a cluster is
+// both a provider of fixed capacity and a runner of gpufleet's replicas.
+// gpufleet picks the cluster, GPU model and capacity type; kube-scheduler
+// picks the node.
+//
+// As a provider, a Cluster groups the cluster's schedulable, ready GPU
+// nodes by GPU model, capacity type, region and zone. Each group is one
+// virtual node: its GPUs are the group's allocatable GPUs, its offer the
+// group's capacity at the pool's price per GPU-hour (or the catalog's price
+// of the nodes' instance type). gpufleet cannot launch or terminate
+// Kubernetes nodes, so Launch and Terminate answer
+// provider.ErrFixedCapacity.
+//
+// As a runner, Cluster.Run is the agent of every virtual node: it registers
+// the node with the control plane, long-polls its desired set, and carries
+// each attempt out as a batch/v1 Job (an indexed Job and a headless Service
+// for gangs) whose pods select the group's nodes. Status flows back through
+// informers on Jobs, pods and nodes; logs are streamed from the pods.
+//
+// Invariants:
+//   - Every object the driver creates carries the label
+//     gpufleet.dev/managed-by=<pool> and lives in the pool's namespace;
+//     Objects lists them, DeleteObjects removes them.
+//   - A Job's name is a function of its attempt and first rank, so a
+//     restarted runner adopts the Jobs it finds instead of creating new
+//     ones; a create that meets an existing Job adopts it.
+//   - Nothing polls the API server: state comes from informers, and writes
+//     go through a bounded pool of workers.
+//   - The driver never dials a pod or Service address; logs come through
+//     the API server.
+package kubernetes

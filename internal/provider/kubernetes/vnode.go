@@ -1,0 +1,505 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// roundGap is the least time between two syncs that do not wait on the
+// server, so a burst of pod changes is reported in a few syncs rather than
+// one each.
+const roundGap = 25 * time.Millisecond
+
+// vnode is the agent of one virtual node. Everything but changed and
+// regTimer belongs to its loop's goroutine.
+type vnode struct {
+	ctx     context.Context // Run's; for the node's log shippers
+	r       *runner
+	id      string
+	log     *slog.Logger
+	changed chan struct{} // rung, never blocking, when there is news
+
+	tracked map[string]*replica  // by replica id
+	jobs    map[string]*jobState // by Job name
+	target  *nodeTarget          // where its pods go; nil until its group is seen
+
+	reg        *agentapi.Registration // as last registered
+	regAt      time.Time
+	regTimer   atomic.Bool // a wake-up for a delayed registration is pending
+	heartbeat  time.Duration
+	generation uint64
+	delivered  map[string]agentapi.ReplicaStatus
+}
+
+// replica is one replica the virtual node runs, or ran.
+type replica struct {
+	id    string
+	job   string // its Job's name; "" when it never had one
+	grace *int64
+
+	status   agentapi.ReplicaStatus
+	seenJob  bool
+	seenPod  bool
+	podName  string
+	podNode  string
+	lastExit *int
+	// stopping: its Job is being deleted because the server asked.
+	stopping bool
+	// refused, when set, is why it was never run; refusedPhase how that
+	// ends it.
+	refused      string
+	refusedPhase agentapi.Phase
+	// forgotten: the server recorded its end.
+	forgotten bool
+	logs      *shipper
+}
+
+// jobState is one Job of the virtual node and what is wanted of it.
+type jobState struct {
+	name     string
+	attempt  string
+	replicas []*replica
+	want     *want // the create or delete last asked for; nil for an adopted Job
+	deleting bool
+	deleted  bool // the delete was accepted (or the Job was gone)
+}
+
+func newVnode(r *runner, id string) *vnode {
+	return &vnode{
+		r: r, id: id, log: r.log.With("node_id", id),
+		changed: make(chan struct{}, 1),
+		tracked: map[string]*replica{},
+		jobs:    map[string]*jobState{},
+	}
+}
+
+// run registers the node, adopts its Jobs, and syncs until ctx ends or the
+// node has neither nodes nor work left.
+func (v *vnode) run(ctx context.Context) {
+	v.ctx = ctx
+	v.adopt()
+	retry := v.r.c.backoff(v.r.c.opts.MaxRetryBackoff)
+	for ctx.Err() == nil {
+		// Changes before this point are in the request below.
+		select {
+		case <-v.changed:
+		default:
+		}
+		if v.reg == nil {
+			if err := v.register(ctx); err != nil {
+				if ctx.Err() == nil {
+					v.log.Warn("registering virtual node", "err", err)
+					v.r.c.sleep(ctx, retry.Step())
+				}
+				continue
+			}
+		} else {
+			v.maybeRegister(ctx)
+		}
+		v.refresh()
+		v.cleanup()
+		if len(v.tracked) == 0 && len(v.jobs) == 0 && v.r.group(v.id) == nil && v.r.retire(v) {
+			v.log.Info("virtual node has no nodes and no work left; it stops syncing")
+			return
+		}
+		req, endedIDs := v.request()
+		resp, woken, err := v.sync(ctx, req)
+		switch {
+		case err == nil:
+			retry = v.r.c.backoff(v.r.c.opts.MaxRetryBackoff)
+			v.delivered = make(map[string]agentapi.ReplicaStatus, len(req.Statuses))
+			for _, s := range req.Statuses {
+				v.delivered[s.ID] = s
+			}
+			v.apply(resp, endedIDs)
+			if req.Wait == 0 {
+				v.r.c.sleep(ctx, roundGap)
+			}
+		case ctx.Err() != nil:
+			return
+		case woken:
+			// News arrived during the long poll: report it now.
+		case errors.Is(err, agentapi.ErrUnknownNode):
+			v.log.Warn("the server does not know this virtual node; registering again", "err", err)
+			v.reg, v.generation, v.delivered = nil, 0, nil
+		default:
+			d := retry.Step()
+			v.log.Warn("syncing with the server; Jobs keep running", "err", err, "retry_in", d)
+			v.r.c.sleep(ctx, d)
+		}
+	}
+}
+
+// registration is the node's facts now: its group's, or no GPUs when the
+// group has no usable nodes left.
+func (v *vnode) registration() agentapi.Registration {
+	pool := v.r.c.opts.Pool
+	reg := agentapi.Registration{NodeID: v.id, Name: v.id, Provider: pool, Pool: pool, GPUSource: gpuSource,
+		AgentVersion: agentapi.Version, Region: DefaultRegion, Labels: map[string]string{LabelPool: pool}, GPUs: []model.GPU{}}
+	if v.reg != nil {
+		// Keep where it was, without its GPUs.
+		reg.Name, reg.Region, reg.Zone, reg.InstanceType, reg.CapacityType = v.reg.Name, v.reg.Region, v.reg.Zone, v.reg.InstanceType, v.reg.CapacityType
+	}
+	grp := v.r.group(v.id)
+	if grp == nil {
+		return reg
+	}
+	v.target = targetOf(grp)
+	n := grp.node(pool)
+	reg.Name, reg.GPUs, reg.CPU, reg.Memory, reg.Labels = n.Name, n.GPUs, n.CPU, n.Memory, n.Labels
+	reg.Region, reg.Zone, reg.InstanceType, reg.CapacityType, reg.PricePerHour = n.Region, n.Zone, n.InstanceType, n.CapacityType, n.PricePerHour
+	return reg
+}
+
+// register announces the node now.
+func (v *vnode) register(ctx context.Context) error {
+	reg := v.registration()
+	resp, err := v.r.cp.Register(ctx, reg)
+	if err == nil && resp.NodeID != v.id {
+		err = fmt.Errorf("the server registered it as %q", resp.NodeID)
+	}
+	if err != nil {
+		return err
+	}
+	v.reg, v.regAt, v.heartbeat = &reg, v.r.c.opts.Clock.Now(), resp.HeartbeatInterval.D()
+	v.log.Info("registered virtual node", "gpus", len(reg.GPUs), "gpu_model", reg.Labels["gpufleet.dev/gpu-model"],
+		"capacity_type", reg.CapacityType, "price_per_hour", reg.PricePerHour)
+	return nil
+}
+
+// maybeRegister registers again when the node's facts changed, at most
+// once per RegisterInterval; a failure is retried at the next round.
+func (v *vnode) maybeRegister(ctx context.Context) {
+	reg := v.registration()
+	if reflect.DeepEqual(&reg, v.reg) {
+		return
+	}
+	wait := v.r.c.opts.RegisterInterval - v.r.c.opts.Clock.Now().Sub(v.regAt)
+	if wait > 0 {
+		if v.regTimer.CompareAndSwap(false, true) {
+			go func() {
+				defer v.regTimer.Store(false)
+				if v.r.c.sleep(ctx, wait) {
+					ring(v.changed)
+				}
+			}()
+		}
+		return
+	}
+	if err := v.register(ctx); err != nil && ctx.Err() == nil {
+		v.log.Warn("registering virtual node again", "err", err)
+	}
+}
+
+// adopt tracks the Jobs a previous run left for this node.
+func (v *vnode) adopt() {
+	for _, obj := range v.r.c.jobsOf(v.id) {
+		j := obj.(*batchv1.Job)
+		js := v.jobs[j.Name]
+		if js != nil {
+			continue
+		}
+		js = &jobState{name: j.Name, attempt: j.Annotations[AnnotationAttemptID]}
+		if j.DeletionTimestamp != nil {
+			js.deleting, js.deleted = true, true
+		}
+		for _, id := range replicasOfJob(j) {
+			r := &replica{id: id, job: j.Name, seenJob: true, stopping: js.deleting}
+			js.replicas = append(js.replicas, r)
+			v.tracked[id] = r
+		}
+		v.jobs[j.Name] = js
+		v.log.Info("adopting Job", "job", j.Name, "replicas", len(js.replicas))
+	}
+}
+
+// refresh moves every live replica's status on from the caches, deletes
+// the Jobs of lost replicas, and starts log shipping where a pod ran.
+func (v *vnode) refresh() {
+	c := v.r.c
+	now := c.opts.Clock.Now()
+	for _, js := range v.jobs {
+		if js.want == nil {
+			continue
+		}
+		done, failed := v.r.result(js.want)
+		if js.want.delete {
+			js.deleted = js.deleted || done
+			continue
+		}
+		if failed != "" {
+			for _, r := range js.replicas {
+				if r.refused == "" {
+					r.refused, r.refusedPhase = failed, agentapi.PhaseExited
+				}
+			}
+		}
+	}
+	for _, r := range v.tracked {
+		if r.forgotten {
+			continue
+		}
+		if !ended(r.status.Phase) {
+			var job *batchv1.Job
+			js := v.jobs[r.job]
+			if r.job != "" {
+				job = c.job(r.job)
+			}
+			if lost := r.observe(c.podsOf(r.id), job, js, c.nodeGone, now); lost && js != nil {
+				v.log.Info("replica lost", "replica_id", r.id, "reason", r.status.Reason)
+				v.deleteJob(js, nil)
+			}
+		}
+		if r.logs == nil && (r.podName != "" && r.status.Phase != "" || ended(r.status.Phase)) {
+			r.logs = v.r.ship(v, r)
+		}
+	}
+}
+
+// cleanup deletes the Jobs whose replicas the server has recorded, once
+// their logs are shipped, and forgets Jobs that are gone.
+func (v *vnode) cleanup() {
+	for name, js := range v.jobs {
+		done := true
+		for _, r := range js.replicas {
+			if !r.forgotten || r.logs != nil && !r.logs.finished() {
+				done = false
+				break
+			}
+		}
+		if !done {
+			continue
+		}
+		if !js.deleted {
+			v.deleteJob(js, nil)
+			continue
+		}
+		for _, r := range js.replicas {
+			delete(v.tracked, r.id)
+		}
+		if js.want != nil {
+			v.r.dropWant(keyJob+name, js.want)
+		}
+		delete(v.jobs, name)
+	}
+	// Replicas that never had a Job.
+	for id, r := range v.tracked {
+		if r.job == "" && r.forgotten && (r.logs == nil || r.logs.finished()) {
+			delete(v.tracked, id)
+		}
+	}
+}
+
+// request builds the next sync. It carries each status the server has not
+// received yet, and every final one until the server answers without that
+// replica; it waits on the server only when there is nothing new.
+func (v *vnode) request() (agentapi.SyncRequest, map[string]bool) {
+	var statuses []agentapi.ReplicaStatus
+	endedIDs := map[string]bool{}
+	for _, r := range v.tracked {
+		s := r.status
+		if s.Phase == "" || r.forgotten {
+			continue
+		}
+		last, sent := v.delivered[s.ID]
+		if ended(s.Phase) {
+			endedIDs[s.ID] = true
+		} else if sent && reflect.DeepEqual(last, s) {
+			continue
+		}
+		statuses = append(statuses, s)
+	}
+	sort.Slice(statuses, func(i, j int) bool { return statuses[i].ID < statuses[j].ID })
+	wait := v.r.c.opts.SyncWait
+	if v.heartbeat > 0 {
+		wait = min(wait, v.heartbeat)
+	}
+	for _, s := range statuses {
+		if last, ok := v.delivered[s.ID]; !ok || !reflect.DeepEqual(last, s) {
+			wait = 0
+		}
+	}
+	if statuses == nil {
+		statuses = []agentapi.ReplicaStatus{}
+	}
+	return agentapi.SyncRequest{NodeID: v.id, Generation: v.generation, Statuses: statuses, Wait: model.Duration(wait)}, endedIDs
+}
+
+// sync calls the server, cancelling the call if there is news before it
+// answers; woken reports that.
+func (v *vnode) sync(ctx context.Context, req agentapi.SyncRequest) (resp agentapi.SyncResponse, woken bool, err error) {
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan struct{})
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		select {
+		case <-v.changed:
+			woken = true
+			cancel()
+		case <-answered:
+		}
+	}()
+	resp, err = v.r.cp.Sync(callCtx, req)
+	close(answered)
+	<-listening
+	if woken && err == nil {
+		ring(v.changed) // the answer came anyway; look again next round
+	}
+	return resp, woken, err
+}
+
+// apply acts on the desired set: it runs the replicas it does not track,
+// stops those marked Stop or no longer listed, and forgets ended ones the
+// server no longer lists in answer to a report of their end.
+func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool) {
+	v.generation = resp.Generation
+	desired := make(map[string]bool, len(resp.Replicas))
+	fresh := map[string][]agentapi.ReplicaSpec{}
+	for _, spec := range resp.Replicas {
+		desired[spec.ID] = true
+		r := v.tracked[spec.ID]
+		if r == nil {
+			fresh[spec.AttemptID] = append(fresh[spec.AttemptID], spec)
+			continue
+		}
+		if g := grace(spec); g != nil {
+			r.grace = g
+		}
+		if spec.Stop {
+			v.stop(r)
+		}
+	}
+	for _, attempt := range slices.Sorted(maps.Keys(fresh)) {
+		v.admit(fresh[attempt])
+	}
+	for id, r := range v.tracked {
+		switch {
+		case desired[id] || r.forgotten:
+		case reportedEnded[id]:
+			r.forgotten = true
+		case !ended(r.status.Phase):
+			v.stop(r)
+		}
+	}
+}
+
+func grace(spec agentapi.ReplicaSpec) *int64 {
+	if g := spec.Grace.D(); g > 0 {
+		return new(int64(g.Seconds()))
+	}
+	return nil
+}
+
+// admit takes on the replicas of one attempt that the server placed on
+// this node: ranks from 0 on run as one Job (the common case: the whole
+// gang here); any other rank, of a gang spread over several virtual
+// nodes, runs as a Job of its own.
+func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
+	slices.SortFunc(specs, func(a, b agentapi.ReplicaSpec) int { return a.Rank - b.Rank })
+	settings := v.r.c.opts.Settings
+	var batches [][]agentapi.ReplicaSpec
+	i := 0
+	if specs[0].Rank == 0 {
+		for i = 1; i < len(specs) && specs[i].Rank == specs[i-1].Rank+1; i++ {
+		}
+		batches = append(batches, specs[:i])
+	}
+	for ; i < len(specs); i++ {
+		batches = append(batches, specs[i:i+1])
+	}
+	for _, batch := range batches {
+		first := batch[0]
+		name := jobName(first.AttemptID, first.Rank)
+		log := v.log.With("job_id", first.JobID, "attempt_id", first.AttemptID, "job", name)
+		js := v.jobs[name]
+		if js == nil {
+			js = &jobState{name: name, attempt: first.AttemptID}
+			v.jobs[name] = js
+		}
+		var reason string
+		phase := agentapi.PhaseExited
+		switch {
+		case first.Stop:
+			reason = agentapi.ReasonStopped
+		case refusal(first, settings) != "":
+			reason = refusal(first, settings)
+		case v.target == nil:
+			reason, phase = fmt.Sprintf("%v: nowhere to run it", errNoTarget), agentapi.PhaseLost
+		}
+		for _, spec := range batch {
+			r := &replica{id: spec.ID, job: name, grace: grace(spec)}
+			if reason != "" {
+				r.job, r.refused, r.refusedPhase = "", reason, phase
+			}
+			js.replicas = append(js.replicas, r)
+			v.tracked[spec.ID] = r
+		}
+		if reason != "" {
+			log.Info("not running replicas", "reason", reason)
+			delete(v.jobs, name)
+			continue
+		}
+		plan := jobPlan{pool: v.r.c.opts.Pool, settings: settings, node: v.target, specs: batch}
+		job, svc := plan.build()
+		js.want = &want{node: v.id, attempt: first.AttemptID, job: job, svc: svc}
+		v.r.setWant(keyJob+name, js.want)
+		log.Info("creating Job", "replicas", len(batch), "first_rank", first.Rank, "gpus_per_replica", len(first.GPUs))
+	}
+}
+
+// stop ends a replica's run: its Job (and so every replica of it) is
+// deleted with the replica's grace period.
+func (v *vnode) stop(r *replica) {
+	if r.stopping || ended(r.status.Phase) {
+		return
+	}
+	js := v.jobs[r.job]
+	if js == nil {
+		r.stopping = true
+		return
+	}
+	v.deleteJob(js, r.grace)
+}
+
+// deleteJob asks for js to be deleted, its pods with grace (nil: their
+// own), and marks its live replicas stopping.
+func (v *vnode) deleteJob(js *jobState, grace *int64) {
+	for _, r := range js.replicas {
+		if !ended(r.status.Phase) {
+			r.stopping = true
+		}
+	}
+	if js.deleting {
+		return
+	}
+	js.deleting = true
+	js.want = &want{node: v.id, attempt: js.attempt, delete: true, grace: grace}
+	v.r.setWant(keyJob+js.name, js.want)
+	v.log.Info("deleting Job", "job", js.name, "grace_seconds", derefOr(grace, -1))
+}
+
+func derefOr(p *int64, d int64) int64 {
+	if p == nil {
+		return d
+	}
+	return *p
+}
+
+// String names the node in test failures.
+func (v *vnode) String() string { return "virtual node " + v.id + " (" + strings.Join(slices.Sorted(maps.Keys(v.jobs)), ",") + ")" }
