@@ -69,7 +69,7 @@ exit 4`
 	if err == nil || !strings.Contains(out, "runs inside a gpufleet job") {
 		t.Fatalf("metric outside a job = %v %q, want a clear error", err, out)
 	}
-	// jobs get shows what the run cost (owned, unpriced fake GPUs: $0).
+	// jobs get shows what the run cost (demo GPUs are priced from the catalog).
 	if got := s.gpufleet("jobs", "get", id); !strings.Contains(got, "Cost:") && v.Cost != nil {
 		t.Fatalf("jobs get has no cost line:\n%s", got)
 	}

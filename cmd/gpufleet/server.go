@@ -385,11 +385,13 @@ func serve(ctx context.Context, c *serverConfig) error {
 	// NodePools; each machine joins by running `gpufleet agent` with the
 	// token of its name.
 	owned := static.NewPools(nil, time.Now())
+	// Kubernetes clusters: a runner per applied pool of provider kubernetes.
+	kube := newKubePools(cat, log)
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
 		Scale:        simScaleC,
-		Inventory:    providerInventory(append(slices.Clip(simScaleC.Providers), owned)),
-		PoolsChanged: owned.SetPools,
+		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
+		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
@@ -427,10 +429,12 @@ func serve(ctx context.Context, c *serverConfig) error {
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- ignoreClosed(httpSrv.Serve(ln)) }()
 	go func() { errc <- ctrl.Run(ctx) }()
-	running := 2
+	kube.cp = ctrl
+	go func() { errc <- kube.Run(ctx) }()
+	running := 3
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, log)
 		if err != nil {

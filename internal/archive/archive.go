@@ -138,11 +138,31 @@ func copyFile(w io.Writer, p string, size int64) error {
 
 // linkInside reports whether a symlink at rel (slash-separated, relative to
 // the root) pointing at target stays inside the root.
+//
+// Lexical cleaning alone is not enough: in "d/l/.." the ".." applies to
+// wherever the link d/l points, not to d, so "d/l/.." with d/l → ".."
+// cleans to "d" yet resolves above the root (a fuzzer's find, kept as the
+// seed seed-symlink-chain-out). So ".." may only lead the target, where it
+// climbs the link's own folders, which are real folders (checkParents):
+// a target that climbs after descending is refused.
 func linkInside(rel, target string) bool {
-	if path.IsAbs(target) || filepath.IsAbs(target) {
+	slashed := filepath.ToSlash(target)
+	if path.IsAbs(slashed) || filepath.IsAbs(target) || filepath.VolumeName(target) != "" || strings.ContainsRune(target, 0) {
 		return false
 	}
-	resolved := path.Clean(path.Join(path.Dir(rel), filepath.ToSlash(target)))
+	descended := false
+	for _, part := range strings.Split(strings.ReplaceAll(slashed, `\`, "/"), "/") {
+		switch part {
+		case "", ".":
+		case "..":
+			if descended {
+				return false
+			}
+		default:
+			descended = true
+		}
+	}
+	resolved := path.Clean(path.Join(path.Dir(rel), slashed))
 	return resolved != ".." && !strings.HasPrefix(resolved, "../")
 }
 

@@ -139,6 +139,11 @@ func TestUnpackRefusesEscapes(t *testing.T) {
 		"hard link":            {file("a", "x"), {tar.Header{Name: "b", Typeflag: tar.TypeLink, Linkname: "a"}, ""}},
 		"device":               {{tar.Header{Name: "null", Typeflag: tar.TypeChar}, ""}},
 		"root itself":          {file(".", "x")},
+		// d/l → ".." is the root, but "d/l/.." is its parent: lexically
+		// "d", physically outside (a fuzzer's find).
+		"climb through a link": {{tar.Header{Name: "d/", Typeflag: tar.TypeDir}, ""}, {tar.Header{Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: ".."}, ""},
+			{tar.Header{Name: "l2", Typeflag: tar.TypeSymlink, Linkname: "d/l/.."}, ""}},
+		"climb after descending": {{tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "a/../b"}, ""}},
 	}
 	for name, entries := range tests {
 		t.Run(name, func(t *testing.T) {

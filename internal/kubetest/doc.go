@@ -9,9 +9,9 @@
 // IPs that KWOK hands out exist nowhere, so tests never dial them.
 //
 // Binaries come from tools/kube/build.sh (see Start). Start gives each test
-// its own control plane (about 5 s); Shared gives every test of a package one
-// control plane, so tests that share it must keep to their own namespaces
-// and node labels.
+// its own control plane (5 to 9 s to start on 2 busy cores); Shared gives
+// every test of a package one control plane, so tests that share it must
+// keep to their own namespaces and node labels.
 //
 // # What the fake cluster does
 //
@@ -29,7 +29,8 @@
 // orphans: it scans every 20 s and quarantines a missing node for 40 s, so
 // 40 to 80 s after the deletion each orphan is patched to phase Failed with
 // condition DisruptionTarget (reason DeletionByPodGC) and deleted with grace
-// period 0; the Job controller counts it as failed and, within backoffLimit,
-// creates a replacement pod. GCOrphanedPods does that same thing at once for
-// tests that cannot wait.
+// period 0 (measured: 60 s). The Job controller counts it as failed and,
+// within backoffLimit, creates a replacement pod after its failure backoff
+// (about 10 s for a Job's first failure, doubling after). GCOrphanedPods
+// does what PodGC does, at once, for tests that cannot wait.
 package kubetest

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/gpufleet/gpufleet/internal/kubetest"
@@ -36,6 +37,16 @@ func TestSmoke(t *testing.T) {
 
 	nodes := c.AddGPUNodes(ctx, 4, kubetest.NodeSpec{Labels: map[string]string{poolLabel: "smoke"}})
 	t.Logf("control plane and 4 nodes ready after %s", time.Since(began).Round(time.Millisecond))
+	// The kubeconfig works as a driver would use it.
+	loaded, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+	if err != nil {
+		t.Fatalf("loading %s: %v", c.Kubeconfig, err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(loaded).CoreV1().Nodes().Get(ctx, nodes[0], metav1.GetOptions{}); err != nil {
+		t.Fatalf("getting node %s through the kubeconfig: %v", nodes[0], err)
+	}
 	ns := namespace(ctx, t, cs, "smoke")
 	onNodes := map[string]bool{}
 	for _, n := range nodes {
@@ -131,8 +142,9 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("GCOrphanedPods deleted %d pods, want 1", n)
 			}
 			waitPodGone(ctx, t, cs, ns, pod.Name)
-			// The Job counts a failure and, within backoffLimit, makes a
-			// replacement that no node can take.
+			// The Job counts a failure and, within backoffLimit and after
+			// its ~10 s failure backoff, makes a replacement that no node
+			// can take.
 			job = waitJob(ctx, t, cs, job, func(j *batchv1.Job) bool { return j.Status.Failed == 1 })
 			next := waitPod(ctx, t, cs, job, func(p *corev1.Pod) bool {
 				return p.Name != pod.Name && unschedulable(p)

@@ -28,8 +28,7 @@ const NodeAnnotation = "kwok.x-k8s.io/node"
 // folder: the "fast" node and pod stages, without KWOK's pod-complete.
 //
 //   - node-initialize: a new node gets Ready conditions, addresses and its
-//     capacity at once (the controller manager then removes the not-ready
-//     taint that admission put on it).
+//     capacity at once.
 //   - node-heartbeat-with-lease: status every ~10 min; liveness comes from
 //     the Lease KWOK renews (--node-lease-duration-seconds=40).
 //   - pod-ready: a bound Pending pod becomes Running and Ready at once, with
@@ -42,6 +41,17 @@ var kwokStageFiles = []string{
 	"pod/fast/pod-ready.yaml",
 	"pod/fast/pod-delete.yaml",
 }
+
+// kwokConfiguration raises KWOK's workers from 4 to 32 a queue: with 4,
+// 1,000 new nodes take half a minute to become Ready on 2 busy cores. KWOK's
+// client has no rate limit of its own.
+const kwokConfiguration = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodePlayStageParallelism: 32
+  podPlayStageParallelism: 32
+  nodeLeaseParallelism: 32
+`
 
 // gpufleetStages replace KWOK's pod-complete stage. Both select Running pods
 // owned by a Job that are not being deleted, and are exclusive through the

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
@@ -228,6 +229,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 			DeleteFunc: c.nodeDeleted,
 		}},
 		{jobInf.Informer(), c.objectHandler()},
+		{jobInf.Informer(), cache.ResourceEventHandlerFuncs{DeleteFunc: c.jobDeleted}},
 		{podInf.Informer(), c.objectHandler()},
 	}
 	for _, h := range handlers {
@@ -255,12 +257,20 @@ func (c *Cluster) Start(ctx context.Context) error {
 }
 
 // stripManagedFields drops what the driver never reads, to keep the caches
-// small on large clusters.
+// small on large clusters. It strips a copy: an object from a watch may be
+// shared (a fake clientset's is its tracker's).
 func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
+	m, ok := obj.(metav1.Object)
+	if !ok || len(m.GetManagedFields()) == 0 {
+		return obj, nil
 	}
-	return obj, nil
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return obj, nil
+	}
+	c := ro.DeepCopyObject()
+	c.(metav1.Object).SetManagedFields(nil)
+	return c, nil
 }
 
 // ours reports whether an object carries this pool's label: a fake

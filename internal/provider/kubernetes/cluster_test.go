@@ -130,7 +130,9 @@ func TestGroupsAndPrices(t *testing.T) {
 				o := grp.offer("k8s")
 				got = append(got, offer{o.GPU, o.GPUCount, o.GPUMemory, o.CapacityType, o.Region, o.Zone, o.InstanceType, o.PricePerHour})
 			}
-			less := func(a, b offer) bool { return a.CapacityType+model.CapacityType(a.Zone) < b.CapacityType+model.CapacityType(b.Zone) }
+			less := func(a, b offer) bool {
+				return a.CapacityType+model.CapacityType(a.Zone) < b.CapacityType+model.CapacityType(b.Zone)
+			}
 			if diff := cmp.Diff(tc.want, got, cmpSort(less), approx()); diff != "" {
 				t.Errorf("offers (-want +got):\n%s", diff)
 			}

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -85,25 +86,42 @@ func (c *Cluster) nodeGone(name string) (string, bool) {
 	return why, true
 }
 
-// objectHandler wakes the virtual node whose Job or pod changed.
+// objectHandler tells the virtual node whose Job or pod changed which of
+// its replicas to look at again.
 func (c *Cluster) objectHandler() cache.ResourceEventHandler {
-	wake := func(obj any) {
+	changed := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		var node string
-		switch o := obj.(type) {
-		case interface{ GetLabels() map[string]string }:
-			if o.GetLabels()[LabelManagedBy] != c.opts.Pool {
-				return
-			}
-			node = o.GetLabels()[LabelNode]
-		default:
+		r := c.runnerHooks()
+		if r == nil {
 			return
 		}
-		if r := c.runnerHooks(); r != nil {
-			r.wake(node)
+		switch o := obj.(type) {
+		case *corev1.Pod:
+			if id, ok := replicaOf(o); ok && c.ours(o) {
+				r.touch(o.Labels[LabelNode], id, "")
+			}
+		case *batchv1.Job:
+			if c.ours(o) {
+				r.touch(o.Labels[LabelNode], "", o.Name)
+			}
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: wake, UpdateFunc: func(_, cur any) { wake(cur) }, DeleteFunc: wake}
+	return cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, cur any) { changed(cur) }, DeleteFunc: changed}
+}
+
+// jobDeleted has the runner check whether the Job's attempt still needs its
+// gang Service.
+func (c *Cluster) jobDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	j, ok := obj.(*batchv1.Job)
+	if !ok || !c.ours(j) || j.Spec.CompletionMode == nil || *j.Spec.CompletionMode != batchv1.IndexedCompletion {
+		return
+	}
+	if r := c.runnerHooks(); r != nil && j.Annotations[AnnotationAttemptID] != "" {
+		r.queue.Add(keyService + serviceName(j.Annotations[AnnotationAttemptID]))
+	}
 }

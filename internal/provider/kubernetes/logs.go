@@ -35,7 +35,8 @@ type shipper struct {
 
 // ship starts shipping r's log.
 func (r *runner) ship(v *vnode, rep *replica) *shipper {
-	s := &shipper{c: r.c, cp: r.cp, nodeID: v.id, replicaID: rep.id, pod: rep.podName, offset: -1, wake: func() { ring(v.changed) }}
+	job := rep.job
+	s := &shipper{c: r.c, cp: r.cp, nodeID: v.id, replicaID: rep.id, pod: rep.podName, offset: -1, wake: func() { v.touch("", job) }}
 	r.loops.Go(func() { s.run(r, v) })
 	return s
 }

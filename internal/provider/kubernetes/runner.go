@@ -142,7 +142,7 @@ func (r *runner) reconcileNodes(ctx context.Context) {
 	}
 	for id := range ids {
 		if v, ok := r.vnodes[id]; ok {
-			ring(v.changed)
+			ring(v.changed) // its registration may change
 			continue
 		}
 		if ctx.Err() != nil {
@@ -156,21 +156,23 @@ func (r *runner) reconcileNodes(ctx context.Context) {
 
 func (r *runner) nodesChanged() {
 	ring(r.groupsChanged)
-	// Pods on a deleted node are lost: every node looks again.
+	// Pods on a deleted node are lost: every virtual node looks at all
+	// its replicas again.
 	r.mu.Lock()
 	for _, v := range r.vnodes {
-		ring(v.changed)
+		v.touchAll()
 	}
 	r.mu.Unlock()
 }
 
-// wake rings the loop of virtual node id, if one runs.
-func (r *runner) wake(id string) {
+// touch tells virtual node id's loop, if one runs, that replica (or every
+// replica of Job job) may have changed.
+func (r *runner) touch(id, replica, job string) {
 	r.mu.Lock()
 	v := r.vnodes[id]
 	r.mu.Unlock()
 	if v != nil {
-		ring(v.changed)
+		v.touch(replica, job)
 	}
 }
 
@@ -255,7 +257,7 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 		r.mu.Lock()
 		w.done, w.failed = failed == "", failed
 		r.mu.Unlock()
-		r.wake(w.node)
+		r.touch(w.node, "", name)
 	}
 	jobs := r.c.opts.Client.BatchV1().Jobs(ns)
 	if w.delete {

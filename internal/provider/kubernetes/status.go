@@ -178,6 +178,9 @@ func (r *replica) observe(pods []*corev1.Pod, job *batchv1.Job, js *jobState, no
 		}
 	}
 	if r.stopping {
+		if view.phase == agentapi.PhaseRunning {
+			r.status.Phase = agentapi.PhaseRunning
+		}
 		anyActive := false
 		for _, p := range pods {
 			anyActive = anyActive || active(p)

@@ -55,10 +55,10 @@ func TestObserve(t *testing.T) {
 		js     *jobState
 		want   want
 	}{
-		"no pod yet":        {job: job, want: want{}},
-		"pending":           {pods: pod(corev1.PodPending), job: job, want: want{}},
-		"running":           {pods: pod(corev1.PodRunning), job: job, want: want{Phase: agentapi.PhaseRunning}},
-		"succeeded":         {pods: pod(corev1.PodSucceeded, exit(0)), job: job, want: want{Phase: agentapi.PhaseExited, Code: new(0)}},
+		"no pod yet":         {job: job, want: want{}},
+		"pending":            {pods: pod(corev1.PodPending), job: job, want: want{}},
+		"running":            {pods: pod(corev1.PodRunning), job: job, want: want{Phase: agentapi.PhaseRunning}},
+		"succeeded":          {pods: pod(corev1.PodSucceeded, exit(0)), job: job, want: want{Phase: agentapi.PhaseExited, Code: new(0)}},
 		"succeeded, no code": {pods: pod(corev1.PodSucceeded), job: job, want: want{Phase: agentapi.PhaseExited, Code: new(0)}},
 		"failed with exit code": {pods: pod(corev1.PodFailed, exit(3)), job: failedJob("BackoffLimitExceeded"),
 			want: want{Phase: agentapi.PhaseExited, Code: new(3)}},
@@ -114,7 +114,7 @@ func TestObserve(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("observe (-want +got):\n%s", diff)
 			}
-			if ended(r.status.Phase) && (r.status.EndedAt == nil || r.status.StartedAt.IsZero()) {
+			if !ended(tc.before.status.Phase) && ended(r.status.Phase) && (r.status.EndedAt == nil || r.status.StartedAt.IsZero()) {
 				t.Errorf("a final status without start and end: %+v", r.status)
 			}
 		})

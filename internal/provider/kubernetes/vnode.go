@@ -9,7 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,13 +19,17 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// roundGap is the least time between two syncs that do not wait on the
-// server, so a burst of pod changes is reported in a few syncs rather than
-// one each.
-const roundGap = 25 * time.Millisecond
+// roundGap is the least time between the starts of two rounds, so a burst
+// of pod changes is reported in a few syncs rather than one each; a node
+// with many replicas waits longer (roundGapPerReplica each), since each
+// sync costs the server in proportion to them.
+const (
+	roundGap           = 25 * time.Millisecond
+	roundGapPerReplica = 20 * time.Microsecond
+)
 
-// vnode is the agent of one virtual node. Everything but changed and
-// regTimer belongs to its loop's goroutine.
+// vnode is the agent of one virtual node. Everything but changed, regTimer
+// and the touched sets belongs to its loop's goroutine.
 type vnode struct {
 	ctx     context.Context // Run's; for the node's log shippers
 	r       *runner
@@ -33,11 +37,24 @@ type vnode struct {
 	log     *slog.Logger
 	changed chan struct{} // rung, never blocking, when there is news
 
+	// What may have changed since the loop last looked: replicas, Jobs
+	// (all their replicas, their want, their logs), or everything (a
+	// node went). A round looks at these only, so its cost follows the
+	// changes, not the thousands of replicas a node may run.
+	touchMu         sync.Mutex
+	touchedReplicas map[string]bool
+	touchedJobs     map[string]bool
+	touchedAll      bool
+	// settle are the Jobs to check for cleanup: a replica was forgotten,
+	// a log finished or a delete went through.
+	settle map[string]bool
+
 	tracked map[string]*replica  // by replica id
 	jobs    map[string]*jobState // by Job name
 	target  *nodeTarget          // where its pods go; nil until its group is seen
 
 	reg        *agentapi.Registration // as last registered
+	regGroup   *group                 // the group reg was made from
 	regAt      time.Time
 	regTimer   atomic.Bool // a wake-up for a delayed registration is pending
 	heartbeat  time.Duration
@@ -74,6 +91,7 @@ type jobState struct {
 	attempt  string
 	replicas []*replica
 	want     *want // the create or delete last asked for; nil for an adopted Job
+	resolved bool  // the workers are done with want
 	deleting bool
 	deleted  bool // the delete was accepted (or the Job was gone)
 }
@@ -81,10 +99,45 @@ type jobState struct {
 func newVnode(r *runner, id string) *vnode {
 	return &vnode{
 		r: r, id: id, log: r.log.With("node_id", id),
-		changed: make(chan struct{}, 1),
-		tracked: map[string]*replica{},
-		jobs:    map[string]*jobState{},
+		changed:         make(chan struct{}, 1),
+		tracked:         map[string]*replica{},
+		jobs:            map[string]*jobState{},
+		touchedReplicas: map[string]bool{},
+		touchedJobs:     map[string]bool{},
+		settle:          map[string]bool{},
+		delivered:       map[string]agentapi.ReplicaStatus{},
 	}
+}
+
+// touch notes that replica, or Job job, may have changed, and wakes the
+// loop. Either may be "". Safe for concurrent use.
+func (v *vnode) touch(replica, job string) {
+	v.touchMu.Lock()
+	if replica != "" {
+		v.touchedReplicas[replica] = true
+	}
+	if job != "" {
+		v.touchedJobs[job] = true
+	}
+	v.touchMu.Unlock()
+	ring(v.changed)
+}
+
+// touchAll notes that any replica may have changed. Safe for concurrent use.
+func (v *vnode) touchAll() {
+	v.touchMu.Lock()
+	v.touchedAll = true
+	v.touchMu.Unlock()
+	ring(v.changed)
+}
+
+// touched takes what was touched since the last call.
+func (v *vnode) touched() (replicas, jobs map[string]bool, all bool) {
+	v.touchMu.Lock()
+	defer v.touchMu.Unlock()
+	replicas, jobs, all = v.touchedReplicas, v.touchedJobs, v.touchedAll
+	v.touchedReplicas, v.touchedJobs, v.touchedAll = map[string]bool{}, map[string]bool{}, false
+	return replicas, jobs, all
 }
 
 // run registers the node, adopts its Jobs, and syncs until ctx ends or the
@@ -93,7 +146,13 @@ func (v *vnode) run(ctx context.Context) {
 	v.ctx = ctx
 	v.adopt()
 	retry := v.r.c.backoff(v.r.c.opts.MaxRetryBackoff)
+	var last time.Time
 	for ctx.Err() == nil {
+		gap := max(roundGap, time.Duration(len(v.tracked))*roundGapPerReplica)
+		if wait := gap - v.r.c.opts.Clock.Now().Sub(last); wait > 0 && !v.r.c.sleep(ctx, wait) {
+			return
+		}
+		last = v.r.c.opts.Clock.Now()
 		// Changes before this point are in the request below.
 		select {
 		case <-v.changed:
@@ -121,21 +180,19 @@ func (v *vnode) run(ctx context.Context) {
 		switch {
 		case err == nil:
 			retry = v.r.c.backoff(v.r.c.opts.MaxRetryBackoff)
-			v.delivered = make(map[string]agentapi.ReplicaStatus, len(req.Statuses))
 			for _, s := range req.Statuses {
 				v.delivered[s.ID] = s
 			}
 			v.apply(resp, endedIDs)
-			if req.Wait == 0 {
-				v.r.c.sleep(ctx, roundGap)
-			}
 		case ctx.Err() != nil:
 			return
 		case woken:
 			// News arrived during the long poll: report it now.
 		case errors.Is(err, agentapi.ErrUnknownNode):
 			v.log.Warn("the server does not know this virtual node; registering again", "err", err)
-			v.reg, v.generation, v.delivered = nil, 0, nil
+			// Everything is reported afresh.
+			v.reg, v.generation = nil, 0
+			clear(v.delivered)
 		default:
 			d := retry.Step()
 			v.log.Warn("syncing with the server; Jobs keep running", "err", err, "retry_in", d)
@@ -146,7 +203,7 @@ func (v *vnode) run(ctx context.Context) {
 
 // registration is the node's facts now: its group's, or no GPUs when the
 // group has no usable nodes left.
-func (v *vnode) registration() agentapi.Registration {
+func (v *vnode) registration() (agentapi.Registration, *group) {
 	pool := v.r.c.opts.Pool
 	reg := agentapi.Registration{NodeID: v.id, Name: v.id, Provider: pool, Pool: pool, GPUSource: gpuSource,
 		AgentVersion: agentapi.Version, Region: DefaultRegion, Labels: map[string]string{LabelPool: pool}, GPUs: []model.GPU{}}
@@ -156,18 +213,18 @@ func (v *vnode) registration() agentapi.Registration {
 	}
 	grp := v.r.group(v.id)
 	if grp == nil {
-		return reg
+		return reg, nil
 	}
 	v.target = targetOf(grp)
 	n := grp.node(pool)
 	reg.Name, reg.GPUs, reg.CPU, reg.Memory, reg.Labels = n.Name, n.GPUs, n.CPU, n.Memory, n.Labels
 	reg.Region, reg.Zone, reg.InstanceType, reg.CapacityType, reg.PricePerHour = n.Region, n.Zone, n.InstanceType, n.CapacityType, n.PricePerHour
-	return reg
+	return reg, grp
 }
 
 // register announces the node now.
 func (v *vnode) register(ctx context.Context) error {
-	reg := v.registration()
+	reg, grp := v.registration()
 	resp, err := v.r.cp.Register(ctx, reg)
 	if err == nil && resp.NodeID != v.id {
 		err = fmt.Errorf("the server registered it as %q", resp.NodeID)
@@ -176,6 +233,7 @@ func (v *vnode) register(ctx context.Context) error {
 		return err
 	}
 	v.reg, v.regAt, v.heartbeat = &reg, v.r.c.opts.Clock.Now(), resp.HeartbeatInterval.D()
+	v.regGroup = grp
 	v.log.Info("registered virtual node", "gpus", len(reg.GPUs), "gpu_model", reg.Labels["gpufleet.dev/gpu-model"],
 		"capacity_type", reg.CapacityType, "price_per_hour", reg.PricePerHour)
 	return nil
@@ -184,8 +242,12 @@ func (v *vnode) register(ctx context.Context) error {
 // maybeRegister registers again when the node's facts changed, at most
 // once per RegisterInterval; a failure is retried at the next round.
 func (v *vnode) maybeRegister(ctx context.Context) {
-	reg := v.registration()
+	if v.r.group(v.id) == v.regGroup {
+		return // groups are rebuilt only when nodes change
+	}
+	reg, grp := v.registration()
 	if reflect.DeepEqual(&reg, v.reg) {
+		v.regGroup = grp
 		return
 	}
 	wait := v.r.c.opts.RegisterInterval - v.r.c.opts.Clock.Now().Sub(v.regAt)
@@ -218,25 +280,42 @@ func (v *vnode) adopt() {
 			js.deleting, js.deleted = true, true
 		}
 		for _, id := range replicasOfJob(j) {
-			r := &replica{id: id, job: j.Name, seenJob: true, stopping: js.deleting}
+			r := &replica{id: id, job: j.Name, seenJob: true, stopping: js.deleting, status: agentapi.ReplicaStatus{ID: id}}
 			js.replicas = append(js.replicas, r)
 			v.tracked[id] = r
 		}
 		v.jobs[j.Name] = js
+		v.touch("", j.Name)
 		v.log.Info("adopting Job", "job", j.Name, "replicas", len(js.replicas))
 	}
 }
 
-// refresh moves every live replica's status on from the caches, deletes
-// the Jobs of lost replicas, and starts log shipping where a pod ran.
+// refresh moves the statuses of the touched replicas on from the caches,
+// takes in what the workers did, deletes the Jobs of lost replicas, and
+// starts log shipping where a pod ran.
 func (v *vnode) refresh() {
 	c := v.r.c
 	now := c.opts.Clock.Now()
-	for _, js := range v.jobs {
-		if js.want == nil {
+	replicas, jobs, all := v.touched()
+	if all {
+		for name := range v.jobs {
+			jobs[name] = true
+		}
+	}
+	for name := range jobs {
+		js := v.jobs[name]
+		if js == nil {
+			continue
+		}
+		v.settle[name] = true
+		for _, r := range js.replicas {
+			replicas[r.id] = true
+		}
+		if js.want == nil || js.resolved {
 			continue
 		}
 		done, failed := v.r.result(js.want)
+		js.resolved = done || failed != ""
 		if js.want.delete {
 			js.deleted = js.deleted || done
 			continue
@@ -249,17 +328,14 @@ func (v *vnode) refresh() {
 			}
 		}
 	}
-	for _, r := range v.tracked {
-		if r.forgotten {
+	for id := range replicas {
+		r := v.tracked[id]
+		if r == nil || r.forgotten {
 			continue
 		}
 		if !ended(r.status.Phase) {
-			var job *batchv1.Job
 			js := v.jobs[r.job]
-			if r.job != "" {
-				job = c.job(r.job)
-			}
-			if lost := r.observe(c.podsOf(r.id), job, js, c.nodeGone, now); lost && js != nil {
+			if lost := r.observe(c.podsOf(r.id), c.job(r.job), js, c.nodeGone, now); lost && js != nil {
 				v.log.Info("replica lost", "replica_id", r.id, "reason", r.status.Reason)
 				v.deleteJob(js, nil)
 			}
@@ -271,9 +347,16 @@ func (v *vnode) refresh() {
 }
 
 // cleanup deletes the Jobs whose replicas the server has recorded, once
-// their logs are shipped, and forgets Jobs that are gone.
+// their logs are shipped, and forgets Jobs that are gone. It looks at the
+// Jobs something happened to; what is not done yet comes back when the
+// rest happens.
 func (v *vnode) cleanup() {
-	for name, js := range v.jobs {
+	for name := range v.settle {
+		delete(v.settle, name)
+		js := v.jobs[name]
+		if js == nil {
+			continue
+		}
 		done := true
 		for _, r := range js.replicas {
 			if !r.forgotten || r.logs != nil && !r.logs.finished() {
@@ -290,17 +373,12 @@ func (v *vnode) cleanup() {
 		}
 		for _, r := range js.replicas {
 			delete(v.tracked, r.id)
+			delete(v.delivered, r.id)
 		}
 		if js.want != nil {
 			v.r.dropWant(keyJob+name, js.want)
 		}
 		delete(v.jobs, name)
-	}
-	// Replicas that never had a Job.
-	for id, r := range v.tracked {
-		if r.job == "" && r.forgotten && (r.logs == nil || r.logs.finished()) {
-			delete(v.tracked, id)
-		}
 	}
 }
 
@@ -310,16 +388,21 @@ func (v *vnode) cleanup() {
 func (v *vnode) request() (agentapi.SyncRequest, map[string]bool) {
 	var statuses []agentapi.ReplicaStatus
 	endedIDs := map[string]bool{}
+	anyNews := false
 	for _, r := range v.tracked {
 		s := r.status
 		if s.Phase == "" || r.forgotten {
 			continue
 		}
 		last, sent := v.delivered[s.ID]
+		news := !sent || !sameStatus(last, s)
 		if ended(s.Phase) {
 			endedIDs[s.ID] = true
-		} else if sent && reflect.DeepEqual(last, s) {
+		} else if !news {
 			continue
+		}
+		if news {
+			anyNews = true
 		}
 		statuses = append(statuses, s)
 	}
@@ -328,10 +411,8 @@ func (v *vnode) request() (agentapi.SyncRequest, map[string]bool) {
 	if v.heartbeat > 0 {
 		wait = min(wait, v.heartbeat)
 	}
-	for _, s := range statuses {
-		if last, ok := v.delivered[s.ID]; !ok || !reflect.DeepEqual(last, s) {
-			wait = 0
-		}
+	if anyNews {
+		wait = 0
 	}
 	if statuses == nil {
 		statuses = []agentapi.ReplicaStatus{}
@@ -393,11 +474,21 @@ func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool)
 		case desired[id] || r.forgotten:
 		case reportedEnded[id]:
 			r.forgotten = true
+			v.settle[r.job] = true
 		case !ended(r.status.Phase):
 			v.stop(r)
 		}
 	}
 }
+
+// sameStatus reports whether two statuses say the same, cheaply: a virtual
+// node may track thousands.
+func sameStatus(a, b agentapi.ReplicaStatus) bool {
+	return a.ID == b.ID && a.Phase == b.Phase && a.Reason == b.Reason && a.Signal == b.Signal && a.StartedAt.Equal(b.StartedAt) &&
+		sameInt(a.ExitCode, b.ExitCode) && (a.EndedAt == nil) == (b.EndedAt == nil) && (a.EndedAt == nil || a.EndedAt.Equal(*b.EndedAt))
+}
+
+func sameInt(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 
 func grace(spec agentapi.ReplicaSpec) *int64 {
 	if g := spec.Grace.D(); g > 0 {
@@ -443,16 +534,18 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 			reason, phase = fmt.Sprintf("%v: nowhere to run it", errNoTarget), agentapi.PhaseLost
 		}
 		for _, spec := range batch {
-			r := &replica{id: spec.ID, job: name, grace: grace(spec)}
+			r := &replica{id: spec.ID, job: name, grace: grace(spec), status: agentapi.ReplicaStatus{ID: spec.ID}}
 			if reason != "" {
-				r.job, r.refused, r.refusedPhase = "", reason, phase
+				r.refused, r.refusedPhase = reason, phase
 			}
 			js.replicas = append(js.replicas, r)
 			v.tracked[spec.ID] = r
+			v.touch(spec.ID, "")
 		}
 		if reason != "" {
+			// A Job that is never made: nothing to delete.
+			js.deleting, js.deleted, js.resolved = true, true, true
 			log.Info("not running replicas", "reason", reason)
-			delete(v.jobs, name)
 			continue
 		}
 		plan := jobPlan{pool: v.r.c.opts.Pool, settings: settings, node: v.target, specs: batch}
@@ -488,7 +581,7 @@ func (v *vnode) deleteJob(js *jobState, grace *int64) {
 	if js.deleting {
 		return
 	}
-	js.deleting = true
+	js.deleting, js.resolved = true, false
 	js.want = &want{node: v.id, attempt: js.attempt, delete: true, grace: grace}
 	v.r.setWant(keyJob+js.name, js.want)
 	v.log.Info("deleting Job", "job", js.name, "grace_seconds", derefOr(grace, -1))
@@ -500,6 +593,3 @@ func derefOr(p *int64, d int64) int64 {
 	}
 	return *p
 }
-
-// String names the node in test failures.
-func (v *vnode) String() string { return "virtual node " + v.id + " (" + strings.Join(slices.Sorted(maps.Keys(v.jobs)), ",") + ")" }
