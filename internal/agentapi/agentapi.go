@@ -96,6 +96,11 @@ type ReplicaSpec struct {
 	// starts the replica.
 	Archive string            `json:"archive,omitempty"`
 	Env     map[string]string `json:"env"`
+	// SecretEnv names the keys of Env whose values are secret (the job's
+	// run.secrets and GPUFLEET_JOB_TOKEN), sorted. A runner that writes
+	// the replica into an object others can read (a Kubernetes Job) keeps
+	// these values apart from it.
+	SecretEnv []string `json:"secretEnv,omitempty"`
 	GPUs    []int             `json:"gpus"`
 	// Runtime limits the run; 0 means none. When it passes, the replica
 	// gets Signal, then SIGKILL after Grace, and exits with ReasonRuntimeLimit.

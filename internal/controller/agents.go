@@ -259,7 +259,10 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		env["GPUFLEET_ARRAY_ID"] = job.ArrayID
 		env["GPUFLEET_ARRAY_INDEX"] = strconv.Itoa(job.ArrayIndex)
 	}
+	secretEnv := append(slices.Sorted(maps.Keys(sec)), "GPUFLEET_JOB_TOKEN")
+	slices.Sort(secretEnv)
 	spec := agentapi.ReplicaSpec{
+		SecretEnv: secretEnv,
 		ID:        model.ReplicaID(a.ID, r.Rank),
 		JobID:     job.ID,
 		AttemptID: a.ID,

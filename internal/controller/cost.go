@@ -34,8 +34,8 @@ type CostConfig struct {
 	// priced machines.
 	Prices cost.PriceTable
 	// MeterInterval between metering and budget passes (1m); passes also
-	// end on every hour boundary. Negative: no loop (tests drive
-	// CostPass).
+	// end on every hour boundary. The same loop delivers the webhook
+	// outbox. Negative: no loop (tests drive CostPass and deliveries).
 	MeterInterval time.Duration
 	// WebhookURL is the default receiver of notifications: firings of
 	// budgets without spec.webhook, and alerts when AlertRules.WebhookURL

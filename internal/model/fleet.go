@@ -133,6 +133,11 @@ type KubernetesPoolSettings struct {
 	// server (defaults 500 and 1000).
 	ClientQPS   float64 `json:"clientQPS,omitempty"`
 	ClientBurst int     `json:"clientBurst,omitempty"`
+	// PendingTimeout is how long a replica's pod may stay unschedulable
+	// before gpufleet gives up on it: the replica is lost (its job
+	// requeues, perhaps elsewhere) and its Job deleted, so GPUs gpufleet
+	// counted as held are not held forever (default 10m).
+	PendingTimeout Duration `json:"pendingTimeout,omitempty"`
 }
 
 // Validate reports every problem in k, with paths under prefix (usually
@@ -179,6 +184,9 @@ func (k *KubernetesPoolSettings) Validate(prefix string) FieldErrors {
 	}
 	if k.ClientBurst < 0 {
 		fe.Add(p("clientBurst"), "must not be negative (0: the default, 1000)")
+	}
+	if k.PendingTimeout < 0 {
+		fe.Add(p("pendingTimeout"), "must not be negative (0: the default, 10m)")
 	}
 	return fe
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -19,14 +20,14 @@ func TestKubernetesPoolValidation(t *testing.T) {
 			Kubeconfig: "~/.kube/prod", Context: "prod", Namespace: "gpufleet", GPUResource: "nvidia.com/gpu",
 			GPUModelLabel: "nvidia.com/gpu.product", CapacityTypeLabel: "eks.amazonaws.com/capacityType", PricePerGPUHour: 2,
 			Image: "ghcr.io/acme/train:1", QueueName: "team-a", NodeSelector: map[string]string{"pool": "gpu", "acme.com/team": ""},
-			ClientQPS: 100, ClientBurst: 200,
+			ClientQPS: 100, ClientBurst: 200, PendingTimeout: Duration(5 * time.Minute),
 		}, nil},
 		"in-cluster with a kubeconfig": {&KubernetesPoolSettings{InCluster: true, Context: "x"}, []string{"spec.kubernetes.inCluster"}},
 		"bad namespace":                {&KubernetesPoolSettings{Namespace: "GPU_Fleet"}, []string{"spec.kubernetes.namespace"}},
 		"bad names": {&KubernetesPoolSettings{GPUResource: "nvidia.com/", GPUModelLabel: "a b", CapacityTypeLabel: "UPPER.com/x"},
 			[]string{"spec.kubernetes.capacityTypeLabel", "spec.kubernetes.gpuModelLabel", "spec.kubernetes.gpuResource"}},
-		"negative numbers": {&KubernetesPoolSettings{PricePerGPUHour: -1, ClientQPS: -1, ClientBurst: -1},
-			[]string{"spec.kubernetes.clientBurst", "spec.kubernetes.clientQPS", "spec.kubernetes.pricePerGPUHour"}},
+		"negative numbers": {&KubernetesPoolSettings{PricePerGPUHour: -1, ClientQPS: -1, ClientBurst: -1, PendingTimeout: -1},
+			[]string{"spec.kubernetes.clientBurst", "spec.kubernetes.clientQPS", "spec.kubernetes.pendingTimeout", "spec.kubernetes.pricePerGPUHour"}},
 		"image with spaces": {&KubernetesPoolSettings{Image: "my image"}, []string{"spec.kubernetes.image"}},
 		"bad queue name":    {&KubernetesPoolSettings{QueueName: "team/a"}, []string{"spec.kubernetes.queueName"}},
 		"bad node selector": {&KubernetesPoolSettings{NodeSelector: map[string]string{"-x": "ok", "y": "not ok!"}}, []string{`spec.kubernetes.nodeSelector["-x"]`, `spec.kubernetes.nodeSelector["y"]`}},
