@@ -101,7 +101,7 @@ type ReplicaSpec struct {
 	// the replica into an object others can read (a Kubernetes Job) keeps
 	// these values apart from it.
 	SecretEnv []string `json:"secretEnv,omitempty"`
-	GPUs    []int             `json:"gpus"`
+	GPUs      []int    `json:"gpus"`
 	// Runtime limits the run; 0 means none. When it passes, the replica
 	// gets Signal, then SIGKILL after Grace, and exits with ReasonRuntimeLimit.
 	Runtime model.Duration `json:"runtime,omitempty"`

@@ -163,7 +163,8 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
 		resp.Drain = true
 	}
-	for _, a := range c.st.LiveAttempts() {
+	var failed error
+	c.st.LiveAttemptsOn(nodeID, func(a *model.Attempt) bool {
 		job, _ := c.st.Job(a.JobID)
 		for _, r := range a.Replicas {
 			if r.NodeID != nodeID || r.State.Terminal() {
@@ -173,7 +174,8 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 			if !ok {
 				tok, s, err := auth.New(model.TokenJob, a.JobID, a.ID, c.cfg.Clock.Now(), c.jobTokenTTL(job))
 				if err != nil {
-					return resp, nil, fmt.Errorf("minting job token: %w", err)
+					failed = fmt.Errorf("minting job token: %w", err)
+					return false
 				}
 				c.putToken(tok)
 				b.Tokens = append(b.Tokens, tok)
@@ -181,7 +183,7 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				secret = s
 				c.refreshScrubberLocked()
 			}
-			spec, err := c.replicaSpec(job, a, r, secret)
+			spec, err := c.cachedReplicaSpec(job, a, r, secret)
 			if errors.Is(err, errSecretUnavailable) {
 				// A secret deleted (or its key retired) after submission:
 				// hold this replica back rather than fail the node's sync.
@@ -189,10 +191,15 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				continue
 			}
 			if err != nil {
-				return resp, nil, err
+				failed = err
+				return false
 			}
 			resp.Replicas = append(resp.Replicas, spec)
 		}
+		return true
+	})
+	if failed != nil {
+		return resp, nil, failed
 	}
 	sort.Slice(resp.Replicas, func(i, j int) bool { return resp.Replicas[i].ID < resp.Replicas[j].ID })
 	return resp, b, nil
@@ -209,8 +216,60 @@ func masterPort(jobID string) int {
 	return 29500 + int(h.Sum32()%1000)
 }
 
+// specKey is what a cached replica spec was built from: the state's
+// objects are replaced, never changed, so equal pointers mean an equal
+// spec.
+type specKey struct {
+	job     *model.Job
+	attempt *model.Attempt
+	master  *model.Node // the node of rank 0, whose address is MASTER_ADDR
+	secret  string
+}
+
+// cachedSpec is a replica spec as last built, and from what.
+type cachedSpec struct {
+	key  specKey
+	spec agentapi.ReplicaSpec
+}
+
+// cachedReplicaSpec returns replicaSpec's answer, reusing the one last built
+// for the replica while its job, attempt, rank 0's node and job token are the
+// same objects: a node's sync returns every replica it runs, thousands on a
+// Kubernetes pool's virtual node, and most are unchanged since the last.
+// Jobs that name secrets are built afresh each time, since their values may
+// change in the vault. The spec's maps and slices are shared between
+// answers: callers must not change them. Callers hold c.mu.
+func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
+	if len(job.Spec.Run.Secrets) > 0 {
+		return c.replicaSpec(job, a, r, secret)
+	}
+	master, _ := c.st.Node(a.Replicas[0].NodeID)
+	key := specKey{job: job, attempt: a, master: master, secret: secret}
+	id := model.ReplicaID(a.ID, r.Rank)
+	if cs, ok := c.specs[id]; ok && cs.key == key {
+		return cs.spec, nil
+	}
+	spec, err := c.replicaSpec(job, a, r, secret)
+	if err != nil {
+		return spec, err
+	}
+	if c.specs == nil {
+		c.specs = map[string]cachedSpec{}
+	}
+	c.specs[id] = cachedSpec{key: key, spec: spec}
+	return spec, nil
+}
+
+// forgetSpecsLocked drops the cached specs of an attempt that ended.
+func (c *Controller) forgetSpecsLocked(a *model.Attempt) {
+	for _, r := range a.Replicas {
+		delete(c.specs, model.ReplicaID(a.ID, r.Rank))
+	}
+	delete(c.ckptMade, a.ID)
+}
+
 func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
-	ckpt, err := c.checkpointDir(job.ID)
+	ckpt, err := c.checkpointDirFor(a)
 	if err != nil {
 		return agentapi.ReplicaSpec{}, err
 	}
@@ -259,10 +318,8 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		env["GPUFLEET_ARRAY_ID"] = job.ArrayID
 		env["GPUFLEET_ARRAY_INDEX"] = strconv.Itoa(job.ArrayIndex)
 	}
-	secretEnv := append(slices.Sorted(maps.Keys(sec)), "GPUFLEET_JOB_TOKEN")
-	slices.Sort(secretEnv)
 	spec := agentapi.ReplicaSpec{
-		SecretEnv: secretEnv,
+		SecretEnv: secretEnvNames(sec),
 		ID:        model.ReplicaID(a.ID, r.Rank),
 		JobID:     job.ID,
 		AttemptID: a.ID,
@@ -394,6 +451,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
 	delete(c.secrets, a.ID)
+	c.forgetSpecsLocked(a)
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
 	j, ok := c.st.Job(a.JobID)

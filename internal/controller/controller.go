@@ -152,6 +152,11 @@ type Controller struct {
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.
 	secrets map[string]string
+	// specs caches each live replica's spec (cachedReplicaSpec) and
+	// ckptMade the attempts whose checkpoint folder exists; both are
+	// dropped when the attempt ends.
+	specs    map[string]cachedSpec
+	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
 	nodeGen  map[string]uint64

@@ -652,17 +652,27 @@ func newNotification(f cost.Firing, hook *manifest.WebhookRef, now time.Time) *s
 		panic(fmt.Sprintf("encoding a firing: %v", err)) // plain values only
 	}
 	n := &store.Notification{ID: id, Kind: NotifyBudget, Body: body, NextAt: now, Created: now}
-	if hook != nil {
+	switch {
+	case hook.Legacy():
+		n.URL = hook.LegacyURL
+	case hook != nil:
 		n.URLRef, n.KeyRef = string(hook.SecretRef), string(hook.SigningKeyRef)
 	}
 	return n
 }
 
+// legacyWebhookName is what the API shows of a budget's inline webhook URL
+// (manifest.WebhookRef.LegacyURL) in place of a secret's name.
+const legacyWebhookName = "(inline URL: move it into a secret)"
+
 // webhookName is what the API shows of a budget's webhook: the secret
 // naming its URL, never the URL.
 func webhookName(h *manifest.WebhookRef) string {
-	if h == nil {
+	switch {
+	case h == nil:
 		return ""
+	case h.Legacy():
+		return legacyWebhookName
 	}
 	return string(h.SecretRef)
 }

@@ -43,7 +43,29 @@ func (c *Controller) loadRevisions(revs []*model.Revision) error {
 		}
 		c.fleet.advance(r, set)
 	}
+	c.warnInlineWebhooksLocked()
 	return nil
+}
+
+// warnInlineWebhooksLocked logs, once per budget, that the current
+// revision names its webhook by an inline URL, the form before secret
+// references: it still notifies, but the URL stays in clear in the
+// database, and apply refuses the form, so the budget must be moved before
+// it can be changed. The URL itself is not logged.
+func (c *Controller) warnInlineWebhooksLocked() {
+	cur := c.fleet.current()
+	for _, b := range c.fleet.set.Budgets {
+		if !b.Spec.Webhook.Legacy() {
+			continue
+		}
+		args := []any{"budget", b.Metadata.Name, "revision", cur.Number,
+			"fix", "printf %s \"$URL\" | gpufleet secrets set PROJECT NAME; then write spec.webhook: {secretRef: PROJECT/NAME} " +
+				"(and signingKeyRef: PROJECT/KEY_NAME for a key of its own) and gpufleet apply"}
+		if len(c.cfg.Cost.WebhookSecret) == 0 {
+			args = append(args, "unsigned", "this server has no --webhook-secret to sign the budget's firings with: they are retried for a day, then dropped")
+		}
+		c.cfg.Log.Warn("budget webhook is an inline URL written by an earlier version; move it into a secret and re-apply", args...)
+	}
 }
 
 // advance makes r, whose documents are set, the current revision. A pool
@@ -308,6 +330,12 @@ func (c *Controller) checkWebhooksLocked(set *manifest.Set) model.FieldErrors {
 			continue
 		}
 		p := fmt.Sprintf("Budget/%s: spec.webhook", b.Metadata.Name)
+		if h.Legacy() {
+			// Only a stored revision holds one (a rollback to it); a new
+			// revision must not record the URL in clear again.
+			fe.Add(p, manifest.InlineWebhookHelp)
+			continue
+		}
 		for field, ref := range map[string]model.SecretRef{"secretRef": h.SecretRef, "signingKeyRef": h.SigningKeyRef} {
 			if ref == "" {
 				continue

@@ -191,3 +191,24 @@ func (c *Controller) checkpointDir(jobID string) (string, error) {
 	}
 	return dir, nil
 }
+
+// checkpointDirFor is checkpointDir for a's replicas, creating the folder
+// once per attempt rather than at every sync of each of its replicas.
+// Callers hold c.mu.
+func (c *Controller) checkpointDirFor(a *model.Attempt) (string, error) {
+	if c.cfg.CheckpointDir == "" {
+		return "", nil
+	}
+	if c.ckptMade[a.ID] {
+		return filepath.Join(c.cfg.CheckpointDir, a.JobID), nil
+	}
+	dir, err := c.checkpointDir(a.JobID)
+	if err != nil {
+		return "", err
+	}
+	if c.ckptMade == nil {
+		c.ckptMade = map[string]bool{}
+	}
+	c.ckptMade[a.ID] = true
+	return dir, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -202,4 +203,12 @@ func (c *Controller) secretEnvLocked(job *model.Job) (map[string]string, error) 
 		env[name] = string(v)
 	}
 	return env, nil
+}
+
+// secretEnvNames names the environment variables of a replica whose values
+// are secret: its job's opened secrets and its job token, sorted.
+func secretEnvNames(sec map[string]string) []string {
+	out := append(slices.Collect(maps.Keys(sec)), "GPUFLEET_JOB_TOKEN")
+	sort.Strings(out)
+	return slices.Compact(out)
 }

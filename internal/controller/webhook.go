@@ -151,6 +151,8 @@ func (c *Controller) receiver(n *store.Notification) (url string, key []byte, er
 			return "", nil, fmt.Errorf("resolving the webhook URL: %w", err)
 		}
 		url = v
+	case n.URL != "":
+		url = n.URL // an inline URL from before secret references
 	case n.Kind == NotifyAlert:
 		url = c.alertWebhookURL()
 	default:
@@ -160,7 +162,11 @@ func (c *Controller) receiver(n *store.Notification) (url string, key []byte, er
 		return "", nil, fmt.Errorf("no receiver is configured for %s notifications", cmpOr(n.Kind, NotifyBudget))
 	}
 	if u, err := neturl.Parse(url); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return "", nil, fmt.Errorf("the webhook URL (secret %s) is not an http(s) URL", cmpOr(n.URLRef, "of the server"))
+		what := "secret " + cmpOr(n.URLRef, "of the server")
+		if n.URLRef == "" && n.URL != "" {
+			what = "inline in the budget"
+		}
+		return "", nil, fmt.Errorf("the webhook URL (%s) is not an http(s) URL", what)
 	}
 	key = c.cfg.Cost.WebhookSecret
 	if n.KeyRef != "" {

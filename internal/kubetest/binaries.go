@@ -65,7 +65,7 @@ func runScript(ctx context.Context, script string, args ...string) (string, erro
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
-			return "", fmt.Errorf("%w: %s", err, tail0(msg, 2000))
+			return "", fmt.Errorf("%w: %s", err, lastChars(msg, 2000))
 		}
 		return "", err
 	}
@@ -73,7 +73,7 @@ func runScript(ctx context.Context, script string, args ...string) (string, erro
 	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
-func tail0(s string, n int) string {
+func lastChars(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
 	}

@@ -39,25 +39,52 @@ type WebhookRef struct {
 	// SigningKeyRef is the secret whose value signs the bodies
 	// (HMAC-SHA256); empty signs with the server's --webhook-secret.
 	SigningKeyRef model.SecretRef `json:"signingKeyRef,omitempty"`
+	// LegacyURL is a receiver URL written inline, as budgets were before
+	// secret references (spec.webhook: "https://…"). Only ParseStored sets
+	// it, for a revision recorded then, so that such a data dir still
+	// loads and its budget still notifies (signed with the server's
+	// --webhook-secret, as it was). Parse refuses the form, so no new
+	// revision records it; it is never encoded, so no plan, API view or
+	// log shows it.
+	LegacyURL string `json:"-"`
 }
+
+// Legacy reports whether w is an inline URL from before secret references.
+func (w *WebhookRef) Legacy() bool { return w != nil && w.LegacyURL != "" }
 
 // Refs returns the secrets w names.
 func (w *WebhookRef) Refs() []model.SecretRef {
 	if w == nil {
 		return nil
 	}
-	refs := []model.SecretRef{w.SecretRef}
-	if w.SigningKeyRef != "" {
-		refs = append(refs, w.SigningKeyRef)
+	var refs []model.SecretRef
+	for _, r := range []model.SecretRef{w.SecretRef, w.SigningKeyRef} {
+		if r != "" {
+			refs = append(refs, r)
+		}
 	}
 	return refs
 }
+
+// Help for webhooks written the way they were before secret references: a
+// URL (or a signing key) in the document itself.
+const (
+	InlineWebhookHelp = "a URL in the budget is no longer accepted (it would be stored and shown in clear): " +
+		"store it as a secret (printf %s \"$URL\" | gpufleet secrets set PROJECT NAME) and write webhook: {secretRef: PROJECT/NAME}; " +
+		"add signingKeyRef: PROJECT/KEY_NAME to sign with a key of its own instead of the server's --webhook-secret"
+	inlineKeyHelp = "a signing key in the budget is no longer accepted: store it as a secret " +
+		"(gpufleet secrets set PROJECT KEY_NAME) and write signingKeyRef: PROJECT/KEY_NAME"
+)
 
 // Validate reports every problem in w, with paths under prefix.
 func (w *WebhookRef) Validate(prefix string) model.FieldErrors {
 	var fe model.FieldErrors
 	if w == nil {
 		return nil
+	}
+	if w.Legacy() {
+		fe.Add(prefix, InlineWebhookHelp)
+		return fe
 	}
 	if w.SecretRef == "" {
 		fe.Add(prefix+".secretRef", "is required: the secret (project/NAME) holding the receiver's URL; write it with `gpufleet secrets set PROJECT NAME`")

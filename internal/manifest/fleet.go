@@ -151,6 +151,12 @@ type header struct {
 // defaults and validates it. It returns *NodePool, *Queue or *Project, or
 // every problem, with paths from the document's root.
 func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any, model.FieldErrors) {
+	return parseDocument(data, format, knownGPU, false)
+}
+
+// parseDocument is ParseDocument; stored accepts what earlier versions
+// recorded and this one no longer accepts from users (see inlineWebhook).
+func parseDocument(data []byte, format Format, knownGPU func(string) bool, stored bool) (any, model.FieldErrors) {
 	var h header
 	if fe := decode(data, format, reflect.ValueOf(&h).Elem()); len(fe) > 0 {
 		return nil, fe
@@ -176,6 +182,13 @@ func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any,
 	if np, ok := doc.(*NodePool); ok {
 		np.Spec.Default()
 	}
+	var legacy *WebhookRef
+	if b, ok := doc.(*Budget); ok {
+		var inline bool
+		if legacy, inline, fe = inlineWebhook(h.Spec, fe, stored); inline {
+			b.Spec.Webhook = nil // the walk leaves an empty one behind
+		}
+	}
 	for _, e := range doc.Validate(knownGPU) {
 		if !slices.ContainsFunc(fe, func(d model.FieldError) bool { return within(e.Path, d.Path) }) {
 			fe = append(fe, e)
@@ -185,7 +198,49 @@ func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any,
 		sortErrs(fe)
 		return nil, fe
 	}
+	if legacy != nil {
+		doc.(*Budget).Spec.Webhook = legacy
+	}
 	return doc, nil
+}
+
+// inlineWebhook deals with a budget's webhook written as earlier versions
+// wrote it: spec.webhook a URL string (signed with the server's
+// --webhook-secret). spec is the document's spec as a generic tree and fe
+// the problems decoding it into a Budget reported.
+//
+// inline reports whether the webhook is such a string. A stored document
+// (stored) keeps its URL: the problem the string caused is dropped and
+// legacy, the webhook to attach once the rest is valid, is returned,
+// so that a data dir written before secret references still loads. A
+// user's document gets a problem saying what to write instead, in place of
+// the decoder's "want an object"; so does a url or secret key inside the
+// webhook object.
+func inlineWebhook(spec any, fe model.FieldErrors, stored bool) (legacy *WebhookRef, inline bool, _ model.FieldErrors) {
+	m, _ := spec.(map[string]any)
+	url, isString := m["webhook"].(string)
+	out := fe[:0:0]
+	for _, e := range fe {
+		switch {
+		case isString && e.Path == "spec.webhook":
+			if !stored {
+				e.Message = InlineWebhookHelp
+				out = append(out, e)
+			}
+		case !stored && e.Path == "spec.webhook.url":
+			e.Message = InlineWebhookHelp
+			out = append(out, e)
+		case !stored && e.Path == "spec.webhook.secret":
+			e.Message = inlineKeyHelp
+			out = append(out, e)
+		default:
+			out = append(out, e)
+		}
+	}
+	if stored && isString && url != "" {
+		legacy = &WebhookRef{LegacyURL: url}
+	}
+	return legacy, isString, out
 }
 
 func sortErrs(fe model.FieldErrors) {
@@ -211,6 +266,11 @@ const maxDocuments = 10000
 // counting from 0); names must be unique per kind across all sources. It
 // returns every problem at once and a nil Set if there is any.
 func Parse(sources []Source, knownGPU func(string) bool) (*Set, model.FieldErrors) {
+	return parse(sources, knownGPU, false)
+}
+
+// parse is Parse; stored is parseDocument's.
+func parse(sources []Source, knownGPU func(string) bool, stored bool) (*Set, model.FieldErrors) {
 	var (
 		set   Set
 		fe    model.FieldErrors
@@ -229,7 +289,7 @@ func Parse(sources []Source, knownGPU func(string) bool) (*Set, model.FieldError
 				fe.Add(src.Name, fmt.Sprintf("a fleet holds at most %d documents", maxDocuments))
 				return nil, fe
 			}
-			doc, problems := ParseDocument(d.data, d.format, knownGPU)
+			doc, problems := parseDocument(d.data, d.format, knownGPU, stored)
 			for _, p := range InDocument(i, problems) {
 				p.Path = src.Name + p.Path
 				fe = append(fe, p)
@@ -379,7 +439,7 @@ func ParseStored(docs []json.RawMessage) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decoding stored fleet documents: %w", err)
 	}
-	set, fe := Parse([]Source{{Name: "documents", Data: arr, Format: JSON}}, nil)
+	set, fe := parse([]Source{{Name: "documents", Data: arr, Format: JSON}}, nil, true)
 	if len(fe) > 0 {
 		return nil, fmt.Errorf("decoding stored fleet documents: %w", fe.Err())
 	}

@@ -16,6 +16,10 @@ type State struct {
 	// live maps a job id to its starting or running attempt.
 	live  map[string]*model.Attempt
 	nodes map[string]*nodeEntry
+	// liveOn indexes live by node: node id → attempt id → the attempt,
+	// for every node one of its replicas is on, so that a node's desired
+	// set costs its own attempts, not every live one.
+	liveOn map[string]map[string]*model.Attempt
 
 	// pending holds queued jobs; pendingOrder keeps them by Seq with lazy
 	// deletion, so a submission is O(1) and a snapshot O(pending).
@@ -110,6 +114,7 @@ func New() *State {
 		jobs:     map[string]*model.Job{},
 		attempts: map[string]*model.Attempt{},
 		live:     map[string]*model.Attempt{},
+		liveOn:   map[string]map[string]*model.Attempt{},
 		nodes:    map[string]*nodeEntry{},
 		pending:  map[string]*model.Job{},
 		counts:   map[model.JobState]int{},
@@ -308,6 +313,45 @@ func (s *State) LiveAttempts() []*model.Attempt {
 	return out
 }
 
+// LiveAttemptsOn calls fn for every starting or running attempt with a
+// replica on node nodeID, each once, in no particular order, until fn
+// returns false. fn must not change s.
+func (s *State) LiveAttemptsOn(nodeID string, fn func(*model.Attempt) bool) {
+	for _, a := range s.liveOn[nodeID] {
+		if !fn(a) {
+			return
+		}
+	}
+}
+
+// setLive makes a the live attempt of its job (nil: the job has none),
+// keeping liveOn in step with live.
+func (s *State) setLive(jobID string, a *model.Attempt) {
+	if old, ok := s.live[jobID]; ok {
+		for _, r := range old.Replicas {
+			if m := s.liveOn[r.NodeID]; m != nil {
+				delete(m, old.ID)
+				if len(m) == 0 {
+					delete(s.liveOn, r.NodeID)
+				}
+			}
+		}
+	}
+	if a == nil {
+		delete(s.live, jobID)
+		return
+	}
+	s.live[jobID] = a
+	for _, r := range a.Replicas {
+		m := s.liveOn[r.NodeID]
+		if m == nil {
+			m = map[string]*model.Attempt{}
+			s.liveOn[r.NodeID] = m
+		}
+		m[a.ID] = a
+	}
+}
+
 // PutJob stores j, replacing any earlier version, and keeps the pending
 // index and counts in step.
 func (s *State) PutJob(j *model.Job) {
@@ -390,11 +434,11 @@ func (s *State) PutAttempt(a *model.Attempt) {
 	s.attempts[a.ID] = a
 	if a.State.Terminal() {
 		if cur, ok := s.live[a.JobID]; ok && cur.ID == a.ID {
-			delete(s.live, a.JobID)
+			s.setLive(a.JobID, nil)
 		}
 		return
 	}
-	s.live[a.JobID] = a
+	s.setLive(a.JobID, a)
 	for _, r := range a.Replicas {
 		e, ok := s.nodes[r.NodeID]
 		if !ok {

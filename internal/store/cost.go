@@ -58,8 +58,15 @@ type Notification struct {
 	// URLRef and KeyRef name the sealed secrets ("project/NAME") holding
 	// the receiver's URL and signing key; empty means the server's
 	// configured receiver for Kind and its webhook secret.
-	URLRef    string    `json:"urlRef,omitempty"`
-	KeyRef    string    `json:"keyRef,omitempty"`
+	URLRef string `json:"urlRef,omitempty"`
+	KeyRef string `json:"keyRef,omitempty"`
+	// URL is the receiver of a notification for a budget whose webhook is
+	// an inline URL, the form before secret references (see
+	// manifest.WebhookRef.LegacyURL), and of outbox rows written by those
+	// versions, which named every receiver so. That fleet revision holds
+	// the URL in clear already; no other notification sets it. It is
+	// signed with the server's webhook secret.
+	URL       string    `json:"url,omitempty"`
 	Body      []byte    `json:"body"`
 	Attempts  int       `json:"attempts"`
 	NextAt    time.Time `json:"nextAt"`

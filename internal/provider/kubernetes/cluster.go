@@ -364,7 +364,7 @@ type Object struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
-// Objects lists, from the API server, every Job, pod and Service of the
+// Objects lists, from the API server, every Job, pod, Service and Secret of the
 // pool (label LabelManagedBy), ordered by kind and name, so a test or an
 // operator can check that nothing leaked.
 func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
@@ -396,6 +396,13 @@ func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
 	for i := range svcs.Items {
 		add("Service", &svcs.Items[i])
 	}
+	secrets, err := c.opts.Client.CoreV1().Secrets(ns).List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("listing secrets of pool %s: %w", c.opts.Pool, err)
+	}
+	for i := range secrets.Items {
+		add("Secret", &secrets.Items[i])
+	}
 	slices.SortFunc(out, func(a, b Object) int {
 		if a.Kind != b.Kind {
 			return compareStrings(a.Kind, b.Kind)
@@ -405,7 +412,7 @@ func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
 	return out, nil
 }
 
-// DeleteObjects deletes every Job (with its pods) and Service of the pool,
+// DeleteObjects deletes every Job (with its pods), Service and Secret of the pool,
 // for when the pool is removed. Objects already gone are no error.
 func (c *Cluster) DeleteObjects(ctx context.Context) error {
 	objs, err := c.Objects(ctx)
@@ -421,6 +428,8 @@ func (c *Cluster) DeleteObjects(ctx context.Context) error {
 			err = c.opts.Client.BatchV1().Jobs(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
 		case "Service":
 			err = c.opts.Client.CoreV1().Services(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case "Secret":
+			err = c.opts.Client.CoreV1().Secrets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 		default:
 			continue // pods go with their Jobs
 		}

@@ -178,6 +178,8 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 	if g := first.Grace.D(); g > 0 {
 		pod.TerminationGracePeriodSeconds = new(int64(g.Seconds()))
 	}
+	container.Lifecycle = preStop(first)
+	pod.Containers[0].Lifecycle = container.Lifecycle
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.settings.Namespace, Labels: cloneWith(meta, nil), Annotations: annotations},
 		Spec: batchv1.JobSpec{
@@ -218,8 +220,75 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 	return job, service
 }
 
+// preStop delivers a checkpoint signal other than SIGTERM, which is all the
+// kubelet sends: a hook that signals the container's PID 1 (the job's
+// command, run without a shell) and then waits out the grace period, after
+// which the kubelet sends SIGTERM and, 2 s later, SIGKILL. It needs a
+// shell in the image; without one the hook fails, the kubelet logs a
+// FailedPreStopHook event and sends SIGTERM at once.
+func preStop(spec agentapi.ReplicaSpec) *corev1.Lifecycle {
+	sig := strings.TrimPrefix(spec.Signal, "SIG")
+	if sig == "" || sig == "TERM" || !slices.Contains(model.Signals, "SIG"+sig) {
+		return nil
+	}
+	script := "kill -s " + sig + " 1"
+	if g := int64(spec.Grace.D().Seconds()); g > 0 {
+		script += "; sleep " + strconv.FormatInt(g, 10)
+	}
+	return &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", script}}}}
+}
+
+// tokenEnv holds a replica's job token; it is secret whatever the control
+// plane's SecretEnv says.
+const tokenEnv = "GPUFLEET_JOB_TOKEN"
+
+// secretKeys names the keys of spec.Env whose values go in the Job's
+// Secret rather than its pod template, sorted.
+func secretKeys(spec agentapi.ReplicaSpec) []string {
+	var out []string
+	for _, k := range append(slices.Clone(spec.SecretEnv), tokenEnv) {
+		if _, ok := spec.Env[k]; ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// secret returns the Secret that holds job's secret environment (the
+// Job's name, its labels), or nil when there is none. Its owner, job, is
+// set once the Job exists, so the garbage collector takes the Secret with
+// the Job.
+func (p *jobPlan) secret(job *batchv1.Job) *corev1.Secret {
+	first := p.specs[0]
+	keys := secretKeys(first)
+	if len(keys) == 0 {
+		return nil
+	}
+	data := make(map[string][]byte, len(keys))
+	for _, k := range keys {
+		data[k] = []byte(first.Env[k])
+	}
+	labels := cloneWith(job.Labels, nil)
+	delete(labels, LabelKueueQueue)
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, Labels: labels,
+			Annotations: map[string]string{AnnotationAttemptID: first.AttemptID}},
+		Type:      corev1.SecretTypeOpaque,
+		Immutable: new(true),
+		Data:      data,
+	}
+}
+
+// ownedBy makes job the controlling owner of s.
+func ownedBy(s *corev1.Secret, job *batchv1.Job) {
+	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID,
+		Controller: new(true)}}
+}
+
 // env is the replica's environment as a container gets it: the control
-// plane's, without CUDA_VISIBLE_DEVICES (the device plugin sets it), and for
+// plane's, without CUDA_VISIBLE_DEVICES (the device plugin sets it), the
+// secret values by reference to the Job's Secret (named like the Job), and for
 // gangs with peer addresses and ranks that Kubernetes knows: MASTER_ADDR is
 // rank 0's pod in the gang's Service, RANK and NODE_RANK the pod's
 // completion index past the Job's first rank.
@@ -230,6 +299,10 @@ func (p *jobPlan) env(spec agentapi.ReplicaSpec, job string, gang bool) []corev1
 			continue
 		}
 		vars[k] = corev1.EnvVar{Name: k, Value: v}
+	}
+	for _, k := range secretKeys(spec) {
+		vars[k] = corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: job}, Key: k}}}
 	}
 	if gang {
 		vars["MASTER_ADDR"] = corev1.EnvVar{Name: "MASTER_ADDR", Value: jobName(spec.AttemptID, 0) + "-0." + serviceName(spec.AttemptID)}

@@ -84,8 +84,11 @@ type want struct {
 	attempt string
 	job     *batchv1.Job    // to create, unless delete
 	svc     *corev1.Service // a gang's Service, created before its Job
-	delete  bool
-	grace   *int64
+	// secret holds the Job's secret environment; created right after
+	// the Job, which owns it, and deleted with it.
+	secret *corev1.Secret
+	delete bool
+	grace  *int64
 	// Results, guarded by runner.mu.
 	done   bool   // created (or found) or deleted
 	failed string // the API refused the create for good
@@ -112,6 +115,7 @@ func (r *runner) run(ctx context.Context) {
 			}
 		}
 	}
+	r.deleteOrphanSecrets(ctx)
 	for {
 		r.reconcileNodes(ctx)
 		select {
@@ -266,14 +270,29 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting job %s: %w", name, err)
 		}
+		// The garbage collector would take the Secret with its Job; gone
+		// now, its values leave the cluster as soon as the Job does.
+		err = r.c.opts.Client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting secret %s: %w", name, err)
+		}
 		finish("")
 		if w.attempt != "" {
 			r.queue.Add(keyService + serviceName(w.attempt))
 		}
 		return nil
 	}
-	if _, err := r.c.jobList.Jobs(ns).Get(name); err == nil {
-		finish("") // adopted: a restart, or a create whose answer was lost
+	if j, err := r.c.jobList.Jobs(ns).Get(name); err == nil {
+		// Adopted: a create whose answer was lost, or whose Secret is
+		// still to be made.
+		if err := r.createSecret(ctx, w, j); err != nil {
+			if permanent(err) {
+				finish(err.Error())
+				return nil
+			}
+			return err
+		}
+		finish("")
 		return nil
 	}
 	if w.svc != nil {
@@ -286,16 +305,65 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 			return fmt.Errorf("creating service %s: %w", w.svc.Name, err)
 		}
 	}
-	_, err := jobs.Create(ctx, w.job, metav1.CreateOptions{})
+	created, err := jobs.Create(ctx, w.job, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = jobs.Get(ctx, name, metav1.GetOptions{})
+	}
 	switch {
-	case err == nil, apierrors.IsAlreadyExists(err):
-		finish("")
+	case err == nil:
 	case permanent(err):
 		finish(fmt.Sprintf("creating Job %s: %v", name, err))
+		return nil
 	default:
 		return fmt.Errorf("creating job %s: %w", name, err)
 	}
+	// The Job first, so that the Secret can name its owner; its pods wait
+	// (CreateContainerConfigError) the moment it takes to make the Secret.
+	if err := r.createSecret(ctx, w, created); err != nil {
+		if permanent(err) {
+			finish(err.Error())
+			return nil
+		}
+		return err
+	}
+	finish("")
 	return nil
+}
+
+// createSecret creates w's Secret, if it has one, owned by job; one that
+// exists already is no error.
+func (r *runner) createSecret(ctx context.Context, w *want, job *batchv1.Job) error {
+	if w.secret == nil {
+		return nil
+	}
+	s := w.secret.DeepCopy()
+	ownedBy(s, job)
+	_, err := r.c.opts.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Secret %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// deleteOrphanSecrets deletes the pool's Secrets whose Job is gone: the
+// garbage collector takes them in time, or never when their Job went
+// before they were made.
+func (r *runner) deleteOrphanSecrets(ctx context.Context) {
+	ns := r.c.opts.Settings.Namespace
+	secrets, err := r.c.opts.Client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + r.c.opts.Pool})
+	if err != nil {
+		r.log.Warn("listing the pool's Secrets", "err", err)
+		return
+	}
+	for i := range secrets.Items {
+		s := &secrets.Items[i]
+		if !r.c.ours(s) || r.c.job(s.Name) != nil {
+			continue
+		}
+		if err := r.c.opts.Client.CoreV1().Secrets(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			r.log.Warn("deleting a Secret whose Job is gone", "secret", s.Name, "err", err)
+		}
+	}
 }
 
 // permanent reports whether a create will fail again however often it is

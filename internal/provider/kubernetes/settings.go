@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -22,6 +23,7 @@ const (
 	DefaultCapacityTypeLabel = "karpenter.sh/capacity-type"
 	DefaultQPS               = 500
 	DefaultBurst             = 1000
+	DefaultPendingTimeout    = 10 * time.Minute
 )
 
 // Labels and annotations the driver reads from nodes.
@@ -83,6 +85,9 @@ func withDefaults(s model.KubernetesPoolSettings) model.KubernetesPoolSettings {
 	}
 	if s.ClientBurst == 0 {
 		s.ClientBurst = DefaultBurst
+	}
+	if s.PendingTimeout == 0 {
+		s.PendingTimeout = model.Duration(DefaultPendingTimeout)
 	}
 	s.NodeSelector = maps.Clone(s.NodeSelector)
 	return s

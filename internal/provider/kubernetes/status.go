@@ -224,3 +224,47 @@ func (r *replica) observe(pods []*corev1.Pod, job *batchv1.Job, js *jobState, no
 	}
 	return false
 }
+
+// unschedulable returns the scheduler's message for a pod that waits for a
+// node it cannot have: Pending, unbound, PodScheduled False (Unschedulable).
+func unschedulable(p *corev1.Pod) (string, bool) {
+	if p == nil || p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
+		return "", false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+// checkPending ends r lost once its pod has been unschedulable for
+// timeout (by the Options clock: since the driver first saw it so), so the
+// GPUs gpufleet counts as held are given back and the job requeues. It
+// returns when to look again (zero: no need) and whether r was lost.
+func (r *replica) checkPending(pods []*corev1.Pod, now time.Time, timeout time.Duration) (due time.Time, lost bool) {
+	if r.stopping || r.status.Phase != "" || timeout <= 0 {
+		r.pendingSince = time.Time{}
+		return time.Time{}, false
+	}
+	p := newest(pods)
+	msg, stuck := unschedulable(p)
+	if !stuck {
+		r.pendingSince = time.Time{}
+		return time.Time{}, false
+	}
+	if r.pendingSince.IsZero() {
+		r.pendingSince = now
+	}
+	due = r.pendingSince.Add(timeout)
+	if now.Before(due) {
+		return due, false
+	}
+	if msg == "" {
+		msg = "no reason given"
+	}
+	r.status.Phase, r.status.Reason = agentapi.PhaseLost, fmt.Sprintf("pod %s could not be scheduled for %s: %s", p.Name, timeout, msg)
+	r.status.StartedAt, r.status.EndedAt = now, new(now)
+	return time.Time{}, true
+}

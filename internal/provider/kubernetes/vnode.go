@@ -53,13 +53,17 @@ type vnode struct {
 	jobs    map[string]*jobState // by Job name
 	target  *nodeTarget          // where its pods go; nil until its group is seen
 
-	reg        *agentapi.Registration // as last registered
-	regGroup   *group                 // the group reg was made from
-	regAt      time.Time
-	regTimer   atomic.Bool // a wake-up for a delayed registration is pending
-	heartbeat  time.Duration
-	generation uint64
-	delivered  map[string]agentapi.ReplicaStatus
+	reg      *agentapi.Registration // as last registered
+	regGroup *group                 // the group reg was made from
+	regAt    time.Time
+	regTimer atomic.Bool // a wake-up for a delayed registration is pending
+	// pendingDue is when each replica whose pod cannot be scheduled runs
+	// out of time; pendingTimer says one wake-up for the earliest is set.
+	pendingDue   map[string]time.Time
+	pendingTimer atomic.Bool
+	heartbeat    time.Duration
+	generation   uint64
+	delivered    map[string]agentapi.ReplicaStatus
 }
 
 // replica is one replica the virtual node runs, or ran.
@@ -82,7 +86,10 @@ type replica struct {
 	refusedPhase agentapi.Phase
 	// forgotten: the server recorded its end.
 	forgotten bool
-	logs      *shipper
+	// pendingSince is when its pod was first seen unschedulable (zero:
+	// it is not).
+	pendingSince time.Time
+	logs         *shipper
 }
 
 // jobState is one Job of the virtual node and what is wanted of it.
@@ -106,6 +113,7 @@ func newVnode(r *runner, id string) *vnode {
 		touchedJobs:     map[string]bool{},
 		settle:          map[string]bool{},
 		delivered:       map[string]agentapi.ReplicaStatus{},
+		pendingDue:      map[string]time.Time{},
 	}
 }
 
@@ -333,9 +341,18 @@ func (v *vnode) refresh() {
 		if r == nil || r.forgotten {
 			continue
 		}
+		delete(v.pendingDue, id)
 		if !ended(r.status.Phase) {
 			js := v.jobs[r.job]
-			if lost := r.observe(c.podsOf(r.id), c.job(r.job), js, c.nodeGone, now); lost && js != nil {
+			pods := c.podsOf(r.id)
+			lost := r.observe(pods, c.job(r.job), js, c.nodeGone, now)
+			if !lost && !ended(r.status.Phase) {
+				var due time.Time
+				if due, lost = r.checkPending(pods, now, c.opts.Settings.PendingTimeout.D()); !due.IsZero() {
+					v.pendingDue[id] = due
+				}
+			}
+			if lost && js != nil {
 				v.log.Info("replica lost", "replica_id", r.id, "reason", r.status.Reason)
 				v.deleteJob(js, nil)
 			}
@@ -344,6 +361,39 @@ func (v *vnode) refresh() {
 			r.logs = v.r.ship(v, r)
 		}
 	}
+	v.armPending()
+}
+
+// armPending sets one wake-up, on the Options clock, for the replicas whose
+// pods run out of time to be scheduled first; the informers bring every
+// other change. Deadlines only grow (the timeout is fixed), so a wake-up
+// already set is never late.
+func (v *vnode) armPending() {
+	if len(v.pendingDue) == 0 || !v.pendingTimer.CompareAndSwap(false, true) {
+		return
+	}
+	var at time.Time
+	for _, due := range v.pendingDue {
+		if at.IsZero() || due.Before(at) {
+			at = due
+		}
+	}
+	var ids []string
+	for id, due := range v.pendingDue {
+		if !due.After(at) {
+			ids = append(ids, id)
+		}
+	}
+	ctx, wait := v.ctx, at.Sub(v.r.c.opts.Clock.Now())
+	go func() {
+		ok := v.r.c.sleep(ctx, wait)
+		v.pendingTimer.Store(false) // before the touch: the round it wakes sets the next
+		if ok {
+			for _, id := range ids {
+				v.touch(id, "")
+			}
+		}
+	}()
 }
 
 // cleanup deletes the Jobs whose replicas the server has recorded, once
@@ -374,6 +424,7 @@ func (v *vnode) cleanup() {
 		for _, r := range js.replicas {
 			delete(v.tracked, r.id)
 			delete(v.delivered, r.id)
+			delete(v.pendingDue, r.id)
 		}
 		if js.want != nil {
 			v.r.dropWant(keyJob+name, js.want)
@@ -550,7 +601,7 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 		}
 		plan := jobPlan{pool: v.r.c.opts.Pool, settings: settings, node: v.target, specs: batch}
 		job, svc := plan.build()
-		js.want = &want{node: v.id, attempt: first.AttemptID, job: job, svc: svc}
+		js.want = &want{node: v.id, attempt: first.AttemptID, job: job, svc: svc, secret: plan.secret(job)}
 		v.r.setWant(keyJob+name, js.want)
 		log.Info("creating Job", "replicas", len(batch), "first_rank", first.Rank, "gpus_per_replica", len(first.GPUs))
 	}

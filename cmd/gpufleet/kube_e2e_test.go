@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/kubetest"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+)
+
+// TestKubernetesPoolE2E runs the real binary against a real control plane
+// (internal/kubetest; skipped without its binaries unless CI=true): a
+// headless server, a NodePool of provider kubernetes applied from a
+// manifest, a one-GPU job run with `gpufleet run` on two KWOK nodes, and
+// the pool's removal, which must leave nothing labelled behind.
+func TestKubernetesPoolE2E(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	kc := kubetest.Start(t, kubetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	defer cancel()
+	cs := kc.Client()
+	const ns, pool = "gpufleet-e2e", "kwok"
+	// The operator creates the namespace (docs/kubernetes.md).
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc.AddGPUNodes(ctx, 2, kubetest.NodeSpec{})
+	t.Logf("control plane and 2 nodes ready after %s", time.Since(began).Round(time.Millisecond))
+
+	s := startHeadless(t, t.TempDir(), freePort(t))
+	dir := t.TempDir()
+	poolFile := filepath.Join(dir, "pool.yaml")
+	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
+kind: NodePool
+metadata: {name: %s}
+spec:
+  provider: kubernetes
+  kubernetes:
+    kubeconfig: %q
+    context: %s
+    namespace: %s
+    image: ghcr.io/acme/train:1
+    pricePerGPUHour: 2
+`, pool, kc.Kubeconfig, kc.Context, ns)
+	if err := os.WriteFile(poolFile, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("apply", "-f", poolFile, "-m", "add the kubernetes pool")
+
+	// One virtual node: 2 nodes × 8 H100s, on-demand, in us-east-1a.
+	var node vnodeView
+	waitFor(t, s, "the virtual node", func() bool {
+		var list api.NodeList
+		if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range list.Nodes {
+			if n.Pool == pool && n.State == model.NodeReady && len(n.GPUs) == 16 {
+				node = vnodeView{ID: n.ID, Price: n.PricePerHour}
+				return true
+			}
+		}
+		return false
+	})
+	if node.Price != 32 {
+		t.Errorf("virtual node %s costs %v an hour, want 16 GPUs × $2", node.ID, node.Price)
+	}
+
+	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "1", "--tag", "kwok-duration=1s", "--", "python", "train.py"))
+	v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	if v.State != model.JobSucceeded {
+		t.Fatalf("job %s ended %s (%s), want succeeded\nserver log:\n%s", id, v.State, v.Reason, s.out)
+	}
+	var events api.EventList
+	if err := json.Unmarshal([]byte(s.gpufleet("events", "--job", id, "-o", "json")), &events); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	for _, e := range events.Events {
+		ended = ended || e.Kind == model.EventAttemptEnd && e.Node == node.ID
+	}
+	if !ended {
+		t.Errorf("no attempt-end event on %s for job %s: %+v", node.ID, id, events.Events)
+	}
+
+	// A job that is still running when the pool goes: its Job must go too.
+	long := strings.TrimSpace(s.gpufleet("run", "--gpus", "1", "--tag", "kwok-duration=1h", "--", "python", "train.py"))
+	s.waitJob(long, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
+
+	// Apply the fleet without the pool.
+	other := filepath.Join(dir, "projects.yaml")
+	if err := os.WriteFile(other, []byte("apiVersion: gpufleet.dev/v1\nkind: Project\nmetadata: {name: nlp}\nspec: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("apply", "-f", other, "-m", "remove the kubernetes pool")
+	selector := metav1.ListOptions{LabelSelector: kubernetes.LabelManagedBy}
+	var left []string
+	waitFor(t, s, "no gpufleet objects left in the cluster", func() bool {
+		left = left[:0]
+		jobs, err := cs.BatchV1().Jobs(metav1.NamespaceAll).List(ctx, selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs.Items {
+			left = append(left, "job/"+j.Name)
+		}
+		pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			left = append(left, "pod/"+p.Name)
+		}
+		svcs, err := cs.CoreV1().Services(metav1.NamespaceAll).List(ctx, selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sv := range svcs.Items {
+			left = append(left, "service/"+sv.Name)
+		}
+		return len(left) == 0
+	})
+	t.Logf("pool applied, job run, pool removed and cleaned up after %s", time.Since(began).Round(time.Millisecond))
+}
+
+// vnodeView is what the test keeps of the virtual node.
+type vnodeView struct {
+	ID    string
+	Price float64
+}
+
+// startHeadless runs `gpufleet server --no-local-agent` and waits until the
+// CLI reaches it.
+func startHeadless(t *testing.T, dataDir, listen string) *server {
+	t.Helper()
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
+	s.cmd = exec.Command(binary, "server", "--data-dir", dataDir, "--listen", listen, "--no-local-agent")
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	s.cmd.Env = cleanEnv()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill() })
+	waitFor(t, s, "the server", func() bool {
+		if _, err := os.Stat(filepath.Join(dataDir, serverFile)); err != nil {
+			return false
+		}
+		_, err := s.gpufleetErr("nodes", "list")
+		return err == nil
+	})
+	return s
+}
+
+// waitFor polls cond every 100 ms for up to 30 s.
+func waitFor(t *testing.T, s *server, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s\nserver log:\n%s", what, s.out)
+		}
+		time.Sleep(100 * time.Millisecond) // polling separate processes; bounded by the deadline
+	}
+}
