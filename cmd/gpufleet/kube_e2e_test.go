@@ -61,7 +61,10 @@ spec:
 	s.gpufleet("apply", "-f", poolFile, "-m", "add the kubernetes pool")
 
 	// One virtual node: 2 nodes × 8 H100s, on-demand, in us-east-1a.
-	var node vnodeView
+	var node struct {
+		ID    string
+		Price float64
+	}
 	waitFor(t, s, "the virtual node", func() bool {
 		var list api.NodeList
 		if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &list); err != nil {
@@ -69,7 +72,7 @@ spec:
 		}
 		for _, n := range list.Nodes {
 			if n.Pool == pool && n.State == model.NodeReady && len(n.GPUs) == 16 {
-				node = vnodeView{ID: n.ID, Price: n.PricePerHour}
+				node.ID, node.Price = n.ID, n.PricePerHour
 				return true
 			}
 		}
@@ -134,12 +137,6 @@ spec:
 		return len(left) == 0
 	})
 	t.Logf("pool applied, job run, pool removed and cleaned up after %s", time.Since(began).Round(time.Millisecond))
-}
-
-// vnodeView is what the test keeps of the virtual node.
-type vnodeView struct {
-	ID    string
-	Price float64
 }
 
 // startHeadless runs `gpufleet server --no-local-agent` and waits until the

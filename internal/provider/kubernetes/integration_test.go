@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"os"
@@ -78,9 +79,11 @@ type nodeGroup struct {
 
 // newKubeEnv starts pool on the nodes of groups, and waits until the
 // controller has its ready virtual nodes with gpus GPUs in all.
-func newKubeEnv(t *testing.T, pool string, gpus int, groups ...nodeGroup) *kubeEnv {
+func newKubeEnv(t *testing.T, name string, gpus int, groups ...nodeGroup) *kubeEnv {
 	t.Helper()
 	kc := kubetest.Shared(t)
+	// Unique on the shared control plane, for -count=N.
+	pool := name + "-" + strings.ToLower(rand.Text()[:6])
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &kubeEnv{t: t, kc: kc, pool: pool, ns: "it-" + pool, ctx: ctx,
 		seenJobs: map[string]*batchv1.Job{}, seenPods: map[string]*corev1.Pod{}, deleted: map[string]bool{}}
@@ -114,7 +117,7 @@ func newKubeEnv(t *testing.T, pool string, gpus int, groups ...nodeGroup) *kubeE
 	}
 	var logBuf syncBuffer
 	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("IT_DUMP") != "" {
+		if t.Failed() {
 			t.Logf("controller and driver log:\n%s", logBuf.String())
 		}
 	})
@@ -387,7 +390,7 @@ func TestRealCluster(t *testing.T) {
 					t.Errorf("pod annotation of tag team = %q, want nlp", got)
 				}
 			}
-			wantLabels := map[string]string{kubernetes.LabelManagedBy: "real", kubernetes.LabelJobID: id,
+			wantLabels := map[string]string{kubernetes.LabelManagedBy: e.pool, kubernetes.LabelJobID: id,
 				kubernetes.LabelAttempt: model.AttemptID(id, 1), kubernetes.LabelProject: "nlp"}
 			for key, want := range wantLabels {
 				if k.Labels[key] != want || k.Spec.Template.Labels[key] != want {
@@ -403,7 +406,7 @@ func TestRealCluster(t *testing.T) {
 			if got := affinityValues(k, kubetest.LabelCapacityType); !slices.Equal(got, []string{wantCapacity}) {
 				t.Errorf("Job %s requires capacity types %v, want [%s]", k.Name, got, wantCapacity)
 			}
-			if got := k.Spec.Template.Spec.NodeSelector[testPoolLabel]; got != "real" {
+			if got := k.Spec.Template.Spec.NodeSelector[testPoolLabel]; got != e.pool {
 				t.Errorf("Job %s selects %s=%q, want the pool's node selector", k.Name, testPoolLabel, got)
 			}
 			c := k.Spec.Template.Spec.Containers[0]
@@ -507,8 +510,8 @@ func TestRealCluster(t *testing.T) {
 
 	t.Run("a pool whose namespace is missing fails its jobs with the reason", func(t *testing.T) {
 		// gpufleet does not create namespaces (its Role is namespaced).
-		e.startPool(t, "nons", "it-missing")
-		job := e.submit(t, 1, 1, nil, func(s *model.JobSpec) { s.NodeSelector = map[string]string{kubernetes.LabelPool: "nons"} })
+		e.startPool(t, e.pool+"-nons", "it-missing")
+		job := e.submit(t, 1, 1, nil, func(s *model.JobSpec) { s.NodeSelector = map[string]string{kubernetes.LabelPool: e.pool + "-nons"} })
 		j := e.waitJob(t, job.ID, 30*time.Second)
 		if j.State != model.JobFailed || !strings.Contains(j.Reason, `namespaces "it-missing" not found`) {
 			t.Fatalf("job ended %s (%s), want failed because the namespace is missing", j.State, j.Reason)

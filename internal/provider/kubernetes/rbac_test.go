@@ -59,6 +59,7 @@ func TestRBACManifest(t *testing.T) {
 	for _, need := range []struct{ group, resource, verbs string }{
 		{"batch", "jobs", "get list watch create delete"},
 		{"", "services", "get list watch create delete"},
+		{"", "secrets", "get list create delete"},
 		{"", "pods", "get list watch"},
 		{"", "pods/log", "get"},
 		{"", "nodes", "get list watch"},

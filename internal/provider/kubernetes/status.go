@@ -266,5 +266,6 @@ func (r *replica) checkPending(pods []*corev1.Pod, now time.Time, timeout time.D
 	}
 	r.status.Phase, r.status.Reason = agentapi.PhaseLost, fmt.Sprintf("pod %s could not be scheduled for %s: %s", p.Name, timeout, msg)
 	r.status.StartedAt, r.status.EndedAt = now, new(now)
+	r.podName = "" // it never ran: no log to read, only its end to send
 	return time.Time{}, true
 }
