@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 )
@@ -29,12 +31,23 @@ type kubePools struct {
 	newClient func(model.KubernetesPoolSettings) (k8s.Interface, error)
 	// cp is the control plane the runners speak to; set before Run.
 	cp agentapi.ControlPlane
+	// nodes, when set (before Run), retires a removed pool's virtual
+	// nodes at once, so their attempts requeue without waiting for the
+	// heartbeat timeout.
+	nodes nodeRetirer
 
 	changed chan struct{} // rung by SetPools
 
 	mu       sync.Mutex
 	declared []*model.NodePool      // the kubernetes pools, as last set
 	running  map[string]*kubeRunner // by pool name; guarded by mu
+}
+
+// nodeRetirer is the part of the controller that ends a removed pool's
+// virtual nodes.
+type nodeRetirer interface {
+	Nodes() []controller.NodeInfo
+	RetireNode(ctx context.Context, id, why string) error
 }
 
 type kubeRunner struct {
@@ -124,8 +137,9 @@ func (k *kubePools) reconcile(ctx context.Context) {
 		k.log.Info("kubernetes pool changed; restarting it", "pool", r.pool.Name)
 	}
 	for _, r := range remove {
-		k.log.Info("kubernetes pool removed; deleting its Jobs and Services", "pool", r.pool.Name)
+		k.log.Info("kubernetes pool removed; deleting its Jobs, Services and Secrets", "pool", r.pool.Name)
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		k.retire(dctx, r.pool.Name)
 		if err := r.cluster.DeleteObjects(dctx); err != nil {
 			k.log.Error("deleting the objects of a removed kubernetes pool", "pool", r.pool.Name, "err", err)
 		}
@@ -137,6 +151,22 @@ func (k *kubePools) reconcile(ctx context.Context) {
 		}
 		if err := k.start(ctx, p); err != nil {
 			k.log.Error("starting kubernetes pool; retrying", "pool", p.Name, "err", err, "retry_in", kubeRetry)
+		}
+	}
+}
+
+// retire ends the virtual nodes of removed pool name now that its runner
+// has stopped (a running one would register them again).
+func (k *kubePools) retire(ctx context.Context, name string) {
+	if k.nodes == nil {
+		return
+	}
+	for _, n := range k.nodes.Nodes() {
+		if n.Pool != name || n.Labels[kubernetes.LabelPool] != name {
+			continue
+		}
+		if err := k.nodes.RetireNode(ctx, n.ID, fmt.Sprintf("kubernetes pool %s removed", name)); err != nil {
+			k.log.Error("retiring a virtual node of a removed kubernetes pool", "pool", name, "node_id", n.ID, "err", err)
 		}
 	}
 }

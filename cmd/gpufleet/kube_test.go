@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +17,16 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 )
 
 // stubCP registers nodes and long-polls an empty desired set.
 type stubCP struct {
-	mu   sync.Mutex
-	regs []agentapi.Registration
+	mu      sync.Mutex
+	regs    []agentapi.Registration
+	retired []string
 }
 
 func (s *stubCP) Register(_ context.Context, r agentapi.Registration) (agentapi.RegisterResponse, error) {
@@ -60,6 +63,29 @@ func (s *stubCP) registered(pool string) int {
 	return n
 }
 
+// Nodes lists the registered virtual nodes, as the controller would.
+func (s *stubCP) Nodes() []controller.NodeInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []controller.NodeInfo
+	for _, r := range s.regs {
+		if !seen[r.NodeID] {
+			seen[r.NodeID] = true
+			out = append(out, controller.NodeInfo{Node: &model.Node{ID: r.NodeID, Pool: r.Pool, Labels: r.Labels}})
+		}
+	}
+	return out
+}
+
+// RetireNode records that node id was retired.
+func (s *stubCP) RetireNode(_ context.Context, id, why string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retired = append(s.retired, id+": "+why)
+	return nil
+}
+
 func TestKubePoolsFollowTheFleet(t *testing.T) {
 	gpuNode := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{kubernetes.DefaultGPUModelLabel: "NVIDIA-L4"}},
@@ -81,7 +107,7 @@ func TestKubePoolsFollowTheFleet(t *testing.T) {
 		return cs, nil
 	}
 	cp := &stubCP{}
-	k.cp = cp
+	k.cp, k.nodes = cp, cp
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx) }()
@@ -123,6 +149,12 @@ func TestKubePoolsFollowTheFleet(t *testing.T) {
 		_, err := cs.BatchV1().Jobs(kubernetes.DefaultNamespace).Get(context.Background(), "gf-old", metav1.GetOptions{})
 		return err != nil
 	})
+	cp.mu.Lock()
+	node := cp.regs[0].NodeID
+	if want := []string{node + ": kubernetes pool gke removed"}; !slices.Equal(cp.retired, want) {
+		t.Errorf("retired %q, want %q", cp.retired, want)
+	}
+	cp.mu.Unlock()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.running) != 0 {

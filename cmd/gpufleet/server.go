@@ -432,7 +432,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 	errc := make(chan error, 4)
 	go func() { errc <- ignoreClosed(httpSrv.Serve(ln)) }()
 	go func() { errc <- ctrl.Run(ctx) }()
-	kube.cp = ctrl
+	kube.cp, kube.nodes = ctrl, ctrl
 	go func() { errc <- kube.Run(ctx) }()
 	running := 3
 	if !c.NoAgent {

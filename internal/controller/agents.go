@@ -583,28 +583,8 @@ func (c *Controller) checkNodes(ctx context.Context) {
 		if now.Sub(c.lastSeen[n.ID]) <= c.cfg.HeartbeatTimeout {
 			continue
 		}
-		n = n.Clone()
-		n.State = model.NodeLost
-		n.Version++
-		c.st.PutNode(n)
-		b.Nodes = append(b.Nodes, n)
 		c.cfg.Log.Warn("node lost: no heartbeat", "node_id", n.ID, "timeout", c.cfg.HeartbeatTimeout)
-		c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,
-			Message: fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout)})
-		for _, a := range c.st.LiveAttempts() {
-			changed := false
-			a = a.Clone()
-			for i, r := range a.Replicas {
-				if r.NodeID == n.ID && !r.State.Terminal() {
-					a.Replicas[i].State, a.Replicas[i].Reason = model.AttemptLost, model.ReasonNodeLost
-					changed = true
-				}
-			}
-			if changed {
-				a.Version++
-				c.settleLocked(a, b, now)
-			}
-		}
+		c.loseNodeLocked(n, b, now, fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout))
 	}
 	if b.Empty() {
 		c.mu.Unlock()

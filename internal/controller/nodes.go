@@ -1,8 +1,13 @@
 package controller
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // NodeInfo is a node with what is in use on it.
@@ -44,4 +49,61 @@ func (c *Controller) JobCounts() map[model.JobState]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.Counts()
+}
+
+// RetireNode ends node id now, as the heartbeat timeout would later: the
+// node is lost, and so are its unfinished replicas, whose attempts requeue
+// at once. It is for a runner that knows its node is gone (a Kubernetes
+// pool's virtual nodes when the pool is removed); why is recorded in the
+// node-lost event. A node that registers again is back. A node already
+// lost or terminated is left as it is. Errors: ErrNotFound for an unknown
+// node; an error when the change could not be recorded.
+func (c *Controller) RetireNode(ctx context.Context, id, why string) error {
+	c.mu.Lock()
+	n, ok := c.st.Node(id)
+	if !ok {
+		c.mu.Unlock()
+		return fmt.Errorf("retiring node %s: %w", id, ErrNotFound)
+	}
+	if n.State != model.NodeReady && n.State != model.NodeDraining {
+		c.mu.Unlock()
+		return nil
+	}
+	b := &store.Batch{}
+	c.cfg.Log.Info("node retired", "node_id", id, "reason", why)
+	c.loseNodeLocked(n, b, c.cfg.Clock.Now(), why)
+	c.broadcastLocked()
+	cm := c.com.submit(b)
+	c.mu.Unlock()
+	if err := cm.wait(ctx); err != nil {
+		return fmt.Errorf("retiring node %s: %w", id, err)
+	}
+	c.trigger()
+	return nil
+}
+
+// loseNodeLocked marks n lost, with an event saying why, and its unfinished
+// replicas with it, settling their attempts (which requeue).
+func (c *Controller) loseNodeLocked(n *model.Node, b *store.Batch, now time.Time, why string) {
+	n = n.Clone()
+	n.State = model.NodeLost
+	n.Version++
+	c.st.PutNode(n)
+	b.Nodes = append(b.Nodes, n)
+	c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,
+		Message: why})
+	for _, a := range c.st.LiveAttempts() {
+		changed := false
+		a = a.Clone()
+		for i, r := range a.Replicas {
+			if r.NodeID == n.ID && !r.State.Terminal() {
+				a.Replicas[i].State, a.Replicas[i].Reason = model.AttemptLost, model.ReasonNodeLost
+				changed = true
+			}
+		}
+		if changed {
+			a.Version++
+			c.settleLocked(a, b, now)
+		}
+	}
 }

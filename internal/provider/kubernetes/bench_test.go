@@ -58,12 +58,12 @@ func BenchmarkKube5000(b *testing.B) {
 		runBase := func() {
 			r := benchBaseline(b, kc, fmt.Sprintf("base-%d", i), jobs)
 			base = append(base, r)
-			b.Logf("baseline %d: %v", i, r)
+			b.Logf("baseline %d done", i)
 		}
 		runFleet := func() {
 			r := benchGPUFleet(b, kc, fmt.Sprintf("fleet-%d", i), jobs)
 			fleet = append(fleet, r)
-			b.Logf("gpufleet %d: %v", i, r)
+			b.Logf("gpufleet %d done", i)
 		}
 		if i%2 == 0 {
 			runBase()
@@ -168,7 +168,9 @@ func benchNamespace(ctx context.Context, b *testing.B, cs kubernetes.Interface, 
 func benchCleanup(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, w *podWatch) {
 	bg := metav1.DeletePropagationBackground
 	if err := cs.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
-		b.Fatalf("deleting the Jobs of %s: %v", ns, err)
+		// A timeout here (5,000 Jobs on a busy server) may still be
+		// carried out: wait for the pods all the same.
+		b.Logf("deleting the Jobs of %s: %v", ns, err)
 	}
 	began := time.Now()
 	for w.live.Load() > 0 && time.Since(began) < 3*time.Minute {
@@ -252,6 +254,7 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	}
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
+	b.Logf("%s: %v", ns, r)
 	benchCleanup(ctx, b, cs, ns, pods)
 	return r
 }
@@ -351,6 +354,7 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	}
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
+	b.Logf("%s: %v", ns, r)
 	cancel()
 	loops.Wait()
 	benchCleanup(b.Context(), b, cs, ns, pods)

@@ -28,4 +28,10 @@
 //     go through a bounded pool of workers.
 //   - The driver never dials a pod or Service address; logs come through
 //     the API server.
+//   - No secret value (the job token, run.secrets) is written into a Job:
+//     they live in a Secret named like the Job, owned by it, that the pod
+//     reads through secretKeyRef; it is deleted with the Job.
+//   - A pod unschedulable for the pool's pendingTimeout ends its replica
+//     lost; one timer per virtual node, on the Options clock, watches the
+//     earliest such deadline.
 package kubernetes
