@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -272,7 +273,9 @@ func (e *kubeEnv) jobsOf(id string) []*batchv1.Job {
 			out = append(out, j)
 		}
 	}
-	slices.SortFunc(out, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	slices.SortFunc(out, func(a, b *batchv1.Job) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
 	return out
 }
 
@@ -286,7 +289,9 @@ func (e *kubeEnv) podsOf(job string) []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
 	return out
 }
 
@@ -564,11 +569,18 @@ func TestSpotNodeLoss(t *testing.T) {
 		t.Fatalf("attempts %v, want lost or preempted, then succeeded", attemptStates(attempts))
 	}
 	t.Logf("attempt 1 ended %s: %s", attempts[0].State, attempts[0].Reason)
+	// One Job per attempt, in whatever order they were seen (creation
+	// times have whole seconds).
 	jobs := e.jobsOf(job.ID)
-	if len(jobs) != 2 || jobs[1].Labels[kubernetes.LabelAttempt] != model.AttemptID(job.ID, 2) {
+	attemptsRun := map[string]*batchv1.Job{}
+	for _, k := range jobs {
+		attemptsRun[k.Labels[kubernetes.LabelAttempt]] = k
+	}
+	k2 := attemptsRun[model.AttemptID(job.ID, 2)]
+	if len(jobs) != 2 || len(attemptsRun) != 2 || attemptsRun[model.AttemptID(job.ID, 1)] == nil || k2 == nil {
 		t.Fatalf("Kubernetes Jobs %v, want one per attempt", jobNames(jobs))
 	}
-	second := e.podsOf(jobs[1].Name)
+	second := e.podsOf(k2.Name)
 	if len(second) != 1 || second[0].Spec.NodeName == first.Spec.NodeName || second[0].Spec.NodeName == "" {
 		t.Errorf("attempt 2 ran on %v, want the other node than %s", nodeNames(second), first.Spec.NodeName)
 	}

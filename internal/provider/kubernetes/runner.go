@@ -82,7 +82,7 @@ type runner struct {
 type want struct {
 	node    string
 	attempt string
-	job     *batchv1.Job    // to create, unless delete
+	job     *batchv1.Job    // to create, unless delete; nil: only an adopted Job's secret
 	svc     *corev1.Service // a gang's Service, created before its Job
 	// secret holds the Job's secret environment; created right after
 	// the Job, which owns it, and deleted with it.
@@ -293,6 +293,10 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 			return err
 		}
 		finish("")
+		return nil
+	}
+	if w.job == nil {
+		finish("") // an adopted Job's Secret, and the Job is gone
 		return nil
 	}
 	if w.svc != nil {

@@ -158,3 +158,41 @@ func TestSecretKeys(t *testing.T) {
 		})
 	}
 }
+
+// A run that ended between creating a Job and its Secret: the next run
+// adopts the Job and makes the Secret, owned by it.
+func TestAdoptedJobGetsItsSecret(t *testing.T) {
+	c, cs := startCluster(t, model.KubernetesPoolSettings{}, h100("n1").obj())
+	ms, _ := c.Machines(bg)
+	s := withSecrets(spec("j-half", 0, 1, 0))
+	plan := jobPlan{pool: "k8s", settings: c.opts.Settings, node: targetOf(c.groups()[0]), specs: []agentapi.ReplicaSpec{s}}
+	job, _ := plan.build()
+	job.UID = "uid-of-the-job" // the fake clientset assigns none
+	if _, err := cs.BatchV1().Jobs(DefaultNamespace).Create(bg, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Job in the cache", func() bool { return c.job(job.Name) != nil })
+	h := &harness{t: t, c: c, cs: cs, cp: newFakeCP(), node: ms[0].ID}
+	h.run()
+	h.cp.want(h.node, s)
+
+	var sec *corev1.Secret
+	eventually(t, "the adopted Job's Secret", func() bool {
+		var err error
+		sec, err = cs.CoreV1().Secrets(DefaultNamespace).Get(bg, job.Name, metav1.GetOptions{})
+		return err == nil
+	})
+	got := map[string]string{}
+	for k, v := range sec.Data {
+		got[k] = string(v)
+	}
+	if diff := cmp.Diff(map[string]string{"GPUFLEET_JOB_TOKEN": s.Env["GPUFLEET_JOB_TOKEN"], "HF_TOKEN": s.Env["HF_TOKEN"]}, got); diff != "" {
+		t.Errorf("secret data (-want +got):\n%s", diff)
+	}
+	if o := sec.OwnerReferences; len(o) != 1 || o[0].Kind != "Job" || o[0].Name != job.Name || o[0].UID != job.UID || o[0].Controller == nil || !*o[0].Controller {
+		t.Errorf("secret owners = %+v", o)
+	}
+	if n := len(h.actions("create", "jobs")); n != 1 {
+		t.Errorf("%d Job creates, want 1 (the test's)", n)
+	}
+}

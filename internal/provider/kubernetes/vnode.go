@@ -101,6 +101,9 @@ type jobState struct {
 	resolved bool  // the workers are done with want
 	deleting bool
 	deleted  bool // the delete was accepted (or the Job was gone)
+	// adoptedSecret: the adopted Job's Secret was asked for (a run that
+	// ended between creating the Job and its Secret left none).
+	adoptedSecret bool
 }
 
 func newVnode(r *runner, id string) *vnode {
@@ -503,12 +506,16 @@ func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool)
 	v.generation = resp.Generation
 	desired := make(map[string]bool, len(resp.Replicas))
 	fresh := map[string][]agentapi.ReplicaSpec{}
+	adopted := map[string][]agentapi.ReplicaSpec{} // by Job name
 	for _, spec := range resp.Replicas {
 		desired[spec.ID] = true
 		r := v.tracked[spec.ID]
 		if r == nil {
 			fresh[spec.AttemptID] = append(fresh[spec.AttemptID], spec)
 			continue
+		}
+		if js := v.jobs[r.job]; js != nil && js.want == nil && !js.adoptedSecret && !js.deleting && !spec.Stop {
+			adopted[r.job] = append(adopted[r.job], spec)
 		}
 		if g := grace(spec); g != nil {
 			r.grace = g
@@ -519,6 +526,9 @@ func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool)
 	}
 	for _, attempt := range slices.Sorted(maps.Keys(fresh)) {
 		v.admit(fresh[attempt])
+	}
+	for _, name := range slices.Sorted(maps.Keys(adopted)) {
+		v.adoptSecret(v.jobs[name], adopted[name])
 	}
 	for id, r := range v.tracked {
 		switch {
@@ -605,6 +615,29 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 		v.r.setWant(keyJob+name, js.want)
 		log.Info("creating Job", "replicas", len(batch), "first_rank", first.Rank, "gpus_per_replica", len(first.GPUs))
 	}
+}
+
+// adoptSecret asks the workers for the Secret of adopted Job js, owned by
+// it, made from specs, its desired replicas: the run that created the Job
+// may have ended before its Secret, and its pods wait for it. Once per Job;
+// one that exists already is left as it is.
+func (v *vnode) adoptSecret(js *jobState, specs []agentapi.ReplicaSpec) {
+	js.adoptedSecret = true
+	job := v.r.c.job(js.name)
+	if job == nil || job.DeletionTimestamp != nil {
+		return
+	}
+	slices.SortFunc(specs, func(a, b agentapi.ReplicaSpec) int { return a.Rank - b.Rank })
+	plan := jobPlan{pool: v.r.c.opts.Pool, settings: v.r.c.opts.Settings, specs: specs}
+	secret := plan.secret(job)
+	if secret == nil {
+		return
+	}
+	// No job: the worker never creates one; it makes the Secret only if
+	// the Job is still there.
+	js.want, js.resolved = &want{node: v.id, attempt: js.attempt, secret: secret}, false
+	v.r.setWant(keyJob+js.name, js.want)
+	v.log.Info("ensuring the adopted Job's Secret", "job", js.name)
 }
 
 // stop ends a replica's run: its Job (and so every replica of it) is
