@@ -142,9 +142,11 @@ func TestDashboardInChromium(t *testing.T) {
 	if total <= 0 {
 		t.Fatalf("job %s ran on priced demo H100s but cost %v", jobID, final.Cost.Total)
 	}
+	// The page refreshes on its own: wait until it shows the final amount
+	// (to its last shown digit: amounts under $1 show four decimals), not an earlier live estimate.
 	shownCost := fmt.Sprintf(`(() => { const c = document.querySelector('tr[data-job=%q] td.cost');
 		const m = /^\$([0-9]+(?:\.[0-9]+)?)$/.exec(c ? c.textContent.trim() : "");
-		return m && Number(m[1]) > 0 && Math.abs(Number(m[1]) - %g) < 0.006 ? m[0] : false; })()`, jobID, total)
+		return m && Number(m[1]) > 0 && Math.abs(Number(m[1]) - %g) <= 0.000051 ? m[0] : false; })()`, jobID, total)
 	cost, err := chromedp.Run(ctx, chromedp.Poll[string](shownCost, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
 	if err != nil {
 		cell, _ := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost")))

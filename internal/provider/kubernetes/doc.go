@@ -4,10 +4,18 @@
 // picks the node.
 //
 // As a provider, a Cluster groups the cluster's schedulable, ready GPU
-// nodes by GPU model, capacity type, region and zone. Each group is one
-// virtual node: its GPUs are the group's allocatable GPUs, its offer the
-// group's capacity at the pool's price per GPU-hour (or the catalog's price
-// of the nodes' instance type). gpufleet cannot launch or terminate
+// nodes by GPU model, capacity type, region and zone. Each group is split
+// into virtual nodes ("chunks") of at most maxChunkGPUs (64) GPUs, the most
+// the scheduler tracks on one node: chunk i holds the group's allocatable
+// GPUs from i×64 on, numbered from 0, and its share of the group's CPU,
+// memory and price (the pool's price per GPU-hour, or the catalog's price
+// of the nodes' instance type); its offer is that capacity. Chunk 0 is
+// named <pool>-<hash>, chunk i <pool>-<hash>-i. Each virtual node is its
+// own placement group (model.LabelPlacementGroup), so the scheduler keeps
+// a multi-node gang on one virtual node and each attempt is one Job; a
+// gang therefore needs at most 64 GPUs of one group. When a group shrinks,
+// its last chunks shrink or go (registered with no GPUs, then retired);
+// when it grows, chunks are added. gpufleet cannot launch or terminate
 // Kubernetes nodes, so Launch and Terminate answer
 // provider.ErrFixedCapacity.
 //

@@ -37,10 +37,20 @@ type groupKey struct {
 	Zone         string
 }
 
-// group is one virtual node: the schedulable GPU nodes of one key.
+// maxChunkGPUs is the most GPUs one virtual node holds. The scheduler's
+// free-GPU masks track at most 64 GPUs per node (maxNodeGPUs in
+// internal/scheduler/cluster.go) and never offer the others, so a group
+// with more is split into several virtual nodes ("chunks"). Keep the two
+// in step.
+const maxChunkGPUs = 64
+
+// group is one virtual node: a chunk of at most maxChunkGPUs of the
+// schedulable GPU nodes of one key. Chunk i holds the group's GPUs
+// i×maxChunkGPUs on; all its chunks but the last are full.
 type group struct {
-	key groupKey
-	id  string
+	key   groupKey
+	id    string
+	chunk int // its index among its group's chunks
 	// Raw label values of the group's nodes, sorted; "" stands for a node
 	// without the label. Pods select any of them.
 	models     []string
@@ -77,7 +87,8 @@ func newGrouper(pool string, s model.KubernetesPoolSettings, cat *catalog.Catalo
 	return g
 }
 
-// groups returns the groups of nodes, ordered by id. A node counts when it
+// groups returns the virtual nodes: the groups of nodes, each split into
+// chunks of at most maxChunkGPUs GPUs, ordered by id. A node counts when it
 // matches the pool's node selector, is schedulable, ready, not being
 // deleted, and has allocatable GPUs.
 func (g *grouper) groups(nodes []*corev1.Node) []*group {
@@ -107,7 +118,7 @@ func (g *grouper) groups(nodes []*corev1.Node) []*group {
 	}
 	out := make([]*group, 0, len(byKey))
 	for _, grp := range byKey {
-		out = append(out, grp)
+		out = append(out, grp.chunks(g.pool)...)
 	}
 	slices.SortFunc(out, func(a, b *group) int { return strings.Compare(a.id, b.id) })
 	return out
@@ -233,15 +244,45 @@ func (g *grouper) pricePerGPUHour(n *corev1.Node, key groupKey) float64 {
 	return best.PricePerGPUHour()
 }
 
-// groupID names a virtual node: the pool and a short hash of its key,
-// deterministic and valid per model.ValidName.
-func groupID(pool string, key groupKey) string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{key.Model, string(key.CapacityType), key.Region, key.Zone}, "\x00")))
-	prefix := pool
-	if len(prefix) > 54 {
-		prefix = strings.TrimRight(prefix[:54], "-")
+// chunks splits a whole group into its virtual nodes: chunk i has the
+// group's GPUs i×maxChunkGPUs on, at most maxChunkGPUs of them, and a share
+// of its CPU, memory and price in proportion to its GPUs. Pods of any
+// chunk go to any node of the group.
+func (grp *group) chunks(pool string) []*group {
+	n := (grp.gpus + maxChunkGPUs - 1) / maxChunkGPUs
+	out := make([]*group, 0, n)
+	for i := range n {
+		c := *grp
+		c.chunk = i
+		c.id = chunkID(pool, grp.key, i)
+		c.gpus = min(maxChunkGPUs, grp.gpus-i*maxChunkGPUs)
+		if n > 1 {
+			c.cpu = grp.cpu * float64(c.gpus) / float64(grp.gpus)
+			c.memory = model.Bytes(float64(grp.memory) * float64(c.gpus) / float64(grp.gpus))
+			c.pricePerHour = grp.pricePerHour / float64(grp.gpus) * float64(c.gpus)
+		}
+		out = append(out, &c)
 	}
-	return prefix + "-" + hex.EncodeToString(sum[:4])
+	return out
+}
+
+// groupID names the first virtual node of a group: the pool and a short
+// hash of its key, deterministic and valid per model.ValidName.
+func groupID(pool string, key groupKey) string { return chunkID(pool, key, 0) }
+
+// chunkID names chunk i of a group: groupID's name, then -i for i > 0,
+// the pool name shortened so the whole is at most 63 characters.
+func chunkID(pool string, key groupKey, i int) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{key.Model, string(key.CapacityType), key.Region, key.Zone}, "\x00")))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	if i > 0 {
+		suffix += "-" + strconv.Itoa(i)
+	}
+	prefix := pool
+	if room := 63 - len(suffix); len(prefix) > room {
+		prefix = strings.TrimRight(prefix[:room], "-")
+	}
+	return prefix + suffix
 }
 
 func addSorted(s []string, v string) []string {
@@ -271,8 +312,8 @@ func (grp *group) instanceType() string {
 	}
 }
 
-// offer is what the group sells: all its GPUs at the sum of its nodes'
-// prices.
+// offer is what the virtual node sells: all its GPUs at its share of the
+// sum of its group's nodes' prices.
 func (grp *group) offer(pool string) model.Offer {
 	return model.Offer{
 		Provider: pool, Region: grp.region(), Zone: grp.key.Zone, InstanceType: grp.instanceType(),
@@ -304,9 +345,17 @@ func (grp *group) name(pool string) string {
 	if where == "" {
 		where = grp.region()
 	}
-	return fmt.Sprintf("%s/%s/%s/%s", pool, grp.key.Model, grp.key.CapacityType, where)
+	name := fmt.Sprintf("%s/%s/%s/%s", pool, grp.key.Model, grp.key.CapacityType, where)
+	if grp.chunk > 0 {
+		name += "/" + strconv.Itoa(grp.chunk)
+	}
+	return name
 }
 
 func (grp *group) labels(pool string) map[string]string {
-	return map[string]string{LabelPool: pool, "gpufleet.dev/gpu-model": grp.key.Model, "gpufleet.dev/nodes": strconv.Itoa(grp.nodes)}
+	// Its own placement group: the scheduler keeps a multi-node gang in
+	// one, so a gang never spans two virtual nodes and each attempt is
+	// one Job.
+	return map[string]string{LabelPool: pool, "gpufleet.dev/gpu-model": grp.key.Model, "gpufleet.dev/nodes": strconv.Itoa(grp.nodes),
+		model.LabelPlacementGroup: grp.id}
 }

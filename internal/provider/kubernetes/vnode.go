@@ -560,8 +560,9 @@ func grace(spec agentapi.ReplicaSpec) *int64 {
 
 // admit takes on the replicas of one attempt that the server placed on
 // this node: ranks from 0 on run as one Job (the common case: the whole
-// gang here); any other rank, of a gang spread over several virtual
-// nodes, runs as a Job of its own.
+// gang here, as each virtual node is its own placement group); any other
+// rank, which only a gang spread over several virtual nodes would bring,
+// runs as a Job of its own.
 func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 	slices.SortFunc(specs, func(a, b agentapi.ReplicaSpec) int { return a.Rank - b.Rank })
 	settings := v.r.c.opts.Settings
