@@ -301,7 +301,7 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	ready := time.Now()
 	for !benchNodeReady(ctrl) {
 		if time.Since(ready) > time.Minute {
-			b.Fatal("the virtual node did not register with 8,000 GPUs")
+			b.Fatal("the virtual nodes did not register 8,000 GPUs")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -362,10 +362,11 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 }
 
 func benchNodeReady(ctrl *controller.Controller) bool {
+	gpus := 0
 	for _, n := range ctrl.Nodes() {
-		if n.Pool == "bench" && len(n.GPUs) == 8000 && n.State == model.NodeReady {
-			return true
+		if n.Pool == "bench" && n.State == model.NodeReady {
+			gpus += len(n.GPUs)
 		}
 	}
-	return false
+	return gpus == 8000
 }
