@@ -104,24 +104,8 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 
 // sync calls the server, cancelling the call if a replica's status changes
 // before it answers; woken reports that.
-func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (resp agentapi.SyncResponse, woken bool, err error) {
-	callCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	answered := make(chan struct{})
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		select {
-		case <-a.changed:
-			woken = true
-			cancel()
-		case <-answered:
-		}
-	}()
-	resp, err = a.cfg.ControlPlane.Sync(callCtx, req)
-	close(answered)
-	<-listening
-	return resp, woken, err
+func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, bool, error) {
+	return agentapi.SyncUnlessChanged(ctx, a.cfg.ControlPlane, req, a.changed)
 }
 
 // apply acts on the desired set: it takes on replicas it does not track,

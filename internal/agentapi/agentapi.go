@@ -215,3 +215,26 @@ type GPUTelemetry struct {
 	UUID   string             `json:"uuid"`
 	Values map[string]float64 `json:"values,omitempty"`
 }
+
+// SyncUnlessChanged calls cp.Sync, cancelling the call if changed receives
+// before the server answers (an agent with news to report should not sit
+// out a long poll); woken reports that it did.
+func SyncUnlessChanged(ctx context.Context, cp ControlPlane, req SyncRequest, changed <-chan struct{}) (resp SyncResponse, woken bool, err error) {
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answered := make(chan struct{})
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		select {
+		case <-changed:
+			woken = true
+			cancel()
+		case <-answered:
+		}
+	}()
+	resp, err = cp.Sync(callCtx, req)
+	close(answered)
+	<-listening
+	return resp, woken, err
+}

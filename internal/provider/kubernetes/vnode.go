@@ -477,22 +477,7 @@ func (v *vnode) request() (agentapi.SyncRequest, map[string]bool) {
 // sync calls the server, cancelling the call if there is news before it
 // answers; woken reports that.
 func (v *vnode) sync(ctx context.Context, req agentapi.SyncRequest) (resp agentapi.SyncResponse, woken bool, err error) {
-	callCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	answered := make(chan struct{})
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		select {
-		case <-v.changed:
-			woken = true
-			cancel()
-		case <-answered:
-		}
-	}()
-	resp, err = v.r.cp.Sync(callCtx, req)
-	close(answered)
-	<-listening
+	resp, woken, err = agentapi.SyncUnlessChanged(ctx, v.r.cp, req, v.changed)
 	if woken && err == nil {
 		ring(v.changed) // the answer came anyway; look again next round
 	}
