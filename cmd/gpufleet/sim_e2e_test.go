@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -29,7 +30,20 @@ echo done`
 // preempted, requeues onto a new node and finishes from its checkpoint.
 func TestSimulatedClouds(t *testing.T) {
 	t.Parallel()
-	s := startControlPlane(t, t.TempDir(), freePort(t), "--sim", "--time-scale", "600")
+	// At 600× a cloud's own notice lead (30 s on GCP) is 50 ms of wall
+	// time: on a loaded machine the instance could stop before the agent
+	// ships the job's last log lines. A 30-minute lead (3 s here) leaves
+	// the checkpoint visible; boots stay scaled.
+	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
+	var lead strings.Builder
+	lead.WriteString("clouds:\n")
+	for _, c := range []string{"aws", "gcp", "azure", "oci", "lambda", "vast"} {
+		lead.WriteString("  " + c + ": {noticeLead: 30m}\n")
+	}
+	if err := os.WriteFile(scenario, []byte(lead.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startControlPlane(t, t.TempDir(), freePort(t), "--sim", "--time-scale", "600", "--sim-scenario", scenario)
 	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "8", "--gpu", "H100", "--spot", "allowed", "--", "sh", "-c", simJob))
 
 	// 1. A node launches, its agent registers and runs the job.
