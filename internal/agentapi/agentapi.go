@@ -179,12 +179,16 @@ type LogChunk struct {
 	Offset    int64  `json:"offset"`
 	Data      []byte `json:"data"`
 	// EOF marks the end of the log: the replica exited and everything was sent.
+	// A chunk with no data and no EOF only asks what the server holds.
 	EOF bool `json:"eof,omitempty"`
 }
 
 // LogAck tells the agent how much of the log the server holds.
 type LogAck struct {
 	Size int64 `json:"size"`
+	// Complete says the server needs no more of it: it holds the whole
+	// log (an EOF came), or it drops this replica's output.
+	Complete bool `json:"complete,omitempty"`
 }
 
 // Telemetry is GPU telemetry an agent ships with a sync: the samples taken

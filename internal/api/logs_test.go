@@ -192,8 +192,17 @@ func TestLogsFollowQueuedJob(t *testing.T) {
 	agent := e.registerNode(t, 1)
 	rep := agent.waitReplicas(t, 1)[0]
 	agent.report(t, runningStatus(rep.ID))
-	if _, err := e.ctrl.AppendLog(ctx, agentapi.LogChunk{NodeID: agent.node, ReplicaID: rep.ID, Data: []byte("hello\n"), EOF: true}); err != nil {
-		t.Fatal(err)
+	// An empty chunk asks what the server holds: nothing yet, then all.
+	query := agentapi.LogChunk{NodeID: agent.node, ReplicaID: rep.ID}
+	if ack, err := e.ctrl.AppendLog(ctx, query); err != nil || ack.Size != 0 || ack.Complete {
+		t.Fatalf("query before any output = %+v, %v; want size 0, incomplete", ack, err)
+	}
+	ack, err := e.ctrl.AppendLog(ctx, agentapi.LogChunk{NodeID: agent.node, ReplicaID: rep.ID, Data: []byte("hello\n"), EOF: true})
+	if err != nil || ack.Size != 6 || !ack.Complete {
+		t.Fatalf("last chunk = %+v, %v; want size 6, complete", ack, err)
+	}
+	if ack, err := e.ctrl.AppendLog(ctx, query); err != nil || ack.Size != 6 || !ack.Complete {
+		t.Fatalf("query after EOF = %+v, %v; want size 6, complete", ack, err)
 	}
 	select {
 	case err := <-followed:

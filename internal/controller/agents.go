@@ -561,13 +561,22 @@ func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agent
 		// the output and drop it, so the agent can finish and forget it
 		// instead of retrying forever.
 		c.cfg.Log.Warn("dropping log of unknown replica", "replica_id", ch.ReplicaID, "node_id", ch.NodeID)
-		return agentapi.LogAck{Size: ch.Offset + int64(len(ch.Data))}, nil
+		return agentapi.LogAck{Size: ch.Offset + int64(len(ch.Data)), Complete: true}, nil
 	}
-	size, err := c.cfg.Logs.Append(logstore.Key{JobID: a.JobID, Attempt: a.Number, Rank: rank}, ch.Offset, ch.Data, ch.EOF)
+	key := logstore.Key{JobID: a.JobID, Attempt: a.Number, Rank: rank}
+	if len(ch.Data) == 0 && !ch.EOF {
+		// A question: where does the server's copy end?
+		size, complete, err := c.cfg.Logs.Size(key)
+		if err != nil {
+			return agentapi.LogAck{}, fmt.Errorf("reading log of %s: %w", ch.ReplicaID, err)
+		}
+		return agentapi.LogAck{Size: size, Complete: complete}, nil
+	}
+	size, err := c.cfg.Logs.Append(key, ch.Offset, ch.Data, ch.EOF)
 	if err != nil {
 		return agentapi.LogAck{Size: size}, fmt.Errorf("storing log of %s: %w", ch.ReplicaID, err)
 	}
-	return agentapi.LogAck{Size: size}, nil
+	return agentapi.LogAck{Size: size, Complete: ch.EOF && size == ch.Offset+int64(len(ch.Data))}, nil
 }
 
 // checkNodes marks nodes silent past the heartbeat timeout lost, and their

@@ -17,12 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpufleet/gpufleet/internal/clock"
-	"github.com/gpufleet/gpufleet/internal/cost"
-	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -59,7 +55,6 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
 	hookURL := srv.URL + "/hooks/T0KEN-legacy-7c1e"
-	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 	// 1. The rows as the earlier version wrote them. Opening the store
 	// creates the schema, which that version shared.
@@ -97,39 +92,15 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 	}
 
 	// 2. This version starts on it.
-	st, err = sqlite.Open(ctx, dbPath, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyring, err := secrets.NewKeyring(bytes.Repeat([]byte{7}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs, err := logstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,own,36\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var logged syncBuffer
-	clk := clock.NewFake(start)
-	c, err := New(ctx, Config{
-		Store: st, Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777", Keyring: keyring,
-		CheckpointDir: t.TempDir(), HeartbeatTimeout: 1000 * time.Hour, PassGap: -1,
-		Cost:   CostConfig{Prices: prices, MeterInterval: -1, WebhookSecret: secret},
-		Alerts: AlertRules{QueueWaitP95: -1},
-		Log:    slog.New(slog.NewJSONHandler(&logged, nil)),
-		Fatal:  func(err error) { t.Errorf("fatal: %v", err) },
+	h, _, err := startSQLiteController(t, dbPath, func(cfg *Config) {
+		cfg.Cost.WebhookSecret = secret
+		cfg.Log = slog.New(slog.NewJSONHandler(&logged, nil))
 	})
 	if err != nil {
 		t.Fatalf("starting on a data dir with an inline budget webhook: %v", err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	h := &harness{t: t, clk: clk, c: c, cancel: cancel, done: make(chan struct{})}
-	go func() { _ = c.Run(runCtx); close(h.done) }()
-	t.Cleanup(func() { h.stop(); c.Close(); st.Close() })
+	c, clk := h.c, h.clk
 
 	var warnings []map[string]any
 	for line := range strings.Lines(logged.String()) {
@@ -151,16 +122,7 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 	// 3. The old outbox row, then the budget's next firing, reach the
 	// inline URL, signed with the server's secret.
 	c.deliverDue(ctx)
-	h.registerNode("own", 2, model.Owned) // $36/h against a $10 budget
-	spec := model.JobSpec{Resources: model.Resources{GPUs: 1}, Run: model.RunSpec{Command: []string{"true"}}}
-	spec.Default()
-	j, _, err := c.Submit(ctx, Submission{Project: "nlp", User: "u", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.node = "own"
-	h.sync(running(h.waitDesired(1).Replicas[0].ID))
-	h.waitJob(j.ID, model.JobRunning)
+	runJobOnOwn(h) // $36/h against a $10 budget
 	for range 2 {
 		if err := c.CostPass(ctx); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,30 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
 
+// newScaleController returns a controller, not running (the test drives
+// pass and scale by hand), whose pool "gpu" launches up to 4 sim nodes of
+// the given capacity types on sp and retires them after idle.
+func newScaleController(t *testing.T, clk *clock.Fake, sp *sim.Provider, idle time.Duration, capacity ...model.CapacityType) *Controller {
+	t.Helper()
+	logs, err := logstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(context.Background(), Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
+		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
+		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
+		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.mu.Lock()
+	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4,
+		CapacityTypes: capacity, IdleTimeout: model.Duration(idle)}}}
+	c.mu.Unlock()
+	return c
+}
+
 // TestScaleSpotLifecycle drives one 8-GPU spot job through the scale loop
 // by hand (no Run, so every step is explicit): launch → ready → bound →
 // notice → drain → preempted → requeued, and a leaked instance terminated.
@@ -24,22 +48,7 @@ func TestScaleSpotLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs, err := logstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
-		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
-		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
-		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	c.mu.Lock()
-	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4,
-		CapacityTypes: []model.CapacityType{model.OnDemand, model.Spot}, IdleTimeout: model.Duration(10 * time.Minute)}}}
-	c.mu.Unlock()
+	c := newScaleController(t, clk, sp, 10*time.Minute, model.OnDemand, model.Spot)
 
 	spec := model.JobSpec{Replicas: 1, Spot: model.SpotAllowed}
 	spec.Resources.GPUs = 8
@@ -154,22 +163,7 @@ func TestScaleGangNotice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs, err := logstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
-		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
-		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
-		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	c.mu.Lock()
-	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4,
-		CapacityTypes: []model.CapacityType{model.Spot}, IdleTimeout: model.Duration(time.Hour)}}}
-	c.mu.Unlock()
+	c := newScaleController(t, clk, sp, time.Hour, model.Spot)
 
 	spec := model.JobSpec{Replicas: 2, Spot: model.SpotRequired}
 	spec.Resources.GPUs = 8

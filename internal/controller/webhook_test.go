@@ -14,13 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/cost"
-	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/secrets"
-	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
 // Budget webhooks are named by sealed secrets: their URLs and signing keys
@@ -32,18 +28,6 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "gpufleet.db")
-	st, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyring, err := secrets.NewKeyring(bytes.Repeat([]byte{7}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs, err := logstore.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	signingKey := "budget-signing-key-Zq81xv"
 	rc := &receiver{t: t, secret: []byte(signingKey), failFirst: 1, seen: map[string]int{}}
 	srv := httptest.NewServer(rc)
@@ -51,35 +35,11 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	hookURL := srv.URL + "/hooks/T0KEN-in-the-path-4d1f"
 	deadURL := "http://127.0.0.1:1/hooks/unreachable-T0KEN-9a2c" // refuses connections: its error must not quote it
 
-	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	clk := clock.NewFake(start)
-	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,own,36\n"))
+	h, shutdown, err := startSQLiteController(t, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(ctx, Config{
-		Store: st, Logs: logs, Clock: clk, ServerURL: "http://127.0.0.1:7777", Keyring: keyring,
-		CheckpointDir: t.TempDir(), HeartbeatTimeout: 1000 * time.Hour, PassGap: -1,
-		Cost:   CostConfig{Prices: prices, MeterInterval: -1},
-		Alerts: AlertRules{QueueWaitP95: -1},
-		Fatal:  func(err error) { t.Errorf("fatal: %v", err) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	h := &harness{t: t, clk: clk, c: c, cancel: cancel, done: make(chan struct{})}
-	go func() { _ = c.Run(runCtx); close(h.done) }()
-	closed := false
-	shutdown := func() {
-		if !closed {
-			closed = true
-			h.stop()
-			c.Close()
-			st.Close()
-		}
-	}
-	t.Cleanup(shutdown)
+	c, clk := h.c, h.clk
 
 	budget := func(name string, hook *manifest.WebhookRef) manifest.Budget {
 		return manifest.Budget{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: name}, Spec: manifest.BudgetSpec{
@@ -116,16 +76,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	}
 
 	// Spend $18 of the $10 budgets: both fire.
-	h.registerNode("own", 2, model.Owned)
-	spec := model.JobSpec{Resources: model.Resources{GPUs: 1}, Run: model.RunSpec{Command: []string{"true"}}}
-	spec.Default()
-	j, _, err := c.Submit(ctx, Submission{Project: "nlp", User: "u", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.node = "own"
-	h.sync(running(h.waitDesired(1).Replicas[0].ID))
-	h.waitJob(j.ID, model.JobRunning)
+	runJobOnOwn(h)
 	if err := c.CostPass(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -324,7 +324,8 @@ func start(dir, bin string, opts Options) (cp *controlPlane, err error) {
 		"--service-account-signing-key-file="+path("sa.key"),
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
-		"--profiling=false",
+		// /debug/pprof, for admins only: benchmarks profile the server.
+		"--profiling=true",
 	)
 	if err != nil {
 		return cp, err

@@ -65,10 +65,46 @@ options:
 // Ready and ContainersReady conditions merge by type with the others.
 //
 // Pods not owned by a Job (bare pods, Deployments) run until deleted.
-const gpufleetStages = `apiVersion: kwok.x-k8s.io/v1alpha1
+var gpufleetStages = podEndStage(podEnd{
+	name:            "gpufleet-pod-succeed",
+	positiveExit:    "false",
+	conditionReason: "PodCompleted",
+	exitCode:        "0",
+	reason:          "Completed",
+	phase:           "Succeeded",
+}) + "---\n" + podEndStage(podEnd{
+	name:            "gpufleet-pod-fail",
+	positiveExit:    "true",
+	vars:            `{{ $code := index .metadata.annotations "` + AnnotationExitCode + `" | atoi }}`,
+	conditionReason: "PodFailed",
+	exitCode:        "{{ $code }}",
+	reason:          "Error",
+	phase:           "Failed",
+})
+
+// podEnd is how one of gpufleetStages ends a pod; the strings go into the
+// Stage as they are.
+type podEnd struct {
+	name            string // the Stage's metadata.name
+	positiveExit    string // "true" or "false": the exit-code selector's value
+	vars            string // a statusTemplate line defining variables, or ""
+	conditionReason string // reason on the Ready and ContainersReady conditions
+	exitCode        string // every container's state.terminated.exitCode
+	reason          string // every container's state.terminated.reason
+	phase           string // the pod's final status.phase
+}
+
+// podEndStage is the Stage that ends a Running, Job-owned pod as e says,
+// after the delay AnnotationDuration asks for.
+func podEndStage(e podEnd) string {
+	vars := ""
+	if e.vars != "" {
+		vars = "      " + e.vars + "\n"
+	}
+	return `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
-  name: gpufleet-pod-succeed
+  name: ` + e.name + `
 spec:
   resourceRef:
     apiGroup: v1
@@ -85,7 +121,7 @@ spec:
       values: ['Job']
     - key: '(.metadata.annotations["` + AnnotationExitCode + `"] // "") | test("^0*[1-9][0-9]*$")'
       operator: 'In'
-      values: ['false']
+      values: ['` + e.positiveExit + `']
   delay:
     durationMilliseconds: 1000
     durationFrom:
@@ -95,13 +131,13 @@ spec:
     statusTemplate: |
       {{ $now := Now }}
       {{ $started := or .status.startTime $now }}
-      conditions:
+` + vars + `      conditions:
       - lastTransitionTime: {{ $now | Quote }}
-        reason: PodCompleted
+        reason: ` + e.conditionReason + `
         status: "False"
         type: Ready
       - lastTransitionTime: {{ $now | Quote }}
-        reason: PodCompleted
+        reason: ` + e.conditionReason + `
         status: "False"
         type: ContainersReady
       containerStatuses:
@@ -113,66 +149,11 @@ spec:
         started: false
         state:
           terminated:
-            exitCode: 0
+            exitCode: ` + e.exitCode + `
             finishedAt: {{ $now | Quote }}
-            reason: Completed
+            reason: ` + e.reason + `
             startedAt: {{ $started | Quote }}
       {{ end }}
-      phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: gpufleet-pod-fail
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.ownerReferences.[].kind'
-      operator: 'In'
-      values: ['Job']
-    - key: '(.metadata.annotations["` + AnnotationExitCode + `"] // "") | test("^0*[1-9][0-9]*$")'
-      operator: 'In'
-      values: ['true']
-  delay:
-    durationMilliseconds: 1000
-    durationFrom:
-      jq:
-        expression: '.metadata.annotations["` + AnnotationDuration + `"]'
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      {{ $started := or .status.startTime $now }}
-      {{ $code := index .metadata.annotations "` + AnnotationExitCode + `" | atoi }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodFailed
-        status: "False"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        reason: PodFailed
-        status: "False"
-        type: ContainersReady
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: {{ $code }}
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            startedAt: {{ $started | Quote }}
-      {{ end }}
-      phase: Failed
+      phase: ` + e.phase + `
 `
+}

@@ -138,6 +138,14 @@ type KubernetesPoolSettings struct {
 	// requeues, perhaps elsewhere) and its Job deleted, so GPUs gpufleet
 	// counted as held are not held forever (default 10m).
 	PendingTimeout Duration `json:"pendingTimeout,omitempty"`
+	// KeepFinished is how long a Job that ended on its own (succeeded or
+	// failed) stays in the cluster, with its pods, for kubectl: the
+	// cluster's TTL-after-finished controller deletes it this long after
+	// it finished (ttlSecondsAfterFinished). Its Secret goes as soon as
+	// gpufleet has recorded the end. nil means the default, 10m; 0 means
+	// gpufleet deletes the Job as soon as it has recorded the end and
+	// shipped the logs.
+	KeepFinished *Duration `json:"keepFinished,omitempty"`
 }
 
 // Validate reports every problem in k, with paths under prefix (usually
@@ -188,8 +196,15 @@ func (k *KubernetesPoolSettings) Validate(prefix string) FieldErrors {
 	if k.PendingTimeout < 0 {
 		fe.Add(p("pendingTimeout"), "must not be negative (0: the default, 10m)")
 	}
+	if k.KeepFinished != nil && (*k.KeepFinished < 0 || k.KeepFinished.D() > maxKeepFinished) {
+		fe.Add(p("keepFinished"), "must be between 0 (delete finished Jobs at once) and 8760h")
+	}
 	return fe
 }
+
+// maxKeepFinished bounds KubernetesPoolSettings.KeepFinished to a year,
+// well inside ttlSecondsAfterFinished's int32 seconds.
+const maxKeepFinished = 365 * 24 * time.Hour
 
 // labelNameRE is the name part of a Kubernetes label key or resource name;
 // labelValueRE a label value.

@@ -232,6 +232,9 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
 
+	before, _ := apiRequests(ctx, cs)
+	cpu := cpuTimes()
+	profileAPIServer(ctx, b, cs, os.Getenv("GPUFLEET_KUBE_BENCH_PROFILE"), ns, 30)
 	start := time.Now()
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
@@ -255,6 +258,8 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
 	b.Logf("%s: %v", ns, r)
+	logRequests(ctx, b, cs, ns, before)
+	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))
 	benchCleanup(ctx, b, cs, ns, pods)
 	return r
 }
@@ -315,6 +320,9 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 		s.Default()
 		return s
 	}
+	before, _ := apiRequests(ctx, cs)
+	cpu := cpuTimes()
+	profileAPIServer(ctx, b, cs, os.Getenv("GPUFLEET_KUBE_BENCH_PROFILE"), ns, 30)
 	start := time.Now()
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
@@ -355,10 +363,23 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
 	b.Logf("%s: %v", ns, r)
+	logRequests(b.Context(), b, cs, ns, before)
+	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))
 	cancel()
 	loops.Wait()
 	benchCleanup(b.Context(), b, cs, ns, pods)
 	return r
+}
+
+// logRequests logs the API requests made since before, all clients
+// together (the control plane's own included).
+func logRequests(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, before map[string]float64) {
+	after, err := apiRequests(ctx, cs)
+	if err != nil || before == nil {
+		b.Logf("%s: API requests unknown: %v", ns, err)
+		return
+	}
+	b.Logf("%s: %s", ns, requestDelta(before, after, 50))
 }
 
 func benchNodeReady(ctrl *controller.Controller) bool {

@@ -38,7 +38,11 @@
 //     the API server.
 //   - No secret value (the job token, run.secrets) is written into a Job:
 //     they live in a Secret named like the Job, owned by it, that the pod
-//     reads through secretKeyRef; it is deleted with the Job.
+//     reads through secretKeyRef; it is deleted as soon as the attempt's
+//     end is recorded.
+//   - A Job that ended on its own stays for the pool's keepFinished
+//     (ttlSecondsAfterFinished: the cluster's TTL controller deletes it);
+//     gpufleet deletes every other Job once it is done with it.
 //   - A pod unschedulable for the pool's pendingTimeout ends its replica
 //     lost; one timer per virtual node, on the Options clock, watches the
 //     earliest such deadline.

@@ -69,9 +69,13 @@ func h100(name string) *nodeBuilder {
 }
 
 // startCluster starts a Cluster of pool "k8s" on a fake clientset holding
-// objs.
+// objs. The fake has no Job controller to mark Jobs finished, so unless s
+// says otherwise the pool keeps no finished Jobs: it deletes them.
 func startCluster(t *testing.T, s model.KubernetesPoolSettings, objs ...runtime.Object) (*Cluster, *fake.Clientset) {
 	t.Helper()
+	if s.KeepFinished == nil {
+		s.KeepFinished = new(model.Duration(0))
+	}
 	cs := fake.NewClientset(objs...)
 	c, err := New(Options{Pool: "k8s", Settings: s, Client: cs, SyncWait: 50 * time.Millisecond, RegisterInterval: 10 * time.Millisecond,
 		RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
@@ -144,7 +148,7 @@ func (f *fakeCP) bumpLocked(node string) {
 func (f *fakeCP) want(node string, specs ...agentapi.ReplicaSpec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.desired[node] = specs
+	f.desired[node] = slices.Clone(specs) // Sync edits it
 	f.bumpLocked(node)
 }
 
@@ -210,7 +214,7 @@ func (f *fakeCP) AppendLog(_ context.Context, c agentapi.LogChunk) (agentapi.Log
 	} else if c.Offset < int64(len(have)) && c.Offset+int64(len(c.Data)) > int64(len(have)) {
 		f.logs[c.ReplicaID] = append(have, c.Data[int64(len(have))-c.Offset:]...)
 	}
-	return agentapi.LogAck{Size: int64(len(f.logs[c.ReplicaID]))}, nil
+	return agentapi.LogAck{Size: int64(len(f.logs[c.ReplicaID])), Complete: f.eof[c.ReplicaID]}, nil
 }
 
 func (f *fakeCP) FetchArchive(context.Context, string) (io.ReadCloser, error) {

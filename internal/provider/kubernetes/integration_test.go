@@ -155,13 +155,18 @@ func newKubeEnv(t *testing.T, name string, gpus int, groups ...nodeGroup) *kubeE
 	return e
 }
 
+// keepFinished is how long the test pools keep finished Jobs.
+const keepFinished = 2 * time.Second
+
 // startPool starts and runs a driver for pool, on the env's nodes, with
 // its Jobs in namespace ns, until the test ends.
 func (e *kubeEnv) startPool(t *testing.T, pool, ns string) *kubernetes.Cluster {
 	t.Helper()
 	// The client comes from the harness's kubeconfig, as a pool's would.
+	// Finished Jobs stay 2 s: the controller manager's TTL-after-finished
+	// controller deletes them, so noObjectsLeft sees that work too.
 	settings := model.KubernetesPoolSettings{Kubeconfig: e.kc.Kubeconfig, Context: e.kc.Context, Namespace: ns,
-		NodeSelector: map[string]string{testPoolLabel: e.pool}, PricePerGPUHour: 2}
+		NodeSelector: map[string]string{testPoolLabel: e.pool}, PricePerGPUHour: 2, KeepFinished: new(model.Duration(keepFinished))}
 	client, err := kubernetes.NewClient(settings)
 	if err != nil {
 		t.Fatal(err)
@@ -410,6 +415,9 @@ func TestRealCluster(t *testing.T) {
 			}
 			if got := affinityValues(k, kubetest.LabelCapacityType); !slices.Equal(got, []string{wantCapacity}) {
 				t.Errorf("Job %s requires capacity types %v, want [%s]", k.Name, got, wantCapacity)
+			}
+			if ttl := k.Spec.TTLSecondsAfterFinished; ttl == nil || *ttl != int32(keepFinished.Seconds()) {
+				t.Errorf("Job %s ttlSecondsAfterFinished = %v, want %v", k.Name, ttl, keepFinished)
 			}
 			if got := k.Spec.Template.Spec.NodeSelector[testPoolLabel]; got != e.pool {
 				t.Errorf("Job %s selects %s=%q, want the pool's node selector", k.Name, testPoolLabel, got)

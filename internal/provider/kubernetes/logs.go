@@ -97,6 +97,9 @@ func (s *shipper) pass(ctx context.Context) (finished bool, err error) {
 		if err != nil {
 			return false, err
 		}
+		if ack.Complete {
+			return true, nil // shipped before a restart, or not wanted
+		}
 		s.offset = ack.Size
 	}
 	final := s.ended()

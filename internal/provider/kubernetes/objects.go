@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -197,6 +198,9 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 	}
 	if rt := first.Runtime.D(); rt > 0 {
 		job.Spec.ActiveDeadlineSeconds = new(int64(max(rt.Seconds(), 1)))
+	}
+	if k := p.settings.KeepFinished; k != nil && k.D() > 0 {
+		job.Spec.TTLSecondsAfterFinished = new(int32(math.Ceil(k.D().Seconds())))
 	}
 	if !gang {
 		return job, nil

@@ -88,7 +88,10 @@ type want struct {
 	// the Job, which owns it, and deleted with it.
 	secret *corev1.Secret
 	delete bool
-	grace  *int64
+	// keepJob, with delete: only the Secret goes; the finished Job stays
+	// until the cluster's TTL-after-finished controller deletes it.
+	keepJob bool
+	grace   *int64
 	// Results, guarded by runner.mu.
 	done   bool   // created (or found) or deleted
 	failed string // the API refused the create for good
@@ -265,14 +268,16 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 	}
 	jobs := r.c.opts.Client.BatchV1().Jobs(ns)
 	if w.delete {
-		bg := metav1.DeletePropagationBackground
-		err := jobs.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg, GracePeriodSeconds: w.grace})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting job %s: %w", name, err)
+		if !w.keepJob {
+			bg := metav1.DeletePropagationBackground
+			err := jobs.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg, GracePeriodSeconds: w.grace})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting job %s: %w", name, err)
+			}
 		}
 		// The garbage collector would take the Secret with its Job; gone
-		// now, its values leave the cluster as soon as the Job does.
-		err = r.c.opts.Client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		// now, its values leave the cluster as soon as the attempt ends.
+		err := r.c.opts.Client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting secret %s: %w", name, err)
 		}
@@ -384,7 +389,7 @@ func permanent(err error) bool {
 }
 
 // reconcileService deletes a gang's Service once no Job of its attempt
-// exists or is wanted.
+// runs or is wanted.
 func (r *runner) reconcileService(ctx context.Context, name string) error {
 	ns := r.c.opts.Settings.Namespace
 	svc, err := r.c.services.Services(ns).Get(name)
@@ -396,7 +401,7 @@ func (r *runner) reconcileService(ctx context.Context, name string) error {
 		return nil
 	}
 	for _, obj := range r.c.jobsOfAttempt(attempt) {
-		if j := obj.(*batchv1.Job); j.DeletionTimestamp == nil {
+		if j := obj.(*batchv1.Job); j.DeletionTimestamp == nil && !finished(j) {
 			return nil
 		}
 	}

@@ -224,7 +224,9 @@ func TestAdoptsJobsAfterRestart(t *testing.T) {
 	cs := fake.NewClientset(h100("n1").obj())
 	cp := newFakeCP()
 	start := func() (*Cluster, context.CancelFunc, chan error) {
-		c, err := New(Options{Pool: "k8s", Client: cs, SyncWait: 50 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+		// No Job controller finishes the fake's Jobs: keep none.
+		c, err := New(Options{Pool: "k8s", Settings: model.KubernetesPoolSettings{KeepFinished: new(model.Duration(0))}, Client: cs,
+			SyncWait: 50 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

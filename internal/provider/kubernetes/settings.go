@@ -24,6 +24,7 @@ const (
 	DefaultQPS               = 500
 	DefaultBurst             = 1000
 	DefaultPendingTimeout    = 10 * time.Minute
+	DefaultKeepFinished      = 10 * time.Minute
 )
 
 // Labels and annotations the driver reads from nodes.
@@ -88,6 +89,11 @@ func withDefaults(s model.KubernetesPoolSettings) model.KubernetesPoolSettings {
 	}
 	if s.PendingTimeout == 0 {
 		s.PendingTimeout = model.Duration(DefaultPendingTimeout)
+	}
+	if s.KeepFinished == nil {
+		s.KeepFinished = new(model.Duration(DefaultKeepFinished))
+	} else {
+		s.KeepFinished = new(*s.KeepFinished)
 	}
 	s.NodeSelector = maps.Clone(s.NodeSelector)
 	return s

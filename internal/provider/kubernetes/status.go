@@ -124,6 +124,17 @@ func jobFailure(j *batchv1.Job) *batchv1.JobCondition {
 	return nil
 }
 
+// finished reports whether the Job controller has ended j: Complete or
+// Failed.
+func finished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // active reports whether a pod may still run.
 func active(p *corev1.Pod) bool {
 	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed

@@ -421,7 +421,15 @@ func (v *vnode) cleanup() {
 			continue
 		}
 		if !js.deleted {
-			v.deleteJob(js, nil)
+			switch v.fate(js) {
+			case fateKeep:
+				v.release(js)
+			case fateAwait:
+				// The Job controller has yet to mark it finished; that
+				// update brings it back here.
+			default:
+				v.deleteJob(js, nil)
+			}
 			continue
 		}
 		for _, r := range js.replicas {
@@ -655,6 +663,43 @@ func (v *vnode) deleteJob(js *jobState, grace *int64) {
 	js.want = &want{node: v.id, attempt: js.attempt, delete: true, grace: grace}
 	v.r.setWant(keyJob+js.name, js.want)
 	v.log.Info("deleting Job", "job", js.name, "grace_seconds", derefOr(grace, -1))
+}
+
+// What becomes of a Job whose replicas the server has recorded.
+const (
+	fateDelete = iota // gpufleet deletes it now
+	fateKeep          // it stays for the TTL-after-finished controller
+	fateAwait         // it will stay, once the Job controller marks it finished
+)
+
+// fate decides what becomes of js's Job: the pool keeps Jobs that ended
+// on their own (all replicas exited) when KeepFinished > 0, and deletes
+// the rest.
+func (v *vnode) fate(js *jobState) int {
+	if k := v.r.c.opts.Settings.KeepFinished; k == nil || k.D() <= 0 || js.deleting {
+		return fateDelete
+	}
+	j := v.r.c.job(js.name)
+	if j == nil || j.DeletionTimestamp != nil || j.Spec.TTLSecondsAfterFinished == nil {
+		return fateDelete
+	}
+	if finished(j) {
+		return fateKeep
+	}
+	for _, r := range js.replicas {
+		if r.status.Phase != agentapi.PhaseExited || r.refused != "" {
+			return fateDelete
+		}
+	}
+	return fateAwait
+}
+
+// release lets go of a finished Job that stays in the cluster: only its
+// Secret is deleted, and the node forgets it once that is done.
+func (v *vnode) release(js *jobState) {
+	js.deleting, js.resolved = true, false
+	js.want = &want{node: v.id, attempt: js.attempt, delete: true, keepJob: true}
+	v.r.setWant(keyJob+js.name, js.want)
 }
 
 func derefOr(p *int64, d int64) int64 {
