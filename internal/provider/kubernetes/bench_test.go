@@ -100,34 +100,42 @@ type benchRun struct {
 	jobs     int
 	total    time.Duration // first submission → last success
 	submit   time.Duration // first → last submission accepted
+	c50, c99 time.Duration // submission start → pod created
 	p50, p99 time.Duration // submission start → pod Running
 }
 
 func (r benchRun) String() string {
-	return fmt.Sprintf("%d jobs in %v (%.0f jobs/s), submitted in %v, to Running p50 %v p99 %v", r.jobs,
-		r.total.Round(time.Millisecond), float64(r.jobs)/r.total.Seconds(), r.submit.Round(time.Millisecond),
-		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond))
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("%d jobs in %v (%.0f jobs/s), submitted in %v, pods created p50 %v p99 %v, Running p50 %v p99 %v", r.jobs,
+		ms(r.total), float64(r.jobs)/r.total.Seconds(), ms(r.submit), ms(r.c50), ms(r.c99), ms(r.p50), ms(r.p99))
 }
 
 // podWatch records when each pod of a namespace was first seen Running,
 // and counts the pods that exist.
 type podWatch struct {
 	mu      sync.Mutex
+	created map[string]time.Time
 	running map[string]time.Time
 	live    atomic.Int64
 }
 
 func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string) *podWatch {
-	w := &podWatch{running: map[string]time.Time{}}
+	w := &podWatch{created: map[string]time.Time{}, running: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Pods().Informer()
 	seen := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
-			w.mu.Lock()
-			if _, ok := w.running[p.Name]; !ok {
-				w.running[p.Name] = time.Now()
-			}
-			w.mu.Unlock()
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, ok := w.created[p.Name]; !ok {
+			w.created[p.Name] = now
+		}
+		if _, ok := w.running[p.Name]; !ok && p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
+			w.running[p.Name] = now
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -144,10 +152,15 @@ func watchPods(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns st
 
 // percentiles of the times to Running, from start.
 func (w *podWatch) percentiles(start time.Time) (p50, p99 time.Duration) {
+	return w.spread(w.running, start)
+}
+
+// spread is the median and 99th percentile of times since start.
+func (w *podWatch) spread(times map[string]time.Time, start time.Time) (p50, p99 time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ds []time.Duration
-	for _, t := range w.running {
+	for _, t := range times {
 		ds = append(ds, t.Sub(start))
 	}
 	if len(ds) == 0 {
@@ -257,6 +270,7 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	}
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
+	r.c50, r.c99 = pods.spread(pods.created, start)
 	b.Logf("%s: %v", ns, r)
 	logRequests(ctx, b, cs, ns, before)
 	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))
@@ -362,6 +376,7 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	}
 	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
 	r.p50, r.p99 = pods.percentiles(start)
+	r.c50, r.c99 = pods.spread(pods.created, start)
 	b.Logf("%s: %v", ns, r)
 	logRequests(b.Context(), b, cs, ns, before)
 	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))

@@ -37,7 +37,7 @@
 //   - The driver never dials a pod or Service address; logs come through
 //     the API server.
 //   - No secret value (the job token, run.secrets) is written into a Job:
-//     they live in a Secret named like the Job, owned by it, that the pod
+//     they live in a Secret named like the Job, made with it, that the pod
 //     reads through secretKeyRef; it is deleted as soon as the attempt's
 //     end is recorded.
 //   - A Job that ended on its own stays for the pool's keepFinished

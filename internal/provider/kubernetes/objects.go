@@ -260,9 +260,9 @@ func secretKeys(spec agentapi.ReplicaSpec) []string {
 }
 
 // secret returns the Secret that holds job's secret environment (the
-// Job's name, its labels), or nil when there is none. Its owner, job, is
-// set once the Job exists, so the garbage collector takes the Secret with
-// the Job.
+// Job's name, its labels), or nil when there is none. It names no owner
+// (that would need the Job's UID, so it could only follow the Job, and a
+// pod could start before it): the runner deletes it.
 func (p *jobPlan) secret(job *batchv1.Job) *corev1.Secret {
 	first := p.specs[0]
 	keys := secretKeys(first)
@@ -282,12 +282,6 @@ func (p *jobPlan) secret(job *batchv1.Job) *corev1.Secret {
 		Immutable: new(true),
 		Data:      data,
 	}
-}
-
-// ownedBy makes job the controlling owner of s.
-func ownedBy(s *corev1.Secret, job *batchv1.Job) {
-	s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID,
-		Controller: new(true)}}
 }
 
 // env is the replica's environment as a container gets it: the control

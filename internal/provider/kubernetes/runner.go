@@ -84,8 +84,8 @@ type want struct {
 	attempt string
 	job     *batchv1.Job    // to create, unless delete; nil: only an adopted Job's secret
 	svc     *corev1.Service // a gang's Service, created before its Job
-	// secret holds the Job's secret environment; created right after
-	// the Job, which owns it, and deleted with it.
+	// secret holds the Job's secret environment; created with the Job
+	// and deleted when the attempt's end is recorded.
 	secret *corev1.Secret
 	delete bool
 	// keepJob, with delete: only the Secret goes; the finished Job stays
@@ -275,8 +275,8 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 				return fmt.Errorf("deleting job %s: %w", name, err)
 			}
 		}
-		// The garbage collector would take the Secret with its Job; gone
-		// now, its values leave the cluster as soon as the attempt ends.
+		// The Secret names no owner: its values leave the cluster now,
+		// as the attempt ends.
 		err := r.c.opts.Client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting secret %s: %w", name, err)
@@ -287,10 +287,10 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 		}
 		return nil
 	}
-	if j, err := r.c.jobList.Jobs(ns).Get(name); err == nil {
+	if _, err := r.c.jobList.Jobs(ns).Get(name); err == nil {
 		// Adopted: a create whose answer was lost, or whose Secret is
 		// still to be made.
-		if err := r.createSecret(ctx, w, j); err != nil {
+		if err := r.createSecret(ctx, w); err != nil {
 			if permanent(err) {
 				finish(err.Error())
 				return nil
@@ -304,6 +304,13 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 		finish("") // an adopted Job's Secret, and the Job is gone
 		return nil
 	}
+	// The Secret goes with the Job, not after it: it names no owner, so
+	// neither waits for the other, and a pod never starts before its
+	// Secret exists (the kubelet would retry it only later).
+	var secretErr error
+	var secretMade sync.WaitGroup
+	secretMade.Go(func() { secretErr = r.createSecret(ctx, w) })
+	defer secretMade.Wait()
 	if w.svc != nil {
 		_, err := r.c.opts.Client.CoreV1().Services(ns).Create(ctx, w.svc, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -314,42 +321,37 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 			return fmt.Errorf("creating service %s: %w", w.svc.Name, err)
 		}
 	}
-	created, err := jobs.Create(ctx, w.job, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		created, err = jobs.Get(ctx, name, metav1.GetOptions{})
-	}
+	_, err := jobs.Create(ctx, w.job, metav1.CreateOptions{})
 	switch {
-	case err == nil:
+	case err == nil, apierrors.IsAlreadyExists(err):
 	case permanent(err):
 		finish(fmt.Sprintf("creating Job %s: %v", name, err))
 		return nil
 	default:
 		return fmt.Errorf("creating job %s: %w", name, err)
 	}
-	// The Job first, so that the Secret can name its owner; its pods wait
-	// (CreateContainerConfigError) the moment it takes to make the Secret.
-	if err := r.createSecret(ctx, w, created); err != nil {
-		if permanent(err) {
-			finish(err.Error())
+	secretMade.Wait()
+	if secretErr != nil {
+		if permanent(secretErr) {
+			finish(secretErr.Error())
 			return nil
 		}
-		return err
+		return secretErr
 	}
 	finish("")
 	return nil
 }
 
-// createSecret creates w's Secret, if it has one, owned by job; one that
-// exists already is no error.
-func (r *runner) createSecret(ctx context.Context, w *want, job *batchv1.Job) error {
+// createSecret creates w's Secret, if it has one; one that exists already
+// is no error. It names no owner: the runner deletes it once the attempt's
+// end is recorded, and a starting runner deletes those whose Job is gone.
+func (r *runner) createSecret(ctx context.Context, w *want) error {
 	if w.secret == nil {
 		return nil
 	}
-	s := w.secret.DeepCopy()
-	ownedBy(s, job)
-	_, err := r.c.opts.Client.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	_, err := r.c.opts.Client.CoreV1().Secrets(w.secret.Namespace).Create(ctx, w.secret, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating Secret %s: %w", s.Name, err)
+		return fmt.Errorf("creating Secret %s: %w", w.secret.Name, err)
 	}
 	return nil
 }
