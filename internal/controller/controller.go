@@ -145,6 +145,8 @@ type Controller struct {
 	seq      uint64
 	tokens   map[string]*model.Token // by hex hash
 	tokenIDs map[string]*model.Token
+	// jobTokens indexes the unrevoked job tokens by job id.
+	jobTokens map[string]map[string]bool
 	idem     map[idemKey]store.Idempotency
 	verdicts map[string]scheduler.Verdict
 	lastPlan *scheduler.Plan
@@ -163,6 +165,8 @@ type Controller struct {
 	// markers remembers each running job's checkpoint marker time, so a
 	// marker is recorded once per change (watchCheckpoints).
 	markers map[string]time.Time
+	// markerTick counts watchCheckpoints' calls, to take turns.
+	markerTick uint64
 	// events are the most recent events, by Seq; eventSeq is the last
 	// number given.
 	events   []*model.Event
@@ -209,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		st:         state.New(),
 		tokens:     map[string]*model.Token{},
 		tokenIDs:   map[string]*model.Token{},
+		jobTokens:  map[string]map[string]bool{},
 		idem:       map[idemKey]store.Idempotency{},
 		verdicts:   map[string]scheduler.Verdict{},
 		secrets:    map[string]string{},

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -19,6 +21,21 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 func (c *Controller) putToken(t *model.Token) {
 	c.tokens[hex.EncodeToString(t.Hash)] = t
 	c.tokenIDs[t.ID] = t
+	if t.Kind != model.TokenJob {
+		return
+	}
+	ids := c.jobTokens[t.Subject]
+	switch {
+	case !t.Revoked && ids == nil:
+		c.jobTokens[t.Subject] = map[string]bool{t.ID: true}
+	case !t.Revoked:
+		ids[t.ID] = true
+	default:
+		delete(ids, t.ID)
+		if len(ids) == 0 {
+			delete(c.jobTokens, t.Subject)
+		}
+	}
 }
 
 // Authenticate returns the valid token whose secret this is.
@@ -103,11 +120,10 @@ func revoked(t *model.Token) *model.Token {
 
 // revokeJobTokensLocked ends every token of a finished job.
 func (c *Controller) revokeJobTokensLocked(jobID string, b *store.Batch) {
-	for _, t := range c.tokenIDs {
-		if t.Kind == model.TokenJob && t.Subject == jobID && !t.Revoked {
-			t = revoked(t)
-			c.putToken(t)
-			b.Tokens = append(b.Tokens, t)
-		}
+	ids := slices.Sorted(maps.Keys(c.jobTokens[jobID]))
+	for _, id := range ids {
+		t := revoked(c.tokenIDs[id])
+		c.putToken(t)
+		b.Tokens = append(b.Tokens, t)
 	}
 }

@@ -313,6 +313,17 @@ func (s *State) LiveAttempts() []*model.Attempt {
 	return out
 }
 
+// LiveCount is the number of starting or running attempts.
+func (s *State) LiveCount() int { return len(s.live) }
+
+// EachLiveAttempt calls fn for every starting or running attempt, in no
+// particular order. fn must not change s.
+func (s *State) EachLiveAttempt(fn func(*model.Attempt)) {
+	for _, a := range s.live {
+		fn(a)
+	}
+}
+
 // LiveAttemptsOn calls fn for every starting or running attempt with a
 // replica on node nodeID, each once, in no particular order, until fn
 // returns false. fn must not change s.

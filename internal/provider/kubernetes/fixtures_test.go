@@ -73,12 +73,22 @@ func h100(name string) *nodeBuilder {
 // says otherwise the pool keeps no finished Jobs: it deletes them.
 func startCluster(t *testing.T, s model.KubernetesPoolSettings, objs ...runtime.Object) (*Cluster, *fake.Clientset) {
 	t.Helper()
+	return startClusterWith(t, s, nil, objs...)
+}
+
+// startClusterWith is startCluster with options changed by edit.
+func startClusterWith(t *testing.T, s model.KubernetesPoolSettings, edit func(*Options), objs ...runtime.Object) (*Cluster, *fake.Clientset) {
+	t.Helper()
 	if s.KeepFinished == nil {
 		s.KeepFinished = new(model.Duration(0))
 	}
 	cs := fake.NewClientset(objs...)
-	c, err := New(Options{Pool: "k8s", Settings: s, Client: cs, SyncWait: 50 * time.Millisecond, RegisterInterval: 10 * time.Millisecond,
-		RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond})
+	o := Options{Pool: "k8s", Settings: s, Client: cs, SyncWait: 50 * time.Millisecond, RegisterInterval: 10 * time.Millisecond,
+		RetryBackoff: 5 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond}
+	if edit != nil {
+		edit(&o)
+	}
+	c, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,6 +30,9 @@ type shipper struct {
 	pod       string // "" when the replica never had a pod: only EOF is sent
 	wake      func()
 	done      atomic.Bool
+	// podEnd is rung when the replica ends, so a shipper waiting out a
+	// failed stream reads the tail at once.
+	podEnd chan struct{}
 
 	offset int64 // where the server's copy ends; -1 until asked
 }
@@ -36,10 +40,15 @@ type shipper struct {
 // ship starts shipping r's log.
 func (r *runner) ship(v *vnode, rep *replica) *shipper {
 	job := rep.job
-	s := &shipper{c: r.c, cp: r.cp, nodeID: v.id, replicaID: rep.id, pod: rep.podName, offset: -1, wake: func() { v.touch("", job) }}
+	s := &shipper{c: r.c, cp: r.cp, nodeID: v.id, replicaID: rep.id, pod: rep.podName, offset: -1, wake: func() { v.touch("", job) },
+		podEnd: make(chan struct{}, 1)}
 	r.loops.Go(func() { s.run(r, v) })
 	return s
 }
+
+// replicaEnded tells the shipper that its replica ended. Safe for
+// concurrent use.
+func (s *shipper) replicaEnded() { ring(s.podEnd) }
 
 // finished reports whether the whole log was sent or given up on.
 func (s *shipper) finished() bool { return s.done.Load() }
@@ -69,21 +78,42 @@ func (s *shipper) run(r *runner, v *vnode) {
 		if finished {
 			return
 		}
+		wait := backoff.Step()
 		if err != nil {
 			failures++
 			v.log.Debug("shipping pod log", "replica_id", s.replicaID, "pod", s.pod, "err", err)
-			if s.ended() && failures >= logTries {
+			ended := s.ended()
+			if ended && failures >= logTries {
 				v.log.Warn("giving up on a pod's log", "replica_id", s.replicaID, "pod", s.pod, "err", err)
 				if _, err := s.send(ctx, agentapi.LogChunk{Offset: max(s.offset, 0), EOF: true}); err == nil {
 					return
 				}
 			}
+			if !ended {
+				// Following failed while the pod runs: try again when it
+				// ends (its tail is all that is left) or after the
+				// longest back-off, not on every short one.
+				wait = s.c.opts.MaxRetryBackoff
+			}
 		} else if s.ended() {
 			continue // the pod ended during a followed stream: read its tail
 		}
-		if !s.c.sleep(ctx, backoff.Step()) {
+		if !s.sleepUnlessEnded(ctx, wait) {
 			return
 		}
+	}
+}
+
+// sleepUnlessEnded waits d, or less if the replica ends first (once); false
+// means ctx ended.
+func (s *shipper) sleepUnlessEnded(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.podEnd:
+		return true
+	case <-s.c.opts.Clock.After(d):
+		return true
 	}
 }
 

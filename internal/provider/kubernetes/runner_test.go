@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,4 +390,39 @@ func TestLogErrorsDoNotHoldUpStatus(t *testing.T) {
 	}
 	eventually(t, "the log given up on and closed", func() bool { _, eof := h.cp.log(s.ID); return eof })
 	eventually(t, "the Job deleted", func() bool { return h.jobGone(job.Name) })
+}
+
+func TestLogFollowFailureWaitsForTheEnd(t *testing.T) {
+	// A follow that fails while the pod runs is tried again when the pod
+	// ends, not after the longest back-off (an hour here) nor on every
+	// short one.
+	c, cs := startClusterWith(t, model.KubernetesPoolSettings{}, func(o *Options) { o.MaxRetryBackoff = time.Hour }, h100("n1").obj())
+	ms, _ := c.Machines(bg)
+	h := &harness{t: t, c: c, cs: cs, cp: newFakeCP(), node: ms[0].ID}
+	var reads atomic.Int32
+	h.cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "log" {
+			reads.Add(1)
+			return true, nil, errors.New("dial tcp 10.0.0.7:10250: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	h.run()
+	s := spec("j-follow", 0, 1, 0)
+	h.cp.want(h.node, s)
+	job := h.job("gf-j-follow-a1-r0")
+	pod := podOf(job, 0, "n1", corev1.PodRunning)
+	h.createPod(pod)
+	h.waitPhase(s.ID, agentapi.PhaseRunning)
+	eventually(t, "a follow tried", func() bool { return reads.Load() >= 1 })
+	time.Sleep(100 * time.Millisecond) // twenty short back-offs
+	if n := reads.Load(); n != 1 {
+		t.Errorf("%d log reads while the pod runs, want 1", n)
+	}
+	pod.Status.Phase = corev1.PodSucceeded
+	h.updatePod(exited(pod, 0))
+	eventually(t, "the log given up on and closed", func() bool { _, eof := h.cp.log(s.ID); return eof })
+	if n := reads.Load(); n != logTries {
+		t.Errorf("%d log reads in all, want %d", n, logTries)
+	}
 }

@@ -360,8 +360,11 @@ func (v *vnode) refresh() {
 				v.deleteJob(js, nil)
 			}
 		}
-		if r.logs == nil && (r.podName != "" && r.status.Phase != "" || ended(r.status.Phase)) {
+		switch {
+		case r.logs == nil && (r.podName != "" && r.status.Phase != "" || ended(r.status.Phase)):
 			r.logs = v.r.ship(v, r)
+		case r.logs != nil && ended(r.status.Phase):
+			r.logs.replicaEnded()
 		}
 	}
 	v.armPending()
