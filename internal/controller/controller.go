@@ -147,10 +147,10 @@ type Controller struct {
 	tokenIDs map[string]*model.Token
 	// jobTokens indexes the unrevoked job tokens by job id.
 	jobTokens map[string]map[string]bool
-	idem     map[idemKey]store.Idempotency
-	verdicts map[string]scheduler.Verdict
-	lastPlan *scheduler.Plan
-	fleet    declared
+	idem      map[idemKey]store.Idempotency
+	verdicts  map[string]scheduler.Verdict
+	lastPlan  *scheduler.Plan
+	fleet     declared
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.
 	secrets map[string]string
