@@ -187,20 +187,32 @@ func benchNamespace(ctx context.Context, b *testing.B, cs kubernetes.Interface, 
 	}
 }
 
-// benchCleanup deletes a run's Jobs and waits (at most 3 minutes) for
-// their pods to go, so that the next run starts on a quiet control plane.
+// benchCleanup deletes a run's Jobs and waits (at most 15 minutes) for
+// their pods to go, so that the next run starts on a quiet control plane;
+// a run that cannot be cleaned up ends the benchmark, as the next run's
+// figures would be wrong.
 func benchCleanup(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, w *podWatch) {
 	bg := metav1.DeletePropagationBackground
-	if err := cs.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{}); err != nil {
-		// A timeout here (5,000 Jobs on a busy server) may still be
-		// carried out: wait for the pods all the same.
-		b.Logf("deleting the Jobs of %s: %v", ns, err)
-	}
 	began := time.Now()
-	for w.live.Load() > 0 && time.Since(began) < 3*time.Minute {
-		time.Sleep(200 * time.Millisecond)
+	for try := 1; ; try++ {
+		// On a busy server the API server may time out deleting 5,000
+		// Jobs after deleting many: ask again for the rest.
+		err := cs.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, metav1.ListOptions{})
+		if err == nil {
+			break
+		}
+		b.Logf("deleting the Jobs of %s (try %d): %v", ns, try, err)
+		if try == 10 {
+			b.Fatalf("%s: the Jobs could not be deleted", ns)
+		}
 	}
-	b.Logf("%s: pods gone in %v (%d left)", ns, time.Since(began).Round(time.Millisecond), w.live.Load())
+	for w.live.Load() > 0 && time.Since(began) < 15*time.Minute {
+		time.Sleep(time.Second)
+	}
+	if n := w.live.Load(); n > 0 {
+		b.Fatalf("%s: %d pods left after %v", ns, n, time.Since(began).Round(time.Second))
+	}
+	b.Logf("%s: cleaned up in %v", ns, time.Since(began).Round(time.Millisecond))
 }
 
 // benchSpec is the replica the controller hands a one-GPU job, as far as
