@@ -181,10 +181,17 @@ func (w *podWatch) spread(times map[string]time.Time, start time.Time) (p50, p99
 	return ds[len(ds)/2], ds[len(ds)*99/100]
 }
 
-func benchNamespace(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string) {
+// benchNamespace creates a run's namespace and returns the run's own
+// client (the harness's QPS 1000).
+func benchNamespace(ctx context.Context, b *testing.B, kc *kubetest.Cluster, ns string) kubernetes.Interface {
+	cs, err := kubernetes.NewForConfig(kc.RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatalf("creating namespace %s: %v", ns, err)
 	}
+	return cs
 }
 
 // benchCleanup deletes a run's Jobs and waits (at most 15 minutes) for
@@ -229,11 +236,7 @@ func benchSpec(i int) agentapi.ReplicaSpec {
 func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRun {
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	cs, err := kubernetes.NewForConfig(kc.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchNamespace(ctx, b, cs, ns)
+	cs := benchNamespace(ctx, b, kc, ns)
 	settings := withDefaults(model.KubernetesPoolSettings{Namespace: ns})
 	target := &nodeTarget{id: "bench", models: []string{"NVIDIA-H100-80GB-HBM3"}, capacities: []string{"on-demand"}, region: "us-east-1", zone: "us-east-1a"}
 	built := make([]*batchv1.Job, n)
@@ -268,10 +271,8 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
 
-	before, _ := apiRequests(ctx, cs)
-	cpu := cpuTimes()
-	profileAPIServer(ctx, b, cs, os.Getenv("GPUFLEET_KUBE_BENCH_PROFILE"), ns, 30)
-	start := time.Now()
+	m := startMeter(ctx, b, cs, ns)
+	start := m.start
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 32 {
@@ -291,13 +292,7 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	case <-time.After(15 * time.Minute):
 		b.Fatalf("baseline: %d of %d Jobs complete after 15 minutes", complete.Load(), n)
 	}
-	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
-	r.p50, r.p99 = pods.percentiles(start)
-	r.c50, r.c99 = pods.spread(pods.created, start)
-	r.j50, r.j99 = pods.spread(pods.jobs, start)
-	b.Logf("%s: %v", ns, r)
-	logRequests(ctx, b, cs, ns, before)
-	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))
+	r := m.finish(ctx, b, pods, n, submitted)
 	benchCleanup(ctx, b, cs, ns, pods)
 	return r
 }
@@ -308,11 +303,7 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRun {
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	cs, err := kubernetes.NewForConfig(kc.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchNamespace(ctx, b, cs, ns)
+	cs := benchNamespace(ctx, b, kc, ns)
 	dir := b.TempDir()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), sqlite.Options{})
 	if err != nil {
@@ -358,10 +349,8 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 		s.Default()
 		return s
 	}
-	before, _ := apiRequests(ctx, cs)
-	cpu := cpuTimes()
-	profileAPIServer(ctx, b, cs, os.Getenv("GPUFLEET_KUBE_BENCH_PROFILE"), ns, 30)
-	start := time.Now()
+	m := startMeter(ctx, b, cs, ns)
+	start := m.start
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	for range 32 {
@@ -398,28 +387,46 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 		}
 		time.Sleep(20 * time.Millisecond) // a change comes with many: look at most 50 times a second
 	}
-	r := benchRun{jobs: n, total: time.Since(start), submit: submitted}
-	r.p50, r.p99 = pods.percentiles(start)
-	r.c50, r.c99 = pods.spread(pods.created, start)
-	r.j50, r.j99 = pods.spread(pods.jobs, start)
-	b.Logf("%s: %v", ns, r)
-	logRequests(b.Context(), b, cs, ns, before)
-	b.Logf("%s: %s", ns, cpuDelta(cpu, cpuTimes()))
+	r := m.finish(b.Context(), b, pods, n, submitted)
 	cancel()
 	loops.Wait()
 	benchCleanup(b.Context(), b, cs, ns, pods)
 	return r
 }
 
-// logRequests logs the API requests made since before, all clients
-// together (the control plane's own included).
-func logRequests(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string, before map[string]float64) {
-	after, err := apiRequests(ctx, cs)
-	if err != nil || before == nil {
-		b.Logf("%s: API requests unknown: %v", ns, err)
-		return
+// meter is what a run measures from its start: the API requests of all
+// clients together (the control plane's own included), the CPU of every
+// process, and (GPUFLEET_KUBE_BENCH_PROFILE) the API server's profile.
+type meter struct {
+	cs     kubernetes.Interface
+	ns     string
+	start  time.Time
+	before map[string]float64
+	cpu    map[string]time.Duration
+}
+
+func startMeter(ctx context.Context, b *testing.B, cs kubernetes.Interface, ns string) *meter {
+	before, _ := apiRequests(ctx, cs)
+	m := &meter{cs: cs, ns: ns, before: before, cpu: cpuTimes()}
+	profileAPIServer(ctx, b, cs, os.Getenv("GPUFLEET_KUBE_BENCH_PROFILE"), ns, 30)
+	m.start = time.Now()
+	return m
+}
+
+// finish ends the run now and logs its figures.
+func (m *meter) finish(ctx context.Context, b *testing.B, pods *podWatch, n int, submitted time.Duration) benchRun {
+	r := benchRun{jobs: n, total: time.Since(m.start), submit: submitted}
+	r.p50, r.p99 = pods.percentiles(m.start)
+	r.c50, r.c99 = pods.spread(pods.created, m.start)
+	r.j50, r.j99 = pods.spread(pods.jobs, m.start)
+	b.Logf("%s: %v", m.ns, r)
+	if after, err := apiRequests(ctx, m.cs); err != nil || m.before == nil {
+		b.Logf("%s: API requests unknown: %v", m.ns, err)
+	} else {
+		b.Logf("%s: %s", m.ns, requestDelta(m.before, after, 50))
 	}
-	b.Logf("%s: %s", ns, requestDelta(before, after, 50))
+	b.Logf("%s: %s", m.ns, cpuDelta(m.cpu, cpuTimes()))
+	return r
 }
 
 func benchNodeReady(ctrl *controller.Controller) bool {

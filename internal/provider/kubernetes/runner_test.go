@@ -368,28 +368,38 @@ func TestTransientCreateErrorsAreRetried(t *testing.T) {
 	}
 }
 
-func TestLogErrorsDoNotHoldUpStatus(t *testing.T) {
-	h := newHarness(t, model.KubernetesPoolSettings{}, h100("n1").obj())
+// runWithoutLogs runs the harness with every pod log read failing (as
+// behind a node without a kubelet), counting the reads, and starts job's
+// replica: it returns the spec and its Running pod.
+func (h *harness) runWithoutLogs(job string, reads *atomic.Int32) (agentapi.ReplicaSpec, *corev1.Pod) {
+	h.t.Helper()
 	h.cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "log" {
-			return true, nil, errors.New("dial tcp 10.0.0.7:10250: no route to host")
+			reads.Add(1)
+			return true, nil, errors.New("dial tcp 10.0.0.7:10250: connect: connection refused")
 		}
 		return false, nil, nil
 	})
 	h.run()
-	s := spec("j-nolog", 0, 1, 0)
+	s := spec(job, 0, 1, 0)
 	h.cp.want(h.node, s)
-	job := h.job("gf-j-nolog-a1-r0")
-	pod := podOf(job, 0, "n1", corev1.PodRunning)
+	pod := podOf(h.job(jobName(s.AttemptID, 0)), 0, "n1", corev1.PodRunning)
 	h.createPod(pod)
 	h.waitPhase(s.ID, agentapi.PhaseRunning)
+	return s, pod
+}
+
+func TestLogErrorsDoNotHoldUpStatus(t *testing.T) {
+	h := newHarness(t, model.KubernetesPoolSettings{}, h100("n1").obj())
+	var reads atomic.Int32
+	s, pod := h.runWithoutLogs("j-nolog", &reads)
 	pod.Status.Phase = corev1.PodFailed
 	h.updatePod(exited(pod, 2))
 	if st := h.waitPhase(s.ID, agentapi.PhaseExited); *st.ExitCode != 2 {
 		t.Errorf("status = %+v", st)
 	}
 	eventually(t, "the log given up on and closed", func() bool { _, eof := h.cp.log(s.ID); return eof })
-	eventually(t, "the Job deleted", func() bool { return h.jobGone(job.Name) })
+	eventually(t, "the Job deleted", func() bool { return h.jobGone(jobName(s.AttemptID, 0)) })
 }
 
 func TestLogFollowFailureWaitsForTheEnd(t *testing.T) {
@@ -400,20 +410,7 @@ func TestLogFollowFailureWaitsForTheEnd(t *testing.T) {
 	ms, _ := c.Machines(bg)
 	h := &harness{t: t, c: c, cs: cs, cp: newFakeCP(), node: ms[0].ID}
 	var reads atomic.Int32
-	h.cs.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "log" {
-			reads.Add(1)
-			return true, nil, errors.New("dial tcp 10.0.0.7:10250: connect: connection refused")
-		}
-		return false, nil, nil
-	})
-	h.run()
-	s := spec("j-follow", 0, 1, 0)
-	h.cp.want(h.node, s)
-	job := h.job("gf-j-follow-a1-r0")
-	pod := podOf(job, 0, "n1", corev1.PodRunning)
-	h.createPod(pod)
-	h.waitPhase(s.ID, agentapi.PhaseRunning)
+	s, pod := h.runWithoutLogs("j-follow", &reads)
 	eventually(t, "a follow tried", func() bool { return reads.Load() >= 1 })
 	time.Sleep(100 * time.Millisecond) // twenty short back-offs
 	if n := reads.Load(); n != 1 {
