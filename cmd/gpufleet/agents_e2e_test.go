@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,13 +14,14 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // startControlPlane starts `gpufleet up --no-local-agent` with extra flags
 // and waits until its API answers.
 func startControlPlane(t *testing.T, dataDir, listen string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--no-local-agent"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
@@ -52,7 +51,7 @@ type remoteAgent struct {
 	args    []string
 	env     []string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *testutil.SyncBuffer
 }
 
 // startAgent creates an agent token for node on s and starts an agent with it.
@@ -74,7 +73,7 @@ func startAgent(t *testing.T, s *server, node, gpus string) *remoteAgent {
 
 func (a *remoteAgent) start() {
 	a.t.Helper()
-	a.out = &syncBuffer{}
+	a.out = &testutil.SyncBuffer{}
 	a.cmd = exec.Command(binary, append([]string{"agent", "--data-dir", a.dataDir}, a.args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	a.cmd.Env = a.env
@@ -271,25 +270,6 @@ seq -f "%[2]s rank $RANK after %%g" 1 %[3]d`, marks, name, lines)
 	if got := s.gpufleet("jobs", "logs", pinned); got != "attempt 2\n" {
 		t.Errorf("pinned's log = %q, want its second attempt's", got)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a child process writes while a failing
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func tail(s string) string {

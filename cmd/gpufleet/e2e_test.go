@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // These tests run the real binary as real processes: a server on loopback,
@@ -49,7 +50,7 @@ type server struct {
 	dataDir string
 	listen  string
 	cmd     *exec.Cmd
-	out     *syncBuffer
+	out     *testutil.SyncBuffer
 }
 
 func freePort(t *testing.T) string {
@@ -65,7 +66,7 @@ func freePort(t *testing.T) string {
 // startServer runs `gpufleet up` with 4 fake H100s and any extra flags.
 func startServer(t *testing.T, dataDir, listen string, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()

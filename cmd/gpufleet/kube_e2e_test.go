@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/kubetest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // TestKubernetesPoolE2E runs the real binary against a real control plane
@@ -143,7 +144,7 @@ spec:
 // CLI reaches it.
 func startHeadless(t *testing.T, dataDir, listen string) *server {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &syncBuffer{}}
+	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, "server", "--data-dir", dataDir, "--listen", listen, "--no-local-agent")
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()

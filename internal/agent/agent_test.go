@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // TestMain lets the test binary act as `gpufleet supervise --dir DIR`, so
@@ -38,24 +38,6 @@ const testTimeout = 30 * time.Second
 
 // trapTerm prints ready, then on TERM prints got-term and exits 3.
 const trapTerm = `trap 'echo got-term; exit 3' TERM; echo ready; sleep 30 & wait`
-
-// syncBuffer is a log destination shared by an agent's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // agentDir returns a fresh agent directory. When the test ends, every
 // replica process still running from it is killed.
@@ -85,7 +67,7 @@ func agentDir(t *testing.T) string {
 // the test fails.
 func newTestAgent(t *testing.T, cp agentapi.ControlPlane, dir string, edits ...func(*Config)) *Agent {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("agent log:\n%s", logs)

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,25 +18,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer a logger and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A data dir written before budget webhooks became secret references holds
 // a fleet revision whose budget names its receiver by an inline URL, and an
@@ -92,7 +73,7 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 	}
 
 	// 2. This version starts on it.
-	var logged syncBuffer
+	var logged testutil.SyncBuffer
 	h, _, err := startSQLiteController(t, dbPath, func(cfg *Config) {
 		cfg.Cost.WebhookSecret = secret
 		cfg.Log = slog.New(slog.NewJSONHandler(&logged, nil))

@@ -181,6 +181,24 @@ func (w *podWatch) spread(times map[string]time.Time, start time.Time) (p50, p99
 	return ds[len(ds)/2], ds[len(ds)*99/100]
 }
 
+// submitAll calls submit for 0…n-1, 32 at a time (the driver's default
+// workers); a goroutine whose call fails reports it and stops.
+func submitAll(b *testing.B, n int, submit func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if err := submit(i); err != nil {
+					b.Errorf("submitting job %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // benchNamespace creates a run's namespace and returns the run's own
 // client (the harness's QPS 1000).
 func benchNamespace(ctx context.Context, b *testing.B, kc *kubetest.Cluster, ns string) kubernetes.Interface {
@@ -273,19 +291,10 @@ func benchBaseline(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 
 	m := startMeter(ctx, b, cs, ns)
 	start := m.start
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				if _, err := cs.BatchV1().Jobs(ns).Create(ctx, built[i], metav1.CreateOptions{}); err != nil {
-					b.Errorf("creating Job %d: %v", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	submitAll(b, n, func(i int) error {
+		_, err := cs.BatchV1().Jobs(ns).Create(ctx, built[i], metav1.CreateOptions{})
+		return err
+	})
 	submitted := time.Since(start)
 	select {
 	case <-done:
@@ -351,21 +360,11 @@ func benchGPUFleet(b *testing.B, kc *kubetest.Cluster, ns string, n int) benchRu
 	}
 	m := startMeter(ctx, b, cs, ns)
 	start := m.start
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				_, _, err := ctrl.Submit(ctx, controller.Submission{Project: "default", Name: "b-" + strconv.Itoa(i),
-					Tags: map[string]string{"kwok-duration": "1s"}, Spec: sub()})
-				if err != nil {
-					b.Errorf("submitting job %d: %v", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	submitAll(b, n, func(i int) error {
+		_, _, err := ctrl.Submit(ctx, controller.Submission{Project: "default", Name: "b-" + strconv.Itoa(i),
+			Tags: map[string]string{"kwok-duration": "1s"}, Spec: sub()})
+		return err
+	})
 	submitted := time.Since(start)
 	deadline := time.Now().Add(15 * time.Minute)
 	last := time.Now()

@@ -1,7 +1,6 @@
 package kubernetes_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -28,6 +27,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // These tests run the driver and the real controller against a real
@@ -116,7 +116,7 @@ func newKubeEnv(t *testing.T, name string, gpus int, groups ...nodeGroup) *kubeE
 	if e.logs, err = logstore.New(filepath.Join(dir, "logs")); err != nil {
 		t.Fatal(err)
 	}
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("controller and driver log:\n%s", logBuf.String())
@@ -618,22 +618,4 @@ func attemptStates(as []*model.Attempt) []string {
 		out[i] = fmt.Sprintf("%d:%s(%s)", a.Number, a.State, a.Reason)
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
