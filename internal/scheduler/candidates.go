@@ -22,7 +22,7 @@ const (
 )
 
 type candKey struct {
-	sig      sigKey
+	fit      fitKey
 	runtime  time.Duration
 	interval model.Duration
 }
@@ -62,10 +62,10 @@ func (s *sched) candidates(pj *pjob, v *Verdict) {
 	if s.candCache == nil {
 		s.candCache = map[candKey]candResult{}
 	}
-	key := candKey{sig: sigOf(pj), runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
+	key := candKey{fit: fitKeyOf(pj), runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
 	r, ok := s.candCache[key]
 	if !ok {
-		r = s.rankOffers(pj)
+		r = s.rankOffers(key)
 		s.candCache[key] = r
 	}
 	if !r.ok {
@@ -77,10 +77,12 @@ func (s *sched) candidates(pj *pjob, v *Verdict) {
 	s.plan.Candidates = append(s.plan.Candidates, c)
 }
 
-func (s *sched) rankOffers(pj *pjob) candResult {
-	spec := &pj.job.Spec
-	perReplica := max(pj.g, 1)
-	runtime, assumed := pj.runtime, false
+// rankOffers reads the job only through its key, which is what the result
+// is cached by.
+func (s *sched) rankOffers(key candKey) candResult {
+	r := key.fit.req()
+	perReplica := max(r.g, 1)
+	runtime, assumed := key.runtime, false
 	if runtime <= 0 {
 		runtime, assumed = DefaultRuntime, true
 	}
@@ -115,20 +117,20 @@ func (s *sched) rankOffers(pj *pjob) candResult {
 		switch {
 		case o.GPUCount < perReplica:
 			k = fewerGPUs
-		case !modelAllowed(spec.Resources.GPU.Models, o.GPU):
+		case !modelAllowed(r.models, o.GPU):
 			k = modelNotAllowed
-		case spec.Resources.GPU.MinMemory > 0 && o.GPUMemory < spec.Resources.GPU.MinMemory:
+		case r.minMem > 0 && o.GPUMemory < r.minMem:
 			k = lowMemory
-		case pj.spot == model.SpotNever && o.CapacityType == model.Spot:
+		case r.spot == model.SpotNever && o.CapacityType == model.Spot:
 			k = spotNotAllowed
-			if spec.Spot != model.SpotNever {
+			if r.specSpot != model.SpotNever {
 				k = spotFallback
 			}
-		case pj.spot == model.SpotRequired && o.CapacityType != model.Spot:
+		case r.spot == model.SpotRequired && o.CapacityType != model.Spot:
 			k = notSpot
-		case !regionAllowed(spec.Regions, o.Region):
+		case !regionAllowed(r.regions, o.Region):
 			k = regionDenied
-		case (spec.Resources.GPU.Interconnect == "nvlink" || spec.Resources.GPU.Interconnect == "nvswitch") && o.Interconnect == "pcie":
+		case r.strictIC && o.Interconnect == "pcie":
 			k = pcieOnly
 		}
 		if k >= 0 {
@@ -136,13 +138,13 @@ func (s *sched) rankOffers(pj *pjob) candResult {
 			continue
 		}
 		perInstance := o.GPUCount / perReplica
-		instances := (spec.Replicas + perInstance - 1) / perInstance
-		if spec.MaxPricePerHour > 0 && o.PricePerHour*float64(instances) > spec.MaxPricePerHour {
+		instances := (r.replicas + perInstance - 1) / perInstance
+		if r.maxPrice > 0 && o.PricePerHour*float64(instances) > r.maxPrice {
 			why[abovePrice]++
 			continue
 		}
 		fits++
-		x := scored{oi, instances, ExpectedCost(*o, instances, runtime, spec.Checkpoint.Interval.D())}
+		x := scored{oi, instances, ExpectedCost(*o, instances, runtime, key.interval.D())}
 		// Cheaper first; equal costs by offer identity, then catalog order
 		// (what a stable sort gave).
 		less := func(a, b scored) bool {
@@ -169,13 +171,13 @@ func (s *sched) rankOffers(pj *pjob) candResult {
 		msgs := [whyKinds]string{
 			fewerGPUs:       fmt.Sprintf("instance has fewer than %d GPUs", perReplica),
 			modelNotAllowed: "GPU model not allowed",
-			lowMemory:       fmt.Sprintf("GPU memory below %s", spec.Resources.GPU.MinMemory),
+			lowMemory:       fmt.Sprintf("GPU memory below %s", r.minMem),
 			spotNotAllowed:  "spot, and the job does not allow spot",
 			spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions or limits.deadline)",
 			notSpot:         "not spot, and the job requires spot",
 			regionDenied:    "region not allowed by spec.regions",
-			pcieOnly:        "GPUs are PCIe-only and the job asks for " + spec.Resources.GPU.Interconnect,
-			abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", spec.MaxPricePerHour),
+			pcieOnly:        "GPUs are PCIe-only and the job asks for " + r.ic,
+			abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", r.maxPrice),
 		}
 		var rs []Reason
 		for k, n := range why {

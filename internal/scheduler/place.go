@@ -3,51 +3,12 @@ package scheduler
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"path"
 	"sort"
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 )
-
-// sigKey is the part of a job that decides which node classes can ever
-// host it; jobs with equal keys share one feasibility result per pass.
-type sigKey struct {
-	g, replicas            int
-	share                  float64
-	spot                   model.SpotPolicy
-	ic                     string
-	minMem                 model.Bytes
-	maxPrice               float64
-	models, allow, deny, s string
-}
-
-func joinList(l []string) string {
-	switch len(l) {
-	case 0:
-		return ""
-	case 1:
-		return l[0]
-	}
-	return strings.Join(l, "\x00")
-}
-
-func sigOf(pj *pjob) sigKey {
-	sp := &pj.job.Spec
-	k := sigKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, ic: sp.Resources.GPU.Interconnect,
-		minMem: sp.Resources.GPU.MinMemory, maxPrice: sp.MaxPricePerHour,
-		models: joinList(sp.Resources.GPU.Models), allow: joinList(sp.Regions.Allow), deny: joinList(sp.Regions.Deny)}
-	if len(sp.NodeSelector) > 0 {
-		keys := make([]string, 0, len(sp.NodeSelector))
-		for key, v := range sp.NodeSelector {
-			keys = append(keys, key+"="+v)
-		}
-		sort.Strings(keys)
-		k.s = strings.Join(keys, "\x00")
-	}
-	return k
-}
 
 // feasibility is which classes can ever host a job of one sigKey, with the
 // reasons the others cannot; pref scores the feasible ones by the job's
@@ -62,25 +23,28 @@ type feasibility struct {
 }
 
 func (s *sched) feasible(pj *pjob) *feasibility {
-	key := sigOf(pj)
+	key := fitKeyOf(pj)
 	if f, ok := s.feas[key]; ok {
 		return f
 	}
 	f := &feasibility{}
-	spec := &pj.job.Spec
-	res := spec.Resources
-	why := map[string][]int32{}
+	r := key.req()
+	why := map[Reason][]int32{}
 	for _, cl := range s.c.classes {
-		msg, share := s.staticFit(pj, cl)
-		if msg != "" {
-			why[msg] = append(why[msg], int32(cl.idx))
+		if code, msg := staticFit(r, cl); code != "" {
+			k := Reason{Code: code, Message: msg}
+			why[k] = append(why[k], int32(cl.idx))
 			continue
 		}
 		f.classes = append(f.classes, int32(cl.idx))
+		share := 0.0
+		if r.share > 0 {
+			share = r.shareOn(cl)
+		}
 		f.shareOf = append(f.shareOf, share)
 		pref := 100.0
-		if n := len(res.GPU.Models); n > 1 {
-			for i, m := range res.GPU.Models {
+		if n := len(r.models); n > 1 {
+			for i, m := range r.models {
 				if strings.EqualFold(m, cl.gpuModel) {
 					pref = 100 * float64(n-i) / float64(n)
 					break
@@ -94,92 +58,6 @@ func (s *sched) feasible(pj *pjob) *feasibility {
 	return f
 }
 
-// staticFit says why a node of class cl can never host one replica of pj,
-// or "" and the GPU fraction a shared job takes there.
-func (s *sched) staticFit(pj *pjob, cl *class) (string, float64) {
-	n := cl.first
-	spec := &pj.job.Spec
-	res := spec.Resources
-	if !cl.ready {
-		return fmt.Sprintf("node is %s", n.State), 0
-	}
-	switch {
-	case pj.spot == model.SpotRequired && n.CapacityType != model.Spot:
-		return "job requires spot capacity", 0
-	case pj.spot == model.SpotNever && n.CapacityType == model.Spot:
-		if spec.Spot != model.SpotNever {
-			return "node is spot and the job falls back to on-demand (preemptions or deadline)", 0
-		}
-		return "node is spot and the job does not allow spot", 0
-	}
-	if !regionAllowed(spec.Regions, n.Region) {
-		return fmt.Sprintf("region %q is not allowed by spec.regions", n.Region), 0
-	}
-	for k, v := range spec.NodeSelector {
-		if n.Labels[k] != v {
-			return fmt.Sprintf("node label %s=%q does not match nodeSelector %q", k, n.Labels[k], v), 0
-		}
-	}
-	if res.CPU > 0 && n.CPU < res.CPU {
-		return fmt.Sprintf("node has %.1f CPUs, job needs %.1f per replica", n.CPU, res.CPU), 0
-	}
-	if res.Memory > 0 && n.Memory < res.Memory {
-		return fmt.Sprintf("node has %s memory, job needs %s per replica", n.Memory, res.Memory), 0
-	}
-	if pj.g == 0 && pj.share == 0 {
-		return "", 0
-	}
-	if cl.size == 0 {
-		return "node has no GPUs", 0
-	}
-	if !modelAllowed(res.GPU.Models, cl.gpuModel) {
-		return fmt.Sprintf("GPU model %s is not in %v", cl.gpuModel, res.GPU.Models), 0
-	}
-	if res.GPU.MinMemory > 0 && cl.gpuMem < res.GPU.MinMemory {
-		return fmt.Sprintf("GPUs have %s memory, job needs ≥ %s", cl.gpuMem, res.GPU.MinMemory), 0
-	}
-	if pj.share > 0 {
-		if !cl.shared {
-			return "GPUs are not shareable (the node pool does not mark them so)", 0
-		}
-		share := pj.share
-		if res.GPU.MinMemory > 0 && cl.gpuMem > 0 {
-			share = max(share, float64(res.GPU.MinMemory)/float64(cl.gpuMem))
-		}
-		if spec.MaxPricePerHour > 0 && cl.gpuPrice*share*float64(spec.Replicas) > spec.MaxPricePerHour {
-			return fmt.Sprintf("costs $%.2f/h, above maxPricePerHour $%.2f", cl.gpuPrice*share*float64(spec.Replicas), spec.MaxPricePerHour), 0
-		}
-		return "", share
-	}
-	if cl.shared {
-		return "GPUs are shared; whole-GPU jobs never land on them", 0
-	}
-	if pj.g > cl.size {
-		return fmt.Sprintf("node has %d GPUs, job needs %d per replica", len(n.GPUs), pj.g), 0
-	}
-	switch res.GPU.Interconnect {
-	case "nvlink", "nvswitch":
-		best := 0
-		for _, g := range cl.groups {
-			best = max(best, bits.OnesCount64(g))
-		}
-		if best < pj.g {
-			return fmt.Sprintf("largest NVLink domain has %d GPUs, job needs %d over %s", best, pj.g, res.GPU.Interconnect), 0
-		}
-	case "pcie":
-		if cl.nvlink {
-			return "node's GPUs are NVLink-connected and the job asks for pcie", 0
-		}
-	}
-	if spec.MaxPricePerHour > 0 {
-		total := cl.gpuPrice * float64(pj.g*spec.Replicas)
-		if total > spec.MaxPricePerHour {
-			return fmt.Sprintf("costs $%.2f/h for %d GPUs, above maxPricePerHour $%.2f", total, pj.g*spec.Replicas, spec.MaxPricePerHour), 0
-		}
-	}
-	return "", 0
-}
-
 // scopeOf names a class in verdicts: the node itself when it is alone,
 // else the group's shape and size.
 func (s *sched) scopeOf(cl *class) string {
@@ -189,11 +67,11 @@ func (s *sched) scopeOf(cl *class) string {
 	return fmt.Sprintf("nodes(%d) %s/%s %dx%s", len(cl.nodes), cl.first.Provider, cl.first.Region, cl.size, cl.gpuModel)
 }
 
-func (s *sched) classReasons(why map[string][]int32) []Reason {
+func (s *sched) classReasons(why map[Reason][]int32) []Reason {
 	var out []Reason
-	for msg, cls := range why {
+	for r, cls := range why {
 		for _, ci := range cls {
-			out = append(out, Reason{Scope: s.scopeOf(s.c.classes[ci]), Message: msg})
+			out = append(out, Reason{Scope: s.scopeOf(s.c.classes[ci]), Code: r.Code, Message: r.Message})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

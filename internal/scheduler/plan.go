@@ -92,6 +92,12 @@ type Verdict struct {
 // Reason is one verdict line, scoped to what it is about: "job", a node
 // ("node/<id>") or an offer ("offer").
 type Reason struct {
-	Scope   string `json:"scope"`
+	Scope string `json:"scope"`
+	// Code names the check that failed, for tools and tests (the Filter*
+	// constants for node filters); empty on reasons not yet coded.
+	Code    string `json:"code,omitempty"`
 	Message string `json:"message"`
 }
+
+// String is the reason as explain prints it: its scope, then its message.
+func (r Reason) String() string { return r.Scope + " " + r.Message }

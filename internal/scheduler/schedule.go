@@ -27,7 +27,7 @@ type sched struct {
 	queues map[string]*queueState
 	order  []*queueState
 	plan   *Plan
-	feas   map[sigKey]*feasibility
+	feas   map[fitKey]*feasibility
 	undo   []undoEntry
 
 	live        *liveIndex // built on first need
@@ -78,7 +78,7 @@ type sched struct {
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
-	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[sigKey]*feasibility{}}
+	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
 	s.c = newCluster(snap)
 	s.queues, s.order = buildQueues(snap, s.c.capacity, now, seed)
 	s.applyNominations()
