@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"math/bits"
 	"sort"
 	"time"
 
@@ -105,6 +104,10 @@ type reservation struct {
 	start time.Time
 }
 
+// ReasonNoEstimate codes a verdict line saying a blocked job has no
+// estimated start.
+const ReasonNoEstimate = "no-estimate"
+
 // maxReservations bounds the blocked jobs that get reservations per pass.
 const maxReservations = 16
 
@@ -112,42 +115,62 @@ const maxReservations = 16
 // nodes where running work (by its runtime estimates) frees enough GPUs
 // soonest. Their free GPUs are withheld from later jobs unless those end
 // before the reserved start (see backfill).
+//
+// A reservation must be feasible and in the future: on each node the
+// running work is released in order of its estimated end until the job
+// would fit there as placement checks it — its GPUs inside one NVLink
+// domain when it asks for one, and its CPU and memory — and only work whose
+// estimated end is still ahead counts (work past its estimate ends at an
+// unknown time). A job that no such release lets start, or that is held
+// by something other than running work (its start would be now), reserves
+// nothing, so it never withholds GPUs that smaller jobs could use.
 func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 	if pj.q.reserved || len(s.resv) >= maxReservations*8 || pj.g == 0 || pj.share > 0 {
 		return
 	}
-	pj.q.reserved = true
+	pj.q.reserved = true // EASY: one try per queue and pass
 	li := s.liveIdx()
 	type cand struct {
 		node int32
 		at   time.Time
 		mask uint64
 	}
+	res := &pj.job.Spec.Resources
+	strict := res.GPU.Interconnect == "nvlink" || res.GPU.Interconnect == "nvswitch"
+	overdue := false
 	byDomain := map[int][]cand{}
 	for _, ci := range f.classes {
 		cl := s.c.classes[ci]
 		for _, ni := range cl.nodes {
 			ns := &s.c.nodes[ni]
-			have := ns.free
-			at := s.now
-			if bits.OnesCount64(have) < pj.g {
-				refs := li.byNode[ni]
-				if len(refs) == 0 {
-					continue
+			have, cpu, mem := ns.free, ns.cpu, ns.mem
+			fit := func() (uint64, bool) {
+				if cpu < res.CPU || mem < res.Memory {
+					return 0, false
 				}
-				sorted := make([]*liveRef, 0, len(refs))
-				for _, r := range refs {
-					if !r.end.IsZero() {
+				m, _, ok := cl.pickGPUs(have, pj.g, strict)
+				return m, ok
+			}
+			at := s.now
+			mask, ok := fit()
+			if !ok {
+				var sorted []*liveRef
+				for _, r := range li.byNode[ni] {
+					switch {
+					case r.end.IsZero():
+					case !r.end.After(s.now):
+						overdue = true
+					default:
 						sorted = append(sorted, r)
 					}
 				}
 				sort.Slice(sorted, func(a, b int) bool { return sorted[a].end.Before(sorted[b].end) })
-				ok := false
 				for _, r := range sorted {
 					have |= r.masks[ni]
-					at = maxTime(at, r.end)
-					if bits.OnesCount64(have) >= pj.g {
-						ok = true
+					cpu += r.job.Spec.Resources.CPU
+					mem += r.job.Spec.Resources.Memory
+					at = r.end
+					if mask, ok = fit(); ok {
 						break
 					}
 				}
@@ -155,7 +178,7 @@ func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 					continue
 				}
 			}
-			byDomain[cl.domain] = append(byDomain[cl.domain], cand{node: ni, at: at, mask: lowest(have, pj.g)})
+			byDomain[cl.domain] = append(byDomain[cl.domain], cand{node: ni, at: at, mask: mask})
 		}
 	}
 	need := pj.job.Spec.Replicas
@@ -172,9 +195,15 @@ func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 			best, bestAt = cs[:need], at
 		}
 	}
-	if best == nil {
-		v.Reasons = append(v.Reasons, Reason{Scope: "job", Message: "no estimated start: running work on matching nodes has no runtime estimate or limit"})
+	switch {
+	case best == nil && overdue:
+		v.Reasons = append(v.Reasons, Reason{Scope: "job", Code: ReasonNoEstimate, Message: "no estimated start: running work on matching nodes is past its runtime estimate, or has none"})
 		return
+	case best == nil:
+		v.Reasons = append(v.Reasons, Reason{Scope: "job", Code: ReasonNoEstimate, Message: "no estimated start: no matching node frees room for the job (GPUs in one NVLink domain where asked, CPU, memory) by the runtime estimates of its running work"})
+		return
+	case !bestAt.After(s.now):
+		return // it would fit now: what holds it is not running work
 	}
 	t := bestAt
 	v.EstimatedStart = &t
