@@ -43,6 +43,7 @@ func (c *Controller) loadRevisions(revs []*model.Revision) error {
 		}
 		c.fleet.advance(r, set)
 	}
+	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.warnInlineWebhooksLocked()
 	return nil
 }
@@ -97,6 +98,18 @@ func (d *declared) advance(r *model.Revision, set *manifest.Set) {
 	}
 	d.revisions = append(slices.Clip(d.revisions), r)
 	d.set, d.pools, d.projects = set, pools, projects
+}
+
+// projectQuotas is the scheduler's view of the projects' GPU quotas
+// (Project.spec.quota), which it enforces.
+func projectQuotas(ps []*model.Project) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for _, p := range ps {
+		if len(p.Spec.Quota) > 0 {
+			out[p.Name] = p.Spec.Quota
+		}
+	}
+	return out
 }
 
 func sameJSON(a, b any) bool {
@@ -261,6 +274,7 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 		rev.Documents = []json.RawMessage{}
 	}
 	c.fleet.advance(rev, desired)
+	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	b.Revisions = []*model.Revision{rev}
 	c.adoptStaticLocked(b)
 	if c.cfg.PoolsChanged != nil {

@@ -22,6 +22,7 @@ type memStore struct {
 	nodes    map[string]*model.Node
 	tokens   map[string]*model.Token
 	idem     []store.Idempotency
+	revs     []*model.Revision
 	batches  int
 }
 
@@ -32,7 +33,7 @@ func newMemStore() *memStore {
 func (m *memStore) Load(context.Context) (*store.Dump, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...)}
+	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...), Revisions: append([]*model.Revision(nil), m.revs...)}
 	for _, j := range m.jobs {
 		d.Jobs = append(d.Jobs, j)
 	}
@@ -70,6 +71,7 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 		m.tokens[t.ID] = t
 	}
 	m.idem = append(m.idem, b.Idempotency...)
+	m.revs = append(m.revs, b.Revisions...)
 	m.mu.Unlock()
 	ch := make(chan error, 1)
 	ch <- nil

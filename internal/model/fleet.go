@@ -410,8 +410,8 @@ func ParseGPUCount(s string) (int, string, error) {
 	return count, model, nil
 }
 
-// Project is a tenant's settings as the controller keeps them. Enforcement
-// of its limits belongs to admission; the fleet only declares them.
+// Project is a tenant's settings as the controller keeps them. Admission
+// enforces its per-job limits; the scheduler enforces its quota.
 type Project struct {
 	Name     string      `json:"name"`
 	Spec     ProjectSpec `json:"spec"`
@@ -420,8 +420,10 @@ type Project struct {
 
 // ProjectSpec is what a Project manifest declares.
 type ProjectSpec struct {
-	// Quota caps the GPUs the project's jobs may hold, per GPU model ("*"
-	// for any model not listed).
+	// Quota caps the GPUs the project's jobs may hold at once, across
+	// queues, per GPU model ("*" for any model not listed; a model neither
+	// listed nor covered by "*" is not capped). The scheduler enforces it:
+	// a job over it waits, and no capacity is bought for it.
 	Quota map[string]float64 `json:"quota,omitempty"`
 	// AllowedRegions and AllowedGPUs limit where and on what its jobs
 	// run; empty means anywhere and anything.

@@ -224,8 +224,8 @@ func (s *sched) placeOne(pj *pjob, f *feasibility) (*placement, []Reason) {
 		if cl.freeTotal < pj.g {
 			continue
 		}
-		if why, ok := s.admitCached(pj, cl.gpuModel, float64(pj.g)); !ok {
-			quotaWhy = appendReason(quotaWhy, Reason{Scope: "queue/" + pj.q.name, Message: why})
+		if why, ok := s.admit(pj, cl.gpuModel, float64(pj.g)); !ok {
+			quotaWhy = appendReason(quotaWhy, why)
 			continue
 		}
 		ni, mask, free, one, ok := s.bestInClass(pj, cl)
@@ -306,8 +306,8 @@ func (s *sched) placeGang(pj *pjob, f *feasibility) (*placement, []Reason) {
 			bestPartial = max(bestPartial, min(fit, spec.Replicas-1))
 			continue
 		}
-		if why, ok := s.admitCached(pj, g.model, total); !ok {
-			quotaWhy = appendReason(quotaWhy, Reason{Scope: "queue/" + pj.q.name, Message: why})
+		if why, ok := s.admit(pj, g.model, total); !ok {
+			quotaWhy = appendReason(quotaWhy, why)
 			continue
 		}
 		p := &placement{gpuModel: g.model, mark: len(s.undo)}
@@ -393,9 +393,8 @@ func (s *sched) placeShared(pj *pjob, f *feasibility) (*placement, []Reason) {
 		for i, ci := range f.classes {
 			cl := s.c.classes[ci]
 			share := f.shareOf[i]
-			if _, ok := s.admitCached(pj, cl.gpuModel, share*float64(pj.job.Spec.Replicas)); !ok {
-				why, _ := pj.q.admit(cl.gpuModel, share*float64(pj.job.Spec.Replicas))
-				quotaWhy = appendReason(quotaWhy, Reason{Scope: "queue/" + pj.q.name, Message: why})
+			if why, ok := s.admit(pj, cl.gpuModel, share*float64(pj.job.Spec.Replicas)); !ok {
+				quotaWhy = appendReason(quotaWhy, why)
 				continue
 			}
 			for _, ni := range cl.nodes {

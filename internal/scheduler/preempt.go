@@ -176,6 +176,10 @@ func (s *sched) fitsWith(pj *pjob, f *feasibility, victims []*liveRef) bool {
 			}
 			qu = append(qu, quotaUndo{vq, key, r.gpus})
 		}
+		if vp := s.projects[r.job.Project]; vp != nil {
+			vp.charge(r.gpuMdl, -r.gpus)
+			defer vp.charge(r.gpuMdl, r.gpus)
+		}
 	}
 	p, _ := s.place(pj, f)
 	s.rollback(mark)

@@ -105,6 +105,78 @@ func (q *queueState) charge(m string, amount float64, capacity map[string]float6
 	}
 }
 
+// Reason codes of quota verdicts.
+const (
+	ReasonQueueQuota   = "queue-quota"
+	ReasonProjectQuota = "project-quota"
+)
+
+// projectState is one project's GPU quota (Project.spec.quota) during a
+// pass: a cap on the GPUs its jobs hold across every queue, per GPU model
+// or "*" for any model it does not list. As with a queue, a model it
+// neither lists nor covers with "*" has a quota of 0. Unlike a queue's
+// quota it lends nothing and borrows nothing.
+type projectState struct {
+	name  string
+	quota map[string]float64
+	used  map[string]float64 // by quota key
+}
+
+func buildProjects(snap *state.Snapshot) map[string]*projectState {
+	if len(snap.ProjectQuota) == 0 {
+		return nil
+	}
+	out := make(map[string]*projectState, len(snap.ProjectQuota))
+	for name, quota := range snap.ProjectQuota {
+		if len(quota) == 0 {
+			continue
+		}
+		p := &projectState{name: name, quota: quota, used: map[string]float64{}}
+		for m, v := range snap.ProjectUse[name] {
+			p.charge(m, v)
+		}
+		out[name] = p
+	}
+	return out
+}
+
+// key is the quota line GPUs of model m count against.
+func (p *projectState) key(m string) string {
+	if _, ok := p.quota[m]; ok {
+		return m
+	}
+	if _, ok := p.quota[model.AnyGPU]; ok {
+		return model.AnyGPU
+	}
+	return m
+}
+
+// admit says whether the project may hold amount more GPUs of model m,
+// and why not. A nil project (no quota) admits everything.
+func (p *projectState) admit(m string, amount float64) (string, bool) {
+	if p == nil {
+		return "", true
+	}
+	key := p.key(m)
+	quota, used := p.quota[key], p.used[key]
+	if used+amount <= quota+eps {
+		return "", true
+	}
+	label := key
+	if key == model.AnyGPU {
+		label = "any GPU (*)"
+	}
+	return fmt.Sprintf("project %s's quota (Project.spec.quota) for %s is %g GPUs, %g in use, job needs %g; it starts when the project's other jobs free GPUs", p.name, label, quota, used, amount), false
+}
+
+// charge counts amount GPUs of model m against the project (nil: none).
+func (p *projectState) charge(m string, amount float64) {
+	if p == nil {
+		return
+	}
+	p.used[p.key(m)] += amount
+}
+
 // fairKey orders queues: the lowest weighted dominant share (current
 // allocation plus decayed past usage) goes next.
 func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
@@ -115,7 +187,7 @@ func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
 // The returned order breaks ties between queues of equal fair share: it is
 // a shuffle seeded by seed and the snapshot's version, so no queue wins
 // every tie by its name, while one snapshot and seed always give one order.
-func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Time, seed int64) (map[string]*queueState, []*queueState) {
+func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64) (map[string]*queueState, []*queueState) {
 	qs := map[string]*queueState{}
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
@@ -184,6 +256,7 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, now time.Tim
 			qs[q.name] = q
 		}
 		pjs[i] = newPJob(j, q, now)
+		pjs[i].proj = projects[j.Project]
 		q.pending++
 	}
 	for i := range pjs {
@@ -225,8 +298,9 @@ func tieRank(seed int64, version uint64, name string) uint64 {
 type pjob struct {
 	job         *model.Job
 	q           *queueState
-	prio        int     // class value
-	eff         float64 // aged priority, for order
+	proj        *projectState // nil: the project has no quota
+	prio        int           // class value
+	eff         float64       // aged priority, for order
 	preemptible bool
 	g           int     // whole GPUs per replica
 	share       float64 // fraction of one GPU per replica, when 0 < gpus < 1

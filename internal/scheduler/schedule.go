@@ -26,9 +26,11 @@ type sched struct {
 	c      *cluster
 	queues map[string]*queueState
 	order  []*queueState
-	plan   *Plan
-	feas   map[fitKey]*feasibility
-	undo   []undoEntry
+	// projects are the projects with a quota (Project.spec.quota).
+	projects map[string]*projectState
+	plan     *Plan
+	feas     map[fitKey]*feasibility
+	undo     []undoEntry
 
 	live        *liveIndex // built on first need
 	preemptors  int
@@ -80,7 +82,8 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
 	s.c = newCluster(snap)
-	s.queues, s.order = buildQueues(snap, s.c.capacity, now, seed)
+	s.projects = buildProjects(snap)
+	s.queues, s.order = buildQueues(snap, s.c.capacity, s.projects, now, seed)
 	s.applyNominations()
 	for {
 		q := s.nextQueue()
@@ -129,6 +132,13 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
+	if r, blocked := s.projectBlocked(pj); blocked {
+		// Over its project's quota on every model it could use: no
+		// placement, preemption, reservation or new capacity helps.
+		v.Reasons = []Reason{r}
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
 	// Verdicts share reason slices (one per pass here, one per job shape
 	// below): nothing changes a verdict's reasons in place, and the
 	// slices are clipped, so a verdict that adds reasons copies them first.
@@ -169,6 +179,39 @@ func (s *sched) schedule(pj *pjob, position int) {
 	s.plan.Verdicts[job.ID] = v
 }
 
+// projectBlocked reports whether pj's project quota refuses it on every
+// GPU model it could use, with the reason for the first such model.
+func (s *sched) projectBlocked(pj *pjob) (Reason, bool) {
+	p := pj.proj
+	if p == nil || (pj.g == 0 && pj.share == 0) {
+		return Reason{}, false
+	}
+	amount := float64(pj.g * pj.job.Spec.Replicas)
+	if pj.share > 0 {
+		amount = pj.share * float64(pj.job.Spec.Replicas)
+	}
+	models := pj.job.Spec.Resources.GPU.Models
+	if len(models) == 0 {
+		// Any model: those the quota lists ("*" standing for the rest;
+		// without it the rest have none).
+		for m := range p.quota {
+			models = append(models, m)
+		}
+		slices.Sort(models)
+	}
+	var first Reason
+	for i, m := range models {
+		why, ok := s.admit(pj, m, amount)
+		if ok || why.Code != ReasonProjectQuota {
+			return Reason{}, false
+		}
+		if i == 0 {
+			first = why
+		}
+	}
+	return first, true
+}
+
 func (s *sched) anyShared() bool {
 	for _, cl := range s.c.classes {
 		if cl.shared {
@@ -178,9 +221,16 @@ func (s *sched) anyShared() bool {
 	return false
 }
 
-// admitCached checks quota for amount GPUs of model m.
-func (s *sched) admitCached(pj *pjob, m string, amount float64) (string, bool) {
-	return pj.q.admit(m, amount)
+// admit checks the job's project quota, then its queue's, for amount more
+// GPUs of model m, and says why not.
+func (s *sched) admit(pj *pjob, m string, amount float64) (Reason, bool) {
+	if why, ok := pj.proj.admit(m, amount); !ok {
+		return Reason{Scope: "project/" + pj.proj.name, Code: ReasonProjectQuota, Message: why}, false
+	}
+	if why, ok := pj.q.admit(m, amount); !ok {
+		return Reason{Scope: "queue/" + pj.q.name, Code: ReasonQueueQuota, Message: why}, false
+	}
+	return Reason{}, true
 }
 
 func (s *sched) commit(pj *pjob, p *placement) {
@@ -194,6 +244,7 @@ func (s *sched) commit(pj *pjob, p *placement) {
 	}
 	if total > 0 {
 		pj.q.charge(p.gpuModel, total, s.c.capacity)
+		pj.proj.charge(p.gpuModel, total)
 	}
 	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas})
 	s.undo = s.undo[:0]

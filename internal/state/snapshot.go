@@ -25,6 +25,11 @@ type Snapshot struct {
 	Queues []*model.Queue
 	// QueueUse is the GPUs live attempts hold, by queue then GPU model.
 	QueueUse map[string]map[string]float64
+	// ProjectQuota is each declared project's GPU quota by GPU model (or
+	// model.AnyGPU for any model it does not list); ProjectUse is the GPUs
+	// live attempts hold, by project then GPU model.
+	ProjectQuota map[string]map[string]float64
+	ProjectUse   map[string]map[string]float64
 	// Usage is each queue's decayed past GPU-hours, for fair share;
 	// HalfLife is the decay the scheduler applies up to its now.
 	Usage    map[string]DecayedUsage
@@ -102,6 +107,8 @@ func (s *State) Snapshot() *Snapshot {
 		}
 		snap.QueueUse[q] = c
 	}
+	snap.ProjectQuota = s.projectQuota
+	snap.ProjectUse = copyUse(s.projectUse)
 	snap.Usage = make(map[string]DecayedUsage, len(s.usage))
 	for q, u := range s.usage {
 		snap.Usage[q] = u
@@ -123,6 +130,18 @@ func (s *State) Snapshot() *Snapshot {
 		}
 	}
 	return snap
+}
+
+func copyUse(use map[string]map[string]float64) map[string]map[string]float64 {
+	out := make(map[string]map[string]float64, len(use))
+	for k, u := range use {
+		c := make(map[string]float64, len(u))
+		for m, v := range u {
+			c[m] = v
+		}
+		out[k] = c
+	}
+	return out
 }
 
 func (e *nodeEntry) buildView() NodeView {

@@ -45,6 +45,11 @@ type State struct {
 	// queueUse is the GPUs live attempts hold, by queue and GPU model,
 	// kept in step with every attempt change so a snapshot copies it.
 	queueUse map[string]map[string]float64
+	// projectQuota is each project's Project.spec.quota (replaced, never
+	// modified, so snapshots share it); projectUse the GPUs live attempts
+	// hold, by project and GPU model, kept like queueUse.
+	projectQuota map[string]map[string]float64
+	projectUse   map[string]map[string]float64
 	// usage is each queue's decayed GPU-hours (fair share's history).
 	usage    map[string]DecayedUsage
 	halfLife time.Duration
@@ -122,8 +127,10 @@ func New() *State {
 		orphans:  map[string][]*model.Attempt{},
 		shapes:   map[string]int{},
 		queueUse: map[string]map[string]float64{},
-		usage:    map[string]DecayedUsage{},
-		halfLife: DefaultHalfLife,
+
+		projectUse: map[string]map[string]float64{},
+		usage:      map[string]DecayedUsage{},
+		halfLife:   DefaultHalfLife,
 
 		arrays:      map[string][]string{},
 		nominations: map[string]Nomination{},
@@ -167,6 +174,23 @@ func (s *State) QueueUse(queue string) map[string]float64 {
 	return out
 }
 
+// SetProjectQuotas replaces the declared projects' GPU quotas: project →
+// GPU model (or model.AnyGPU) → GPUs. The map is kept, not copied: the
+// caller must not modify it afterwards.
+func (s *State) SetProjectQuotas(q map[string]map[string]float64) {
+	s.version++
+	s.projectQuota = q
+}
+
+// ProjectUse returns the GPUs live attempts of a project hold, by GPU model.
+func (s *State) ProjectUse(project string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range s.projectUse[project] {
+		out[k] = v
+	}
+	return out
+}
+
 // AddUsage adds GPU-hours to a queue's decayed usage at time at.
 func (s *State) AddUsage(queue string, gpuHours float64, at time.Time) {
 	s.version++
@@ -198,24 +222,33 @@ func (s *State) hold(e *nodeEntry, attemptID string, r model.Replica, job *model
 	if job != nil {
 		e.usedCPU += sign * job.Spec.Resources.CPU
 		e.usedMem += model.Bytes(sign) * job.Spec.Resources.Memory
-		use := s.queueUse[job.Spec.Queue]
-		if use == nil {
-			use = map[string]float64{}
-			s.queueUse[job.Spec.Queue] = use
-		}
 		for _, g := range r.GPUs {
 			m := gpuModel(e.node, g)
 			amount := 1.0
 			if r.GPUShare > 0 {
 				amount = r.GPUShare
 			}
-			use[m] += sign * amount
-			if use[m] <= 1e-9 {
-				delete(use, m)
-			}
+			addUse(s.queueUse, job.Spec.Queue, m, sign*amount)
+			addUse(s.projectUse, job.Project, m, sign*amount)
 		}
 	}
 	e.viewOK = false
+}
+
+// addUse adds amount GPUs of model m to use[key], dropping what reaches 0.
+func addUse(use map[string]map[string]float64, key, m string, amount float64) {
+	u := use[key]
+	if u == nil {
+		u = map[string]float64{}
+		use[key] = u
+	}
+	u[m] += amount
+	if u[m] <= 1e-9 {
+		delete(u, m)
+		if len(u) == 0 {
+			delete(use, key)
+		}
+	}
 }
 
 func gpuModel(n *model.Node, idx int) string {
