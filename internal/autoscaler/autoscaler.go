@@ -36,9 +36,9 @@ type Node struct {
 	// stopped being busy (or became ready).
 	Busy      bool
 	IdleSince time.Time
-	// FreeGPUs is what pending work could still use (launching nodes:
-	// their whole GPU count minus what Decide packed on them earlier is
-	// computed here, so pass the instance's GPU count).
+	// FreeGPUs is what pending work could still use. For a launching node
+	// pass the instance's whole GPU count: Decide takes off what the
+	// pending jobs it was launched for (ForJobs) will hold.
 	FreeGPUs int
 	// ForJobs are the pending jobs it was launched for.
 	ForJobs []string
@@ -235,15 +235,27 @@ func Decide(in Input) []Action {
 	}
 	inflight := map[string][]*slot{}
 	covered := map[string]bool{}
+	pendingByID := make(map[string]*Pending, len(in.Pending))
+	for i := range in.Pending {
+		pendingByID[in.Pending[i].JobID] = &in.Pending[i]
+	}
 	for _, n := range in.Nodes {
 		if n.State != model.NodeLaunching || gone[n.ID] {
 			continue
 		}
+		// Launching capacity counts once: what the jobs it was bought
+		// for will hold is not free for others (a job no longer pending
+		// holds nothing of it).
+		free := n.FreeGPUs
 		for _, j := range n.ForJobs {
 			covered[j] = true
+			if pj, ok := pendingByID[j]; ok {
+				need := max(pj.GPUs, 1)
+				free -= need * min(max(pj.Replicas, 1), max(n.FreeGPUs/need, 1))
+			}
 		}
 		k := OfferKey(n.Offer)
-		inflight[k] = append(inflight[k], &slot{free: n.FreeGPUs, act: -1})
+		inflight[k] = append(inflight[k], &slot{free: max(free, 0), act: -1})
 	}
 	for _, pj := range in.Pending {
 		if covered[pj.JobID] {

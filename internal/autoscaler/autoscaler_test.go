@@ -89,6 +89,25 @@ func TestDecide(t *testing.T) {
 				Nodes:   []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0, FreeGPUs: 8, ForJobs: []string{"j1"}}},
 				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
 		},
+		"a booting node counts once: the second job waits for it only if it has room for both": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
+				Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0, FreeGPUs: 8, ForJobs: []string{"j1"}}},
+				Pending: []Pending{
+					{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}},
+					{JobID: "j2", Replicas: 1, GPUs: 1, Offers: []model.Offer{a1}},
+				}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j2]"},
+		},
+		"a booting node with room takes the second job": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
+				Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeLaunching, Offer: a1, LaunchedAt: t0, FreeGPUs: 8, ForJobs: []string{"j1", "gone"}}},
+				Pending: []Pending{
+					{JobID: "j1", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+					{JobID: "j2", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+					{JobID: "j3", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
+				}},
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j3]"},
+		},
 		"failover: same region other zone first": {
 			in:   Input{Now: t0, Memory: failedA1, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{g1, a3, a1, a2}}}},
 			want: []string{"launch p 1xaws/us-east-1/us-east-1b/g8/on-demand jobs=[j1] failover"},
