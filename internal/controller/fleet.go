@@ -44,6 +44,7 @@ func (c *Controller) loadRevisions(revs []*model.Revision) error {
 		c.fleet.advance(r, set)
 	}
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
+	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	c.warnInlineWebhooksLocked()
 	return nil
 }
@@ -108,6 +109,15 @@ func projectQuotas(ps []*model.Project) map[string]map[string]float64 {
 		if len(p.Spec.Quota) > 0 {
 			out[p.Name] = p.Spec.Quota
 		}
+	}
+	return out
+}
+
+// priorityClasses are the classes the set declares, by name.
+func priorityClasses(set *manifest.Set) []model.PriorityClass {
+	out := make([]model.PriorityClass, 0, len(set.PriorityClasses))
+	for i := range set.PriorityClasses {
+		out = append(out, set.PriorityClasses[i].Class())
 	}
 	return out
 }
@@ -275,6 +285,7 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	}
 	c.fleet.advance(rev, desired)
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
+	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	b.Revisions = []*model.Revision{rev}
 	c.adoptStaticLocked(b)
 	if c.cfg.PoolsChanged != nil {

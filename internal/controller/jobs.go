@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/audit"
@@ -38,13 +39,38 @@ type Submission struct {
 	Audit *model.AuditEntry
 }
 
+// checkSchedulingLocked refuses a job naming a queue or priority class
+// this server does not know: it would only wait, forever. Callers hold c.mu.
+func (c *Controller) checkSchedulingLocked(s *Submission) model.FieldErrors {
+	var fe model.FieldErrors
+	if q := s.Spec.Queue; q != "" && q != model.DefaultQueue {
+		if _, ok := c.st.Queue(q); !ok {
+			names := []string{model.DefaultQueue}
+			for _, x := range c.st.Queues() {
+				if x.Name != model.DefaultQueue {
+					names = append(names, x.Name)
+				}
+			}
+			fe.Add("spec.queue", fmt.Sprintf("queue %q does not exist (queues: %s); create it (gpufleet queues apply -f queue.yaml, or a Queue in the fleet) or submit to %q",
+				q, strings.Join(names, ", "), model.DefaultQueue))
+		}
+	}
+	if p := s.Spec.Priority; p != "" {
+		if _, ok := model.ResolvePriorityClass(c.st.PriorityClasses(), p); !ok {
+			fe.Add("spec.priority", fmt.Sprintf("priority class %q does not exist (classes: %s); declare it in the fleet (kind: PriorityClass) or use one of these",
+				p, strings.Join(model.PriorityClassNames(c.st.PriorityClasses()), ", ")))
+		}
+	}
+	return fe
+}
+
 // Submit records a new queued job durably. created is false when an earlier
 // submission with the same idempotency key made the job.
 func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, created bool, err error) {
 	now := c.cfg.Clock.Now()
 	offers := c.hardBudgetOffers(ctx)
 	c.mu.Lock()
-	if fe := append(c.admitLocked(&s), c.checkSecretsLocked(&s)...); len(fe) > 0 {
+	if fe := append(append(c.admitLocked(&s), c.checkSecretsLocked(&s)...), c.checkSchedulingLocked(&s)...); len(fe) > 0 {
 		c.mu.Unlock()
 		return nil, false, fe
 	}

@@ -105,6 +105,8 @@ func Plan(current, desired *manifest.Set, offers Offers) Result {
 		func(d manifest.Project) string { return d.Metadata.Name }, nil)
 	diffKind(&r.Changes, manifest.KindBudget, current.Budgets, desired.Budgets,
 		func(d manifest.Budget) string { return d.Metadata.Name }, nil)
+	diffKind(&r.Changes, manifest.KindPriorityClass, current.PriorityClasses, desired.PriorityClasses,
+		func(d manifest.PriorityClass) string { return d.Metadata.Name }, nil)
 	for _, d := range desired.NodePools {
 		c := PoolCost(d.Spec, offers)
 		r.MinPerHour += c.MinPerHour

@@ -22,6 +22,9 @@ const (
 	KindQueue    = "Queue"
 	KindProject  = "Project"
 	KindBudget   = "Budget"
+	// KindPriorityClass declares a priority class (name, value,
+	// preemptible) that jobs may name in spec.priority.
+	KindPriorityClass = "PriorityClass"
 )
 
 // ObjectMeta names a declared fleet object.
@@ -52,6 +55,25 @@ type Project struct {
 	Kind       string            `json:"kind"`
 	Metadata   ObjectMeta        `json:"metadata"`
 	Spec       model.ProjectSpec `json:"spec"`
+}
+
+// PriorityClass is a manifest of kind PriorityClass.
+type PriorityClass struct {
+	APIVersion string                  `json:"apiVersion"`
+	Kind       string                  `json:"kind"`
+	Metadata   ObjectMeta              `json:"metadata"`
+	Spec       model.PriorityClassSpec `json:"spec"`
+}
+
+// Validate reports every problem in d.
+func (d *PriorityClass) Validate(func(string) bool) model.FieldErrors {
+	fe := validateObject(d.APIVersion, d.Kind, KindPriorityClass, d.Metadata)
+	return append(fe, d.Spec.Validate("spec")...)
+}
+
+// Class is the model's view of d.
+func (d *PriorityClass) Class() model.PriorityClass {
+	return model.PriorityClass{Name: d.Metadata.Name, Value: d.Spec.Value, Preemptible: d.Spec.Preemptible != nil && *d.Spec.Preemptible}
 }
 
 // Validate reports every problem in d (see model.NodePoolSpec.Validate for
@@ -92,10 +114,15 @@ type Set struct {
 	Queues    []Queue    `json:"queues,omitempty"`
 	Projects  []Project  `json:"projects,omitempty"`
 	Budgets   []Budget   `json:"budgets,omitempty"`
+	// PriorityClasses come last in Documents, so the digests of sets
+	// recorded before the kind existed do not change.
+	PriorityClasses []PriorityClass `json:"priorityClasses,omitempty"`
 }
 
 // Len counts the documents in s.
-func (s *Set) Len() int { return len(s.NodePools) + len(s.Queues) + len(s.Projects) + len(s.Budgets) }
+func (s *Set) Len() int {
+	return len(s.NodePools) + len(s.Queues) + len(s.Projects) + len(s.Budgets) + len(s.PriorityClasses)
+}
 
 // sort orders each kind by name.
 func (s *Set) sort() {
@@ -103,6 +130,7 @@ func (s *Set) sort() {
 	slices.SortStableFunc(s.Queues, func(a, b Queue) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.Projects, func(a, b Project) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.Budgets, func(a, b Budget) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	slices.SortStableFunc(s.PriorityClasses, func(a, b PriorityClass) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 }
 
 // Documents returns s as canonical JSON documents, NodePools, then Queues,
@@ -130,6 +158,9 @@ func (s *Set) Documents() ([]json.RawMessage, string) {
 	for _, d := range s.Budgets {
 		add(d)
 	}
+	for _, d := range s.PriorityClasses {
+		add(d)
+	}
 	h := sha256.New()
 	for _, d := range docs {
 		h.Write(d)
@@ -148,8 +179,9 @@ type header struct {
 }
 
 // ParseDocument decodes one fleet document strictly, by its kind, fills
-// defaults and validates it. It returns *NodePool, *Queue or *Project, or
-// every problem, with paths from the document's root.
+// defaults and validates it. It returns *NodePool, *Queue, *Project,
+// *Budget or *PriorityClass, or every problem, with paths from the
+// document's root.
 func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any, model.FieldErrors) {
 	return parseDocument(data, format, knownGPU, false)
 }
@@ -175,8 +207,10 @@ func parseDocument(data []byte, format Format, knownGPU func(string) bool, store
 		return nil, model.FieldErrors{{Path: "kind", Message: "Job manifests are submitted with `gpufleet run -f`, not declared in the fleet"}}
 	case KindBudget:
 		doc = &Budget{}
+	case KindPriorityClass:
+		doc = &PriorityClass{}
 	default:
-		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project or Budget" + got(h.Kind)}}
+		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project, Budget or PriorityClass" + got(h.Kind)}}
 	}
 	fe := decode(data, format, reflect.ValueOf(doc).Elem())
 	if np, ok := doc.(*NodePool); ok {
@@ -311,6 +345,9 @@ func parse(sources []Source, knownGPU func(string) bool, stored bool) (*Set, mod
 			case *Budget:
 				kind, name = KindBudget, v.Metadata.Name
 				set.Budgets = append(set.Budgets, *v)
+			case *PriorityClass:
+				kind, name = KindPriorityClass, v.Metadata.Name
+				set.PriorityClasses = append(set.PriorityClasses, *v)
 			}
 			at := fmt.Sprintf("%s[%d]", src.Name, i)
 			if first, dup := where[kind+"/"+name]; dup {

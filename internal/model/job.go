@@ -376,12 +376,10 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 		}
 	}
 	if s.Priority != "" {
-		if _, ok := LookupPriorityClass(s.Priority); !ok {
-			names := make([]string, len(PriorityClasses))
-			for i, c := range PriorityClasses {
-				names[i] = c.Name
-			}
-			fe.Add(p("priority"), "must be one of "+strings.Join(names, ", "))
+		// Declared classes are the server's to know (see
+		// ResolvePriorityClass); here only the form is checked.
+		if _, ok := LookupPriorityClass(s.Priority); !ok && !nameRE.MatchString(s.Priority) {
+			fe.Add(p("priority"), "must be a priority class: one of "+strings.Join(PriorityClassNames(nil), ", ")+", or one the fleet declares (kind: PriorityClass)")
 		}
 	}
 	for i, d := range s.After {

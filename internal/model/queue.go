@@ -129,6 +129,58 @@ var PriorityClasses = []PriorityClass{
 	{Name: "critical", Value: 10000, Preemptible: false},
 }
 
+// PriorityClassSpec is what a PriorityClass manifest declares: an admin's
+// class beside (or in place of) a built-in one of the same name.
+type PriorityClassSpec struct {
+	// Value orders jobs (higher first) and decides preemption: a job may
+	// preempt preemptible work of a lower value in its queue.
+	Value int `json:"value"`
+	// Preemptible says whether work of this class may be stopped for
+	// higher-value work. Required: a class says which it is.
+	Preemptible *bool `json:"preemptible"`
+}
+
+// MaxPriorityValue bounds a declared class's value either way.
+const MaxPriorityValue = 1_000_000_000
+
+// Validate reports every problem in s, with paths under prefix.
+func (s *PriorityClassSpec) Validate(prefix string) FieldErrors {
+	var fe FieldErrors
+	if s.Value < -MaxPriorityValue || s.Value > MaxPriorityValue {
+		fe.Add(prefix+".value", fmt.Sprintf("must be between %d and %d", -MaxPriorityValue, MaxPriorityValue))
+	}
+	if s.Preemptible == nil {
+		fe.Add(prefix+".preemptible", "is required: true (work of this class may be preempted) or false")
+	}
+	return fe
+}
+
+// ResolvePriorityClass returns the class called name: a declared one
+// (the fleet's PriorityClass documents) first, else a built-in one.
+func ResolvePriorityClass(declared []PriorityClass, name string) (PriorityClass, bool) {
+	for _, c := range declared {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return LookupPriorityClass(name)
+}
+
+// PriorityClassNames lists the built-in classes, then the declared ones
+// that are not built-in, for messages.
+func PriorityClassNames(declared []PriorityClass) []string {
+	names := make([]string, 0, len(PriorityClasses)+len(declared))
+	for _, c := range PriorityClasses {
+		names = append(names, c.Name)
+	}
+	for _, c := range declared {
+		if _, builtin := LookupPriorityClass(c.Name); !builtin {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
+
 // LookupPriorityClass returns the built-in class called name.
 func LookupPriorityClass(name string) (PriorityClass, bool) {
 	for _, c := range PriorityClasses {

@@ -19,6 +19,7 @@ type liveRef struct {
 	job      *model.Job
 	queue    string
 	prio     int
+	class    string
 	preempt  bool
 	end      time.Time // zero: unknown
 	lost     time.Duration
@@ -42,11 +43,8 @@ func (s *sched) liveIdx() *liveIndex {
 		if j == nil {
 			continue
 		}
-		pc, ok := model.LookupPriorityClass(j.Spec.Priority)
-		if !ok {
-			pc, _ = model.LookupPriorityClass(model.DefaultPriority)
-		}
-		r := &liveRef{attempt: a, job: j, queue: j.Spec.Queue, prio: pc.Value, preempt: pc.Preemptible, masks: map[int32]uint64{}}
+		pc := classOf(s.snap.PriorityClasses, j.Spec.Priority)
+		r := &liveRef{attempt: a, job: j, queue: j.Spec.Queue, prio: pc.Value, class: pc.Name, preempt: pc.Preemptible, masks: map[int32]uint64{}}
 		r.stopping = a.Stop
 		start := a.CreatedAt
 		if a.StartedAt != nil {
@@ -79,8 +77,12 @@ func (s *sched) liveIdx() *liveIndex {
 			li.byNode[ni] = append(li.byNode[ni], r)
 		}
 		li.all = append(li.all, r)
-		if q := s.queues[r.queue]; q != nil && r.preempt && !r.stopping {
-			q.minLive = min(q.minLive, r.prio)
+		if q := s.queues[r.queue]; q != nil && !r.stopping {
+			if r.preempt {
+				q.minLive = min(q.minLive, r.prio)
+			} else {
+				q.minFixed = min(q.minFixed, r.prio)
+			}
 		}
 	}
 	s.live = li

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,6 +25,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	li := s.liveIdx()
 	q := pj.q
 	if q.minLive >= pj.prio && q.cohort == nil && !s.anyReleasing() {
+		s.explainFixed(pj, f, v)
 		return false
 	}
 	inClass := make(map[int32]bool, len(f.classes))
@@ -73,6 +75,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		return true
 	}
 	if len(cands) == 0 {
+		s.explainFixed(pj, f, v)
 		return false
 	}
 	sort.SliceStable(cands, func(a, b int) bool {
@@ -99,6 +102,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		}
 	}
 	if !fits {
+		s.explainFixed(pj, f, v)
 		return false
 	}
 	// Drop every victim the job fits without, latest first.
@@ -129,6 +133,41 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	}
 	v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("preempting %s; starts once they save a checkpoint and stop", strings.Join(names, ", "))}}, v.Reasons...)
 	return true
+}
+
+// ReasonNonPreemptible codes a verdict line saying the only work a job
+// could preempt is of non-preemptible classes.
+const ReasonNonPreemptible = "non-preemptible"
+
+// explainFixed adds, when pj found no victims, whether lower-priority work
+// of its queue holds its nodes in classes that are not preemptible: the
+// job would preempt it, but policy forbids.
+func (s *sched) explainFixed(pj *pjob, f *feasibility, v *Verdict) {
+	if pj.q.minFixed >= pj.prio {
+		return
+	}
+	inClass := make(map[int32]bool, len(f.classes))
+	for _, ci := range f.classes {
+		inClass[ci] = true
+	}
+	n := 0
+	var classes []string
+	for _, r := range s.liveIdx().all {
+		if r.preempt || r.stopping || r.queue != pj.q.name || r.prio >= pj.prio || !s.onClasses(r, inClass) {
+			continue
+		}
+		n++
+		if !slices.Contains(classes, r.class) {
+			classes = append(classes, r.class)
+		}
+	}
+	if n == 0 {
+		return
+	}
+	sort.Strings(classes)
+	v.Reasons = append(v.Reasons, Reason{Scope: "job", Code: ReasonNonPreemptible, Message: fmt.Sprintf(
+		"would preempt only non-preemptible work: %d lower-priority attempts on matching nodes are of class %s, which is not preemptible",
+		n, strings.Join(classes, ", "))})
 }
 
 func (s *sched) anyReleasing() bool {

@@ -43,6 +43,9 @@ type queueState struct {
 	// reservation this pass (EASY: one per queue).
 	reserved bool
 	minLive  int // lowest live priority value, for preemption eligibility
+	// minFixed is the lowest value of live non-preemptible work, to
+	// explain a preemption that policy forbids.
+	minFixed int
 }
 
 type cohortState struct {
@@ -192,7 +195,7 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
 		return &queueState{name: name, weight: 1, nominal: map[string]float64{}, limit: map[string]float64{},
-			used: map[string]float64{}, alloc: map[string]float64{}, minLive: int(^uint(0) >> 1)}
+			used: map[string]float64{}, alloc: map[string]float64{}, minLive: int(^uint(0) >> 1), minFixed: int(^uint(0) >> 1)}
 	}
 	for _, mq := range snap.Queues {
 		q := newQ(mq.Name)
@@ -255,7 +258,7 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 			q.missing = true
 			qs[q.name] = q
 		}
-		pjs[i] = newPJob(j, q, now)
+		pjs[i] = newPJob(j, q, snap.PriorityClasses, now)
 		pjs[i].proj = projects[j.Project]
 		q.pending++
 	}
@@ -308,11 +311,18 @@ type pjob struct {
 	spot        model.SpotPolicy // EffectiveSpot
 }
 
-func newPJob(j *model.Job, q *queueState, now time.Time) pjob {
-	pc, ok := model.LookupPriorityClass(j.Spec.Priority)
-	if !ok {
-		pc, _ = model.LookupPriorityClass(model.DefaultPriority)
+// classOf is the priority class called name: declared, else built-in,
+// else the default class (a class removed from the fleet since).
+func classOf(declared []model.PriorityClass, name string) model.PriorityClass {
+	if pc, ok := model.ResolvePriorityClass(declared, name); ok {
+		return pc
 	}
+	pc, _ := model.ResolvePriorityClass(declared, model.DefaultPriority)
+	return pc
+}
+
+func newPJob(j *model.Job, q *queueState, classes []model.PriorityClass, now time.Time) pjob {
+	pc := classOf(classes, j.Spec.Priority)
 	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
 	pj.eff = float64(pc.Value)
 	pj.spot = EffectiveSpot(j, pj.runtime, now)

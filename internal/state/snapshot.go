@@ -30,6 +30,9 @@ type Snapshot struct {
 	// live attempts hold, by project then GPU model.
 	ProjectQuota map[string]map[string]float64
 	ProjectUse   map[string]map[string]float64
+	// PriorityClasses are the fleet's declared classes, resolved before
+	// the built-in ones (model.ResolvePriorityClass).
+	PriorityClasses []model.PriorityClass
 	// Usage is each queue's decayed past GPU-hours, for fair share;
 	// HalfLife is the decay the scheduler applies up to its now.
 	Usage    map[string]DecayedUsage
@@ -108,6 +111,7 @@ func (s *State) Snapshot() *Snapshot {
 		snap.QueueUse[q] = c
 	}
 	snap.ProjectQuota = s.projectQuota
+	snap.PriorityClasses = s.priorityClasses
 	snap.ProjectUse = copyUse(s.projectUse)
 	snap.Usage = make(map[string]DecayedUsage, len(s.usage))
 	for q, u := range s.usage {

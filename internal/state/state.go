@@ -50,6 +50,9 @@ type State struct {
 	// hold, by project and GPU model, kept like queueUse.
 	projectQuota map[string]map[string]float64
 	projectUse   map[string]map[string]float64
+	// priorityClasses are the fleet's declared classes (replaced, never
+	// modified).
+	priorityClasses []model.PriorityClass
 	// usage is each queue's decayed GPU-hours (fair share's history).
 	usage    map[string]DecayedUsage
 	halfLife time.Duration
@@ -181,6 +184,17 @@ func (s *State) SetProjectQuotas(q map[string]map[string]float64) {
 	s.version++
 	s.projectQuota = q
 }
+
+// SetPriorityClasses replaces the declared priority classes; the slice is
+// kept, not copied.
+func (s *State) SetPriorityClasses(pcs []model.PriorityClass) {
+	s.version++
+	s.priorityClasses = pcs
+}
+
+// PriorityClasses returns the declared priority classes (not the built-in
+// ones); the caller must not modify them.
+func (s *State) PriorityClasses() []model.PriorityClass { return s.priorityClasses }
 
 // ProjectUse returns the GPUs live attempts of a project hold, by GPU model.
 func (s *State) ProjectUse(project string) map[string]float64 {
