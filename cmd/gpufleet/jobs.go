@@ -192,10 +192,17 @@ func newJobsLogsCmd(g *globals) *cobra.Command {
 func followJob(cmd *cobra.Command, c *client.Client, id string, rank int) (*api.JobView, error) {
 	ctx := cmd.Context()
 	attempt := 0
+	waiting := ""
 	for {
 		v, err := c.Job(ctx, id)
 		if err != nil {
 			return nil, err
+		}
+		if line, changed := waitingLine(waiting, v); changed {
+			waiting = line
+			if line != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: %s waits: %s\n", id, line)
+			}
 		}
 		switch {
 		case v.Attempts > attempt:
@@ -217,6 +224,20 @@ func followJob(cmd *cobra.Command, c *client.Client, id string, rank int) (*api.
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// waitingLine is why a queued job waits in one line (its verdict's
+// summary), and whether it differs from prev, the line last printed; ""
+// once the job no longer waits.
+func waitingLine(prev string, v *api.JobView) (string, bool) {
+	line := ""
+	if v.State == model.JobQueued && v.Pending != nil {
+		line = v.Pending.Summary()
+		if v.Pending.Position > 0 {
+			line = fmt.Sprintf("#%d in queue %s; %s", v.Pending.Position, v.Pending.Queue, line)
+		}
+	}
+	return line, line != prev
 }
 
 func newJobsCancelCmd(g *globals) *cobra.Command {

@@ -214,7 +214,7 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 	c.mu.Lock()
 	c.st.Jobs(func(j *model.Job) bool {
 		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Projects == nil || f.Projects[j.Project]) && (f.Array == "" || j.ArrayID == f.Array) {
-			out = append(out, j)
+			out = append(out, c.withWaitReasonLocked(j))
 		}
 		return true
 	})
@@ -224,6 +224,22 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 		out = out[:f.Limit]
 	}
 	return out
+}
+
+// withWaitReasonLocked is j, or for a queued job with a verdict from the
+// last pass a copy whose Reason is why it waits (Verdict.Summary), so
+// lists show it. Callers hold c.mu.
+func (c *Controller) withWaitReasonLocked(j *model.Job) *model.Job {
+	if j.State != model.JobQueued {
+		return j
+	}
+	v, ok := c.verdicts[j.ID]
+	if !ok || len(v.Reasons) == 0 {
+		return j
+	}
+	j = j.Clone()
+	j.Reason = v.Summary()
+	return j
 }
 
 // Attempts returns a job's attempts in order.

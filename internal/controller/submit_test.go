@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -61,5 +62,31 @@ func TestSubmitChecksQueueAndPriorityClass(t *testing.T) {
 				t.Errorf("refused fields (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestJobsListSaysWhyQueuedJobsWait: a queued job in a list carries the
+// short reason of its last verdict (issue #14 item 4: `jobs list` showed
+// "-" for every queued job).
+func TestJobsListSaysWhyQueuedJobsWait(t *testing.T) {
+	h := newHarness(t, newMemStore(), clock.NewFake(t0))
+	j := h.submit(model.JobSpec{Replicas: 1, Resources: model.Resources{GPUs: 1}, Run: model.RunSpec{Command: []string{"true"}}})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := h.c.Verdict(j.ID); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no verdict for the queued job")
+		}
+		h.await()
+	}
+	var got []string
+	for _, x := range h.c.Jobs(JobFilter{}) {
+		got = append(got, x.ID+" "+string(x.State)+": "+x.Reason)
+	}
+	want := []string{j.ID + " queued: no nodes are registered"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("jobs (-want +got):\n%s", diff)
 	}
 }

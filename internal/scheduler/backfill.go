@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/bits"
 	"sort"
 	"time"
 
@@ -104,6 +106,7 @@ type reservation struct {
 	node  int32
 	mask  uint64
 	start time.Time
+	job   string
 }
 
 // ReasonNoEstimate codes a verdict line saying a blocked job has no
@@ -213,11 +216,56 @@ func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 		ns := &s.c.nodes[c.node]
 		held := c.mask & ns.free
 		if held != 0 {
-			s.resv = append(s.resv, &reservation{node: c.node, mask: held, start: t})
+			s.resv = append(s.resv, &reservation{node: c.node, mask: held, start: t, job: pj.job.ID})
 			s.c.setFree(c.node, ns.free&^held)
 		}
 		s.plan.Reservations = append(s.plan.Reservations, Reservation{JobID: pj.job.ID, NodeID: s.c.node(c.node).ID, GPUs: indexes(c.mask), Start: t})
 	}
+}
+
+// ReasonReserved codes a verdict line naming GPUs a reservation holds on
+// the job's node group.
+const ReasonReserved = "reserved"
+
+// reservedReasons names the reservations that hold free GPUs on pj's
+// feasible node groups: per group and blocked job, how many GPUs and until
+// when.
+func (s *sched) reservedReasons(pj *pjob, f *feasibility) []Reason {
+	if len(s.resv) == 0 {
+		return nil
+	}
+	inClass := make(map[int32]bool, len(f.classes))
+	for _, ci := range f.classes {
+		inClass[ci] = true
+	}
+	type key struct {
+		cls int32
+		job string
+	}
+	count := map[key]int{}
+	start := map[key]time.Time{}
+	var order []key
+	for _, r := range s.resv {
+		if r.mask == 0 || r.job == pj.job.ID {
+			continue
+		}
+		k := key{s.c.nodes[r.node].cls, r.job}
+		if !inClass[k.cls] {
+			continue
+		}
+		if _, ok := count[k]; !ok {
+			order = append(order, k)
+		}
+		count[k] += bits.OnesCount64(r.mask)
+		start[k] = r.start
+	}
+	out := make([]Reason, 0, len(order))
+	for _, k := range order {
+		out = append(out, Reason{Scope: s.scopeOf(s.c.classes[k.cls]), Code: ReasonReserved, Message: fmt.Sprintf(
+			"%d GPUs reserved for %s until its estimated start at %s; a job whose runtime estimate ends it by then may use them",
+			count[k], k.job, start[k].UTC().Format(time.RFC3339))})
+	}
+	return out
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -73,3 +73,25 @@ func TestReservationsAreFeasibleAndAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainNamesReservations: a job kept off free GPUs by another job's
+// reservation is told whose and until when (issue #14 item 4).
+func TestExplainNamesReservations(t *testing.T) {
+	w := newWorld([]*model.Node{node("a", "H100", 8, 80*model.GiB)})
+	w.run(job("running", 1, 4, estimate(2*time.Hour)), now.Add(-time.Hour), "a", 0, 1, 2, 3)
+	w.submit(job("big", 2, 8), job("long", 3, 2, estimate(3*time.Hour)))
+	plan := Schedule(w.st.Snapshot(), nil, now, 1)
+	var got []string
+	for _, r := range plan.Verdicts["long"].Reasons {
+		if r.Scope == "node/a" {
+			got = append(got, r.Message)
+		}
+	}
+	want := []string{
+		"0 matching GPUs free, job needs 2",
+		"4 GPUs reserved for big until its estimated start at 2026-11-30T13:00:00Z; a job whose runtime estimate ends it by then may use them",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("long's node reasons (-want +got):\n%s", diff)
+	}
+}

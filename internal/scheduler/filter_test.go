@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -70,6 +71,51 @@ func TestVerdictsAreKeyedByWhatDecidesThem(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCapacityReasonsSayWhatIsShort: a node with enough GPUs free that
+// still cannot take the job says whether CPU, memory or a whole NVLink
+// domain is short, not all three at once (issue #14 item 4).
+func TestCapacityReasonsSayWhatIsShort(t *testing.T) {
+	tests := map[string]struct {
+		running *model.Job
+		gpus    []int
+		job     *model.Job
+		want    []string
+	}{
+		"cpu": {
+			running: job("r", 1, 1, cpu(60)), gpus: []int{0},
+			job:  job("j", 2, 1, cpu(8)),
+			want: []string{"nodes with enough free GPUs have at most 4.0 CPUs free, job needs 8.0 per replica"},
+		},
+		"memory": {
+			running: job("r", 1, 1, memory(500*model.GiB)), gpus: []int{0},
+			job:  job("j", 2, 1, memory(64*model.GiB)),
+			want: []string{"nodes with enough free GPUs have at most 12Gi memory free, job needs 64Gi per replica"},
+		},
+		"nvlink": {
+			running: job("r", 1, 2), gpus: []int{0, 4},
+			job:  job("j", 2, 4, nvlink),
+			want: []string{"at most 3 GPUs are free inside one NVLink domain of a node, job needs 4 over nvlink"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld([]*model.Node{node("a", "H100", 8, 80*model.GiB)})
+			w.run(tc.running, now.Add(-time.Minute), "a", tc.gpus...)
+			w.submit(tc.job)
+			plan := Schedule(w.st.Snapshot(), nil, now, 1)
+			var got []string
+			for _, r := range plan.Verdicts["j"].Reasons {
+				if r.Scope == "node/a" {
+					got = append(got, r.Message)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("node reasons (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"path"
 	"sort"
 	"strings"
@@ -477,13 +478,74 @@ func (s *sched) capacityReasons(pj *pjob, f *feasibility, quota []Reason) []Reas
 		case most >= pj.g && pj.job.Spec.Replicas > 1:
 			continue // the gang-level reason says how many replicas fit
 		case most >= pj.g:
-			msg = fmt.Sprintf("nodes with %d GPUs free have less than %.1f CPUs or %s memory free, or no NVLink domain with %d free", most, res.CPU, res.Memory, pj.g)
+			if _, ok := s.admit(pj, cl.gpuModel, float64(pj.g)); !ok {
+				continue // the quota reason says it
+			}
+			out = append(out, s.whyNoNode(pj, cl, res)...)
+			continue
 		case len(cl.nodes) == 1:
 			msg = fmt.Sprintf("%d matching GPUs free, job needs %d", most, pj.g)
 		default:
 			msg = fmt.Sprintf("at most %d matching GPUs free on one node, job needs %d per replica", most, pj.g)
 		}
-		out = append(out, Reason{Scope: s.scopeOf(cl), Message: msg})
+		out = append(out, Reason{Scope: s.scopeOf(cl), Code: ReasonGPUsFree, Message: msg})
+	}
+	return out
+}
+
+// Reason codes of what is short on nodes that have enough GPUs free.
+const (
+	ReasonGPUsFree   = "gpus-free"
+	ReasonCPUFree    = "cpu-free"
+	ReasonMemoryFree = "memory-free"
+	ReasonNVLinkFree = "nvlink-free"
+)
+
+// whyNoNode says, for a class with nodes of enough free GPUs where no
+// replica of pj fits, what is short on them: CPU, memory, or GPUs free
+// inside one NVLink domain — each with the most a node has, so the user
+// sees which to ask less of. It looks at the nodes bestInClass looks at.
+func (s *sched) whyNoNode(pj *pjob, cl *class, res *model.Resources) []Reason {
+	strict := res.GPU.Interconnect == "nvlink" || res.GPU.Interconnect == "nvswitch"
+	var (
+		cpuShort, memShort, nvShort int
+		bestCPU                     float64
+		bestMem                     model.Bytes
+		bestDomain                  int
+	)
+	for k := pj.g; k <= cl.size; k++ {
+		b := cl.buckets[k]
+		for p := 0; p < len(b) && p < scanLimit; p++ {
+			ns := &s.c.nodes[b[p]]
+			if ns.cpu < res.CPU {
+				cpuShort++
+				bestCPU = max(bestCPU, ns.cpu)
+			}
+			if ns.mem < res.Memory {
+				memShort++
+				bestMem = max(bestMem, ns.mem)
+			}
+			if _, _, ok := cl.pickGPUs(ns.free, pj.g, strict); !ok {
+				nvShort++
+				for _, g := range cl.groups {
+					bestDomain = max(bestDomain, bits.OnesCount64(ns.free&g))
+				}
+			}
+		}
+	}
+	scope := s.scopeOf(cl)
+	var out []Reason
+	if cpuShort > 0 {
+		out = append(out, Reason{Scope: scope, Code: ReasonCPUFree, Message: fmt.Sprintf("nodes with enough free GPUs have at most %.1f CPUs free, job needs %.1f per replica", bestCPU, res.CPU)})
+	}
+	if memShort > 0 {
+		out = append(out, Reason{Scope: scope, Code: ReasonMemoryFree, Message: fmt.Sprintf("nodes with enough free GPUs have at most %s memory free, job needs %s per replica", bestMem, res.Memory)})
+	}
+	if nvShort > 0 {
+		out = append(out, Reason{Scope: scope, Code: ReasonNVLinkFree, Message: fmt.Sprintf("at most %d GPUs are free inside one NVLink domain of a node, job needs %d over %s", bestDomain, pj.g, res.GPU.Interconnect)})
+	}
+	if len(out) == 0 {
+		out = append(out, Reason{Scope: scope, Code: ReasonGPUsFree, Message: fmt.Sprintf("more than %d nodes with %d GPUs free were tried; none fits", scanLimit, pj.g)})
 	}
 	return out
 }

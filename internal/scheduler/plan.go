@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -101,3 +102,23 @@ type Reason struct {
 
 // String is the reason as explain prints it: its scope, then its message.
 func (r Reason) String() string { return r.Scope + " " + r.Message }
+
+// Summary is the verdict in one line, for lists (`jobs list`) and for
+// `run --follow` while the job waits: the first job-wide reason (the job
+// itself, its project or queue), else the first reason, with its scope.
+func (v Verdict) Summary() string {
+	if len(v.Reasons) == 0 {
+		return ""
+	}
+	r := v.Reasons[0]
+	for _, x := range v.Reasons {
+		if x.Scope == "job" || strings.HasPrefix(x.Scope, "project/") || strings.HasPrefix(x.Scope, "queue/") {
+			r = x
+			break
+		}
+	}
+	if r.Scope == "job" {
+		return r.Message
+	}
+	return r.Scope + ": " + r.Message
+}

@@ -28,15 +28,15 @@ func TestDeclaredPriorityClasses(t *testing.T) {
 	}{
 		"a declared non-preemptible class is never a victim": {
 			victim: "protected", preemptor: "high",
-			want: want{Codes: []string{"", ReasonNonPreemptible, ReasonNoEstimate}},
+			want: want{Codes: []string{ReasonGPUsFree, ReasonNonPreemptible, ReasonNoEstimate}},
 		},
 		"a declared preemptible class above high preempts it": {
 			victim: "high", preemptor: "urgent",
-			want: want{Victims: []string{"v"}, Codes: []string{"", ""}}, // preempting …; the node group has no GPU free
+			want: want{Victims: []string{"v"}, Codes: []string{"", ReasonGPUsFree}}, // preempting …; the node has no GPU free
 		},
 		"and is preempted by critical": {
 			victim: "urgent", preemptor: "critical",
-			want: want{Victims: []string{"v"}, Codes: []string{"", ""}}, // preempting …; the node group has no GPU free
+			want: want{Victims: []string{"v"}, Codes: []string{"", ReasonGPUsFree}}, // preempting …; the node has no GPU free
 		},
 	}
 	for name, tc := range tests {

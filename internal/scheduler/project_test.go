@@ -38,7 +38,7 @@ func TestProjectQuota(t *testing.T) {
 			quota:   map[string]map[string]float64{"nlp": {model.AnyGPU: 2}},
 			running: []*model.Job{job("r", 1, 2, inProject("nlp"))},
 			jobs:    []*model.Job{job("n1", 2, 1, inProject("nlp")), job("big", 3, 8, inProject("vision"))},
-			want:    want{Codes: map[string][]string{"n1": {ReasonProjectQuota}, "big": {"", ReasonNoEstimate}}, Candidates: []string{"big"}},
+			want:    want{Codes: map[string][]string{"n1": {ReasonProjectQuota}, "big": {ReasonGPUsFree, ReasonNoEstimate}}, Candidates: []string{"big"}},
 		},
 		"a model the quota does not list has none": {
 			quota: map[string]map[string]float64{"nlp": {"A100": 1}},

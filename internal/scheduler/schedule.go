@@ -169,7 +169,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.commit(pj, p)
 		return
 	}
-	v.Reasons = reasons
+	v.Reasons = append(reasons, s.reservedReasons(pj, f)...)
 	if s.preempt(pj, f, &v) {
 		s.plan.Verdicts[job.ID] = v
 		return
