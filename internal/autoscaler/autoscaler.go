@@ -289,13 +289,13 @@ func Decide(in Input) []Action {
 		order := failoverOrder(pj, in.Memory, in.Now)
 		for _, i := range order {
 			o := pj.Offers[i]
-			pool := poolFor(in.Pools, o)
-			if pool == nil || o.GPUCount < need {
+			if o.GPUCount < need {
 				continue
 			}
 			perInstance := max(o.GPUCount/need, 1)
 			count := (max(pj.Replicas, 1) + perInstance - 1) / perInstance
-			if size[pool.Name]+count > pool.Spec.Max {
+			pool := poolFor(in.Pools, o, size, count)
+			if pool == nil {
 				continue
 			}
 			size[pool.Name] += count
@@ -367,10 +367,12 @@ func (m *Memory) jobLast(job string) (model.Offer, bool) {
 	return o, ok
 }
 
-// failoverOrder returns the indexes of pj's offers not failing now: after a
-// failure of the job's last offer, the same region (other zones) first,
-// then the same provider (other regions), then the other providers, each
-// group in the scheduler's cost order.
+// failoverOrder returns the indexes of pj's offers not failing now, in
+// the scheduler's order: by expected cost to finish. After a failure the
+// next launch is simply the next offer by that cost — not the same zone,
+// region or provider first: a nearby offer is no likelier to have capacity
+// worth its price, and the scheduler ranked every offer that fits a pool
+// (see Buyable), not only the first few.
 func failoverOrder(pj Pending, m *Memory, now time.Time) []int {
 	order := make([]int, 0, len(pj.Offers))
 	for i, o := range pj.Offers {
@@ -378,30 +380,41 @@ func failoverOrder(pj Pending, m *Memory, now time.Time) []int {
 			order = append(order, i)
 		}
 	}
-	last, ok := m.jobLast(pj.JobID)
-	if !ok {
-		return order
-	}
-	rank := func(o model.Offer) int {
-		switch {
-		case o.Provider == last.Provider && o.Region == last.Region:
-			return 0
-		case o.Provider == last.Provider:
-			return 1
-		}
-		return 2
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rank(pj.Offers[a]), rank(pj.Offers[b])) })
 	return order
+}
+
+// Buyable returns the offers a launch could use now, in their order: those
+// a launchable pool admits (provider and clouds, regions, instance types,
+// GPU requirements, capacity types) while it has room for another node
+// (size counts each pool's launching, ready and draining nodes), and that
+// are not backing off after a failure. The scheduler ranks only these, so
+// a candidate respects its pool's regions and limits, and after an
+// insufficient-capacity failure the next candidate is the next offer by
+// expected cost to finish among all that fit a pool.
+func Buyable(offers []model.Offer, pools []*model.NodePool, size map[string]int, m *Memory, now time.Time) []model.Offer {
+	out := make([]model.Offer, 0, len(offers))
+	for _, o := range offers {
+		if m.failing(OfferKey(o), now) {
+			continue
+		}
+		for _, p := range pools {
+			if launchable(p) && size[p.Name] < p.Spec.Max && Admits(p, o) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // launchable: pools of providers gpufleet buys from.
 func launchable(p *model.NodePool) bool { return p.Spec.Provider == model.ProviderSim }
 
-// poolFor returns the first launchable pool (by name) that admits o.
-func poolFor(pools []*model.NodePool, o model.Offer) *model.NodePool {
+// poolFor returns the first launchable pool (by name) that admits o and
+// has room for count more nodes.
+func poolFor(pools []*model.NodePool, o model.Offer, size map[string]int, count int) *model.NodePool {
 	for _, p := range pools {
-		if launchable(p) && Admits(p, o) {
+		if launchable(p) && Admits(p, o) && size[p.Name]+count <= p.Spec.Max {
 			return p
 		}
 	}

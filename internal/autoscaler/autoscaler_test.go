@@ -108,13 +108,18 @@ func TestDecide(t *testing.T) {
 				}},
 			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j3]"},
 		},
-		"failover: same region other zone first": {
-			in:   Input{Now: t0, Memory: failedA1, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{g1, a3, a1, a2}}}},
-			want: []string{"launch p 1xaws/us-east-1/us-east-1b/g8/on-demand jobs=[j1] failover"},
+		"failover: the next offer by expected cost to finish, not the same zone first": {
+			in:   Input{Now: t0, Memory: failedA1, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, g1, a2, a3}}}},
+			want: []string{"launch p 1xgcp/us-central1/us-central1-a/g8/on-demand jobs=[j1] failover"},
 		},
-		"failover: then same provider other region": {
-			in:   Input{Now: t0, Memory: failedA1A2, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{g1, a3, a1, a2}}}},
+		"failover: past every failing offer": {
+			in:   Input{Now: t0, Memory: failedA1A2, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, a2, a3, g1}}}},
 			want: []string{"launch p 1xaws/us-west-2/us-west-2a/g8/on-demand jobs=[j1] failover"},
+		},
+		"a full pool leaves the offer to another pool that admits it": {
+			in: Input{Now: t0, Pools: []*model.NodePool{pool("a-full", 0, 0, 0), pool("b", 0, 10, 0)},
+				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
+			want: []string{"launch b 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"},
 		},
 		"failover: back-off expires": {
 			in:   Input{Now: t0, Memory: expired, Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}},
@@ -183,6 +188,46 @@ func TestDecide(t *testing.T) {
 			got := brief(Decide(tc.in))
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBuyable: the scheduler ranks only offers a launch could use now — a
+// launchable pool with room admits them, and they are not backing off —
+// so a candidate respects its pool and failover reaches every offer that
+// fits it (issue #14 item 7: an Azure-only pool never launched for an H100
+// job whose first five candidates were other clouds').
+func TestBuyable(t *testing.T) {
+	t.Parallel()
+	z1 := offer("azure", "eastus", "eastus-1", 8, 30)
+	e1 := offer("aws", "eu-west-1", "eu-west-1a", 8, 17)
+	azureOnly := pool("azure", 0, 2, 0)
+	azureOnly.Spec.Sim = &model.SimPoolSettings{Clouds: []string{"azure"}}
+	usOnly := pool("us", 0, 2, 0)
+	usOnly.Spec.Regions.Allow = []string{"us-*"}
+	failedA1 := &Memory{}
+	failedA1.Fail(a1, "j1", t0.Add(-time.Minute))
+	all := []model.Offer{e1, g1, a3, a1, a2, z1}
+	tests := map[string]struct {
+		pools []*model.NodePool
+		size  map[string]int
+		mem   *Memory
+		want  []model.Offer
+	}{
+		"an Azure-only pool":       {pools: []*model.NodePool{azureOnly}, want: []model.Offer{z1}},
+		"a pool limited to us-*":   {pools: []*model.NodePool{usOnly}, want: []model.Offer{g1, a3, a1, a2}},
+		"backing off":              {pools: []*model.NodePool{usOnly}, mem: failedA1, want: []model.Offer{g1, a3, a2}},
+		"a pool at its max":        {pools: []*model.NodePool{usOnly}, size: map[string]int{"us": 2}},
+		"no pool buys nothing":     {},
+		"two pools, each its part": {pools: []*model.NodePool{azureOnly, usOnly}, want: []model.Offer{g1, a3, a1, a2, z1}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got := Buyable(all, tc.pools, tc.size, tc.mem, t0)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Buyable (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/state"
@@ -22,6 +23,7 @@ import (
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
 	c.mu.Lock()
+	offers = c.buyableLocked(offers, c.cfg.Clock.Now())
 	c.st.ExpireNominations(c.cfg.Clock.Now())
 	snap := c.st.Snapshot()
 	held := c.holdLocked(snap, c.cfg.Clock.Now()) // budgets: jobs that wait for a new period
@@ -78,6 +80,31 @@ func (c *Controller) pass(ctx context.Context) error {
 	c.mu.Unlock()
 	c.cfg.Log.Debug("plan committed", "bindings", bound, "preemptions", preempted, "snapshot", plan.SnapshotVersion)
 	return nil
+}
+
+// buyableLocked narrows the offers the scheduler ranks to those the scale
+// loop could launch now (autoscaler.Buyable): admitted by a pool with room,
+// not backing off. Without a scale loop nothing is bought and the offers
+// stay as they are, for information. Callers hold c.mu.
+func (c *Controller) buyableLocked(offers []model.Offer, now time.Time) []model.Offer {
+	sc := c.cfg.Scale
+	if len(sc.Providers) == 0 || len(offers) == 0 {
+		return offers
+	}
+	pools := c.fleet.pools
+	if len(pools) == 0 {
+		pools = sc.DefaultPools
+	}
+	size := map[string]int{}
+	for _, n := range c.st.Nodes() {
+		switch n.State {
+		case model.NodeLaunching, model.NodeReady, model.NodeDraining:
+			if n.Pool != "" {
+				size[n.Pool]++
+			}
+		}
+	}
+	return autoscaler.Buyable(offers, pools, size, &c.scaleSt.memory, now)
 }
 
 // bindLocked turns a binding into a new attempt if the job is still the

@@ -320,3 +320,70 @@ func nodeOfReplica(t *testing.T, c *Controller, id string) string {
 	}
 	return a.Replicas[rank].NodeID
 }
+
+// TestScaleLaunchesWhatThePoolAdmits: the scheduler ranks only offers a
+// pool could launch, so an Azure-only pool launches for an H100 job even
+// when cheaper clouds fill the first candidates, and a pool limited to
+// us-* is never shown a candidate elsewhere (issue #14 item 7).
+func TestScaleLaunchesWhatThePoolAdmits(t *testing.T) {
+	tests := map[string]struct {
+		pool model.NodePoolSpec
+		want func(o model.Offer) bool
+	}{
+		"azure only": {
+			pool: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4, Sim: &model.SimPoolSettings{Clouds: []string{"azure"}}},
+			want: func(o model.Offer) bool { return o.Provider == "azure" },
+		},
+		"us regions only": {
+			pool: model.NodePoolSpec{Provider: model.ProviderSim, Max: 4, Regions: model.RegionPolicy{Allow: []string{"us-*"}}},
+			want: func(o model.Offer) bool { return len(o.Region) > 3 && o.Region[:3] == "us-" },
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clock.NewFake(t0)
+			sp, err := sim.New(sim.Config{Clock: clk, Seed: 7, Providers: []string{"aws", "gcp", "azure", "lambda"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newScaleController(t, clk, sp, 10*time.Minute, model.OnDemand)
+			c.mu.Lock()
+			tc.pool.CapacityTypes = []model.CapacityType{model.OnDemand}
+			c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: tc.pool}}
+			c.mu.Unlock()
+			spec := model.JobSpec{Replicas: 1}
+			spec.Resources.GPUs = 8
+			spec.Resources.GPU.Models = []string{"H100"}
+			spec.Run.Command = []string{"train"}
+			spec.Default()
+			j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e, err := c.Explain(j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Candidate == nil || len(e.Candidate.Offers) == 0 {
+				t.Fatalf("no candidate; verdict %+v", e.Verdict)
+			}
+			for _, o := range e.Candidate.Offers {
+				if !tc.want(o) {
+					t.Errorf("candidate offer %s/%s is outside the pool", o.Provider, o.Region)
+				}
+			}
+			c.scale(ctx)
+			nodes := c.Nodes()
+			if len(nodes) != 1 {
+				t.Fatalf("after scale: %d nodes, want 1 launched", len(nodes))
+			}
+			if n := nodes[0]; !tc.want(model.Offer{Provider: n.Labels[labelOffer], Region: n.Region}) {
+				t.Errorf("launched %s/%s, outside the pool", n.Labels[labelOffer], n.Region)
+			}
+		})
+	}
+}
