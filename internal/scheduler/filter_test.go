@@ -89,12 +89,12 @@ func TestCapacityReasonsSayWhatIsShort(t *testing.T) {
 		"cpu": {
 			running: job("r", 1, 1, cpu(60)), gpus: []int{0},
 			job:  job("j", 2, 1, cpu(8)),
-			want: []string{"nodes with enough free GPUs have at most 4.0 CPUs free, job needs 8.0 per replica"},
+			want: []string{"nodes with enough GPUs free have at most 4.0 CPUs free, job needs 8.0 per replica"},
 		},
 		"memory": {
 			running: job("r", 1, 1, memory(500*model.GiB)), gpus: []int{0},
 			job:  job("j", 2, 1, memory(64*model.GiB)),
-			want: []string{"nodes with enough free GPUs have at most 12Gi memory free, job needs 64Gi per replica"},
+			want: []string{"nodes with enough GPUs free have at most 12Gi memory free, job needs 64Gi per replica"},
 		},
 		"nvlink": {
 			running: job("r", 1, 2), gpus: []int{0, 4},

@@ -536,10 +536,10 @@ func (s *sched) whyNoNode(pj *pjob, cl *class, res *model.Resources) []Reason {
 	scope := s.scopeOf(cl)
 	var out []Reason
 	if cpuShort > 0 {
-		out = append(out, Reason{Scope: scope, Code: ReasonCPUFree, Message: fmt.Sprintf("nodes with enough free GPUs have at most %.1f CPUs free, job needs %.1f per replica", bestCPU, res.CPU)})
+		out = append(out, Reason{Scope: scope, Code: ReasonCPUFree, Message: fmt.Sprintf("nodes with enough GPUs free have at most %.1f CPUs free, job needs %.1f per replica", bestCPU, res.CPU)})
 	}
 	if memShort > 0 {
-		out = append(out, Reason{Scope: scope, Code: ReasonMemoryFree, Message: fmt.Sprintf("nodes with enough free GPUs have at most %s memory free, job needs %s per replica", bestMem, res.Memory)})
+		out = append(out, Reason{Scope: scope, Code: ReasonMemoryFree, Message: fmt.Sprintf("nodes with enough GPUs free have at most %s memory free, job needs %s per replica", bestMem, res.Memory)})
 	}
 	if nvShort > 0 {
 		out = append(out, Reason{Scope: scope, Code: ReasonNVLinkFree, Message: fmt.Sprintf("at most %d GPUs are free inside one NVLink domain of a node, job needs %d over %s", bestDomain, pj.g, res.GPU.Interconnect)})
