@@ -226,21 +226,41 @@ func capacityType(n *model.Node) model.CapacityType {
 	return n.CapacityType
 }
 
+// billedIn reports whether node n is billed for some of the time after
+// from: it has not stopped (a lost machine without an instance has), or
+// it stopped after from (its last partial interval). A node that never
+// launched (a failed launch) is billed nothing.
+func billedIn(n *model.Node, from time.Time) bool {
+	switch {
+	case n.State == model.NodeTerminated && n.StoppedAt.IsZero():
+		return false
+	case n.StoppedAt.IsZero():
+		return n.State != model.NodeLost || n.Labels[model.LabelInstance] != ""
+	}
+	return n.StoppedAt.After(from)
+}
+
 // nodeUsageLocked builds what the meter sees over [from, to): every node
-// not terminated or lost, with the replicas of live attempts and of
-// attempts that ended since the last pass. An attempt is charged from
-// StartedAt (GPUs bound while a replica starts count as idle).
+// its provider bills in the window (DESIGN.md §2: the ledger is the bill),
+// from the provider's launch time to its stop time, boot time as idle,
+// with the replicas of live attempts and of attempts that ended since the
+// last pass. An attempt is charged from StartedAt (GPUs bound while a
+// replica starts count as idle).
 func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 	nodes := c.st.Nodes()
 	idx := make(map[string]int, len(nodes))
 	out := make([]cost.NodeUsage, 0, len(nodes))
 	for _, n := range nodes {
-		if n.State == model.NodeTerminated || n.State == model.NodeLost {
+		if !billedIn(n, from) {
 			continue
 		}
 		price, src := c.nodePrice(n)
 		nu := cost.NodeUsage{NodeID: n.ID, Pool: n.Pool, Provider: n.Provider, Region: n.Region, InstanceType: n.InstanceType,
-			CapacityType: capacityType(n), PriceSource: src, PricePerHour: price, GPUs: float64(len(n.GPUs)), CPU: n.CPU, Start: n.RegisteredAt}
+			CapacityType: capacityType(n), PriceSource: src, PricePerHour: price, GPUs: float64(len(n.GPUs)), CPU: n.CPU,
+			Start: n.RegisteredAt, End: n.StoppedAt, Origin: n.LaunchedAt}
+		if !n.LaunchedAt.IsZero() {
+			nu.Start = n.LaunchedAt
+		}
 		if len(n.GPUs) > 0 {
 			nu.GPUModel = n.GPUs[0].Model
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -22,6 +23,7 @@ type memStore struct {
 	nodes    map[string]*model.Node
 	tokens   map[string]*model.Token
 	idem     []store.Idempotency
+	ledger   []cost.Entry
 	batches  int
 }
 
@@ -70,6 +72,7 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 		m.tokens[t.ID] = t
 	}
 	m.idem = append(m.idem, b.Idempotency...)
+	m.ledger = append(m.ledger, b.Ledger...)
 	m.mu.Unlock()
 	ch := make(chan error, 1)
 	ch <- nil

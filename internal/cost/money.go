@@ -116,6 +116,22 @@ func mulDiv(a, b, c uint64) uint64 {
 	return q
 }
 
+// mulDivHalfUp is a × b / c rounded half up, saturating like mulDiv.
+func mulDivHalfUp(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	var carry uint64
+	lo, carry = bits.Add64(lo, c/2, 0)
+	hi += carry
+	if hi >= c {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return q
+}
+
 // mulDivRem is mulDiv that also returns the remainder (for largest
 // remainder splits). The caller guarantees hi < c.
 func mulDivRem(a, b, c uint64) (q, r uint64) {
