@@ -368,7 +368,7 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		cs.fired[f.Key] = true
 		b.BudgetFired = append(b.BudgetFired, f.Key)
 		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
-			"basis", string(f.Basis), "spent", f.Spent.String(), "limit", f.Limit.String())
+			"basis", string(f.Basis), "spent", f.Spent.USD(), "limit", f.Limit.USD())
 		hook := hooks[f.Budget]
 		if hook == nil && c.cfg.Cost.WebhookURL == "" {
 			continue
@@ -457,8 +457,9 @@ func (c *Controller) holdLocked(snap *state.Snapshot, now time.Time) map[string]
 // budgetAdmitLocked applies budgets to a submission (cost.Admit): a blocked scope
 // refuses it, and so does a hard budget its worst case would exceed. The
 // worst case is GPUs × the dearest price per GPU-hour among ready nodes
-// and offers × spec.limits.runtime; without a runtime limit it is not
-// checked (the job can only be stopped by thresholds).
+// and offers × spec.limits.runtime. A GPU job without a runtime limit in
+// a hard budget's scope is refused with a field error on
+// spec.limits.runtime (it has no worst case to bound).
 func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []model.Offer) error {
 	budgets, _ := c.declaredBudgetsLocked()
 	if len(budgets) == 0 {
@@ -483,8 +484,13 @@ func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []mod
 		}
 		r.PricePerGPUHour = dearest
 	}
-	if ok, why := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now}); !ok {
-		return fmt.Errorf("%s: %w", why, ErrBudget)
+	ad := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now})
+	switch {
+	case ad.OK:
+	case ad.Field != "":
+		return fmt.Errorf("%w (%w)", model.FieldErrors{{Path: ad.Field, Message: ad.Reason}}, ErrBudget)
+	default:
+		return fmt.Errorf("%s: %w", ad.Reason, ErrBudget)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
@@ -107,5 +110,58 @@ func TestLedgerIsTheBill(t *testing.T) {
 	want := f(start.Sub(usage[0].Start)+15*time.Second) - f(start.Sub(usage[0].Start))
 	if attemptSecs != 15 || int64(attempt) != want {
 		t.Errorf("the 15 s attempt was metered %d s for %s, want 15 s for %s", attemptSecs, attempt, cost.Money(want))
+	}
+}
+
+// TestHardBudgetNeedsRuntimeLimit: a hard budget has no loophole. A GPU
+// job in its scope without spec.limits.runtime is refused with a field
+// error naming that field; with a limit it is priced and admitted or
+// refused by its worst case, in dollars and cents; other scopes are free.
+func TestHardBudgetNeedsRuntimeLimit(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,own,28.8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newCostHarness(t, clk, CostConfig{Prices: prices})
+	h.registerNode("own", 2, model.Owned) // $14.40 per GPU-hour
+	set := &manifest.Set{Budgets: []manifest.Budget{{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"},
+		Spec: manifest.BudgetSpec{Scope: cost.Scope{Project: "nlp"}, Amount: 100 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1}, Hard: true}}}}
+	if _, err := h.c.ApplyFleet(ctx, set, ApplyOptions{Author: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		project string
+		runtime time.Duration
+		field   string // the field error's path; "" and !refused: admitted
+		refused string // the refusal's text (without the field error)
+	}{
+		"no runtime limit": {project: "nlp", field: "spec.limits.runtime"},
+		"within budget":    {project: "nlp", runtime: 6 * time.Hour},
+		"over budget": {project: "nlp", runtime: 12 * time.Hour,
+			refused: "budget nlp (project=nlp) is hard: worst-case cost $172.80 (1 GPUs × $14.40/GPU-hour × 12h0m0s) on top of $0.00 spent would exceed $100.00 before 2026-12-01: refused by budget"},
+		"other project without a limit": {project: "vision"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			spec := model.JobSpec{Resources: model.Resources{GPUs: 1}, Run: model.RunSpec{Command: []string{"true"}}}
+			spec.Limits.Runtime = model.Duration(tt.runtime)
+			spec.Default()
+			_, _, err := h.c.Submit(ctx, Submission{Project: tt.project, User: "u", Spec: spec})
+			var fe model.FieldErrors
+			switch {
+			case tt.field != "":
+				if !errors.As(err, &fe) || len(fe) != 1 || fe[0].Path != tt.field || !errors.Is(err, ErrBudget) || !strings.Contains(fe[0].Message, "set it") {
+					t.Errorf("err = %v, want a budget field error on %s saying what to do", err, tt.field)
+				}
+			case tt.refused != "":
+				if err == nil || err.Error() != tt.refused || !errors.Is(err, ErrBudget) {
+					t.Errorf("err = %v\nwant %s", err, tt.refused)
+				}
+			case err != nil:
+				t.Errorf("refused: %v", err)
+			}
+		})
 	}
 }

@@ -54,6 +54,23 @@ func (m Money) String() string {
 	return s
 }
 
+// USD writes m as people read money, in dollars and cents rounded half
+// away from zero: "$172.80", "-$0.01". Messages use it; String keeps every
+// micro-dollar for the ledger's exports.
+func (m Money) USD() string {
+	neg := m < 0
+	u := uint64(m)
+	if neg {
+		u = uint64(-m)
+	}
+	cents := u/uint64(Cent) + (u%uint64(Cent)+uint64(Cent)/2)/uint64(Cent)
+	s := fmt.Sprintf("$%d.%02d", cents/100, cents%100)
+	if neg && cents > 0 {
+		return "-" + s
+	}
+	return s
+}
+
 // ParseMoney reads "$12.34", "12.345678" or "-0.5": at most six decimals,
 // no rounding.
 func ParseMoney(s string) (Money, error) {
