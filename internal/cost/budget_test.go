@@ -170,3 +170,45 @@ func TestForecastSpend(t *testing.T) {
 		t.Errorf("%d points, want 52", len(f.Points))
 	}
 }
+
+// TestForecastSpendShortHistory: a scope's first days are not padded with
+// zeros into a zero forecast. Under a day of spend the forecast is the run
+// rate; a few days of spend are their mean, not the mean over 28 days;
+// the method used is named, and the interval is not [0, 0].
+func TestForecastSpendShortHistory(t *testing.T) {
+	t.Parallel()
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	type got struct {
+		Method           string
+		Actual, Forecast Money
+		Wide             bool // the first point's interval is wider than nothing
+	}
+	tests := map[string]struct {
+		from, now time.Time // metered from..now at $10/h
+		want      got
+	}{
+		// $30 in 3 h = $240/day; 21.5 days to April 1st: $5,160 more.
+		"first day: the run rate": {from: day(2025, 3, 10, 9), now: day(2025, 3, 10, 12),
+			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * Dollar, Forecast: 5190 * Dollar, Wide: true}},
+		// Three whole days at $240/day; 19 days left at their mean.
+		"three days: their mean": {from: day(2025, 3, 10, 0), now: day(2025, 3, 13, 0),
+			want: got{Method: "mean (short history)", Actual: 720 * Dollar, Forecast: (720 + 19*240) * Dollar, Wide: true}},
+		"nothing spent": {from: day(2025, 3, 10, 0), now: day(2025, 3, 10, 0),
+			want: got{Method: "none (no spend yet)"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := NewRollup()
+			for h := tt.from; h.Before(tt.now); h = h.Add(time.Hour) {
+				r.Add(Meter(nodes, h, h.Add(time.Hour)))
+			}
+			sp, f := ForecastSpend(r, b, tt.now, 28, 0)
+			g := got{Method: f.Method, Actual: sp.Actual, Forecast: sp.Forecast, Wide: len(f.Points) > 0 && f.Points[0].Upper > f.Points[0].Lower}
+			if diff := cmp.Diff(tt.want, g); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
