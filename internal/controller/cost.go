@@ -275,6 +275,7 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 		if !ok {
 			return
 		}
+		sm, measured := c.smActiveLocked(a)
 		for _, r := range a.Replicas {
 			i, ok := idx[r.NodeID]
 			if !ok {
@@ -289,6 +290,10 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 			if a.EndedAt != nil {
 				al.End = *a.EndedAt
 			}
+			// The ledger's effective cost is cost × the SM activity
+			// telemetry measured, so a job's cost and effective cost
+			// cover the same attempts.
+			al.SMActive, al.Telemetry = sm, measured
 			out[i].Allocations = append(out[i].Allocations, al)
 		}
 	}
@@ -553,9 +558,10 @@ type DailyPoint struct {
 	Upper cost.Money `json:"upper"`
 }
 
-// Budgets returns every declared budget's status; extraDays > 0 adds a
-// daily forecast for the rest of the period and that many days after.
-func (c *Controller) Budgets(extraDays int) []BudgetStatus {
+// Budgets returns every declared budget's status; days > 0 adds a daily
+// forecast of up to that many days from today, ending at the period's end:
+// a budget's forecast is of its period, never of the next.
+func (c *Controller) Budgets(days int) []BudgetStatus {
 	now := c.cfg.Clock.Now().UTC()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -563,7 +569,7 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 	out := make([]BudgetStatus, 0, len(budgets))
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
-		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), extraDays)
+		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), 0)
 		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
 			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
 		for i := range bu.Thresholds {
@@ -574,9 +580,12 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 		for _, bl := range c.cost.blocks {
 			st.Blocked = st.Blocked || bl.Budget == bu.Name && now.Before(bl.Until)
 		}
-		if extraDays > 0 {
+		if days > 0 {
 			today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 			for _, p := range f.Points {
+				if p.Day >= days || !today.AddDate(0, 0, p.Day).Before(end) {
+					break
+				}
 				st.Daily = append(st.Daily, DailyPoint{Day: today.AddDate(0, 0, p.Day), Mean: cost.FromDollars(p.Mean),
 					Lower: cost.FromDollars(p.Lower), Upper: cost.FromDollars(p.Upper)})
 			}
@@ -587,8 +596,8 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 }
 
 // Budget returns one budget's status.
-func (c *Controller) Budget(name string, extraDays int) (BudgetStatus, error) {
-	for _, b := range c.Budgets(extraDays) {
+func (c *Controller) Budget(name string, days int) (BudgetStatus, error) {
+	for _, b := range c.Budgets(days) {
 		if b.Budget.Name == name {
 			return b, nil
 		}
