@@ -22,9 +22,9 @@ import (
 
 func newCostCmd(g *globals) *cobra.Command {
 	var (
-		out, window, step, idle string
-		by                      []string
-		includeIdle             bool
+		out, window, step, idle, tz string
+		by                          []string
+		includeIdle                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "cost",
@@ -39,6 +39,7 @@ idle cost over the jobs that ran on it.`,
 		Example: `  gpufleet cost
   gpufleet cost --window 30d --by project,tag:team --include-idle
   gpufleet cost --window 7d --by queue --step 1d -o csv > spend.csv
+  gpufleet cost --window 7d --step 1d --tz America/New_York
   gpufleet cost --by project --idle shared -o json
   gpufleet cost forecast --days 14
   gpufleet cost purchase --lookback 60d`,
@@ -53,11 +54,15 @@ idle cost over the jobs that ran on it.`,
 			if err != nil {
 				return err
 			}
+			loc, err := time.LoadLocation(tz)
+			if err != nil {
+				return fmt.Errorf("--tz %q: not a time zone; use an IANA name such as UTC, Europe/Berlin or America/New_York", tz)
+			}
 			c, err := newClient(g.dataDir)
 			if err != nil {
 				return err
 			}
-			q := client.CostQuery{Window: window, By: by, Step: step, Idle: mode}
+			q := client.CostQuery{Window: window, By: by, Step: step, TZ: tz, Idle: mode}
 			if out == "csv" {
 				return c.CostCSV(cmd.Context(), q, cmd.OutOrStdout())
 			}
@@ -65,7 +70,7 @@ idle cost over the jobs that ran on it.`,
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, rep, func(tw *tabwriter.Writer) { costTable(tw, rep, step != "") })
+			return render(cmd.OutOrStdout(), out, rep, func(tw *tabwriter.Writer) { costTable(tw, rep, step != "", loc) })
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json, yaml or csv")
@@ -74,7 +79,8 @@ idle cost over the jobs that ran on it.`,
 	})
 	cmd.Flags().StringVar(&window, "window", "30d", "how far back from now (e.g. 30d, 12h)")
 	cmd.Flags().StringSliceVar(&by, "by", nil, "group by these fields, comma-separated (kind, project, user, queue, capacityType, priceSource, gpuModel, provider, region, pool, tag:KEY)")
-	cmd.Flags().StringVar(&step, "step", "", "one row per group per step (whole hours, e.g. 1d, 6h); default one row per group")
+	cmd.Flags().StringVar(&step, "step", "", "one row per group per step (whole hours, e.g. 1d, 6h); default one row per group. Whole days start at midnight in --tz")
+	cmd.Flags().StringVar(&tz, "tz", "UTC", "time zone of day steps and of the START column (IANA name, e.g. Europe/Berlin)")
 	cmd.Flags().BoolVar(&includeIdle, "include-idle", false, `show idle cost as its own rows ("__idle__"); same as --idle shown`)
 	cmd.Flags().StringVar(&idle, "idle", "", "idle cost: shown (own rows), shared (spread over each node's jobs) or hidden (default hidden)")
 	_ = cmd.RegisterFlagCompletionFunc("idle", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
@@ -101,7 +107,7 @@ func idleMode(idle string, include, idleSet bool) (string, error) {
 	return "", fmt.Errorf("--idle %q: want shown, shared or hidden", idle)
 }
 
-func costTable(tw *tabwriter.Writer, rep *api.CostReport, steps bool) {
+func costTable(tw *tabwriter.Writer, rep *api.CostReport, steps bool, loc *time.Location) {
 	head := []any{}
 	if steps {
 		head = append(head, "START")
@@ -114,7 +120,7 @@ func costTable(tw *tabwriter.Writer, rep *api.CostReport, steps bool) {
 	for _, r := range rep.Rows {
 		cells := []any{}
 		if steps {
-			cells = append(cells, r.Start.Local().Format("2006-01-02 15:04"))
+			cells = append(cells, r.Start.In(loc).Format("2006-01-02 15:04"))
 		}
 		for _, f := range rep.GroupBy {
 			cells = append(cells, dash(r.Group[f]))
@@ -153,10 +159,11 @@ func newCostForecastCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "forecast",
-		Short: "Forecast each budget's spend to the end of its period and beyond",
-		Long: `Forecast daily spend for every budget: the rest of its period and --days more,
-with a 95% prediction interval (Holt-Winters with weekly seasonality; a flat mean
-with a wide interval under 14 days of history).`,
+		Short: "Forecast each budget's spend to the end of its period",
+		Long: `Forecast daily spend for every budget to the end of its period (at most --days
+days from today), with a 95% prediction interval and the model used: Holt-Winters
+with weekly seasonality; a flat mean with a wide interval under 14 days of history;
+on a scope's first day, its run rate so far with a wider one.`,
 		Example: `  gpufleet cost forecast
   gpufleet cost forecast --days 30 -o json`,
 		Args: cobra.NoArgs,
@@ -195,7 +202,7 @@ with a wide interval under 14 days of history).`,
 		},
 	}
 	outputFlag(cmd, &out)
-	cmd.Flags().IntVar(&days, "days", 7, "days to forecast after each budget's period end")
+	cmd.Flags().IntVar(&days, "days", 0, "at most this many days from today (0: to each budget's period end)")
 	return cmd
 }
 

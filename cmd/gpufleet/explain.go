@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 func newExplainCmd(g *globals) *cobra.Command {
@@ -46,12 +47,24 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 		row(tw, "PREEMPTING", fmt.Sprintf("%s (work lost %s)", p.JobID, p.WorkLost.Round(time.Second)))
 	}
 	if c := e.Candidate; c != nil && len(c.Offers) > 0 {
-		o := c.Offers[0]
-		row(tw, "NEW CAPACITY", fmt.Sprintf("%d × %s %s/%s %s $%.2f/h, expected cost to finish $%.2f", c.Instances, o.InstanceType, o.Provider, o.Region, o.CapacityType, o.PricePerHour, c.ExpectedCost))
+		row(tw, "NEW CAPACITY", candidateLine(c))
 	}
 	fmt.Fprintln(tw)
 	row(tw, "SCOPE", "WHY NOT")
 	for _, r := range e.Verdict.Reasons {
 		row(tw, r.Scope, r.Message)
 	}
+}
+
+// candidateLine describes the best new capacity for a job. The expected
+// cost to finish is shown only when the job has a runtime estimate (or
+// limit): without one the scheduler ranks offers on an assumed runtime,
+// and a dollar figure would read as a prediction it is not.
+func candidateLine(c *scheduler.Candidate) string {
+	o := c.Offers[0]
+	s := fmt.Sprintf("%d × %s %s/%s %s $%.2f/h", c.Instances, o.InstanceType, o.Provider, o.Region, o.CapacityType, o.PricePerHour)
+	if c.RuntimeAssumed {
+		return s + "; no expected cost to finish without a runtime estimate (set spec.estimate.runtime or limits.runtime)"
+	}
+	return s + fmt.Sprintf(", expected cost to finish $%.2f", c.ExpectedCost)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+	"github.com/gpufleet/gpufleet/internal/agent/telemetry"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
@@ -88,9 +89,13 @@ func newSimNodes(ctx context.Context, dataDir string, cp agentapi.ControlPlane, 
 
 func (s *simNodes) dir(nodeID string) string { return filepath.Join(s.dataDir, "sim", nodeID) }
 
-// Start brings node n up: an agent registering as n (provider sim, the
-// offer's GPUs as fake GPUs, its region, zone, capacity type and labels).
-func (s *simNodes) Start(_ context.Context, n *model.Node) error {
+// agentConfig is the agent of node n: registering as n (provider sim, the
+// offer's GPUs as fake GPUs, its region, zone, capacity type and labels),
+// with simulated telemetry on those GPUs (busy while a replica holds
+// them), as `up --fake-gpus` has, so `jobs top` and the dashboard show
+// readings labelled simulated. The returned source, when not nil, needs
+// its Busy wired to the agent.
+func (s *simNodes) agentConfig(n *model.Node) (agent.Config, *telemetry.Simulated, error) {
 	count, name := controller.LaunchedGPUs(n)
 	var gpus []model.GPU
 	if count > 0 {
@@ -100,7 +105,7 @@ func (s *simNodes) Start(_ context.Context, n *model.Node) error {
 			return a.Memory, ok && a.Memory > 0
 		})
 		if err != nil {
-			return fmt.Errorf("declaring the GPUs of node %s: %w", n.ID, err)
+			return agent.Config{}, nil, fmt.Errorf("declaring the GPUs of node %s: %w", n.ID, err)
 		}
 		for i := range gpus {
 			gpus[i].UUID = fmt.Sprintf("GPU-%s-%d", n.ID, i)
@@ -110,11 +115,14 @@ func (s *simNodes) Start(_ context.Context, n *model.Node) error {
 	for k, v := range n.Labels {
 		labels[k] = v
 	}
-	ag, err := agent.New(agent.Config{
+	inv := gpu.Inventory{GPUs: gpus, Source: gpu.SourceFake}
+	src, simTel := telemetrySource(s.ctx, inv, s.log)
+	return agent.Config{
+		Telemetry:    src,
 		Dir:          s.dir(n.ID),
 		ControlPlane: s.cp,
 		Registration: agentapi.Registration{
-			NodeID: n.ID, Name: n.Name, Provider: n.Provider, GPUs: gpus, GPUSource: "fake",
+			NodeID: n.ID, Name: n.Name, Provider: n.Provider, GPUs: gpus, GPUSource: inv.Source,
 			CPU: n.CPU, Memory: n.Memory, Labels: labels, Region: n.Region, Zone: n.Zone,
 			InstanceType: n.InstanceType, CapacityType: n.CapacityType, AgentVersion: version,
 		},
@@ -122,10 +130,23 @@ func (s *simNodes) Start(_ context.Context, n *model.Node) error {
 		Clock:             clock.Real{},
 		Logger:            s.log.With("component", "agent"),
 		PollInterval:      200 * time.Millisecond,
-	})
+	}, simTel, nil
+}
+
+// Start brings node n up with the agent of agentConfig.
+func (s *simNodes) Start(_ context.Context, n *model.Node) error {
+	cfg, simTel, err := s.agentConfig(n)
 	if err != nil {
 		return err
 	}
+	ag, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	if simTel != nil {
+		simTel.Busy = ag.BusyGPU
+	}
+	count, name := controller.LaunchedGPUs(n)
 	ctx, cancel := context.WithCancel(s.ctx)
 	sa := &simAgent{cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()

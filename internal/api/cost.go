@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	_ "time/tzdata" // ?tz= names IANA zones on hosts without a zoneinfo database
 
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
@@ -35,13 +36,14 @@ func costRoutes() []Route {
 		{Method: "GET", Pattern: "/v1/cost", Perm: PermCostReport, Kinds: users,
 			Summary: "Cost report from the ledger's rollups: a window, grouped by fields or tags, in steps, idle shown, shared by node or hidden.",
 			Query: []Param{{"window", "string", "e.g. 30d, 12h (default 30d), ending now"}, {"by", "string", "comma-separated: kind, project, user, queue, capacityType, priceSource, gpuModel, provider, region, pool, tag:KEY"},
-				{"step", "string", "row length, whole hours (e.g. 1d, 6h); default one row"}, {"idle", "string", "shown | shared | hidden (default shown)"},
+				{"step", "string", "row length, whole hours (e.g. 1d, 6h); default one row. Whole days are calendar days from midnight in tz"},
+				{"tz", "string", "IANA time zone of day steps, e.g. Europe/Berlin (default UTC)"}, {"idle", "string", "shown | shared | hidden (default shown)"},
 				{"format", "string", "json (default) or csv"}},
 			Response: CostReport{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.costReport }},
 		{Method: "GET", Pattern: "/v1/cost/forecast", Perm: PermCostRead, Kinds: users,
-			Summary:  "Each budget's daily spend forecast for the rest of its period and `days` more, with a 95% prediction interval (Holt-Winters with weekly seasonality; the mean under 14 days of history).",
-			Query:    []Param{{"days", "integer", "days after the period end (default 7)"}},
+			Summary:  "Each budget's daily spend forecast to the end of its period, with a 95% prediction interval and the model used (Holt-Winters with weekly seasonality; the mean under 14 days of history; the run rate on a scope's first day).",
+			Query:    []Param{{"days", "integer", "at most this many days from today (default or 0: to the period's end); a forecast never passes its period's end"}},
 			Response: BudgetList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.costForecast }},
 		{Method: "GET", Pattern: "/v1/cost/purchase", Perm: PermCostRead, Kinds: users,
@@ -154,6 +156,16 @@ func (s *Server) costReport(w http.ResponseWriter, r *http.Request) {
 		}
 		step = d
 	}
+	loc := time.UTC
+	if v := q.Get("tz"); v != "" {
+		l, err := time.LoadLocation(v)
+		if err != nil {
+			fe.Add("tz", fmt.Sprintf("%q is not a time zone: use an IANA name such as UTC, Europe/Berlin or America/New_York", v))
+		}
+		if l != nil {
+			loc = l
+		}
+	}
 	var by []string
 	if v := q.Get("by"); v != "" {
 		by = strings.Split(v, ",")
@@ -174,14 +186,14 @@ func (s *Server) costReport(w http.ResponseWriter, r *http.Request) {
 	if step >= 24*time.Hour || window%(24*time.Hour) == 0 {
 		to = to.Truncate(time.Hour).Add(time.Hour) // the current hour, in full
 	}
-	cq := cost.Query{From: to.Add(-window), To: to, Step: step, GroupBy: by, Idle: idle,
+	cq := cost.Query{From: to.Add(-window), To: to, Step: step, Location: loc, GroupBy: by, Idle: idle,
 		Projects: s.visibleProjects(r, MinRole[PermCostReport])} // nil for global admins: everything
 	rep, err := s.cfg.Controller.CostReport(cq)
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
-	out := CostReport{From: cq.From, To: cq.To, GroupBy: nonNil(by), Idle: string(idle), Rows: []CostRowView{}, Total: rep.Total}
+	out := CostReport{From: rep.Query.From, To: cq.To, GroupBy: nonNil(by), Idle: string(idle), Rows: []CostRowView{}, Total: rep.Total}
 	for _, row := range rep.Rows {
 		g := map[string]string{}
 		for i, f := range by {
@@ -194,7 +206,7 @@ func (s *Server) costReport(w http.ResponseWriter, r *http.Request) {
 		cw := csv.NewWriter(w)
 		_ = cw.Write(append(append([]string{"start"}, by...), "cost", "effective_cost", "measured_cost", "gpu_hours"))
 		for i, row := range rep.Rows {
-			rec := append([]string{row.Start.Format(time.RFC3339)}, rep.Rows[i].Group...)
+			rec := append([]string{row.Start.In(loc).Format(time.RFC3339)}, rep.Rows[i].Group...)
 			rec = append(rec, row.Cost.String()[1:], row.EffectiveCost.String()[1:], row.MeasuredCost.String()[1:], strconv.FormatFloat(row.GPUHours, 'f', 3, 64))
 			_ = cw.Write(rec)
 		}
@@ -209,20 +221,22 @@ func (s *Server) listBudgets(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) costForecast(w http.ResponseWriter, r *http.Request) {
-	days := 7
+	days := 366 // to the period's end
 	if v := r.URL.Query().Get("days"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 366 {
-			writeProblem(w, r, http.StatusBadRequest, "the forecast query is invalid", model.FieldErrors{{Path: "days", Message: "must be 0–366"}})
+			writeProblem(w, r, http.StatusBadRequest, "the forecast query is invalid", model.FieldErrors{{Path: "days", Message: "must be 0–366 (0: to the period's end)"}})
 			return
 		}
-		days = n
+		if n > 0 {
+			days = n
+		}
 	}
-	writeJSON(w, http.StatusOK, BudgetList{Budgets: nonNil(s.cfg.Controller.Budgets(max(days, 1)))})
+	writeJSON(w, http.StatusOK, BudgetList{Budgets: nonNil(s.cfg.Controller.Budgets(days))})
 }
 
 func (s *Server) getBudget(w http.ResponseWriter, r *http.Request) {
-	b, err := s.cfg.Controller.Budget(r.PathValue("name"), 7)
+	b, err := s.cfg.Controller.Budget(r.PathValue("name"), 366) // to the period's end
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return

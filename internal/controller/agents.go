@@ -66,6 +66,9 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	}
 	n.State = model.NodeReady
 	n.LastHeartbeat = now
+	if n.LaunchedAt.IsZero() {
+		n.StoppedAt = time.Time{} // a lost machine is back: metered again
+	}
 	c.st.PutNode(n)
 	c.lastSeen[id] = now
 	c.nodeGen[id]++

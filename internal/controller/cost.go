@@ -226,21 +226,41 @@ func capacityType(n *model.Node) model.CapacityType {
 	return n.CapacityType
 }
 
+// billedIn reports whether node n is billed for some of the time after
+// from: it has not stopped (a lost machine without an instance has), or
+// it stopped after from (its last partial interval). A node that never
+// launched (a failed launch) is billed nothing.
+func billedIn(n *model.Node, from time.Time) bool {
+	switch {
+	case n.State == model.NodeTerminated && n.StoppedAt.IsZero():
+		return false
+	case n.StoppedAt.IsZero():
+		return n.State != model.NodeLost || n.Labels[model.LabelInstance] != ""
+	}
+	return n.StoppedAt.After(from)
+}
+
 // nodeUsageLocked builds what the meter sees over [from, to): every node
-// not terminated or lost, with the replicas of live attempts and of
-// attempts that ended since the last pass. An attempt is charged from
-// StartedAt (GPUs bound while a replica starts count as idle).
+// its provider bills in the window (DESIGN.md §2: the ledger is the bill),
+// from the provider's launch time to its stop time, boot time as idle,
+// with the replicas of live attempts and of attempts that ended since the
+// last pass. An attempt is charged from StartedAt (GPUs bound while a
+// replica starts count as idle).
 func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 	nodes := c.st.Nodes()
 	idx := make(map[string]int, len(nodes))
 	out := make([]cost.NodeUsage, 0, len(nodes))
 	for _, n := range nodes {
-		if n.State == model.NodeTerminated || n.State == model.NodeLost {
+		if !billedIn(n, from) {
 			continue
 		}
 		price, src := c.nodePrice(n)
 		nu := cost.NodeUsage{NodeID: n.ID, Pool: n.Pool, Provider: n.Provider, Region: n.Region, InstanceType: n.InstanceType,
-			CapacityType: capacityType(n), PriceSource: src, PricePerHour: price, GPUs: float64(len(n.GPUs)), CPU: n.CPU, Start: n.RegisteredAt}
+			CapacityType: capacityType(n), PriceSource: src, PricePerHour: price, GPUs: float64(len(n.GPUs)), CPU: n.CPU,
+			Start: n.RegisteredAt, End: n.StoppedAt, Origin: n.LaunchedAt}
+		if !n.LaunchedAt.IsZero() {
+			nu.Start = n.LaunchedAt
+		}
 		if len(n.GPUs) > 0 {
 			nu.GPUModel = n.GPUs[0].Model
 		}
@@ -255,6 +275,7 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 		if !ok {
 			return
 		}
+		sm, measured := c.smActiveLocked(a)
 		for _, r := range a.Replicas {
 			i, ok := idx[r.NodeID]
 			if !ok {
@@ -269,6 +290,10 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 			if a.EndedAt != nil {
 				al.End = *a.EndedAt
 			}
+			// The ledger's effective cost is cost × the SM activity
+			// telemetry measured, so a job's cost and effective cost
+			// cover the same attempts.
+			al.SMActive, al.Telemetry = sm, measured
 			out[i].Allocations = append(out[i].Allocations, al)
 		}
 	}
@@ -348,7 +373,7 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		cs.fired[f.Key] = true
 		b.BudgetFired = append(b.BudgetFired, f.Key)
 		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
-			"basis", string(f.Basis), "spent", f.Spent.String(), "limit", f.Limit.String())
+			"basis", string(f.Basis), "spent", f.Spent.USD(), "limit", f.Limit.USD())
 		hook := hooks[f.Budget]
 		if hook == nil && c.cfg.Cost.WebhookURL == "" {
 			continue
@@ -437,8 +462,9 @@ func (c *Controller) holdLocked(snap *state.Snapshot, now time.Time) map[string]
 // budgetAdmitLocked applies budgets to a submission (cost.Admit): a blocked scope
 // refuses it, and so does a hard budget its worst case would exceed. The
 // worst case is GPUs × the dearest price per GPU-hour among ready nodes
-// and offers × spec.limits.runtime; without a runtime limit it is not
-// checked (the job can only be stopped by thresholds).
+// and offers × spec.limits.runtime. A GPU job without a runtime limit in
+// a hard budget's scope is refused with a field error on
+// spec.limits.runtime (it has no worst case to bound).
 func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []model.Offer) error {
 	budgets, _ := c.declaredBudgetsLocked()
 	if len(budgets) == 0 {
@@ -463,8 +489,13 @@ func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []mod
 		}
 		r.PricePerGPUHour = dearest
 	}
-	if ok, why := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now}); !ok {
-		return fmt.Errorf("%s: %w", why, ErrBudget)
+	ad := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now})
+	switch {
+	case ad.OK:
+	case ad.Field != "":
+		return fmt.Errorf("%w (%w)", model.FieldErrors{{Path: ad.Field, Message: ad.Reason}}, ErrBudget)
+	default:
+		return fmt.Errorf("%s: %w", ad.Reason, ErrBudget)
 	}
 	return nil
 }
@@ -527,9 +558,10 @@ type DailyPoint struct {
 	Upper cost.Money `json:"upper"`
 }
 
-// Budgets returns every declared budget's status; extraDays > 0 adds a
-// daily forecast for the rest of the period and that many days after.
-func (c *Controller) Budgets(extraDays int) []BudgetStatus {
+// Budgets returns every declared budget's status; days > 0 adds a daily
+// forecast of up to that many days from today, ending at the period's end:
+// a budget's forecast is of its period, never of the next.
+func (c *Controller) Budgets(days int) []BudgetStatus {
 	now := c.cfg.Clock.Now().UTC()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -537,7 +569,7 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 	out := make([]BudgetStatus, 0, len(budgets))
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
-		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), extraDays)
+		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), 0)
 		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
 			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
 		for i := range bu.Thresholds {
@@ -548,9 +580,12 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 		for _, bl := range c.cost.blocks {
 			st.Blocked = st.Blocked || bl.Budget == bu.Name && now.Before(bl.Until)
 		}
-		if extraDays > 0 {
+		if days > 0 {
 			today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 			for _, p := range f.Points {
+				if p.Day >= days || !today.AddDate(0, 0, p.Day).Before(end) {
+					break
+				}
 				st.Daily = append(st.Daily, DailyPoint{Day: today.AddDate(0, 0, p.Day), Mean: cost.FromDollars(p.Mean),
 					Lower: cost.FromDollars(p.Lower), Upper: cost.FromDollars(p.Upper)})
 			}
@@ -561,8 +596,8 @@ func (c *Controller) Budgets(extraDays int) []BudgetStatus {
 }
 
 // Budget returns one budget's status.
-func (c *Controller) Budget(name string, extraDays int) (BudgetStatus, error) {
-	for _, b := range c.Budgets(extraDays) {
+func (c *Controller) Budget(name string, days int) (BudgetStatus, error) {
+	for _, b := range c.Budgets(days) {
 		if b.Budget.Name == name {
 			return b, nil
 		}

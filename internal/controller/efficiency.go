@@ -111,6 +111,17 @@ type telemetryState struct {
 	fired    map[string]bool
 	alerts   []Alert
 	lastEval time.Time
+	// final is each job's last judged attempt once it has ended (the
+	// tracker forgets it): the job's efficiency stays readable, and the
+	// meter's last pass over the attempt still has its SM activity.
+	final map[string]finalVerdict
+}
+
+// finalVerdict is an ended attempt's last verdict.
+type finalVerdict struct {
+	attempt string
+	verdict efficiency.Verdict
+	source  string
 }
 
 func newTelemetryState(th efficiency.Thresholds) telemetryState {
@@ -120,6 +131,7 @@ func newTelemetryState(th efficiency.Thresholds) telemetryState {
 		source:  map[string]string{},
 		lastXID: map[string]float64{},
 		fired:   map[string]bool{},
+		final:   map[string]finalVerdict{},
 	}
 }
 
@@ -314,6 +326,15 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 	}
 	for _, id := range ts.tracker.Attempts() {
 		if live[id] == nil {
+			if a, ok := c.st.Attempt(id); ok {
+				if v, _, ok := ts.tracker.Verdict(id); ok {
+					fv := finalVerdict{attempt: id, verdict: v}
+					if len(a.Replicas) > 0 {
+						fv.source = ts.source[a.Replicas[0].NodeID]
+					}
+					ts.final[a.JobID] = fv
+				}
+			}
 			ts.tracker.Forget(id)
 			delete(ts.fired, AlertJobIdle+"/"+id)
 			delete(ts.fired, AlertJobIdleStopped+"/"+id)
@@ -392,14 +413,17 @@ type Efficiency struct {
 	Source string `json:"source,omitempty"`
 }
 
-// Efficiency returns the judgement of a job's live attempt; false when it
-// has none or no telemetry reached the controller for it.
+// Efficiency returns the judgement of a job's live attempt, or once no
+// attempt runs, of its last judged one with the job's ledger cost and
+// effective cost over all its attempts (what its Cost line covers), so it
+// stays readable after the job ends; false when no telemetry reached the
+// controller for it.
 func (c *Controller) Efficiency(jobID string) (Efficiency, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.st.LiveAttempt(jobID)
 	if !ok {
-		return Efficiency{}, false
+		return c.finalEfficiencyLocked(jobID)
 	}
 	v, _, ok := c.tel.tracker.Verdict(a.ID)
 	if !ok {
@@ -422,6 +446,45 @@ func (c *Controller) Efficiency(jobID string) (Efficiency, bool) {
 		}
 	}
 	return e, true
+}
+
+// finalEfficiencyLocked is Efficiency for a job without a live attempt.
+func (c *Controller) finalEfficiencyLocked(jobID string) (Efficiency, bool) {
+	fv, ok := c.tel.final[jobID]
+	if !ok {
+		return Efficiency{}, false
+	}
+	e := Efficiency{Attempt: fv.attempt, Verdict: fv.verdict, Source: fv.source}
+	if sm := fv.verdict.Summary.SMActive; !math.IsNaN(sm) {
+		e.SMActive = &sm
+	}
+	if jc, ok := c.cost.rollup.Job(jobID); ok {
+		total := int64(jc.Total)
+		e.CostMicros = &total
+		if jc.MeasuredCost > 0 {
+			eff := int64(jc.EffectiveCost)
+			e.EffectiveCostMicros = &eff
+		}
+	}
+	return e, true
+}
+
+// smActiveLocked is the mean SM activity the tracker measured for attempt
+// a (of its last verdict, also after it ended), for the meter.
+func (c *Controller) smActiveLocked(a *model.Attempt) (float64, bool) {
+	v, _, ok := c.tel.tracker.Verdict(a.ID)
+	if !ok {
+		fv, found := c.tel.final[a.JobID]
+		if !found || fv.attempt != a.ID {
+			return 0, false
+		}
+		v = fv.verdict
+	}
+	sm := v.Summary.SMActive
+	if math.IsNaN(sm) {
+		return 0, false
+	}
+	return sm, true
 }
 
 // allocatedCostLocked is what an attempt's GPUs have cost since it

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -23,6 +24,7 @@ type memStore struct {
 	tokens   map[string]*model.Token
 	idem     []store.Idempotency
 	revs     []*model.Revision
+	ledger   []cost.Entry
 	batches  int
 }
 
@@ -72,6 +74,7 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 	}
 	m.idem = append(m.idem, b.Idempotency...)
 	m.revs = append(m.revs, b.Revisions...)
+	m.ledger = append(m.ledger, b.Ledger...)
 	m.mu.Unlock()
 	ch := make(chan error, 1)
 	ch <- nil

@@ -88,6 +88,11 @@ func (c *Controller) loseNodeLocked(n *model.Node, b *store.Batch, now time.Time
 	n = n.Clone()
 	n.State = model.NodeLost
 	n.Version++
+	if n.Labels[model.LabelInstance] == "" {
+		// No provider bills it on: metered up to now, then no more.
+		// (An instance is billed until its provider stops it.)
+		n.StoppedAt = now
+	}
 	c.st.PutNode(n)
 	b.Nodes = append(b.Nodes, n)
 	c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,

@@ -315,6 +315,7 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 	} else {
 		c.scaleSt.memory.Succeed(o)
 		n.Labels[model.LabelInstance] = in.ID
+		n.LaunchedAt = cmpTime(in.LaunchedAt, now)
 		c.recordLocked(b, model.Event{Kind: model.EventLaunch, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
 			Message: fmt.Sprintf("launched %s %s in %s %s at $%.2f/h for %s", o.CapacityType, o.InstanceType, o.Region, o.Zone, o.PricePerHour, a.Reason),
 			Fields: map[string]string{"offer": autoscaler.OfferKey(o), "instance": in.ID, "pool": a.Pool, "jobs": joinJobs(a.Jobs),
@@ -534,11 +535,12 @@ func (c *Controller) nodeGoneLocked(n *model.Node, b *store.Batch, now time.Time
 	n = n.Clone()
 	n.Version++
 	n.State = model.NodeTerminated
+	n.StoppedAt = cmpTime(stop.at, now)
 	c.st.PutNode(n)
 	b.Nodes = append(b.Nodes, n)
 	delete(c.scaleSt.idleSince, n.ID)
 	delete(c.scaleSt.deadlines, n.Labels[model.LabelInstance])
-	fields := map[string]string{"instance": n.Labels[model.LabelInstance], FieldStoppedAt: cmpTime(stop.at, now).Format(time.RFC3339Nano)}
+	fields := map[string]string{"instance": n.Labels[model.LabelInstance], FieldStoppedAt: n.StoppedAt.Format(time.RFC3339Nano)}
 	if stop.reason != "" {
 		fields["reason"] = stop.reason
 	}

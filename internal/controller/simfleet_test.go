@@ -100,7 +100,8 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 		t.Fatal(err)
 	}
 	ids := map[string]int{}
-	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1, Seed: seed,
+	ms := newMemStore()
+	c, err := New(ctx, Config{Store: ms, Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1, Seed: seed,
 		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
 		// Called under the controller's mutex.
 		NewID:  func(prefix string) string { ids[prefix]++; return fmt.Sprintf("%s%06d", prefix, ids[prefix]) },
@@ -155,6 +156,9 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 			t.Fatal(err)
 		}
 		r.syncAll(ctx, clk.Now())
+		if err := c.CostPass(ctx); err != nil {
+			t.Fatal(err)
+		}
 		clk.Advance(step)
 	}
 
@@ -182,6 +186,9 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 	for range 20 {
 		clk.Advance(step)
 		c.scale(ctx)
+		if err := c.CostPass(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r.checkInventory(ctx, sp)
 	if list, _ := sp.List(ctx); len(list) != 0 {
@@ -218,6 +225,28 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 	usage, err := sp.Usage(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// 4. The ledger is the bill: every instance's entries (allocations and
+	// idle, boot time included) add up to what the provider charged, to
+	// the micro-dollar.
+	ledger := map[string]int64{} // instance id → micro-dollars
+	ms.mu.Lock()
+	for _, e := range ms.ledger {
+		if n, ok := c.st.Node(e.NodeID); ok {
+			ledger[n.Labels[model.LabelInstance]] += int64(e.Cost)
+		}
+	}
+	ms.mu.Unlock()
+	var billedUSD, ledgerUSD int64
+	for _, u := range usage {
+		if ledger[u.InstanceID] != u.MicroUSD {
+			t.Errorf("instance %s (%s, %ds) billed %d µ$, its ledger entries add up to %d µ$", u.InstanceID, u.Offer.InstanceType, u.Seconds, u.MicroUSD, ledger[u.InstanceID])
+		}
+		billedUSD += u.MicroUSD
+		ledgerUSD += ledger[u.InstanceID]
+	}
+	if billedUSD != ledgerUSD {
+		t.Errorf("the provider billed %d µ$, the ledger adds up to %d µ$ (%.2f%% short)", billedUSD, ledgerUSD, 100*float64(billedUSD-ledgerUSD)/float64(max(billedUSD, 1)))
 	}
 	var billed, evented int64
 	for _, u := range usage {

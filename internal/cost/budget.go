@@ -301,7 +301,7 @@ func Evaluate(in EvaluateInput) Evaluation {
 				continue
 			}
 			why := fmt.Sprintf("budget %s (%s): %s spend reached %g%% of %s this period (%s); %s until %s",
-				b.Name, b.Scope, basis, t.Percent, b.Amount, spent, t.Action, end.Format(time.DateOnly))
+				b.Name, b.Scope, basis, t.Percent, b.Amount.USD(), spent.USD(), t.Action, end.Format(time.DateOnly))
 			if (t.Action == ActionBlockNew || t.Action == ActionStopAll) && !blocked {
 				blocked = true
 				ev.Blocks = append(ev.Blocks, Block{Budget: b.Name, Scope: b.Scope, Until: end, Reason: why})
@@ -340,8 +340,8 @@ type Request struct {
 	// PricePerGPUHour is the highest price per GPU-hour the job could be
 	// placed at (its max price, or the dearest eligible offer).
 	PricePerGPUHour Money
-	// MaxDuration is the runtime limit; zero means unknown, and the
-	// worst-case check is skipped (say so in the reason the shell shows).
+	// MaxDuration is the runtime limit (spec.limits.runtime); zero means
+	// none, which a hard budget in scope refuses (see Admit).
 	MaxDuration time.Duration
 }
 
@@ -367,29 +367,52 @@ type AdmissionState struct {
 	Now   time.Time
 }
 
-// Admit decides whether budgets allow a new job; the reason names the
-// budget, for `gpufleet explain`. Refusing is a verdict, not an error.
-// Blocks whose Until has passed are ignored: a new period re-admits.
-func Admit(r Request, st AdmissionState) (ok bool, reason string) {
+// Admission is admission's verdict: OK, or refused with a Reason that
+// names the budget (for `gpufleet explain` and the API's answer). Field,
+// when set, is the job field whose change would admit it.
+type Admission struct {
+	OK     bool
+	Reason string
+	Field  string
+}
+
+// FieldRuntimeLimit is the job field a hard budget requires.
+const FieldRuntimeLimit = "spec.limits.runtime"
+
+// Admit decides whether budgets allow a new job. Refusing is a verdict,
+// not an error. Blocks whose Until has passed are ignored: a new period
+// re-admits. A hard budget bounds every GPU job in its scope by its worst
+// case, so it refuses one without a runtime limit (there is no worst case
+// to bound), naming spec.limits.runtime: there is no way past a hard
+// budget. The check is skipped only while no price is known.
+func Admit(r Request, st AdmissionState) Admission {
 	for _, bl := range st.Blocks {
 		if !st.Now.Before(bl.Until) {
 			continue
 		}
 		if bl.Scope.Matches(r.Project, r.Queue, r.Tags) {
-			return false, "blocked by " + bl.Reason
+			return Admission{Reason: "blocked by " + bl.Reason}
 		}
 	}
 	wc := r.WorstCase()
 	for _, b := range st.Budgets {
-		if !b.Hard || wc == 0 || !b.Scope.Matches(r.Project, r.Queue, r.Tags) {
+		if !b.Hard || r.GPUs <= 0 || !b.Scope.Matches(r.Project, r.Queue, r.Tags) {
+			continue
+		}
+		if r.MaxDuration <= 0 {
+			return Admission{Field: FieldRuntimeLimit, Reason: fmt.Sprintf(
+				"budget %s (%s) is hard: a GPU job in its scope must set %s, which bounds its worst-case cost (GPUs × price × runtime); "+
+					"set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h", b.Name, b.Scope, FieldRuntimeLimit)}
+		}
+		if wc == 0 {
 			continue
 		}
 		spent := st.Spend[b.Name].Actual
 		if spent > b.Amount-wc { // spent + wc > amount without overflow
 			_, end := b.Period.Bounds(st.Now)
-			return false, fmt.Sprintf("budget %s (%s) is hard: worst-case cost %s (%g GPUs × %s/GPU-hour × %s) on top of %s spent would exceed %s before %s",
-				b.Name, b.Scope, wc, r.GPUs, r.PricePerGPUHour, r.MaxDuration, spent, b.Amount, end.Format(time.DateOnly))
+			return Admission{Reason: fmt.Sprintf("budget %s (%s) is hard: worst-case cost %s (%g GPUs × %s/GPU-hour × %s) on top of %s spent would exceed %s before %s",
+				b.Name, b.Scope, wc.USD(), r.GPUs, r.PricePerGPUHour.USD(), r.MaxDuration, spent.USD(), b.Amount.USD(), end.Format(time.DateOnly))}
 		}
 	}
-	return true, ""
+	return Admission{OK: true}
 }

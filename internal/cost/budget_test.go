@@ -101,19 +101,47 @@ func TestAdmit(t *testing.T) {
 		spent  Money
 		blocks []Block
 		now    time.Time
-		ok     bool
+		want   Admission
 	}{
-		"fits":                    {Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 10 * time.Hour}, 60 * Dollar, nil, now, true},
-		"worst case exceeds hard": {Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 11 * time.Hour}, 60 * Dollar, nil, now, false},
-		"other project":           {Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 99 * time.Hour}, 60 * Dollar, nil, now, true},
-		"blocked queue":           {Request{Project: "x", Queue: "batch"}, 0, []Block{block}, now, false},
-		"block expired":           {Request{Project: "x", Queue: "batch"}, 0, []Block{block}, day(2025, 4, 1, 0), true},
+		"fits": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 10 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
+		"worst case exceeds hard": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2*Dollar + 4*Cent, MaxDuration: 11 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{
+			Reason: "budget p (project=p) is hard: worst-case cost $44.88 (2 GPUs × $2.04/GPU-hour × 11h0m0s) on top of $60.00 spent would exceed $100.00 before 2025-04-01"}},
+		"no runtime limit in a hard scope": {r: Request{Project: "p", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{Field: FieldRuntimeLimit,
+			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
+		"no runtime limit, no price yet": {r: Request{Project: "p", GPUs: 1}, now: now, want: Admission{Field: FieldRuntimeLimit,
+			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
+		"no runtime limit outside the scope": {r: Request{Project: "x", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{OK: true}},
+		"other project":                      {r: Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 99 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
+		"blocked queue":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: now, want: Admission{Reason: "blocked by budget q: block-new"}},
+		"block expired":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: day(2025, 4, 1, 0), want: Admission{OK: true}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			ok, reason := Admit(tt.r, AdmissionState{Budgets: []Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
-			if ok != tt.ok || !ok && reason == "" {
-				t.Errorf("Admit = %v, %q; want %v", ok, reason, tt.ok)
+			got := Admit(tt.r, AdmissionState{Budgets: []Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMoneyUSD(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		m    Money
+		want string
+	}{
+		"zero":             {0, "$0.00"},
+		"whole cents":      {172_800_000, "$172.80"},
+		"half rounds up":   {5_000, "$0.01"},
+		"below half":       {4_999, "$0.00"},
+		"negative":         {-1_234_567, "-$1.23"},
+		"negative to zero": {-1, "$0.00"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, tt.m.USD()); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
 			}
 		})
 	}
@@ -140,5 +168,47 @@ func TestForecastSpend(t *testing.T) {
 	}
 	if len(f.Points) != 21+31 {
 		t.Errorf("%d points, want 52", len(f.Points))
+	}
+}
+
+// TestForecastSpendShortHistory: a scope's first days are not padded with
+// zeros into a zero forecast. Under a day of spend the forecast is the run
+// rate; a few days of spend are their mean, not the mean over 28 days;
+// the method used is named, and the interval is not [0, 0].
+func TestForecastSpendShortHistory(t *testing.T) {
+	t.Parallel()
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	type got struct {
+		Method           string
+		Actual, Forecast Money
+		Wide             bool // the first point's interval is wider than nothing
+	}
+	tests := map[string]struct {
+		from, now time.Time // metered from..now at $10/h
+		want      got
+	}{
+		// $30 in 3 h = $240/day; 21.5 days to April 1st: $5,160 more.
+		"first day: the run rate": {from: day(2025, 3, 10, 9), now: day(2025, 3, 10, 12),
+			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * Dollar, Forecast: 5190 * Dollar, Wide: true}},
+		// Three whole days at $240/day; 19 days left at their mean.
+		"three days: their mean": {from: day(2025, 3, 10, 0), now: day(2025, 3, 13, 0),
+			want: got{Method: "mean (short history)", Actual: 720 * Dollar, Forecast: (720 + 19*240) * Dollar, Wide: true}},
+		"nothing spent": {from: day(2025, 3, 10, 0), now: day(2025, 3, 10, 0),
+			want: got{Method: "none (no spend yet)"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := NewRollup()
+			for h := tt.from; h.Before(tt.now); h = h.Add(time.Hour) {
+				r.Add(Meter(nodes, h, h.Add(time.Hour)))
+			}
+			sp, f := ForecastSpend(r, b, tt.now, 28, 0)
+			g := got{Method: f.Method, Actual: sp.Actual, Forecast: sp.Forecast, Wide: len(f.Points) > 0 && f.Points[0].Upper > f.Points[0].Lower}
+			if diff := cmp.Diff(tt.want, g); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
 	}
 }

@@ -47,9 +47,15 @@ type NodeUsage struct {
 	PricePerHour Money
 	// GPUs and CPU are the node's capacity; GPUs may be 0 for CPU-only
 	// nodes.
-	GPUs        float64
-	CPU         float64
-	Start, End  time.Time
+	GPUs       float64
+	CPU        float64
+	Start, End time.Time
+	// Origin is where the node's bill starts: the provider's launch time.
+	// The node's time is counted in whole seconds since Origin, as a
+	// per-second bill counts it, so the ledger of an instance equals its
+	// provider's bill. Zero: whole Unix seconds (machines no provider
+	// bills per second).
+	Origin      time.Time
 	Allocations []Allocation
 }
 
@@ -124,31 +130,71 @@ func unixSec(t time.Time) int64 {
 	return s
 }
 
-// cumulative is F(t) = floor(price × t / 3600): the node's cost from the
-// epoch to t. Costs of intervals are differences of F, so they telescope.
+// cumulative is F(s) = round-half-up(price × s / 3600): the node's cost
+// from its origin to s whole seconds after it, which is what a per-second
+// bill charges for s seconds. Costs of intervals are differences of F, so
+// they telescope.
 func cumulative(pricePerHour Money, sec int64) uint64 {
 	if pricePerHour <= 0 || sec <= 0 {
 		return 0
 	}
-	return mulDiv(uint64(pricePerHour), uint64(sec), 3600)
+	return mulDivHalfUp(uint64(pricePerHour), uint64(sec), 3600)
 }
 
 // NodeCost is what a node priced at pricePerHour (micro-dollars per hour)
-// costs over [from, to), with times floored to whole seconds:
+// costs over [from, to), with times floored to whole Unix seconds:
 //
-//	F(to) − F(from), where F(t) = floor(pricePerHour × unixSeconds(t) / 3600)
+//	F(to) − F(from), where F(s) = round-half-up(pricePerHour × s / 3600)
 //
 // Because it is a difference of one cumulative function, the costs of
 // adjacent intervals sum exactly to the cost of their union, so the
-// metering cadence never changes a node's total. Rounding loses at most
-// one micro-dollar against the real-valued price × time, and never
-// accumulates.
+// metering cadence never changes a node's total. Rounding is within half
+// a micro-dollar of the real-valued price × time, and never accumulates.
+// Meter counts a node with an Origin from that origin instead of the Unix
+// epoch (nodeCost), so its total is F(seconds billed), a provider's bill.
 func NodeCost(pricePerHour Money, from, to time.Time) Money {
-	a, b := unixSec(from), unixSec(to)
+	return nodeCost(pricePerHour, unixSec(from), unixSec(to))
+}
+
+// nodeCost is F(b) − F(a) for seconds a ≤ b on one node's clock.
+func nodeCost(pricePerHour Money, a, b int64) Money {
 	if b <= a {
 		return 0
 	}
 	return Money(cumulative(pricePerHour, b) - cumulative(pricePerHour, a))
+}
+
+// nodeClock counts a node's time in whole seconds since its origin (whole
+// Unix seconds when it has none); times before the origin count as 0.
+type nodeClock struct{ origin time.Time }
+
+func (k nodeClock) sec(t time.Time) int64 {
+	if k.origin.IsZero() {
+		return unixSec(t)
+	}
+	d := t.Sub(k.origin)
+	if d <= 0 {
+		return 0
+	}
+	return int64(d / time.Second)
+}
+
+// instant is the time s seconds on the clock, clamped to [lo, hi] (the
+// pass's bounds) so an entry never leaves its pass.
+func (k nodeClock) instant(s int64, lo, hi time.Time) time.Time {
+	var t time.Time
+	if k.origin.IsZero() {
+		t = time.Unix(s, 0)
+	} else {
+		t = k.origin.Add(time.Duration(s) * time.Second)
+	}
+	if t.Before(lo) {
+		t = lo
+	}
+	if t.After(hi) {
+		t = hi
+	}
+	return t.UTC()
 }
 
 // unitsPerWhole scales GPU and CPU amounts to integers for exact splits:
@@ -201,7 +247,7 @@ func AppendMeter(dst []Entry, nodes []NodeUsage, from, to time.Time) []Entry {
 	out := slices.Grow(dst, n)
 	var m meterScratch
 	for i := range nodes {
-		out = m.node(out, &nodes[i], unixSec(from), unixSec(to))
+		out = m.node(out, &nodes[i], from, to)
 	}
 	return out
 }
@@ -218,27 +264,29 @@ type meterScratch struct {
 	idx    []int
 }
 
-func clip(start, end time.Time, lo, hi int64) (int64, int64) {
+func clip(k nodeClock, start, end time.Time, lo, hi int64) (int64, int64) {
 	a, b := lo, hi
 	if !start.IsZero() {
-		a = max(a, unixSec(start))
+		a = max(a, k.sec(start))
 	}
 	if !end.IsZero() {
-		b = min(b, unixSec(end))
+		b = min(b, k.sec(end))
 	}
 	return a, b
 }
 
-func (m *meterScratch) node(out []Entry, nu *NodeUsage, from, to int64) []Entry {
-	lo, hi := clip(nu.Start, nu.End, from, to)
+func (m *meterScratch) node(out []Entry, nu *NodeUsage, fromT, toT time.Time) []Entry {
+	clk := nodeClock{origin: nu.Origin}
+	lo, hi := clip(clk, nu.Start, nu.End, clk.sec(fromT), clk.sec(toT))
 	if hi <= lo {
 		return out
 	}
+	at := func(s int64) time.Time { return clk.instant(s, fromT, toT) }
 	k := len(nu.Allocations)
 	m.bounds = append(m.bounds[:0], lo, hi)
 	m.starts, m.ends = m.starts[:0], m.ends[:0]
 	for i := range nu.Allocations {
-		a, b := clip(nu.Allocations[i].Start, nu.Allocations[i].End, lo, hi)
+		a, b := clip(clk, nu.Allocations[i].Start, nu.Allocations[i].End, lo, hi)
 		if b < a {
 			b = a
 		}
@@ -256,7 +304,7 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, from, to int64) []Entry 
 			continue
 		}
 		a := &nu.Allocations[i]
-		e := nu.entry(KindAllocation, m.starts[i], m.ends[i])
+		e := nu.entry(KindAllocation, m.starts[i], m.ends[i], at)
 		e.JobID, e.AttemptID, e.Attempt = a.JobID, a.AttemptID, a.Attempt
 		e.Project, e.User, e.Queue, e.Tags = a.Project, a.User, a.Queue, a.Tags
 		e.GPUs, e.CPU = a.GPUs, a.CPU
@@ -275,7 +323,7 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, from, to int64) []Entry 
 			m.idx = append(m.idx, -1)
 		}
 	}
-	idle := nu.entry(KindIdle, lo, hi)
+	idle := nu.entry(KindIdle, lo, hi, at)
 	idle.GPUSeconds = nu.GPUs * float64(hi-lo)
 	for j := base; j < len(out); j++ {
 		idle.GPUSeconds -= out[j].GPUSeconds
@@ -287,7 +335,7 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, from, to int64) []Entry 
 	gpuCap, cpuCap := units(nu.GPUs), units(nu.CPU)
 	for s := 0; s+1 < len(m.bounds); s++ {
 		a, b := m.bounds[s], m.bounds[s+1]
-		c := uint64(NodeCost(nu.PricePerHour, time.Unix(a, 0), time.Unix(b, 0)))
+		c := uint64(nodeCost(nu.PricePerHour, a, b))
 		if c == 0 {
 			continue
 		}
@@ -392,11 +440,13 @@ func effective(c Money, sm float64) Money {
 	return Money(math.Floor(float64(c)*sm + 0.5))
 }
 
-func (nu *NodeUsage) entry(k Kind, a, b int64) Entry {
+// entry is an entry of the node over its clock's seconds [a, b); at turns
+// them into instants.
+func (nu *NodeUsage) entry(k Kind, a, b int64, at func(int64) time.Time) Entry {
 	return Entry{
 		Kind: k, NodeID: nu.NodeID, Pool: nu.Pool, Provider: nu.Provider, Region: nu.Region,
 		InstanceType: nu.InstanceType, GPUModel: nu.GPUModel, CapacityType: nu.CapacityType,
 		PriceSource: nu.PriceSource, PricePerHour: nu.PricePerHour,
-		From: time.Unix(a, 0).UTC(), To: time.Unix(b, 0).UTC(), Seconds: b - a,
+		From: at(a), To: at(b), Seconds: b - a,
 	}
 }

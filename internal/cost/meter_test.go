@@ -270,3 +270,50 @@ func BenchmarkAppendMeter10kNodes(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
 }
+
+// TestMeterFromOrigin: a node with an Origin (its provider's launch time,
+// not on a whole second) is billed per whole second since it, rounded half
+// up, as its provider bills it, however the passes cut its life.
+func TestMeterFromOrigin(t *testing.T) {
+	t.Parallel()
+	price := FromDollars(98.32)
+	launch := at(17*time.Minute + 300*time.Millisecond)
+	tests := map[string]struct {
+		stop   time.Time
+		passes []time.Duration // pass boundaries after t0
+	}{
+		"one pass":              {stop: at(40*time.Minute + 900*time.Millisecond), passes: []time.Duration{0, time.Hour}},
+		"minute passes":         {stop: at(3*time.Hour + 59*time.Second), passes: everyMinute(4 * time.Hour)},
+		"stop between passes":   {stop: at(61*time.Minute + 200*time.Millisecond), passes: []time.Duration{0, time.Hour, 2 * time.Hour}},
+		"15 s after the launch": {stop: launch.Add(15 * time.Second), passes: everyMinute(time.Hour)},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			nu := NodeUsage{NodeID: "n", GPUs: 8, PricePerHour: price, Start: launch, End: tt.stop, Origin: launch,
+				Allocations: []Allocation{{JobID: "j", GPUs: 8, Start: launch.Add(10 * time.Second)}}}
+			var total Money
+			var secs int64
+			for i := 0; i+1 < len(tt.passes); i++ {
+				for _, e := range Meter([]NodeUsage{nu}, at(tt.passes[i]), at(tt.passes[i+1])) {
+					total += e.Cost
+					if e.Kind == KindIdle {
+						secs += e.Seconds
+					}
+				}
+			}
+			billed := int64(tt.stop.Sub(launch) / time.Second)
+			want := (int64(price)*billed + 1800) / 3600
+			if diff := cmp.Diff([2]int64{billed, want}, [2]int64{secs, int64(total)}); diff != "" {
+				t.Errorf("[seconds, µ$] (-bill +ledger)\n%s", diff)
+			}
+		})
+	}
+}
+
+func everyMinute(d time.Duration) []time.Duration {
+	var out []time.Duration
+	for s := time.Duration(0); s <= d; s += time.Minute {
+		out = append(out, s)
+	}
+	return out
+}

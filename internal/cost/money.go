@@ -54,6 +54,23 @@ func (m Money) String() string {
 	return s
 }
 
+// USD writes m as people read money, in dollars and cents rounded half
+// away from zero: "$172.80", "-$0.01". Messages use it; String keeps every
+// micro-dollar for the ledger's exports.
+func (m Money) USD() string {
+	neg := m < 0
+	u := uint64(m)
+	if neg {
+		u = uint64(-m)
+	}
+	cents := u/uint64(Cent) + (u%uint64(Cent)+uint64(Cent)/2)/uint64(Cent)
+	s := fmt.Sprintf("$%d.%02d", cents/100, cents%100)
+	if neg && cents > 0 {
+		return "-" + s
+	}
+	return s
+}
+
 // ParseMoney reads "$12.34", "12.345678" or "-0.5": at most six decimals,
 // no rounding.
 func ParseMoney(s string) (Money, error) {
@@ -106,6 +123,22 @@ func (m *Money) UnmarshalText(b []byte) error {
 // bits; it saturates at MaxInt64 otherwise.
 func mulDiv(a, b, c uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return q
+}
+
+// mulDivHalfUp is a × b / c rounded half up, saturating like mulDiv.
+func mulDivHalfUp(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	var carry uint64
+	lo, carry = bits.Add64(lo, c/2, 0)
+	hi += carry
 	if hi >= c {
 		return math.MaxInt64
 	}

@@ -36,8 +36,12 @@ var groupFields = []string{"kind", "project", "user", "queue", "capacityType", "
 type Query struct {
 	From, To time.Time
 	// Step splits the window into rows of this length from From; zero is
-	// one row for the whole window.
+	// one row for the whole window. A step of whole days makes calendar
+	// days in Location: rows start at its midnights (From is floored to
+	// one), 23 or 25 hours long across a daylight-saving change.
 	Step time.Duration
+	// Location is the time zone of day steps; nil means UTC.
+	Location *time.Location
 	// GroupBy lists fields (kind, project, user, queue, capacityType,
 	// priceSource, gpuModel, provider, region, pool) or "tag:KEY".
 	GroupBy []string
@@ -125,8 +129,11 @@ func groupValue(d *Dims, f string) string {
 
 // Report aggregates the rollup. It reads daily cells when From and To are
 // midnight UTC and Step is zero or whole days, hourly cells otherwise
-// (From floored and To ceiled to the hour). Invalid queries return the
-// Validate error.
+// (From floored and To ceiled to the hour). With a step of whole days,
+// From is first floored to midnight in q.Location and rows are calendar
+// days there (an hour cell counts in the day its start falls in, which
+// only matters in zones offset by part of an hour). Invalid queries
+// return the Validate error.
 func (r *Rollup) Report(q Query) (Report, error) {
 	if err := q.Validate(); err != nil {
 		return Report{}, err
@@ -134,11 +141,40 @@ func (r *Rollup) Report(q Query) (Report, error) {
 	if q.Idle == "" {
 		q.Idle = IdleShown
 	}
+	loc := q.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	days := int(q.Step / (24 * time.Hour))
+	if q.Step%(24*time.Hour) != 0 {
+		days = 0
+	}
+	if days > 0 {
+		q.From = midnight(q.From, loc)
+	}
 	from := q.From.Unix()
 	if q.Step%(24*time.Hour) != 0 || q.From.Unix()%86400 != 0 || q.To.Unix()%86400 != 0 {
 		from = floorDiv(from, 3600) * 3600
 	}
 	step := int64(q.Step / time.Second)
+	// stepOf is the row of a cell starting at start (Unix seconds), and
+	// startOf a row's start.
+	stepOf := func(start int64) int64 {
+		if step == 0 {
+			return 0
+		}
+		return (start - from) / step
+	}
+	startOf := func(si int64) time.Time { return time.Unix(from+si*step, 0).UTC() }
+	if days > 0 {
+		y, m, d := q.From.In(loc).Date()
+		day0 := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+		stepOf = func(start int64) int64 {
+			y, m, d := time.Unix(start, 0).In(loc).Date()
+			return int64(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Sub(day0)/(24*time.Hour)) / int64(days)
+		}
+		startOf = func(si int64) time.Time { return time.Date(y, m, d+int(si)*days, 0, 0, 0, 0, loc) }
+	}
 
 	// Group ids are memoised per dimension set, so each cell costs one
 	// slice lookup.
@@ -189,16 +225,13 @@ func (r *Rollup) Report(q Query) (Report, error) {
 			}
 			groupOf[id] = g
 		}
-		var si int64
-		if step > 0 {
-			si = (start - from) / step
-		}
+		si := stepOf(start)
 		rk := rowKey{si, g}
 		row := acc[rk]
 		if row == nil {
 			rs := q.From
 			if step > 0 {
-				rs = time.Unix(from+si*step, 0).UTC()
+				rs = startOf(si)
 			}
 			row = &Row{Start: rs, Group: groups[g]}
 			acc[rk] = row
@@ -220,4 +253,10 @@ func (r *Rollup) Report(q Query) (Report, error) {
 		return slices.Compare(a.Group, b.Group)
 	})
 	return rep, nil
+}
+
+// midnight is the start of t's day in loc.
+func midnight(t time.Time, loc *time.Location) time.Time {
+	y, m, d := t.In(loc).Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
 }

@@ -156,3 +156,53 @@ func BenchmarkReport30Days10MRows(b *testing.B) {
 	})
 	b.ReportMetric(float64(r.Rows()), "rows")
 }
+
+// TestReportDaysInZone: daily rows are calendar days in the query's zone
+// (UTC by default), starting at its midnights, whatever hour the window
+// starts at.
+func TestReportDaysInZone(t *testing.T) {
+	t.Parallel()
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	r := NewRollup()
+	for h := 0; h < 48; h++ { // $1/h from t0 (midnight UTC) for two days
+		r.Add(Meter(nodes, at(time.Duration(h)*time.Hour), at(time.Duration(h+1)*time.Hour)))
+	}
+	est := time.FixedZone("EST", -5*3600)
+	day := 24 * time.Hour
+	tests := map[string]struct {
+		q    Query
+		want []Row
+	}{
+		"UTC midnights": {
+			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: day, Idle: IdleHidden},
+			want: []Row{
+				{Start: t0, Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
+				{Start: at(day), Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
+			},
+		},
+		"EST midnights (05:00 UTC)": {
+			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: day, Location: est, Idle: IdleHidden},
+			want: []Row{
+				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
+				{Start: time.Date(2025, 3, 2, 0, 0, 0, 0, est), Group: []string{}, Cost: 19 * Dollar, GPUHours: 19},
+			},
+		},
+		"two-day steps in EST": {
+			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: 2 * day, Location: est, Idle: IdleHidden},
+			want: []Row{
+				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 43 * Dollar, GPUHours: 43},
+			},
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			rep, err := r.Report(tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, rep.Rows); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}

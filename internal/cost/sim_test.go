@@ -147,7 +147,8 @@ func TestMonthSimulation(t *testing.T) {
 				}
 			}
 		}
-		ok, reason := Admit(req, AdmissionState{Budgets: budgets, Blocks: ev.Blocks, Spend: sp, Now: next})
+		ad := Admit(req, AdmissionState{Budgets: budgets, Blocks: ev.Blocks, Spend: sp, Now: next})
+		ok, reason := ad.OK, ad.Reason
 		if !ok && blockedAt.IsZero() {
 			blockedAt = next
 			if reason == "" {

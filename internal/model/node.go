@@ -49,7 +49,15 @@ type Node struct {
 	SharedGPUs    bool      `json:"sharedGpus,omitempty"`
 	RegisteredAt  time.Time `json:"registeredAt"`
 	LastHeartbeat time.Time `json:"lastHeartbeat"`
-	Version       uint64    `json:"version"`
+	// LaunchedAt and StoppedAt are when the node's provider started and
+	// stopped billing its instance (its own times); the ledger meters the
+	// node over exactly that span, boot time included as idle. Zero
+	// LaunchedAt: no provider bills it (metered from RegisteredAt); zero
+	// StoppedAt: still billed. A machine lost without an instance has
+	// StoppedAt at its loss.
+	LaunchedAt time.Time `json:"launchedAt,omitzero"`
+	StoppedAt  time.Time `json:"stoppedAt,omitzero"`
+	Version    uint64    `json:"version"`
 }
 
 // Clone returns a deep copy.

@@ -20,6 +20,7 @@ type CostQuery struct {
 	Window string   // e.g. "30d", "12h"
 	By     []string // kind, project, user, queue, capacityType, …, tag:KEY
 	Step   string   // e.g. "1d"
+	TZ     string   // IANA time zone of day steps (server default UTC)
 	Idle   string   // shown, shared or hidden
 }
 
@@ -32,6 +33,7 @@ func (q CostQuery) values(format string) url.Values {
 	}
 	set("window", q.Window)
 	set("step", q.Step)
+	set("tz", q.TZ)
 	set("idle", q.Idle)
 	set("format", format)
 	if len(q.By) > 0 {

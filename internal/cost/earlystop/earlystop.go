@@ -187,53 +187,63 @@ func Decide(p Policy, s Series, peers []Series) Verdict {
 	return v
 }
 
-// median is Vizier's median stopping rule: stop at step t if the run's
-// best value so far is strictly worse than the median, over peers that
-// reached t, of each peer's running average of values up to t. The
-// median is a true median (the mean of the two middle values for an
-// even count).
+// median is the median stopping rule: stop at step t if the run's best
+// value so far is strictly worse than the median, over peers that reached
+// t, of each peer's best value by step t. The median is a true median (the
+// mean of the two middle values for an even count).
+//
+// Sources: Golovin et al., "Google Vizier: A Service for Black-Box
+// Optimization", KDD 2017, §3.2.2 (a trial's best objective by step s
+// against the median of the other trials' values up to s); Optuna's
+// MedianPruner (optuna.pruners.MedianPruner: "prune if the trial's best
+// intermediate result is worse than median of intermediate results of
+// previous trials at the same step"). A peer's value "at step t" is its
+// best by t here, because runs report at different steps (and resumed
+// runs repeat some): for the improving curves the rule is meant for it is
+// the peer's value at t, and unlike a running average it does not charge
+// a peer for its early, worse values, which made the rule stop runs that
+// were as good as their peers.
 func (p Policy) median(s Series, peers []Series, v Verdict) Verdict {
 	t := v.Step
-	best := math.NaN()
-	for _, pt := range s {
-		if !math.IsNaN(pt.Value) && (math.IsNaN(best) || p.better(pt.Value, best, 0)) {
-			best = pt.Value
-		}
-	}
-	var avgs []float64
+	best := p.bestBy(s, t)
+	var bests []float64
 	for _, peer := range peers {
 		if len(peer) == 0 || peer[len(peer)-1].Step < t {
 			continue
 		}
-		var sum float64
-		var n int
-		for _, pt := range peer {
-			if pt.Step > t {
-				break
-			}
-			if !math.IsNaN(pt.Value) {
-				sum, n = sum+pt.Value, n+1
-			}
-		}
-		if n > 0 {
-			avgs = append(avgs, sum/float64(n))
+		if b := p.bestBy(peer, t); !math.IsNaN(b) {
+			bests = append(bests, b)
 		}
 	}
 	minPeers := p.MinPeers
 	if minPeers <= 0 {
 		minPeers = 3
 	}
-	if len(avgs) < minPeers || math.IsNaN(best) {
+	if len(bests) < minPeers || math.IsNaN(best) {
 		return v
 	}
-	slices.Sort(avgs)
-	m := avgs[len(avgs)/2]
-	if len(avgs)%2 == 0 {
-		m = (avgs[len(avgs)/2-1] + m) / 2
+	slices.Sort(bests)
+	m := bests[len(bests)/2]
+	if len(bests)%2 == 0 {
+		m = (bests[len(bests)/2-1] + m) / 2
 	}
 	if p.better(m, best, 0) {
 		v.Triggered = true
-		v.Reason = fmt.Sprintf("best %s %g by step %d is worse than the median %g of %d peers' running averages", p.Metric, best, t, m, len(avgs))
+		v.Reason = fmt.Sprintf("best %s %g by step %d is worse than the median %g of %d peers' best values by that step", p.Metric, best, t, m, len(bests))
 	}
 	return v
+}
+
+// bestBy is the best non-NaN value of s at steps up to t (NaN if none).
+func (p Policy) bestBy(s Series, t int64) float64 {
+	best := math.NaN()
+	for _, pt := range s {
+		if pt.Step > t {
+			break
+		}
+		if !math.IsNaN(pt.Value) && (math.IsNaN(best) || p.better(pt.Value, best, 0)) {
+			best = pt.Value
+		}
+	}
+	return best
 }

@@ -46,7 +46,8 @@ func TestFlatLossStoppedAfterPatience(t *testing.T) {
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	peers := []Series{series(1.0, 0.8, 0.6), series(1.1, 0.9, 0.7), series(0.9, 0.7, 0.5), series(1.2, 1.0, 0.9)}
-	// Running averages at step 300: 0.8, 0.9, 0.7, 1.0333 → median (0.8+0.9)/2 = 0.85.
+	// Best values by step 300: 0.6, 0.7, 0.5, 0.9 → median (0.6+0.7)/2 = 0.65.
+	// (Their running averages, 0.8, 0.9, 0.7, 1.0333, have the median 0.85.)
 	tests := map[string]struct {
 		p     Policy
 		s     Series
@@ -57,9 +58,22 @@ func TestDecide(t *testing.T) {
 			p: Policy{Kind: Median, Metric: "loss"}, s: series(1.5, 1.2, 0.9), peers: peers,
 			want: Verdict{Triggered: true, Stop: true, Step: 300},
 		},
-		"median keeps a run at the median": {
-			p: Policy{Kind: Median, Metric: "loss"}, s: series(1.5, 1.2, 0.85), peers: peers,
+		"median keeps a run better than the median": {
+			p: Policy{Kind: Median, Metric: "loss"}, s: series(1.5, 1.2, 0.6), peers: peers,
 			want: Verdict{Step: 300},
+		},
+		"median compares with the peers' best values, not their running averages": {
+			p: Policy{Kind: Median, Metric: "loss"}, s: series(1.5, 1.2, 0.8), peers: peers,
+			want: Verdict{Triggered: true, Stop: true, Step: 300},
+		},
+		"median takes each peer's best by the step, not later": {
+			p: Policy{Kind: Median, Metric: "loss"}, s: series(1.5, 0.75), peers: peers, // by step 200: 0.8, 0.9, 0.7, 1.0 → 0.85
+			want: Verdict{Step: 200},
+		},
+		"median maximising": {
+			p: Policy{Kind: Median, Metric: "acc", Maximize: true}, s: series(0.1, 0.2, 0.3),
+			peers: []Series{series(0.2, 0.5, 0.4), series(0.3, 0.4, 0.6), series(0.1, 0.2, 0.3)}, // bests 0.5, 0.6, 0.3 → 0.5
+			want:  Verdict{Triggered: true, Stop: true, Step: 300},
 		},
 		"median needs enough peers": {
 			p: Policy{Kind: Median, Metric: "loss", MinPeers: 5}, s: series(9, 9, 9), peers: peers,

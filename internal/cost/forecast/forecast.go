@@ -9,8 +9,11 @@
 //
 // Short histories fall back: under 14 days (two seasons) the forecast is
 // the series mean, flat, with an interval of ±z·max(σ, mean/2)·√h — wide
-// on purpose — and Result.Method says "mean (short history)". Pure: no
-// clock, no randomness.
+// on purpose — and Result.Method says "mean (short history)". With no
+// complete day at all the caller measures a run rate (spend so far ÷
+// time elapsed) and RunRate projects it flat with an interval of
+// ±z·rate·√h ("run-rate"). Result.Method always names the model used.
+// Pure: no clock, no randomness.
 package forecast
 
 import (
@@ -137,6 +140,33 @@ func meanForecast(ys []float64, horizon int, zz, lvl float64) Result {
 		Note: "fewer than 14 days of history: flat mean forecast with a deliberately wide interval"}
 	for h := 1; h <= horizon; h++ {
 		r.Points = append(r.Points, point(h-1, mean, zz*sd*math.Sqrt(float64(h))))
+	}
+	return r
+}
+
+// Methods a Result can name besides Holt-Winters and the mean.
+const (
+	MethodRunRate = "run-rate (less than a day of history)"
+	MethodNone    = "none (no spend yet)"
+)
+
+// RunRate forecasts horizon days at rate per day, measured over less than
+// a day of spend (a new scope's first day): flat, with an interval of
+// ±z·rate·√h — a 100% daily deviation, since one partial day says nothing
+// about how spend varies. A zero rate is MethodNone: nothing to project.
+func RunRate(rate float64, horizon int, o Options) Result {
+	zz, lvl := z(o.Level)
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		r := Result{Method: MethodNone, Level: lvl, Note: "no spend in scope yet: nothing to project"}
+		for h := 1; h <= horizon; h++ {
+			r.Points = append(r.Points, point(h-1, 0, 0))
+		}
+		return r
+	}
+	r := Result{Method: MethodRunRate, Sigma: rate, Level: lvl,
+		Note: "less than a day of history: today's spend rate so far, projected flat, with a deliberately wide interval"}
+	for h := 1; h <= horizon; h++ {
+		r.Points = append(r.Points, point(h-1, rate, zz*rate*math.Sqrt(float64(h))))
 	}
 	return r
 }

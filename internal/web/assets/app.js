@@ -104,9 +104,11 @@ async function renderJobs() {
     const eff = v.efficiency;
     const cls = eff ? eff.verdict.class : null;
     const why = v.pending ? (v.pending.reasons || []).map((r) => r.message).join("; ") : (v.reason || "");
-    // The ledger's cost when the server meters it, else the live estimate.
+    // Both columns cover the same attempts: the ledger's (every attempt,
+    // effective cost where telemetry measured it) when the server meters
+    // the job, else the live attempt's estimate.
     const cost = v.cost ? money(v.cost.total) : (eff && eff.costMicros != null ? eff.costMicros / 1e6 : null);
-    const effCost = v.cost && v.cost.effectiveCost ? money(v.cost.effectiveCost) : (eff && eff.effectiveCostMicros != null ? eff.effectiveCostMicros / 1e6 : null);
+    const effCost = v.cost ? (v.cost.measuredCost ? money(v.cost.effectiveCost || 0) : null) : (eff && eff.effectiveCostMicros != null ? eff.effectiveCostMicros / 1e6 : null);
     const effText = eff ? [el("span", { class: "class-" + cls }, cls), " ", pct(eff.smActive), " SM", eff.source === "simulated" ? " (simulated)" : ""] : ["—"];
     return el("tr", { "data-job": v.id, "data-state": v.state },
       el("td", {}, v.id), el("td", {}, v.name || ""),
