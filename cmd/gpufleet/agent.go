@@ -38,6 +38,8 @@ type agentConfig struct {
 	Zone     string
 	FakeGPUs string
 	LogLevel string
+	// Isolation is how the node isolates jobs.
+	Isolation agent.IsolationOptions
 }
 
 // Validate reports every problem at once, by flag name.
@@ -107,6 +109,7 @@ back. The agent's state is in DATA_DIR/agent.`,
 	fl.StringVar(&c.Zone, "zone", "", "zone this node reports")
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	addIsolationFlags(fl, &c.Isolation, "agent")
 	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
@@ -159,6 +162,17 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 			return fmt.Errorf("reading --ca: %w", err)
 		}
 	}
+	iso, notes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		if strings.HasPrefix(n, "INSECURE") || strings.HasPrefix(n, "NOT ISOLATED") {
+			log.Warn(n)
+		} else {
+			log.Info(n)
+		}
+	}
 	src, sim := telemetrySource(ctx, inv, log)
 	ag, err := agent.New(agent.Config{
 		Telemetry:    src,
@@ -170,6 +184,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
 		},
 		ServerCA:          serverCA,
+		Isolation:         iso,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log,

@@ -43,6 +43,7 @@ type runFlags struct {
 	secrets    []string
 	tags       []string
 	workdir    string
+	image      string
 	upload     bool
 	runtime    string
 	grace      string
@@ -126,7 +127,8 @@ output until it ends and exit with its exit code.`,
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fl.StringSliceVar(&f.secrets, "secret", nil, "a project secret the job gets as an environment variable of its name (repeatable; see gpufleet secrets)")
 	fl.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE for cost attribution (repeatable)")
-	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory)")
+	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory; with --image, the uploaded or empty work tree)")
+	fl.StringVar(&f.image, "image", "", "run in a container of this image (e.g. localhost/app:1; see gpufleet images build): only nodes with a container runtime take it")
 	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime limit per attempt (e.g. 30m, 12h)")
 	fl.StringVar(&f.grace, "grace", "", "grace period between the checkpoint signal and SIGKILL (default 30s)")
@@ -140,7 +142,7 @@ output until it ends and exit with its exit code.`,
 }
 
 // specFlags are the flags that describe the job itself, not how to submit it.
-var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "runtime", "grace", "signal", "retries"}
+var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "image", "runtime", "grace", "signal", "retries"}
 
 // manifest returns the body to submit and whether it is YAML.
 func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, error) {
@@ -178,15 +180,22 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	spec.Checkpoint.Grace = parseDurationFlag("--grace", f.grace, &fe)
 	spec.Checkpoint.Signal = f.signal
 	spec.Retries.Failures = f.retries
-	wd := f.workdir
-	if wd == "" {
-		wd = "."
+	spec.Run.Image = f.image
+	if f.image != "" && !f.upload {
+		// A container sees no host folder: the workdir is the image's
+		// path or a folder of the replica's own work tree.
+		spec.Run.Workdir = f.workdir
+	} else {
+		wd := f.workdir
+		if wd == "" {
+			wd = "."
+		}
+		abs, err := filepath.Abs(wd)
+		if err != nil {
+			return nil, false, fmt.Errorf("resolving --workdir: %w", err)
+		}
+		spec.Run.Workdir = abs
 	}
-	abs, err := filepath.Abs(wd)
-	if err != nil {
-		return nil, false, fmt.Errorf("resolving --workdir: %w", err)
-	}
-	spec.Run.Workdir = abs
 	if err := fe.Err(); err != nil {
 		return nil, false, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
@@ -79,6 +80,8 @@ type serverConfig struct {
 	// but those with their own signingKeyRef.
 	WebhookURL    string
 	WebhookSecret string
+	// Isolation is how the local (and simulated) nodes isolate jobs.
+	Isolation agent.IsolationOptions
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -180,6 +183,7 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.TLS, "tls", false, "serve HTTPS with a self-signed certificate for 127.0.0.1, ::1 and localhost, made in the data dir's tls/ (local clients pin it)")
 	fl.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fl.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	addIsolationFlags(fl, &c.Isolation, "server")
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
@@ -233,6 +237,14 @@ structured JSON logs and no banner, for systemd and containers.`,
 	return cmd
 }
 
+// addIsolationFlags adds the flags of how jobs are isolated on a node.
+func addIsolationFlags(fl *pflag.FlagSet, o *agent.IsolationOptions, who string) {
+	fl.StringVar(&o.WorkRoot, "work-root", "", "folder for jobs' own folders and checkpoints, outside the data dir (default as root: /var/lib/gpufleet/work/<id>; else DATA_DIR/work)")
+	fl.StringVar(&o.Containers, "container-runtime", "auto", "run jobs with an image in containers: auto (podman where it works), podman (required) or none")
+	fl.BoolVar(&o.HostNetwork, "container-host-network", false, "give containers the host's network (needed for NCCL across nodes); by default each has its own")
+	fl.BoolVar(&o.InsecureRunAsAgentUser, "insecure-run-as-server-user", false, "run jobs as the "+who+"'s own user even as root: every job can then read its tokens, keys and database (only admins' jobs are placed on such a node)")
+}
+
 func newSuperviseCmd() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
@@ -273,6 +285,10 @@ func serve(ctx context.Context, c *serverConfig) error {
 	log := slog.New(secrets.NewHandler(newLogger(c).Handler(), redactor))
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
+	}
+	// The data dir holds tokens, keys and the database: its owner only.
+	if err := os.Chmod(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("closing data dir to others: %w", err)
 	}
 	keyring, keySource, err := loadKeyring(c.DataDir)
 	if err != nil {
@@ -352,12 +368,30 @@ func serve(ctx context.Context, c *serverConfig) error {
 		simScaleC controller.ScaleConfig
 		simN      *simNodes
 	)
+	// One isolation for every node this process runs (local and
+	// simulated): they share the work root and the workload users.
+	iso, isoNotes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
+	if err != nil {
+		return err
+	}
+	if !c.NoAgent || c.Sim.Enabled {
+		for _, n := range isoNotes {
+			if strings.HasPrefix(n, "INSECURE") || strings.HasPrefix(n, "NOT ISOLATED") {
+				log.Warn(n)
+				if c.Banner {
+					fmt.Fprintln(os.Stderr, "WARNING: "+n)
+				}
+			} else {
+				log.Info(n)
+			}
+		}
+	}
 	if c.Sim.Enabled {
 		sp, err := newSimProvider(c.Sim, cat)
 		if err != nil {
 			return err
 		}
-		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, log); err != nil {
+		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, iso, log); err != nil {
 			return err
 		}
 		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
@@ -395,7 +429,8 @@ func serve(ctx context.Context, c *serverConfig) error {
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
-		CheckpointDir:     filepath.Join(c.DataDir, "checkpoints"),
+		// Outside the data dir, where jobs' users can reach their own.
+		CheckpointDir:     filepath.Join(iso.WorkRoot, "checkpoints"),
 		Seed:              time.Now().UnixNano(),
 		HeartbeatTimeout:  c.HeartbeatTimeout,
 		HeartbeatInterval: c.heartbeatInterval(),
@@ -436,7 +471,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 	go func() { errc <- kube.Run(ctx) }()
 	running := 3
 	if !c.NoAgent {
-		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, log)
+		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {
 			cancel(nil)
 			return errors.Join(err, drain(httpSrv, errc, running))
@@ -499,7 +534,7 @@ func ignoreClosed(err error) error {
 // GPUs (inv), speaking the agent protocol to the controller. instanceType
 // names demo GPUs for the price table; serverCA, when the API is served
 // over TLS, is the certificate jobs pin to reach it.
-func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, inv gpu.Inventory, instanceType string, serverCA []byte, log *slog.Logger) (*agent.Agent, error) {
+func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, inv gpu.Inventory, instanceType string, serverCA []byte, iso agent.Isolation, log *slog.Logger) (*agent.Agent, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
@@ -516,6 +551,7 @@ func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, 
 			InstanceType: instanceType, CapacityType: model.Owned, AgentVersion: version,
 		},
 		ServerCA:          serverCA,
+		Isolation:         iso,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log.With("component", "agent"),

@@ -67,6 +67,7 @@ type simNodes struct {
 	cp      agentapi.ControlPlane
 	cat     *catalog.Catalog
 	exe     string
+	iso     agent.Isolation
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -79,12 +80,12 @@ type simAgent struct {
 	done   chan struct{}
 }
 
-func newSimNodes(ctx context.Context, dataDir string, cp agentapi.ControlPlane, cat *catalog.Catalog, log *slog.Logger) (*simNodes, error) {
+func newSimNodes(ctx context.Context, dataDir string, cp agentapi.ControlPlane, cat *catalog.Catalog, iso agent.Isolation, log *slog.Logger) (*simNodes, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
 	}
-	return &simNodes{ctx: ctx, dataDir: dataDir, cp: cp, cat: cat, exe: exe, log: log, agents: map[string]*simAgent{}}, nil
+	return &simNodes{ctx: ctx, dataDir: dataDir, cp: cp, cat: cat, exe: exe, iso: iso, log: log, agents: map[string]*simAgent{}}, nil
 }
 
 func (s *simNodes) dir(nodeID string) string { return filepath.Join(s.dataDir, "sim", nodeID) }
@@ -127,6 +128,7 @@ func (s *simNodes) agentConfig(n *model.Node) (agent.Config, *telemetry.Simulate
 			InstanceType: n.InstanceType, CapacityType: n.CapacityType, AgentVersion: version,
 		},
 		SupervisorCommand: []string{s.exe, "supervise", "--dir"},
+		Isolation:         s.iso,
 		Clock:             clock.Real{},
 		Logger:            s.log.With("component", "agent"),
 		PollInterval:      200 * time.Millisecond,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 )
 
@@ -43,6 +44,10 @@ type Agent struct {
 	samples []agentapi.TelemetrySample // queued for the next sync; guarded by mu
 	busy    map[int]bool               // GPU indexes of desired replicas; guarded by mu
 
+	// driver is the NVIDIA driver version (empty without one), read once
+	// at start for the CUDA check of container images.
+	driver string
+
 	// Owned by Run's goroutine.
 	nodeID     string
 	heartbeat  time.Duration
@@ -62,6 +67,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("configuring agent: dir: %w", err)
 	}
 	cfg.Dir = dir
+	if cfg.Isolation.WorkRoot, err = filepath.Abs(cfg.Isolation.WorkRoot); err != nil {
+		return nil, fmt.Errorf("configuring agent: isolation.workRoot: %w", err)
+	}
 	return &Agent{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -89,6 +97,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if a.cfg.Isolation.Podman != nil && a.cfg.Registration.GPUSource != "fake" && len(a.cfg.Registration.GPUs) > 0 {
+		a.driver = runtime.DriverVersion(ctx)
+	}
 	if err := a.register(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -135,6 +146,7 @@ func (a *Agent) register(ctx context.Context) error {
 		return fmt.Errorf("reading node id: %w", err)
 	}
 	reg := a.cfg.Registration
+	reg.Runtimes, reg.NotIsolated = a.runtimes(), !a.isolated()
 	if id := strings.TrimSpace(string(saved)); id != "" || reg.NodeID == "" {
 		reg.NodeID = id
 	}
@@ -181,7 +193,7 @@ func (a *Agent) adoptAll(ctx context.Context) error {
 			continue
 		}
 		a.log.Info("adopting replica", "replica_id", e.Name())
-		a.track(ctx, a.newReplica(e.Name(), dir, nil))
+		a.adopt(ctx, e.Name(), dir)
 	}
 	return nil
 }

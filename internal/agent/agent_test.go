@@ -203,7 +203,9 @@ func TestReplicaExitIsReportedAfterItsWholeLog(t *testing.T) {
 		t.Errorf("log when the exit was reported (-want +got):\n%s", diff)
 	}
 
-	wantRegs := []agentapi.Registration{{Name: "test-node", Provider: "local", GPUSource: "none", AgentVersion: "test"}}
+	// Without workload users the agent says it does not isolate jobs.
+	wantRegs := []agentapi.Registration{{Name: "test-node", Provider: "local", GPUSource: "none", AgentVersion: "test",
+		Runtimes: []string{"process"}, NotIsolated: true}}
 	if diff := cmp.Diff(wantRegs, cp.registrations()); diff != "" {
 		t.Errorf("registrations (-want +got):\n%s", diff)
 	}

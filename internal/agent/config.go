@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agent/telemetry"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
@@ -54,9 +59,40 @@ type Config struct {
 
 	// ServerCA is the certificate (PEM) the agent pins for an https
 	// server, or nil. Replicas whose GPUFLEET_SERVER is https get it as
-	// ServerCAFile in their own directory, named by GPUFLEET_CA, so the
+	// ServerCAFile in their own folder, named by GPUFLEET_CA, so the
 	// CLI and SDK inside a job pin it too.
 	ServerCA []byte
+
+	// Isolation keeps replicas from the node's control-plane files and
+	// from each other. Its zero value runs them as the agent's own user.
+	Isolation Isolation
+}
+
+// Isolation says how the agent isolates replicas (package runtime).
+type Isolation struct {
+	// WorkRoot holds the replicas' own folders (HOME and working tree)
+	// and, by default, the jobs' checkpoint folders. It must lie outside
+	// Dir, in a folder the workload users can traverse. Default: Dir/work
+	// (only sound without Users, where nothing is isolated anyway).
+	WorkRoot string
+	// Users, when set, runs every attempt as its own unprivileged user;
+	// the agent must be root. nil runs replicas as the agent's user, and
+	// the node registers as not isolated: the server then places only
+	// admins' jobs on it.
+	Users *runtime.Users
+	// Podman, when set, is the container engine for replicas with an
+	// image; without it such replicas are refused (the server does not
+	// place them here).
+	Podman *runtime.Podman
+	// HostNetwork lets containers use the host's network; otherwise each
+	// has its own (slirp4netns, reaching the host's loopback only as
+	// 10.0.2.2, where a loopback server is).
+	HostNetwork bool
+	// WritableRoot leaves a container's image root writable; by default
+	// it is read-only with tmpfs /tmp, /run and /var/tmp.
+	WritableRoot bool
+	// PullTimeout bounds pulling a missing image. Default 10m.
+	PullTimeout time.Duration
 }
 
 // Validate reports every problem with c at once, each with its field path.
@@ -84,6 +120,14 @@ func (c Config) Validate() error {
 	} {
 		if d < 0 {
 			errs.Add(path, "must not be negative")
+		}
+	}
+	if c.Isolation.Users != nil && os.Geteuid() != 0 {
+		errs.Add("isolation.users", "needs an agent running as root: run it as root, or without workload users (then only admins' jobs run here)")
+	}
+	if w := c.Isolation.WorkRoot; w != "" && c.Dir != "" {
+		if rel, err := filepath.Rel(c.Dir, w); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && c.Isolation.Users != nil {
+			errs.Add("isolation.workRoot", fmt.Sprintf("%s is inside the agent's directory %s, which workloads must not reach: choose a folder outside it", w, c.Dir))
 		}
 	}
 	if c.LogChunkSize < 0 {
@@ -114,6 +158,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 30 * time.Second
+	}
+	if c.Isolation.WorkRoot == "" {
+		c.Isolation.WorkRoot = filepath.Join(c.Dir, "work")
+	}
+	if c.Isolation.PullTimeout == 0 {
+		c.Isolation.PullTimeout = runtime.DefaultPullTimeout
 	}
 	if c.TelemetryInterval == 0 {
 		c.TelemetryInterval = telemetry.DefaultInterval

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -28,6 +29,9 @@ const shipBurst = 16
 type replica struct {
 	id  string
 	dir string // empty for one refused or stopped before it had a directory
+	// attempt is the attempt the replica belongs to; its workload user is
+	// the attempt's (empty for one refused before it had a sandbox).
+	attempt string
 	// since is when this agent launched or adopted the replica; a supervisor
 	// without a pid record by since+StartTimeout is taken for lost.
 	since time.Time
@@ -71,8 +75,8 @@ func (l *launched) exited() bool {
 	}
 }
 
-func (a *Agent) newReplica(id, dir string, l *launched) *replica {
-	return &replica{id: id, dir: dir, since: a.cfg.Clock.Now(), launched: l, wake: make(chan struct{}, 1)}
+func (a *Agent) newReplica(id, attempt, dir string, l *launched) *replica {
+	return &replica{id: id, attempt: attempt, dir: dir, since: a.cfg.Clock.Now(), launched: l, wake: make(chan struct{}, 1)}
 }
 
 // track adds r to the tracked replicas and starts tending it.
@@ -86,7 +90,7 @@ func (a *Agent) track(ctx context.Context, r *replica) {
 // trackEnded tracks a replica that ended before it could run, with phase
 // and reason. It is reported at once.
 func (a *Agent) trackEnded(ctx context.Context, id, dir string, phase agentapi.Phase, reason string) *replica {
-	r := a.newReplica(id, dir, nil)
+	r := a.newReplica(id, "", dir, nil)
 	now := a.cfg.Clock.Now()
 	r.status = agentapi.ReplicaStatus{ID: id, Phase: phase, Reason: reason, EndedAt: &now}
 	a.mu.Lock()
@@ -96,10 +100,13 @@ func (a *Agent) trackEnded(ctx context.Context, id, dir string, phase agentapi.P
 	return r
 }
 
-// launch writes the spec and starts a detached supervisor on dir.
-func (a *Agent) launch(dir string, spec agentapi.ReplicaSpec) (*launched, error) {
+// launch writes the spec and sandbox and starts a detached supervisor on dir.
+func (a *Agent) launch(dir string, spec agentapi.ReplicaSpec, sb runtime.Sandbox) (*launched, error) {
 	if err := supervisor.WriteSpec(dir, spec); err != nil {
 		return nil, fmt.Errorf("writing replica spec: %w", err)
+	}
+	if err := supervisor.WriteSandbox(dir, sb); err != nil {
+		return nil, fmt.Errorf("writing replica sandbox: %w", err)
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, supervisor.LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -289,6 +296,14 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 		log.Warn("killing the processes of a replica whose supervisor is gone", "pgid", c.PID)
 		if err := syscall.Kill(-c.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			log.Error("killing the processes of a lost replica", "pgid", c.PID, "err", err)
+		}
+	}
+	// A container outlives its podman client: remove it too.
+	if sb, ok, _ := supervisor.ReadSandbox(r.dir); ok {
+		if rt, err := runtime.For(sb); err == nil {
+			if err := rt.Cleanup(context.Background(), sb); err != nil {
+				log.Error("removing the container of a lost replica", "err", err)
+			}
 		}
 	}
 	return observation{status: a.lostStatus(r.id, pids.Child, reason)}

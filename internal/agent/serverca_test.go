@@ -39,7 +39,7 @@ func TestJobsGetTheServerCA(t *testing.T) {
 				}
 				return
 			}
-			want := "ca=" + filepath.Join(dir, replicasDir, "r1", ServerCAFile) + "\n" + pem
+			want := "ca=" + filepath.Join(dir, "work", workReplicas, "r1", ServerCAFile) + "\n" + pem
 			if out != want {
 				t.Errorf("job output = %q, want %q", out, want)
 			}

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -163,6 +165,8 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 		if r.dir == "" {
 			continue
 		}
+		// Before the acked marker: a crash in between releases it again.
+		a.release(ctx, r)
 		if err := atomicfile.Write(filepath.Join(r.dir, ackedFile), nil, 0o600); err != nil {
 			// It will be reported again after a restart; the server
 			// ignores what it already has.
@@ -194,9 +198,7 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 		if err := os.Remove(filepath.Join(dir, ackedFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			log.Warn("un-marking replica acknowledged", "err", err)
 		}
-		r := a.newReplica(spec.ID, dir, nil)
-		a.track(ctx, r)
-		return r
+		return a.adopt(ctx, spec.ID, dir)
 	}
 	if err == nil {
 		err = atomicfile.SyncDir(a.replicas)
@@ -205,66 +207,78 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 		log.Error("creating replica directory", "err", err)
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent could not create the replica directory: %v", err))
 	}
-	if spec.Archive != "" {
-		if err := a.unpack(ctx, dir, spec.Archive); err != nil {
-			log.Error("unpacking the job's workdir", "archive", spec.Archive, "err", err)
-			phase := agentapi.PhaseLost // a fetch that may work next time: the attempt is retried
-			if errors.Is(err, archive.ErrUnsafe) || errors.Is(err, archive.ErrTooLarge) || errors.Is(err, archive.ErrDigestMismatch) {
-				phase = agentapi.PhaseExited // no exit code: the attempt fails
-			}
-			return a.trackEnded(ctx, spec.ID, dir, phase, fmt.Sprintf("agent could not unpack the job's workdir %s: %v", spec.Archive, err))
+	sb, err := a.prepareSandbox(ctx, spec)
+	if err != nil {
+		log.Error("preparing the replica's sandbox", "err", err)
+		// A fetch that may work next time is lost (the attempt is
+		// retried); an archive that can never unpack, or an image this
+		// node cannot run, fails the attempt (no exit code).
+		phase := agentapi.PhaseLost
+		var ue *unpackError
+		if errors.As(err, &ue) && (errors.Is(err, archive.ErrUnsafe) || errors.Is(err, archive.ErrTooLarge) || errors.Is(err, archive.ErrDigestMismatch)) ||
+			errors.Is(err, errNoContainerRuntime) {
+			phase = agentapi.PhaseExited
 		}
+		reason := err.Error()
+		if ue == nil {
+			reason = "agent could not prepare the replica: " + reason
+		}
+		return a.trackEnded(ctx, spec.ID, dir, phase, reason)
 	}
-	if spec, err = a.withServerCA(dir, spec); err != nil {
-		log.Error("writing the server certificate for the job", "err", err)
-		return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, fmt.Sprintf("agent could not write the server certificate: %v", err))
-	}
-	l, err := a.launch(dir, spec)
+	sb.EnvOverrides = a.envOverrides(spec, sb)
+	l, err := a.launch(dir, spec, sb)
 	if err != nil {
 		log.Error("launching supervisor", "err", err)
+		a.putUser(spec.AttemptID, sb)
 		return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, fmt.Sprintf("agent could not launch the supervisor: %v", err))
 	}
-	log.Info("started replica", "gpus", spec.GPUs)
-	r := a.newReplica(spec.ID, dir, l)
+	log.Info("started replica", "gpus", spec.GPUs, "runtime", sb.Runtime, "uid", uidOf(sb))
+	r := a.newReplica(spec.ID, spec.AttemptID, dir, l)
 	a.track(ctx, r)
 	return r
 }
 
-// ServerCAFile is the server's certificate in a replica's directory, for
+// adopt tracks a replica started before (by this agent or an earlier run),
+// taking on its workload user again.
+func (a *Agent) adopt(ctx context.Context, id, dir string) *replica {
+	attempt := ""
+	if spec, err := supervisor.ReadSpec(dir); err == nil {
+		attempt = spec.AttemptID
+	}
+	if sb, ok, err := supervisor.ReadSandbox(dir); err != nil {
+		a.log.Warn("reading an adopted replica's sandbox", "replica_id", id, "err", err)
+	} else if ok {
+		if err := a.holdSandbox(attempt, sb); err != nil {
+			a.log.Error("taking on an adopted replica's user", "replica_id", id, "err", err)
+		}
+	}
+	r := a.newReplica(id, attempt, dir, nil)
+	a.track(ctx, r)
+	return r
+}
+
+// uidOf is the uid sb runs as, or -1 for the agent's own.
+func uidOf(sb runtime.Sandbox) int {
+	if sb.User == nil {
+		return -1
+	}
+	return sb.User.UID
+}
+
+// ServerCAFile is the server's certificate in a replica's folder, for
 // jobs reaching an https server (GPUFLEET_CA names it).
 const ServerCAFile = "server-ca.pem"
 
-// withServerCA writes the pinned server certificate into the replica's
-// directory and names it in the job's environment, when the agent pins one
-// and the job reaches the server over https; spec is returned unchanged
-// otherwise. The environment map is copied, never changed in place.
-func (a *Agent) withServerCA(dir string, spec agentapi.ReplicaSpec) (agentapi.ReplicaSpec, error) {
-	if len(a.cfg.ServerCA) == 0 || !strings.HasPrefix(spec.Env["GPUFLEET_SERVER"], "https://") {
-		return spec, nil
-	}
-	path := filepath.Join(dir, ServerCAFile)
-	if err := os.WriteFile(path, a.cfg.ServerCA, 0o644); err != nil { // a certificate: public
-		return spec, fmt.Errorf("writing %s: %w", ServerCAFile, err)
-	}
-	env := make(map[string]string, len(spec.Env)+1)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	env["GPUFLEET_CA"] = path
-	spec.Env = env
-	return spec, nil
-}
-
-// unpack fetches the job's uploaded workdir and unpacks it into the
-// replica's work folder (where the supervisor runs a relative Workdir),
-// checking that what arrived has the content address it was asked for.
-func (a *Agent) unpack(ctx context.Context, dir, digest string) error {
+// unpack fetches the job's uploaded workdir and unpacks it into work,
+// the replica's work tree (where a relative Workdir runs), checking that
+// what arrived has the content address it was asked for.
+func (a *Agent) unpack(ctx context.Context, work, digest string) error {
 	rc, err := a.cfg.ControlPlane.FetchArchive(ctx, digest)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	got, err := archive.Unpack(rc, filepath.Join(dir, "work"), archive.Limits{})
+	got, err := archive.Unpack(rc, work, archive.Limits{})
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,17 @@ type Registration struct {
 	// pool's virtual node: its GPUs × price per GPU-hour), for the cost
 	// meter; it counts only with Pool set.
 	PricePerHour float64 `json:"pricePerHour,omitempty"`
+	// Runtimes lists how the node can run replicas: "process", and
+	// "container" where it has a container runtime (needed by jobs with
+	// run.image).
+	Runtimes []string `json:"runtimes,omitempty"`
+	// NotIsolated is set when the node runs replicas as its agent's own
+	// user, so that a job could read the node's control-plane files and
+	// other jobs' (an agent that is not root, or one run with the insecure
+	// opt-in): the server places only admins' jobs there. Agents of
+	// Kubernetes pods, and of root agents with workload users, leave it
+	// unset.
+	NotIsolated bool `json:"notIsolated,omitempty"`
 }
 
 // RegisterResponse names the node and how often it must sync.

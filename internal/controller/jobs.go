@@ -37,6 +37,8 @@ type Submission struct {
 	// chained and committed in the job's own batch, so the submission and
 	// its audit record become durable together, with one disk sync.
 	Audit *model.AuditEntry
+	// Trusted marks a job an admin submitted (model.Job.Trusted).
+	Trusted bool
 }
 
 // checkSchedulingLocked refuses a job naming a queue or priority class
@@ -105,6 +107,7 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 		Name:        s.Name,
 		Project:     s.Project,
 		User:        s.User,
+		Trusted:     s.Trusted,
 		Tags:        s.Tags,
 		Spec:        s.Spec,
 		State:       model.JobQueued,

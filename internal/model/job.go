@@ -81,6 +81,10 @@ type Job struct {
 	ArrayID    string `json:"arrayId,omitempty"`
 	ArrayIndex int    `json:"arrayIndex,omitempty"`
 
+	// Trusted is set when an admin submitted the job: only such jobs run on
+	// nodes that do not isolate workloads (Node.NotIsolated).
+	Trusted bool `json:"trusted,omitempty"`
+
 	// Seq orders jobs by acceptance; it never repeats.
 	Seq uint64 `json:"seq"`
 	// Version increases with every committed change.
@@ -435,7 +439,8 @@ func contains(list []string, s string) bool {
 // network, and strict decoding refuses unknown ones.
 func (s *JobSpec) HostPaths(prefix string) FieldErrors {
 	var fe FieldErrors
-	if w := s.Run.Workdir; s.Run.Archive == "" && path.IsAbs(w) {
+	// In a container (run.image) an absolute workdir is the image's own.
+	if w := s.Run.Workdir; s.Run.Archive == "" && s.Run.Image == "" && path.IsAbs(w) {
 		fe.Add(prefix+".run.workdir", fmt.Sprintf("%s is a host path: only admins may run jobs in one; upload the working directory instead (gpufleet run --upload-workdir)", w))
 	}
 	return fe

@@ -46,7 +46,12 @@ type Node struct {
 	// SharedGPUs is set when the node's pool marks its GPUs shareable:
 	// jobs asking for a fraction of a GPU are packed onto them, and
 	// whole-GPU jobs never land on them.
-	SharedGPUs    bool      `json:"sharedGpus,omitempty"`
+	SharedGPUs bool `json:"sharedGpus,omitempty"`
+	// Runtimes and NotIsolated are what the node's runner declared
+	// (agentapi.Registration): jobs with run.image need RuntimeContainer,
+	// and only admins' jobs run on a node that is not isolated.
+	Runtimes      []string  `json:"runtimes,omitempty"`
+	NotIsolated   bool      `json:"notIsolated,omitempty"`
 	RegisteredAt  time.Time `json:"registeredAt"`
 	LastHeartbeat time.Time `json:"lastHeartbeat"`
 	// LaunchedAt and StoppedAt are when the node's provider started and
@@ -64,6 +69,7 @@ type Node struct {
 func (n *Node) Clone() *Node {
 	c := *n
 	c.GPUs = append([]GPU(nil), n.GPUs...)
+	c.Runtimes = append([]string(nil), n.Runtimes...)
 	if n.Labels != nil {
 		c.Labels = make(map[string]string, len(n.Labels))
 		for k, v := range n.Labels {
@@ -71,6 +77,22 @@ func (n *Node) Clone() *Node {
 		}
 	}
 	return &c
+}
+
+// Runtimes a node may declare.
+const (
+	RuntimeProcess   = "process"
+	RuntimeContainer = "container"
+)
+
+// HasRuntime reports whether n declared runtime r.
+func (n *Node) HasRuntime(r string) bool {
+	for _, x := range n.Runtimes {
+		if x == r {
+			return true
+		}
+	}
+	return false
 }
 
 // GPU is one device on a node.

@@ -27,6 +27,10 @@ type fitKey struct {
 	ic             string
 	minMem         model.Bytes
 	maxPrice       float64
+	// image is set for a job with run.image (it needs a container
+	// runtime); trusted for one an admin submitted (it may run on a node
+	// that does not isolate workloads).
+	image, trusted bool
 	// models, allow and deny are lists joined by NUL; selector is the
 	// sorted key=value pairs of spec.nodeSelector joined by NUL.
 	models, allow, deny, selector string
@@ -54,6 +58,7 @@ func fitKeyOf(pj *pjob) fitKey {
 	k := fitKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, specSpot: sp.Spot,
 		cpu: sp.Resources.CPU, mem: sp.Resources.Memory, ic: sp.Resources.GPU.Interconnect,
 		minMem: sp.Resources.GPU.MinMemory, maxPrice: sp.MaxPricePerHour,
+		image: sp.Run.Image != "", trusted: pj.job.Trusted,
 		models: joinList(sp.Resources.GPU.Models), allow: joinList(sp.Regions.Allow), deny: joinList(sp.Regions.Deny)}
 	if len(sp.NodeSelector) > 0 {
 		keys := make([]string, 0, len(sp.NodeSelector))
@@ -106,6 +111,8 @@ const (
 	FilterCapacityType = "capacity-type"
 	FilterRegion       = "region"
 	FilterNodeSelector = "node-selector"
+	FilterRuntime      = "container-runtime"
+	FilterIsolation    = "isolation"
 	FilterCPU          = "cpu"
 	FilterMemory       = "memory"
 	FilterNoGPUs       = "no-gpus"
@@ -154,6 +161,20 @@ var filters = [...]filter{
 			if got := cl.first.Labels[kv[0]]; got != kv[1] {
 				return fmt.Sprintf("node label %s=%q does not match nodeSelector %q", kv[0], got, kv[1])
 			}
+		}
+		return ""
+	}},
+	// Isolation: an image job never runs on the host instead, and a
+	// tenant's job never runs where it could read the control plane.
+	{FilterRuntime, false, func(r *fitReq, cl *class) string {
+		if r.image && !cl.first.HasRuntime(model.RuntimeContainer) {
+			return "node has no container runtime (podman) and the job names an image (spec.run.image): it is never run on the host instead"
+		}
+		return ""
+	}},
+	{FilterIsolation, false, func(r *fitReq, cl *class) string {
+		if !r.trusted && cl.first.NotIsolated {
+			return "node does not isolate workloads (its agent is not root, or runs jobs as its own user): only admins' jobs run on it"
 		}
 		return ""
 	}},

@@ -10,7 +10,7 @@ import (
 
 // ShapeKey is what makes two nodes interchangeable to the scheduler:
 // provider, region, placement group, state, capacity type, price, sharing,
-// GPUs (model, memory, NVLink group) and labels.
+// isolation and runtimes, GPUs (model, memory, NVLink group) and labels.
 func ShapeKey(n *model.Node) string {
 	var b strings.Builder
 	b.Grow(96)
@@ -27,6 +27,13 @@ func ShapeKey(n *model.Node) string {
 	b.WriteString(strconv.FormatFloat(n.PricePerHour, 'g', -1, 64))
 	if n.SharedGPUs {
 		b.WriteString("|shared")
+	}
+	if n.NotIsolated {
+		b.WriteString("|not-isolated")
+	}
+	for _, r := range n.Runtimes {
+		b.WriteString("|rt:")
+		b.WriteString(r)
 	}
 	b.WriteByte('|')
 	for _, g := range n.GPUs {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 )
 
@@ -67,6 +68,19 @@ func ReadSpec(dir string) (agentapi.ReplicaSpec, error) {
 	var spec agentapi.ReplicaSpec
 	_, err := readJSON(filepath.Join(dir, SpecFile), &spec)
 	return spec, err
+}
+
+// WriteSandbox writes how the replica runs (runtime.SandboxFile), which the
+// agent decides before launch.
+func WriteSandbox(dir string, sb runtime.Sandbox) error {
+	return writeJSON(filepath.Join(dir, runtime.SandboxFile), sb)
+}
+
+// ReadSandbox reads the replica's sandbox; ok is false when there is none
+// (a replica started by an agent of an earlier version).
+func ReadSandbox(dir string) (sb runtime.Sandbox, ok bool, err error) {
+	ok, err = readJSON(filepath.Join(dir, runtime.SandboxFile), &sb)
+	return sb, ok, err
 }
 
 // ReadExit reads exit.json; ok is false when there is none yet.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,12 +11,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 	"unsafe"
 
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -27,6 +27,9 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 const (
 	CodeCannotRun = 126
 	CodeNotFound  = 127
+	// CodeContainerFailed: the container could not be made (its image
+	// could not be pulled, say), as podman reports it.
+	CodeContainerFailed = 125
 )
 
 const (
@@ -85,6 +88,9 @@ type supervisor struct {
 	dir  string
 	log  *slog.Logger
 	pids PIDs
+	// rt carries out sb, once the spec is read.
+	rt runtime.Runtime
+	sb runtime.Sandbox
 }
 
 // supervise starts the child, waits for it to end, and returns its exit
@@ -105,7 +111,15 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	if err != nil {
 		return s.notStarted(out, CodeCannotRun, fmt.Errorf("reading spec: %w", err)), nil
 	}
-	cmd, err := command(s.dir, spec, out)
+	sb, rt, err := s.sandbox(spec)
+	if err != nil {
+		return s.notStarted(out, CodeCannotRun, err), nil
+	}
+	s.rt, s.sb = rt, sb
+	if err := rt.Prepare(context.Background(), sb); err != nil {
+		return s.notStarted(out, CodeContainerFailed, err), nil
+	}
+	cmd, err := rt.Command(sb, spec.Command, out)
 	if err != nil {
 		code := CodeCannotRun
 		if errors.Is(err, exec.ErrNotFound) {
@@ -139,6 +153,9 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	reason := s.watch(pgid, spec, sig, stop)
 	ended := time.Now()
 	s.killGroup(pgid)
+	if err := rt.Cleanup(context.Background(), sb); err != nil {
+		s.log.Warn("cleaning up after the replica", "err", err)
+	}
 	// Wait reaps the child. Its error is a non-zero exit, read from
 	// ProcessState below, unless there is no status at all.
 	if err := cmd.Wait(); cmd.ProcessState == nil {
@@ -184,7 +201,7 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 		}
 		reason = why
 		s.log.Info("ending replica", "reason", why, "signal", signalName(sig), "grace", spec.Grace.D())
-		s.signalGroup(pgid, sig)
+		s.signalWorkload(pgid, sig)
 		kill = time.After(spec.Grace.D())
 	}
 	for {
@@ -202,7 +219,7 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 			end(agentapi.ReasonStopped)
 		case <-kill:
 			s.log.Info("grace period over; killing replica", "pid", pgid)
-			s.signalGroup(pgid, syscall.SIGKILL)
+			s.signalWorkload(pgid, syscall.SIGKILL)
 			kill = nil
 		}
 	}
@@ -232,9 +249,17 @@ func (s *supervisor) killGroup(pgid int) {
 	}
 }
 
+// signalGroup signals the child's process group; signalWorkload signals
+// the workload, which for a container is not in that group.
 func (s *supervisor) signalGroup(pgid int, sig syscall.Signal) {
 	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		s.log.Warn("signalling the replica's process group", "pgid", pgid, "signal", signalName(sig), "err", err)
+	}
+}
+
+func (s *supervisor) signalWorkload(pgid int, sig syscall.Signal) {
+	if err := s.rt.Signal(s.sb, pgid, sig); err != nil {
+		s.log.Warn("signalling the replica", "signal", signalName(sig), "err", err)
 	}
 }
 
@@ -257,34 +282,41 @@ func waitExited(pid int) error {
 	}
 }
 
-// command builds the child's command: the program resolved in the child's
-// PATH, its environment, workdir (created if missing; a relative or empty
-// one is under dir/work) and output, in a process group of its own.
-func command(dir string, spec agentapi.ReplicaSpec, out *os.File) (*exec.Cmd, error) {
-	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return nil, errors.New("reading spec: no command")
-	}
-	workdir := spec.Workdir
-	if !filepath.IsAbs(workdir) {
-		workdir = filepath.Join(dir, "work", workdir)
-	}
-	if err := os.MkdirAll(workdir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating workdir: %w", err)
-	}
-	env := childEnv(spec.Env, os.LookupEnv)
-	path, err := lookPath(spec.Command[0], env["PATH"], workdir)
+// sandbox returns how spec runs: the agent's record beside the spec, or,
+// where there is none (the supervisor started by hand or by an agent of an
+// earlier version), a process as the supervisor's own user with its work
+// tree in dir/work. The workload's environment is set in it.
+func (s *supervisor) sandbox(spec agentapi.ReplicaSpec) (runtime.Sandbox, runtime.Runtime, error) {
+	sb, ok, err := ReadSandbox(s.dir)
 	if err != nil {
-		return nil, err
+		return sb, nil, fmt.Errorf("reading sandbox: %w", err)
 	}
-	return &exec.Cmd{
-		Path:        path,
-		Args:        spec.Command,
-		Env:         environ(env),
-		Dir:         workdir,
-		Stdout:      out,
-		Stderr:      out,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}, nil
+	if !ok {
+		sb = runtime.Sandbox{Runtime: runtime.Process, Home: s.dir, Work: filepath.Join(s.dir, "work")}
+		sb.Workdir = spec.Workdir
+		if !filepath.IsAbs(sb.Workdir) {
+			sb.Workdir = filepath.Join(sb.Work, sb.Workdir)
+		}
+	}
+	rt, err := runtime.For(sb)
+	if err != nil {
+		return sb, nil, err
+	}
+	if sb.Runtime == runtime.Process {
+		if err := os.MkdirAll(sb.Workdir, 0o755); err != nil {
+			return sb, nil, fmt.Errorf("creating workdir: %w", err)
+		}
+		sb.Env = childEnv(spec.Env, os.LookupEnv)
+	} else {
+		// Nothing of the host's environment enters a container: its image
+		// has its own PATH and the rest.
+		sb.Env = maps.Clone(spec.Env)
+		if sb.Env == nil {
+			sb.Env = map[string]string{}
+		}
+	}
+	maps.Copy(sb.Env, sb.EnvOverrides)
+	return sb, rt, nil
 }
 
 // childEnv is the child's environment: the few variables a process expects
@@ -300,36 +332,4 @@ func childEnv(spec map[string]string, lookup func(string) (string, bool)) map[st
 	}
 	maps.Copy(env, spec)
 	return env
-}
-
-// environ formats env as KEY=value lines, sorted.
-func environ(env map[string]string) []string {
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
-}
-
-// lookPath resolves the program as a shell in workdir with the child's PATH
-// would, to an absolute path: a name with a slash is taken relative to
-// workdir; another is searched for in pathList, where relative entries
-// (including the empty one) are relative to workdir.
-func lookPath(file, pathList, workdir string) (string, error) {
-	if strings.Contains(file, "/") {
-		if !filepath.IsAbs(file) {
-			file = filepath.Join(workdir, file)
-		}
-		return file, nil // starting it reports a missing or unrunnable file
-	}
-	for _, d := range filepath.SplitList(pathList) {
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(workdir, d)
-		}
-		p := filepath.Join(d, file)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("looking up %q: %w", file, exec.ErrNotFound)
 }

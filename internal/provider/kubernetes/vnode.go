@@ -217,7 +217,9 @@ func (v *vnode) run(ctx context.Context) {
 func (v *vnode) registration() (agentapi.Registration, *group) {
 	pool := v.r.c.opts.Pool
 	reg := agentapi.Registration{NodeID: v.id, Name: v.id, Provider: pool, Pool: pool, GPUSource: gpuSource,
-		AgentVersion: agentapi.Version, Region: DefaultRegion, Labels: map[string]string{LabelPool: pool}, GPUs: []model.GPU{}}
+		AgentVersion: agentapi.Version, Region: DefaultRegion, Labels: map[string]string{LabelPool: pool}, GPUs: []model.GPU{},
+		// Every replica is a pod: a container, apart from the control plane.
+		Runtimes: []string{model.RuntimeContainer}}
 	if v.reg != nil {
 		// Keep where it was, without its GPUs.
 		reg.Name, reg.Region, reg.Zone, reg.InstanceType, reg.CapacityType = v.reg.Name, v.reg.Region, v.reg.Zone, v.reg.InstanceType, v.reg.CapacityType
