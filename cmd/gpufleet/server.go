@@ -32,6 +32,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/datadir"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
@@ -267,6 +268,11 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	dirLock, err := datadir.Acquire(c.DataDir) // one server per data dir, for its whole life
+	if err != nil {
+		return err
+	}
+	defer dirLock.Release()
 	// Every log line passes the scrubber, which the controller keeps up
 	// to date with secret values and job tokens.
 	redactor := &secrets.Redactor{}
@@ -449,7 +455,7 @@ func serve(ctx context.Context, c *serverConfig) error {
 		cancel(nil)
 		return errors.Join(err, drain(httpSrv, errc, running))
 	}
-	defer os.Remove(filepath.Join(c.DataDir, serverFile))
+	defer removeServerInfo(c.DataDir, url)
 	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", version)
 	if c.Banner {
 		printBanner(url, c.DataDir)
