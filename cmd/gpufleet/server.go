@@ -80,6 +80,9 @@ type serverConfig struct {
 	// but those with their own signingKeyRef.
 	WebhookURL    string
 	WebhookSecret string
+	// AcceptLostWrites starts on a database that lost acknowledged
+	// writes (sqlite.LostWritesError), logging the loss.
+	AcceptLostWrites bool
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -184,6 +187,7 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
+	fl.BoolVar(&c.AcceptLostWrites, "accept-lost-writes", false, "start even when the database lacks acknowledged commits (a damaged WAL, an older copy restored; see `gpufleet store check`), logging what was lost")
 	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {
 		c.Sim.Clouds = parseClouds(v)
 		return nil
@@ -303,8 +307,8 @@ func serve(ctx context.Context, c *serverConfig) error {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 13),
 	})
 	reg.MustRegister(commitSeconds, commitBatches)
-	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, "gpufleet.db"), sqlite.Options{
-		Logger: log,
+	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, dbFile), sqlite.Options{
+		Logger: log, AcceptLostWrites: c.AcceptLostWrites,
 		CommitObserver: func(d time.Duration, batches int) {
 			commitSeconds.Observe(d.Seconds())
 			commitBatches.Observe(float64(batches))
