@@ -117,7 +117,7 @@ func (mf *markFile) write(m mark) error {
 	if _, err := mf.f.WriteAt(fmt.Appendf(nil, markLine, m.seq, nanos), 0); err != nil {
 		return fmt.Errorf("writing commit mark: %w", err)
 	}
-	if err := mf.f.Sync(); err != nil {
+	if err := datasync(mf.f); err != nil {
 		return fmt.Errorf("syncing commit mark: %w", err)
 	}
 	return nil
