@@ -75,6 +75,9 @@ does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s is %s in %s\n", gr.User, gr.Role, gr.Project)
+			for _, w := range gr.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			return nil
 		},
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/datadir"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
@@ -82,6 +83,11 @@ type serverConfig struct {
 	WebhookSecret string
 	// Isolation is how the local (and simulated) nodes isolate jobs.
 	Isolation agent.IsolationOptions
+	// AcceptLostWrites starts on a database that lost acknowledged
+	// writes (sqlite.LostWritesError), logging the loss.
+	AcceptLostWrites bool
+	// ShutdownTimeout bounds a shutdown, from the signal to exit.
+	ShutdownTimeout time.Duration
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -104,6 +110,9 @@ func (c *serverConfig) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		fe.Add("--log-level", "must be debug, info, warn or error")
+	}
+	if c.ShutdownTimeout < 0 {
+		fe.Add("--shutdown-timeout", "must not be negative (0: the default, 30s)")
 	}
 	if c.Sim.TimeScale < 0 {
 		fe.Add("--time-scale", "must not be negative")
@@ -164,6 +173,14 @@ func (c *serverConfig) heartbeatInterval() time.Duration {
 	return min(c.HeartbeatTimeout/4, 10*time.Second)
 }
 
+// shutdownTimeout is ShutdownTimeout, or the default when it is zero.
+func (c *serverConfig) shutdownTimeout() time.Duration {
+	if c.ShutdownTimeout <= 0 {
+		return DefaultShutdownTimeout
+	}
+	return c.ShutdownTimeout
+}
+
 func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl := cmd.Flags()
 	listen := os.Getenv("GPUFLEET_LISTEN")
@@ -187,6 +204,8 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
+	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "longest a shutdown takes: it stops launching at once, stops --sim workloads, and exits when this passes even if parts are still stopping")
+	fl.BoolVar(&c.AcceptLostWrites, "accept-lost-writes", false, "start even when the database lacks acknowledged commits (a damaged WAL, an older copy restored; see `gpufleet store check`), logging what was lost")
 	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {
 		c.Sim.Clouds = parseClouds(v)
 		return nil
@@ -279,6 +298,11 @@ func serve(ctx context.Context, c *serverConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	dirLock, err := datadir.Acquire(c.DataDir) // one server per data dir, for its whole life
+	if err != nil {
+		return err
+	}
+	defer dirLock.Release()
 	// Every log line passes the scrubber, which the controller keeps up
 	// to date with secret values and job tokens.
 	redactor := &secrets.Redactor{}
@@ -313,8 +337,8 @@ func serve(ctx context.Context, c *serverConfig) error {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 13),
 	})
 	reg.MustRegister(commitSeconds, commitBatches)
-	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, "gpufleet.db"), sqlite.Options{
-		Logger: log,
+	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, dbFile), sqlite.Options{
+		Logger: log, AcceptLostWrites: c.AcceptLostWrites,
 		CommitObserver: func(d time.Duration, batches int) {
 			commitSeconds.Observe(d.Seconds())
 			commitBatches.Observe(float64(batches))
@@ -442,9 +466,10 @@ func serve(ctx context.Context, c *serverConfig) error {
 		return err
 	}
 	defer ctrl.Close()
+	var deadline time.Time // of the shutdown, once it begins
 	if simN != nil {
 		simN.cp = ctrl
-		defer simN.Wait()
+		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
 	}
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
@@ -464,27 +489,27 @@ func serve(ctx context.Context, c *serverConfig) error {
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan error, 4)
-	go func() { errc <- ignoreClosed(httpSrv.Serve(ln)) }()
-	go func() { errc <- ctrl.Run(ctx) }()
+	errc := make(chan stopped, 4)
+	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.cp, kube.nodes = ctrl, ctrl
-	go func() { errc <- kube.Run(ctx) }()
-	running := 3
+	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
+	running := []string{"api", "controller", "kubernetes runner"}
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {
 			cancel(nil)
-			return errors.Join(err, drain(httpSrv, errc, running))
+			return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
 		}
-		go func() { errc <- ag.Run(ctx) }()
-		running++
+		go func() { errc <- stopped{"local agent", ag.Run(ctx)} }()
+		running = append(running, "local agent")
 		log.Info("local node", "gpus", len(inv.GPUs), "gpu_source", inv.Source)
 	}
 	if err := writeServerInfo(c.DataDir, url); err != nil {
 		cancel(nil)
-		return errors.Join(err, drain(httpSrv, errc, running))
+		return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
 	}
-	defer os.Remove(filepath.Join(c.DataDir, serverFile))
+	defer removeServerInfo(c.DataDir, url)
 	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", version)
 	if c.Banner {
 		printBanner(url, c.DataDir)
@@ -492,35 +517,34 @@ func serve(ctx context.Context, c *serverConfig) error {
 
 	select {
 	case <-ctx.Done():
-	case err := <-errc:
-		running--
-		if err != nil {
-			cancel(err)
+	case s := <-errc:
+		running = slices.DeleteFunc(running, func(n string) bool { return n == s.name })
+		if s.err != nil {
+			cancel(s.err)
 		}
 	}
-	log.Info("shutting down; running jobs keep running and are re-adopted at the next start")
+	begun := time.Now()
+	deadline = begun.Add(c.shutdownTimeout())
+	// Cancelling first stops every pass, launch and sync at once.
 	cancel(nil)
-	if err := drain(httpSrv, errc, running); err != nil {
+	if simN != nil {
+		log.Info("shutting down: no more scheduling or launches; stopping the simulated machines' workloads", "bound", c.shutdownTimeout().String())
+		sigCtx, stop := context.WithDeadline(context.Background(), deadline)
+		signalled, killed := simN.StopAll(sigCtx, c.shutdownTimeout()/2)
+		stop()
+		log.Info("shutdown: simulated machines' workloads stopped", "replicas_signalled", signalled, "replicas_killed", killed)
+	} else {
+		log.Info("shutting down: no more scheduling or launches; running jobs keep running and are re-adopted at the next start", "bound", c.shutdownTimeout().String())
+	}
+	err = drain(httpSrv, errc, running, deadline, log)
+	log.Info("shutdown finished", "took", time.Since(begun).Round(time.Millisecond).String())
+	if err != nil {
 		return err
 	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
 	return nil
-}
-
-// drain stops the HTTP server and waits for the other goroutines.
-func drain(httpSrv *http.Server, errc chan error, running int) error {
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = httpSrv.Shutdown(shutdown)
-	var errs []error
-	for ; running > 0; running-- {
-		if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func ignoreClosed(err error) error {

@@ -237,6 +237,13 @@ type ProjectList struct {
 	Projects []ProjectView `json:"projects"`
 }
 
+// GrantResult answers PUT /v1/grants: the grant, and warnings about it
+// (e.g. a project the fleet does not declare).
+type GrantResult struct {
+	model.Grant
+	Warnings []string `json:"warnings,omitempty"`
+}
+
 // GrantList is the body of GET /v1/grants.
 type GrantList struct {
 	Grants []model.Grant `json:"grants"`
@@ -314,7 +321,24 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, g)
+	writeJSON(w, http.StatusOK, GrantResult{Grant: g, Warnings: s.undeclaredProject(g.Project)})
+}
+
+// undeclaredProject warns of a grant on a project that is neither the
+// default one nor declared by the fleet: the grant holds (a project is
+// only a name until declared), but a typo would go unnoticed and no
+// project policy applies, so it says how to declare one.
+func (s *Server) undeclaredProject(project string) []string {
+	if project == model.AllProjects || project == model.DefaultProject {
+		return nil
+	}
+	for _, p := range s.cfg.Controller.Projects() {
+		if p.Name == project {
+			return nil
+		}
+	}
+	return []string{fmt.Sprintf("project %s is not declared: no project policy applies to it and `gpufleet projects` shows it only to those who hold a role there. "+
+		"Declare it in the fleet: a document `apiVersion: gpufleet.dev/v1`, `kind: Project`, `metadata: {name: %s}`, applied with `gpufleet apply -f FILE`", project, project)}
 }
 
 func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) {

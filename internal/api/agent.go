@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -26,7 +27,12 @@ func decodeAgent(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		writeProblem(w, r, http.StatusBadRequest, "decoding agent message: "+err.Error(), nil)
+		// Say which field is at fault, as for every other 400.
+		fe := manifest.LenientProblems(body, v)
+		if len(fe) == 0 {
+			fe = model.FieldErrors{{Path: "body", Message: err.Error()}}
+		}
+		writeProblem(w, r, http.StatusBadRequest, "the agent message is invalid", fe)
 		return false
 	}
 	return true
@@ -90,7 +96,7 @@ func (s *Server) agentSync(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, agentapi.ErrUnknownNode) {
 			status = http.StatusNotFound
 		}
-		writeProblem(w, r, status, err.Error(), nil)
+		writeProblem(w, r, status, err.Error(), fieldErrors(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -106,7 +112,7 @@ func (s *Server) agentLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	ack, err := s.cfg.Controller.AppendLog(r.Context(), chunk)
 	if err != nil {
-		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		writeProblem(w, r, statusOf(err), err.Error(), fieldErrors(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, ack)
@@ -150,7 +156,7 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the archive is larger than %d bytes: leave data sets out of the workdir and read them from shared storage", tooBig.Limit), nil)
 		return
 	case errors.Is(err, archive.ErrDigestMismatch):
-		writeProblem(w, r, http.StatusBadRequest, err.Error()+"; upload it again", nil)
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "query.digest", Message: err.Error() + "; upload it again"}})
 		return
 	case err != nil:
 		writeProblem(w, r, http.StatusInternalServerError, err.Error(), nil)
@@ -162,7 +168,7 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
 	digest := r.PathValue("digest")
 	if _, err := archive.ParseDigest(digest); err != nil {
-		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "path.digest", Message: err.Error()}})
 		return
 	}
 	// An agent token reads only the archives of jobs with a replica

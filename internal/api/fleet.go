@@ -150,7 +150,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	cur, curSet := s.cfg.Controller.Declared()
+	cur, curSet := s.cfg.Controller.PlanBase(set)
 	writeJSON(w, http.StatusOK, PlanView{BaseRevision: revNumber(cur), Result: fleet.Plan(curSet, set, s.cfg.Catalog)})
 }
 
@@ -165,7 +165,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 // applySet plans set against the current revision, applies it and answers
 // with the revision and the changes it made.
 func (s *Server) applySet(w http.ResponseWriter, r *http.Request, set *manifest.Set, opts controller.ApplyOptions, rollbackTo int) {
-	_, curSet := s.cfg.Controller.Declared()
+	_, curSet := s.cfg.Controller.PlanBase(set)
 	plan := fleet.Plan(curSet, set, s.cfg.Catalog)
 	var (
 		res controller.ApplyResult

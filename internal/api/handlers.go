@@ -152,6 +152,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.Project = q.Get("project")
+	if f.Project != "" && !model.ValidName(f.Project) {
+		problems.Add("query.project", "must be a project name: lower-case letters, digits and dashes (at most 63)")
+	}
 	f.Array = q.Get("array")
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -397,6 +400,15 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		fe.Add("subject", "must name the user or node")
 	case req.Kind == model.TokenAgent && !model.ValidName(req.Subject):
 		fe.Add("subject", "an agent token's subject is the id its node registers as: 1 to 63 lower-case letters, digits and dashes (e.g. gpu-box-1)")
+	case req.Kind == model.TokenUser:
+		if msg := model.UserProblem(req.Subject); msg != "" {
+			fe.Add("subject", msg)
+		}
+	}
+	if req.Name != "" {
+		if msg := model.TextProblem(req.Name, maxTokenNameLen); msg != "" {
+			fe.Add("name", msg)
+		}
 	}
 	if req.TTL.D() <= 0 || req.TTL.D() > maxTokenTTL {
 		fe.Add("ttl", "must be between 1s and 366d: every token expires")

@@ -126,3 +126,6 @@ type TokenList struct {
 
 // maxTokenTTL bounds tokens created through the API.
 const maxTokenTTL = 366 * 24 * time.Hour
+
+// maxTokenNameLen bounds a token's label, in bytes.
+const maxTokenNameLen = 253

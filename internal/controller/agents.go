@@ -479,11 +479,23 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	j.Version++
 	j.ExitCode, j.Reason = a.ExitCode, a.Reason
 	requeue := false
-	switch a.State {
+	ended := a.State
+	if cancelRequested(a) {
+		// A cancel is final: an attempt that ends lost or preempted after
+		// its job was cancelled ends the job cancelled, never requeued.
+		ended = model.AttemptCancelled
+	}
+	switch ended {
 	case model.AttemptSucceeded:
 		j.State = model.JobSucceeded
 	case model.AttemptCancelled:
 		j.State = model.JobCancelled
+		if a.State != model.AttemptCancelled {
+			j.Reason = fmt.Sprintf("%s; attempt %d then ended %s", model.ReasonCancelled, a.Number, a.State)
+			if a.Reason != "" {
+				j.Reason += ": " + a.Reason
+			}
+		}
 	case model.AttemptStoppedEarly:
 		j.State = model.JobStoppedEarly
 	case model.AttemptPreempted, model.AttemptLost:

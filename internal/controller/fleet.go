@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -169,6 +170,41 @@ func (c *Controller) Declared() (*model.Revision, *manifest.Set) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fleet.current(), c.fleet.set
+}
+
+// PlanBase returns the current revision and the documents a plan of
+// desired is to be diffed against: what applying desired would change.
+// That is the declared fleet with its queues as they live — a declared
+// queue changed through the queue API shows its live spec, one deleted
+// there is gone (an apply does not delete it again) — plus the live
+// queues desired names that the fleet does not declare (made with
+// `gpufleet queues apply`): applying desired updates them, it does not
+// create them.
+func (c *Controller) PlanBase(desired *manifest.Set) (*model.Revision, *manifest.Set) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.fleet.current()
+	base := manifest.Set{}
+	if c.fleet.set != nil {
+		base = *c.fleet.set
+	}
+	names := map[string]bool{}
+	for _, q := range base.Queues {
+		names[q.Metadata.Name] = true
+	}
+	if desired != nil {
+		for _, q := range desired.Queues {
+			names[q.Metadata.Name] = true
+		}
+	}
+	base.Queues = nil
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if live, ok := c.st.Queue(name); ok {
+			base.Queues = append(base.Queues, manifest.Queue{APIVersion: manifest.APIVersion, Kind: manifest.KindQueue,
+				Metadata: manifest.ObjectMeta{Name: name}, Spec: live.Spec})
+		}
+	}
+	return cur, &base
 }
 
 // Revisions returns every revision, oldest first, without their documents.

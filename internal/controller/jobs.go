@@ -307,7 +307,10 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*model.Job, error) 
 // returns the job as it now is.
 func (c *Controller) cancelLocked(j *model.Job, b *store.Batch, now time.Time) *model.Job {
 	if a, live := c.st.LiveAttempt(j.ID); live {
-		if !a.Stop {
+		// A cancel is final: it takes over a stop already under way
+		// (a preemption, a notice's drain, a gang's failure), so however
+		// the attempt then ends, the job ends cancelled (finishLocked).
+		if !cancelRequested(a) {
 			a = a.Clone()
 			a.Stop, a.StopState, a.StopWhy = true, model.AttemptCancelled, model.ReasonCancelled
 			a.Version++
@@ -325,6 +328,12 @@ func (c *Controller) cancelLocked(j *model.Job, b *store.Batch, now time.Time) *
 	b.Jobs = append(b.Jobs, j)
 	delete(c.verdicts, j.ID)
 	return j
+}
+
+// cancelRequested says whether the job of attempt a was cancelled while a
+// ran: its stop is a cancel.
+func cancelRequested(a *model.Attempt) bool {
+	return a.Stop && a.StopState == model.AttemptCancelled
 }
 
 // Checkpoint records that a job completed a checkpoint at the current

@@ -85,9 +85,27 @@ func decode(data []byte, format Format, v reflect.Value) model.FieldErrors {
 	return walk(data, v)
 }
 
+// LenientProblems reports, with their paths, the problems that keep the
+// JSON data from decoding into a value of v's type (a pointer), ignoring
+// fields the type does not have. It is for messages decoded leniently with
+// json.Unmarshal, such as the agent protocol's (a newer sender may add
+// fields): when that fails, this says which field is at fault. It decodes
+// into a value of its own and leaves v alone.
+func LenientProblems(data []byte, v any) model.FieldErrors {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		panic(fmt.Sprintf("manifest: LenientProblems needs a pointer, got %T", v))
+	}
+	return walkWith(data, reflect.New(t.Elem()).Elem(), true)
+}
+
 // walk decodes the JSON data into v, which must be settable and zero,
 // through a generic tree, reporting every problem with its path.
 func walk(data []byte, v reflect.Value) model.FieldErrors {
+	return walkWith(data, v, false)
+}
+
+func walkWith(data []byte, v reflect.Value, lenient bool) model.FieldErrors {
 	x, msg := parseJSON(data)
 	if msg != "" {
 		return model.FieldErrors{{Path: bodyPath, Message: msg}}
@@ -95,7 +113,7 @@ func walk(data []byte, v reflect.Value) model.FieldErrors {
 	if x == nil {
 		return model.FieldErrors{{Path: bodyPath, Message: "is empty or null; want a document"}}
 	}
-	var d decoder
+	d := decoder{lenient: lenient}
 	d.value(x, v)
 	slices.SortStableFunc(d.errs, func(a, b model.FieldError) int { return strings.Compare(a.Path, b.Path) })
 	return d.errs

@@ -20,6 +20,8 @@ import (
 type decoder struct {
 	path []step
 	errs model.FieldErrors
+	// lenient ignores unknown fields (LenientProblems).
+	lenient bool
 }
 
 // step is one segment of the current path: an object key, or an array index
@@ -179,7 +181,7 @@ func (d *decoder) object(x any, v reflect.Value, info *typeInfo) {
 		d.pushKey(k)
 		if f, ok := info.fields[k]; ok {
 			d.value(xv, fieldByIndex(v, f.index))
-		} else {
+		} else if !d.lenient {
 			d.fail("unknown field" + info.suggest(k))
 		}
 		d.pop()

@@ -52,8 +52,8 @@ func (g *Grant) Validate(prefix string) FieldErrors {
 		}
 		return prefix + "." + f
 	}
-	if g.User == "" || len(g.User) > 253 {
-		fe.Add(p("user"), "must name the user (a user token's subject)")
+	if msg := UserProblem(g.User); msg != "" {
+		fe.Add(p("user"), msg)
 	}
 	switch {
 	case g.Role.Rank() == 0:

@@ -255,12 +255,20 @@ func (s *JobSpec) Default() {
 	}
 }
 
+// MaxCPU bounds resources.cpu: more CPUs than any machine has (the largest
+// cloud shapes have under 1,000 vCPUs), so an absurd request such as 1e308
+// is refused at submission instead of waiting forever.
+const MaxCPU = 4096
+
 // Validate reports every problem in s, with paths under prefix (usually
 // "spec"). knownGPU says whether a GPU model name exists in the catalog; nil
 // accepts any name.
 func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
 	var fe FieldErrors
 	p := func(f string) string { return prefix + "." + f }
+	if s.Queue != "" && !ValidName(s.Queue) {
+		fe.Add(p("queue"), "must be a queue name: lower-case letters, digits and dashes (at most 63)")
+	}
 	if s.Replicas < 0 {
 		fe.Add(p("replicas"), "must be ≥ 1")
 	}
@@ -276,8 +284,11 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	case g > 1024:
 		fe.Add(p("resources.gpus"), "must be ≤ 1024")
 	}
-	if s.Resources.CPU < 0 || math.IsNaN(s.Resources.CPU) {
+	switch c := s.Resources.CPU; {
+	case c < 0 || math.IsNaN(c):
 		fe.Add(p("resources.cpu"), "must be ≥ 0")
+	case c > MaxCPU:
+		fe.Add(p("resources.cpu"), fmt.Sprintf("must be ≤ %d (CPUs per replica)", MaxCPU))
 	}
 	if s.Resources.Memory < 0 {
 		fe.Add(p("resources.memory"), "must be ≥ 0")

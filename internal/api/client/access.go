@@ -30,15 +30,16 @@ func (c *Client) Grants(ctx context.Context) ([]model.Grant, error) {
 	return out.Grants, nil
 }
 
-// Grant gives a user a role in a project.
-func (c *Client) Grant(ctx context.Context, g model.Grant) (*model.Grant, error) {
+// Grant gives a user a role in a project; the result carries the
+// server's warnings about it.
+func (c *Client) Grant(ctx context.Context, g model.Grant) (*api.GrantResult, error) {
 	body, err := json.Marshal(g)
 	if err != nil {
 		return nil, err
 	}
 	hdr := http.Header{}
 	hdr.Set("Content-Type", "application/json")
-	var out model.Grant
+	var out api.GrantResult
 	if _, err := c.do(ctx, "PUT", "/v1/grants", hdr, bytes.NewReader(body), &out); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,11 @@
 //   - Jobs, attempts and nodes are replaced only by an equal or higher
 //     Version, so a late write never rolls an object back.
 //   - A database whose schema is newer than this binary is never written.
+//   - Every transaction bumps the commit count in store_commits; the same
+//     count is written and synced to the mark file beside the database
+//     (MarkSuffix) after the commit and before its batches are
+//     acknowledged, so the mark is never above a healthy database. Open
+//     refuses a database below its mark (LostWritesError) before writing it.
 //
 // Open does not stop a second process from opening the same file, so
 // callers must not: each process's controller keeps its own truth in memory,

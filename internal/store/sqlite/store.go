@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -38,6 +39,11 @@ type Options struct {
 	// before the group's channels are completed, so it must return quickly;
 	// every batch it counts is durable by the time it is called.
 	CommitObserver func(d time.Duration, batches int)
+	// AcceptLostWrites opens a database that holds fewer commits than
+	// were acknowledged (see LostWritesError) instead of refusing it; the
+	// loss is logged at error level and the mark moves back to what the
+	// database holds.
+	AcceptLostWrites bool
 }
 
 // Stats are cumulative counters of a Store's committer.
@@ -73,6 +79,13 @@ type Store struct {
 	stopped   chan struct{} // closed when the committer returns
 	closeOnce sync.Once
 	closeErr  error
+
+	// mark is the commit mark outside the database and seq the count of
+	// the last commit; only the committer touches them once started.
+	mark *markFile
+	seq  uint64
+	// running says the committer was started (Open succeeded).
+	running bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -111,12 +124,55 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// at start, so more connections would only contend for SQLite's lock.
 	// It also keeps each prepared statement prepared once.
 	db.SetMaxOpenConns(1)
-	s, err := start(ctx, db, opts)
+	s, err := start(ctx, db, abs, opts)
 	if err != nil {
+		if s != nil && s.mark != nil {
+			s.mark.close()
+		}
 		db.Close()
+		var lost *LostWritesError
+		if errors.As(err, &lost) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("opening %s: %w", abs, err)
 	}
+	s.running = true
+	go s.run()
 	return s, nil
+}
+
+// checkMark compares the database's commit count with the mark of the last
+// acknowledged commit kept beside it, refusing a database that lost
+// acknowledged writes (unless accept), and leaves the mark open for the
+// committer, equal to the database's count.
+func (s *Store) checkMark(ctx context.Context, path string, accept bool) error {
+	mf, ack, found, err := openMark(path + MarkSuffix)
+	if err != nil {
+		return err
+	}
+	s.mark = mf
+	have, err := committed(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	switch {
+	case found && ack.seq > have.seq:
+		lost := &LostWritesError{Path: path, Acknowledged: ack.seq, AcknowledgedAt: ack.at, Found: have.seq, FoundAt: have.at}
+		if !accept {
+			return lost
+		}
+		s.log.Error("STARTING WITH LOST WRITES (accepted): the database lacks acknowledged commits", "lost_commits", ack.seq-have.seq,
+			"acknowledged", ack.seq, "acknowledged_at", ack.at, "found", have.seq, "found_at", have.at, "err", lost.Error())
+	case !found && have.seq > 0:
+		s.log.Warn("the commit mark was missing; writing it again: lost writes since it went cannot be detected", "path", path+MarkSuffix, "commits", have.seq)
+	}
+	s.seq = have.seq
+	if !found || ack != have {
+		if err := mf.write(have); err != nil {
+			return fmt.Errorf("opening %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // dsn names the database file as an SQLite URI with the settings every
@@ -141,7 +197,22 @@ func dsn(path string) string {
 	return u.String()
 }
 
-func start(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
+// readOnlyDSN opens path for reading only (Check): it never writes the
+// database, its WAL or the mark.
+func readOnlyDSN(path string) string {
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath()}
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", "busy_timeout(5000)")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// start checks the database against its commit mark (before anything
+// writes it: a refused database is left as it was found), migrates it and
+// prepares the committer's statements. On error the returned Store, if
+// any, holds only what must be closed.
+func start(ctx context.Context, db *sql.DB, path string, opts Options) (*Store, error) {
 	s := &Store{
 		db:       db,
 		log:      opts.Logger,
@@ -160,17 +231,19 @@ func start(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 		s.maxBatch = DefaultMaxBatch
 	}
 	s.wake = sync.NewCond(&s.mu)
+	if err := s.checkMark(ctx, path, opts.AcceptLostWrites); err != nil {
+		return s, err
+	}
 	migs, err := embeddedMigrations()
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	if err := migrate(ctx, db, migs, s.log); err != nil {
-		return nil, err
+		return s, err
 	}
 	if s.stmts, err = prepare(ctx, db); err != nil {
-		return nil, err
+		return s, err
 	}
-	go s.run()
 	return s, nil
 }
 
@@ -209,9 +282,16 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		s.wake.Signal()
-		<-s.stopped
+		if s.running {
+			<-s.stopped
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("closing database: %w", err)
+		}
+		if s.mark != nil {
+			if err := s.mark.close(); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("closing commit mark: %w", err)
+			}
 		}
 	})
 	return s.closeErr
@@ -261,7 +341,16 @@ func (s *Store) next() []pending {
 // counted.
 func (s *Store) commit(group []pending) {
 	begin := time.Now()
-	errs, err := s.write(group)
+	errs, err := s.write(group, mark{seq: s.seq + 1, at: begin.UTC()})
+	if err == nil {
+		s.seq++
+		// Before any batch is acknowledged: the mark is never below an
+		// acknowledged commit. A failure only weakens detection (the
+		// mark lags), so the durable batches are still acknowledged.
+		if merr := s.mark.write(mark{seq: s.seq, at: begin.UTC()}); merr != nil {
+			s.log.Error("commit mark not updated: lost writes after this commit may go undetected", "err", merr)
+		}
+	}
 	took := time.Since(begin)
 
 	s.mu.Lock()

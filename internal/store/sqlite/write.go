@@ -35,6 +35,7 @@ const (
 	insertFired
 	insertMetric
 	upsertNotification
+	markCommit
 	savepoint
 	releaseSavepoint
 	rollbackToSavepoint
@@ -80,6 +81,7 @@ var stmtSQL = [numStmts]string{
 	insertMetric: `INSERT INTO metric_reports (job_id, seq, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
 	upsertNotification: `INSERT INTO notifications (id, delivered, data) VALUES (?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET delivered = excluded.delivered, data = excluded.data WHERE notifications.delivered = 0`,
+	markCommit:          `UPDATE store_commits SET seq = ?, at = ? WHERE id = 1`,
 	savepoint:           `SAVEPOINT batch`,
 	releaseSavepoint:    `RELEASE batch`,
 	rollbackToSavepoint: `ROLLBACK TO batch`,
@@ -221,7 +223,7 @@ func encode(b *store.Batch) ([]row, error) {
 // duplicate token hash) is rolled back alone and reported to its own caller
 // while the rest of the group commits. err is set when the transaction as a
 // whole failed; then no batch in group is durable.
-func (s *Store) write(group []pending) (errs []error, err error) {
+func (s *Store) write(group []pending, m mark) (errs []error, err error) {
 	tx, err := s.db.Begin()
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction: %w", err)
@@ -243,6 +245,11 @@ func (s *Store) write(group []pending) (errs []error, err error) {
 		if _, err := st[releaseSavepoint].Exec(); err != nil {
 			return nil, fmt.Errorf("releasing savepoint: %w", err)
 		}
+	}
+	// The commit count rises in the same transaction as the batches, so
+	// the database holds commit m exactly when it holds its writes.
+	if _, err := st[markCommit].Exec(m.seq, m.at.Format(time.RFC3339Nano)); err != nil {
+		return nil, fmt.Errorf("counting the commit: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("committing: %w", err)
