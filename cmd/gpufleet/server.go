@@ -261,6 +261,14 @@ func addIsolationFlags(fl *pflag.FlagSet, o *agent.IsolationOptions, who string)
 	fl.StringVar(&o.WorkRoot, "work-root", "", "folder for jobs' own folders and checkpoints, outside the data dir (default as root: /var/lib/gpufleet/work/<id>; else DATA_DIR/work)")
 	fl.StringVar(&o.Containers, "container-runtime", "auto", "run jobs with an image in containers: auto (podman where it works), podman (required) or none")
 	fl.BoolVar(&o.HostNetwork, "container-host-network", false, "give containers the host's network (needed for NCCL across nodes); by default each has its own")
+	fl.Func("log-limit", "cap each job replica's output at this size (e.g. 1Gi, the default); past it the end is kept and the cut noted", func(v string) error {
+		b, err := model.ParseBytes(v)
+		if err == nil && b <= 0 {
+			err = fmt.Errorf("must be more than 0")
+		}
+		o.LogLimit = b
+		return err
+	})
 	fl.BoolVar(&o.InsecureRunAsAgentUser, "insecure-run-as-server-user", false, "run jobs as the "+who+"'s own user even as root: every job can then read its tokens, keys and database (only admins' jobs are placed on such a node)")
 }
 

@@ -93,6 +93,9 @@ type Isolation struct {
 	WritableRoot bool
 	// PullTimeout bounds pulling a missing image. Default 10m.
 	PullTimeout time.Duration
+	// LogLimit caps each replica's output log in bytes; past it the last
+	// part is kept and the cut noted. Default 1 GiB.
+	LogLimit int64
 }
 
 // Validate reports every problem with c at once, each with its field path.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // IsolationOptions are an operator's choices of isolation; the commands
@@ -23,6 +24,8 @@ type IsolationOptions struct {
 	PodmanPath string
 	// HostNetwork and WritableRoot are Isolation's.
 	HostNetwork, WritableRoot bool
+	// LogLimit is Isolation.LogLimit.
+	LogLimit model.Bytes
 	// InsecureRunAsAgentUser runs replicas as the agent's own user even
 	// when it is root: every job can then read the node's control plane.
 	InsecureRunAsAgentUser bool
@@ -53,7 +56,7 @@ func DefaultWorkRoot(dir string) string {
 // run with, and notes for the operator: what is isolated and how, and,
 // loudly, what is not.
 func NewIsolation(ctx context.Context, dir string, o IsolationOptions) (Isolation, []string, error) {
-	iso := Isolation{WorkRoot: o.WorkRoot, HostNetwork: o.HostNetwork, WritableRoot: o.WritableRoot}
+	iso := Isolation{WorkRoot: o.WorkRoot, HostNetwork: o.HostNetwork, WritableRoot: o.WritableRoot, LogLimit: int64(o.LogLimit)}
 	if iso.WorkRoot == "" {
 		iso.WorkRoot = DefaultWorkRoot(dir)
 	}

@@ -51,7 +51,7 @@ func (a *Agent) isolated() bool { return a.cfg.Isolation.Users != nil }
 // user, which forget gives back.
 func (a *Agent) prepareSandbox(ctx context.Context, spec agentapi.ReplicaSpec) (runtime.Sandbox, error) {
 	iso := a.cfg.Isolation
-	sb := runtime.Sandbox{Runtime: runtime.Process}
+	sb := runtime.Sandbox{Runtime: runtime.Process, LogLimit: iso.LogLimit}
 	if spec.Image != "" {
 		if iso.Podman == nil {
 			return sb, errNoContainerRuntime

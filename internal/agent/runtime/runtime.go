@@ -48,6 +48,10 @@ type Sandbox struct {
 	// the spec and EnvOverrides just before Command; never recorded.
 	Env map[string]string `json:"-"`
 
+	// LogLimit caps the replica's output log in bytes (the last part is
+	// kept past it); 0 is the supervisor's default, 1 GiB.
+	LogLimit int64 `json:"logLimit,omitempty"`
+
 	// Container, for Runtime == Container.
 	Container *ContainerSpec `json:"container,omitempty"`
 }

@@ -21,7 +21,30 @@ const (
 	ExitFile   = "exit.json"
 	OutputFile = "output.log"
 	LogFile    = "supervisor.log"
+	// reserveFile holds room for exit.json on a disk that may fill up.
+	reserveFile = "exit.reserve"
 )
+
+// reserveSize is the room set aside for the exit record and the temporary
+// file it is written through: a few file-system blocks.
+const reserveSize = 64 << 10
+
+// reserve sets aside room for the exit record in dir.
+func reserve(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, reserveFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(make([]byte, reserveSize))
+	serr := f.Sync()
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = serr
+	}
+	return werr
+}
 
 // Exit is the record of how a replica ended (exit.json).
 type Exit struct {

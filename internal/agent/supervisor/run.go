@@ -37,6 +37,12 @@ const (
 	// SIGKILL; a process inside a GPU driver call can take seconds to go.
 	reapTimeout = 30 * time.Second
 	reapPoll    = 20 * time.Millisecond
+	// outputDrain bounds the wait for the child's output after its group
+	// is gone (a process that left the group may hold the pipe).
+	outputDrain = 2 * time.Second
+	// exitRetry is how often an exit record that could not be written
+	// (a full disk) is tried again.
+	exitRetry = 5 * time.Second
 )
 
 // Run supervises the replica described by dir/spec.json until it ends and
@@ -69,6 +75,11 @@ func Run(dir string) int {
 		return 1
 	}
 
+	// Room for the exit record, set aside before anything can fill the
+	// disk: a replica that finished must not be rerun for want of space.
+	if err := reserve(abs); err != nil {
+		log.Warn("reserving room for the exit record", "err", err)
+	}
 	exit, err := s.supervise(stop)
 	if err != nil {
 		// Without an exit record the agent reports the replica lost, which
@@ -76,12 +87,28 @@ func Run(dir string) int {
 		log.Error("supervising replica", "err", err)
 		return 1
 	}
-	if err := writeJSON(filepath.Join(abs, ExitFile), exit); err != nil {
-		log.Error("recording replica exit", "err", err, "exit_code", exit.Code)
-		return 1
-	}
+	s.recordExit(exit)
 	s.log.Info("replica exited", "exit_code", exit.Code, "signal", exit.Signal, "reason", exit.Reason)
 	return 0
+}
+
+// recordExit writes exit.json, first into the room reserve set aside; on
+// failure (a full disk) it tries again every exitRetry for as long as it
+// takes. Meanwhile the supervisor lives on, so the agent sees the replica
+// still running rather than lost, and reports its real end once written.
+func (s *supervisor) recordExit(exit Exit) {
+	path := filepath.Join(s.dir, ExitFile)
+	for try := 0; ; try++ {
+		if try == 0 {
+			os.Remove(filepath.Join(s.dir, reserveFile)) // free its room for the record
+		}
+		err := writeJSON(path, exit)
+		if err == nil {
+			return
+		}
+		s.log.Error("recording replica exit; trying again", "err", err, "exit_code", exit.Code, "retry_in", exitRetry)
+		time.Sleep(exitRetry)
+	}
 }
 
 type supervisor struct {
@@ -119,8 +146,16 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	if err := rt.Prepare(context.Background(), sb); err != nil {
 		return s.notStarted(out, CodeContainerFailed, err), nil
 	}
-	cmd, err := rt.Command(sb, spec.Command, out)
+	// The child writes into a pipe, not the file: its output is capped
+	// (sb.LogLimit, the tail kept) and a full disk cannot stall it.
+	pr, pw, err := os.Pipe()
 	if err != nil {
+		return s.notStarted(out, CodeCannotRun, fmt.Errorf("creating the output pipe: %w", err)), nil
+	}
+	cmd, err := rt.Command(sb, spec.Command, pw)
+	if err != nil {
+		pr.Close()
+		pw.Close()
 		code := CodeCannotRun
 		if errors.Is(err, exec.ErrNotFound) {
 			code = CodeNotFound
@@ -129,13 +164,17 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	}
 
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	pw.Close() // the child holds its own copy
+	if err != nil {
+		pr.Close()
 		code := CodeCannotRun
 		if errors.Is(err, fs.ErrNotExist) {
 			code = CodeNotFound
 		}
 		return s.notStarted(out, code, fmt.Errorf("starting %s: %w", spec.Command[0], err)), nil
 	}
+	logs := startCopier(pr, newOutput(out, sb.LogLimit))
 	pgid := cmd.Process.Pid
 	// The child is ours and unreaped, so its stat stays readable even if it
 	// has already exited.
@@ -156,6 +195,7 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	if err := rt.Cleanup(context.Background(), sb); err != nil {
 		s.log.Warn("cleaning up after the replica", "err", err)
 	}
+	logs.wait(outputDrain)
 	// Wait reaps the child. Its error is a non-zero exit, read from
 	// ProcessState below, unless there is no status at all.
 	if err := cmd.Wait(); cmd.ProcessState == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -59,9 +60,19 @@ type run struct {
 // environment.
 func start(t *testing.T, s agentapi.ReplicaSpec, extraEnv ...string) *run {
 	t.Helper()
-	dir := t.TempDir()
+	return startIn(t, t.TempDir(), s, nil, extraEnv...)
+}
+
+// startIn is start in dir, with the agent's sandbox record when sb is set.
+func startIn(t *testing.T, dir string, s agentapi.ReplicaSpec, sb *runtime.Sandbox, extraEnv ...string) *run {
+	t.Helper()
 	if err := supervisor.WriteSpec(dir, s); err != nil {
 		t.Fatal(err)
+	}
+	if sb != nil {
+		if err := supervisor.WriteSandbox(dir, *sb); err != nil {
+			t.Fatal(err)
+		}
 	}
 	logf, err := os.Create(filepath.Join(dir, supervisor.LogFile))
 	if err != nil {
