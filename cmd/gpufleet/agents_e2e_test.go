@@ -132,7 +132,7 @@ func (s *server) waitNodes(want int) {
 // the heartbeat timeout, its job requeues, and the restarted agent stops
 // the orphaned replica and runs the new attempt.
 func TestRemoteAgents(t *testing.T) {
-	dataDir, listen, marks := t.TempDir(), freePort(t), t.TempDir()
+	dataDir, listen, marks := t.TempDir(), freePort(t), sharedDir(t)
 	flags := []string{"--heartbeat-timeout", "5s"}
 	s := startControlPlane(t, dataDir, listen, flags...)
 	agents := []*remoteAgent{
@@ -143,7 +143,7 @@ func TestRemoteAgents(t *testing.T) {
 	s.waitNodes(3)
 
 	// An uploaded workdir reaches whichever node runs the job.
-	work := t.TempDir()
+	work := sharedDir(t)
 	if err := os.MkdirAll(filepath.Join(work, "src"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ seq -f "%[2]s rank $RANK after %%g" 1 %[3]d`, marks, name, lines)
 	// requeues; it can run only on node-c, whose restarted agent stops the
 	// orphaned replica.
 	pinned := strings.TrimSpace(s.gpufleet("run", "--name", "pinned", "--gpus", "3", "--grace", "1s", "--",
-		"sh", "-c", fmt.Sprintf(`echo $$ >> %[1]s/pinned.starts; echo "attempt $GPUFLEET_ATTEMPT"; while [ ! -e %[1]s/release-pinned ]; do sleep 0.05; done`, marks)))
+		"sh", "-c", fmt.Sprintf(`umask 0; echo $$ >> %[1]s/pinned.starts; echo "attempt $GPUFLEET_ATTEMPT"; while [ ! -e %[1]s/release-pinned ]; do sleep 0.05; done`, marks)))
 	s.waitJob(pinned, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
 	agents[2].kill9()
 	v := s.waitJob(pinned, func(v api.JobView) bool { return v.State == model.JobQueued }, "requeued after its node was lost")

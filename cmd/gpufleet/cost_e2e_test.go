@@ -41,7 +41,7 @@ exit 4`
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "job.json")
+	file := filepath.Join(sharedDir(t), "job.json")
 	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +52,14 @@ exit 4`
 	}
 	// The checkpoint folder's layout is the controller's; find the file.
 	var ckpt []string
-	_ = filepath.WalkDir(s.dataDir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(filepath.Join(checkpointRoot(s.dataDir), id), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && d.Name() == "ckpt" && strings.Contains(p, id) {
 			ckpt = append(ckpt, p)
 		}
 		return nil
 	})
 	if len(ckpt) != 1 {
-		t.Fatalf("no checkpoint file written under %s for %s\nlogs:\n%s", s.dataDir, id, s.gpufleet("jobs", "logs", id))
+		t.Fatalf("no checkpoint file written under %s for %s\nlogs:\n%s", checkpointRoot(s.dataDir), id, s.gpufleet("jobs", "logs", id))
 	}
 	if got, _ := os.ReadFile(ckpt[0]); string(got) != "saved\n" {
 		t.Fatalf("checkpoint %s = %q", ckpt[0], got)

@@ -33,6 +33,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "gpufleet")
+	// Jobs run as workload users and call the binary (gpufleet metric):
+	// it must be theirs to run, as an installed binary is.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	build := exec.Command("go", "build", "-race", "-o", binary, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
@@ -203,11 +209,11 @@ func TestRuntimeLimitAndCancel(t *testing.T) {
 // one whose processes died without a record is lost and runs again.
 func TestKill9(t *testing.T) {
 	dataDir, listen := t.TempDir(), freePort(t)
-	marks := t.TempDir()
+	marks := sharedDir(t)
 	s := startServer(t, dataDir, listen)
 
 	script := func(name, body string) []string {
-		return []string{"run", "--name", name, "--", "sh", "-c", fmt.Sprintf("echo $$ >> %s/%s.starts; %s", marks, name, body)}
+		return []string{"run", "--name", name, "--", "sh", "-c", fmt.Sprintf("umask 0; echo $$ >> %s/%s.starts; %s", marks, name, body)}
 	}
 	survivor := strings.TrimSpace(s.gpufleet(script("survivor", fmt.Sprintf("while [ ! -e %s/release ]; do sleep 0.1; done; echo finished", marks))...))
 	finisher := strings.TrimSpace(s.gpufleet(script("finisher", fmt.Sprintf("while [ ! -e %s/finish ]; do sleep 0.1; done; exit 4", marks))...))

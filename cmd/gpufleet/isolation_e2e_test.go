@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -181,4 +182,27 @@ func buildExampleImages(t *testing.T) string {
 		t.Fatalf("building the example images: %v\n%s", err, out)
 	}
 	return "localhost/gpufleet-example/app:1"
+}
+
+// sharedDir is a temporary folder that jobs, which run as workload users,
+// can read and write, as a host folder of an admin's job must be: a
+// t.TempDir() is its owner's only (0700, and so is the folder above it).
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// checkpointRoot is where a server on dataDir keeps jobs' checkpoint
+// folders: under its work root, outside the data dir.
+func checkpointRoot(dataDir string) string {
+	return filepath.Join(agent.DefaultWorkRoot(filepath.Join(dataDir, "agent")), "checkpoints")
 }

@@ -240,7 +240,7 @@ echo "in-job calls ok"`
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobFile := filepath.Join(t.TempDir(), "job.json")
+	jobFile := filepath.Join(sharedDir(t), "job.json")
 	if err := os.WriteFile(jobFile, job, 0o600); err != nil {
 		t.Fatal(err)
 	}

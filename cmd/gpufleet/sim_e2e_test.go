@@ -50,7 +50,7 @@ func TestSimulatedClouds(t *testing.T) {
 	s.waitJob(id, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
 	node := s.attemptNode(id)
 	waitLog(t, s, id, 1, "resuming at step 0")
-	waitFile(t, filepath.Join(s.dataDir, "checkpoints", id, "step"))
+	waitFile(t, filepath.Join(checkpointRoot(s.dataDir), id, "step"))
 
 	// 2. A notice drains the node: the job checkpoints, is preempted,
 	// requeues onto another node and finishes where it stopped.

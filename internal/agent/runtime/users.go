@@ -194,7 +194,7 @@ func Reclaim(user User, owned ...string) error {
 func KillUser(uid int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		pids, err := processesOf(uid)
+		pids, err := ProcessesOf(uid)
 		if err != nil {
 			return err
 		}
@@ -211,8 +211,8 @@ func KillUser(uid int, wait time.Duration) error {
 	}
 }
 
-// processesOf lists the live processes of uid (zombies excluded).
-func processesOf(uid int) ([]int, error) {
+// ProcessesOf lists the live processes of uid (zombies excluded).
+func ProcessesOf(uid int) ([]int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)

@@ -172,6 +172,11 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			code = CodeNotFound
 		}
+		if errors.Is(err, fs.ErrPermission) && sb.User != nil && sb.Runtime == runtime.Process {
+			err = fmt.Errorf("%w: the job runs as uid %d, which cannot enter its workdir %s or run %s; "+
+				"a host folder must be reachable by workload users (o+x on every folder above it), or upload it (gpufleet run --upload-workdir)",
+				err, sb.User.UID, sb.Workdir, spec.Command[0])
+		}
 		return s.notStarted(out, code, fmt.Errorf("starting %s: %w", spec.Command[0], err)), nil
 	}
 	logs := startCopier(pr, newOutput(out, sb.LogLimit))

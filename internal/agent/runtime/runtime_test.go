@@ -1,0 +1,128 @@
+package runtime
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCheckCUDA(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		image, driver string
+		ok            bool
+		reason        string
+	}{
+		"no CUDA named":              {"", "", true, "names no CUDA"},
+		"driver new enough":          {"12.4.1", "550.54.15", true, "≥ 550.54.14"},
+		"exactly the least":          {"12.2", "535.54.03", true, "≥ 535.54.03"},
+		"minor compatibility":        {"12.4.1", "535.104.05", true, "minor version compatibility"},
+		"older major driver":         {"12.1", "470.199.02", false, "needs driver ≥ 530.30.02"},
+		"no driver":                  {"11.8", "", false, "no NVIDIA driver"},
+		"not a version":              {"twelve", "550.54.15", false, "not MAJOR.MINOR"},
+		"unknown future major":       {"14.0", "580.65.06", false, "not in NVIDIA's driver table"},
+		"versions compare by number": {"11.2", "460.100.1", true, "≥ 460.27.03"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			v := CheckCUDA(tc.image, tc.driver)
+			if v.OK != tc.ok || !strings.Contains(v.Reason, tc.reason) {
+				t.Errorf("CheckCUDA(%q, %q) = %+v; want ok=%v, reason with %q", tc.image, tc.driver, v, tc.ok, tc.reason)
+			}
+		})
+	}
+}
+
+// TestUsersNeverShareAUID: attempts get distinct users, replicas of one
+// attempt share theirs, a user is handed out again only after Release,
+// and another allocator on the machine (another agent) skips claimed ids.
+func TestUsersNeverShareAUID(t *testing.T) {
+	t.Parallel()
+	claims := t.TempDir()
+	a, err := NewUsers(5000, 3, claims, "agent-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u1, _ := a.Acquire("att-1")
+	u1b, _ := a.Acquire("att-1")
+	u2, _ := a.Acquire("att-2")
+	if u1 != u1b || u1 == u2 {
+		t.Fatalf("att-1 got %v and %v, att-2 %v: want one user per attempt", u1, u1b, u2)
+	}
+	b, err := NewUsers(5000, 3, claims, "agent-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u3, err := b.Acquire("att-3")
+	if err != nil || u3 == u1 || u3 == u2 {
+		t.Fatalf("another agent got %v (%v) while %v and %v are claimed", u3, err, u1, u2)
+	}
+	if _, err := b.Acquire("att-4"); err == nil {
+		t.Fatal("a fourth attempt got a user from a range of three in use")
+	}
+	if a.Put("att-1") {
+		t.Fatal("the first Put of two references was the last")
+	}
+	if !a.Put("att-1") {
+		t.Fatal("the second Put was not the last")
+	}
+	a.Release("att-1")
+	if u, err := b.Acquire("att-4"); err != nil || u != u1 {
+		t.Fatalf("after release, another agent got %v (%v); want %v", u, err, u1)
+	}
+	// A restarted agent drops only its own stale claims.
+	if _, err := NewUsers(5000, 3, claims, "agent-a"); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := os.ReadDir(claims)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"5000", "5002"}, names); diff != "" {
+		t.Errorf("claims after agent-a restarts (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunArgsIsolate(t *testing.T) {
+	t.Parallel()
+	sb := Sandbox{Runtime: Container, User: &User{UID: 7, GID: 7}, Home: "/w/r1", Workdir: "/gpufleet/work",
+		CheckpointDir: "/w/ck/j1", Env: map[string]string{"SECRET": "v4lue", "A": "1"},
+		Container: &ContainerSpec{Podman: "podman", OCIRuntime: "runc", Name: "gpufleet-r1", Image: "img:1",
+			Network: "none", ReadOnly: true, NoFile: 1024, NProc: 512, CPU: 2, Memory: 1 << 30, Devices: []string{"/dev/nvidia0"}}}
+	args := strings.Join(RunArgs(sb, []string{"python", "train.py"}), " ")
+	for _, want := range []string{"--runtime runc run --rm --name gpufleet-r1", "--cap-drop=all", "--security-opt no-new-privileges",
+		"--network none", "--volume /w/r1:/gpufleet:rw", "--volume /w/ck/j1:/gpufleet/checkpoint:rw", "--user 7:7",
+		"--read-only", "--cpus 2", "--memory 1073741824b", "--device /dev/nvidia0", "--env A --env SECRET", "img:1 python train.py"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("podman %s\nlacks %q", args, want)
+		}
+	}
+	for _, never := range []string{"v4lue", "--privileged", "host"} {
+		if strings.Contains(args, never) {
+			t.Errorf("podman %s\nholds %q", args, never)
+		}
+	}
+}
+
+func TestGPUDevices(t *testing.T) {
+	t.Parallel()
+	dev, cdi := t.TempDir(), t.TempDir()
+	for _, n := range []string{"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"} {
+		os.WriteFile(filepath.Join(dev, n), nil, 0o600)
+	}
+	got := GPUDevices([]int{2, 0}, []string{"GPU-c", "GPU-a"}, dev, []string{cdi})
+	want := []string{filepath.Join(dev, "nvidia2"), filepath.Join(dev, "nvidia0"), filepath.Join(dev, "nvidiactl"), filepath.Join(dev, "nvidia-uvm")}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("device nodes (-want +got):\n%s", diff)
+	}
+	os.WriteFile(filepath.Join(cdi, "nvidia.yaml"), nil, 0o644)
+	if diff := cmp.Diff([]string{"nvidia.com/gpu=GPU-c", "nvidia.com/gpu=GPU-a"}, GPUDevices([]int{2, 0}, []string{"GPU-c", "GPU-a"}, dev, []string{cdi})); diff != "" {
+		t.Errorf("with a CDI spec (-want +got):\n%s", diff)
+	}
+}
