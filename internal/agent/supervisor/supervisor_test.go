@@ -64,7 +64,7 @@ func start(t *testing.T, s agentapi.ReplicaSpec, extraEnv ...string) *run {
 }
 
 // startIn is start in dir, with the agent's sandbox record when sb is set.
-func startIn(t *testing.T, dir string, s agentapi.ReplicaSpec, sb *runtime.Sandbox, extraEnv ...string) *run {
+func startIn(t testing.TB, dir string, s agentapi.ReplicaSpec, sb *runtime.Sandbox, extraEnv ...string) *run {
 	t.Helper()
 	if err := supervisor.WriteSpec(dir, s); err != nil {
 		t.Fatal(err)
