@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/archive"
@@ -170,4 +172,38 @@ func TestStopWhileLaunching(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentSyncsWhileLaunchingABurst: while a desired set of 500 replicas
+// whose launches are slow starts, the agent launches at most maxLaunches at
+// once and keeps syncing (its heartbeat), reporting how many are still
+// starting, so the server never takes the busy node for lost.
+func TestAgentSyncsWhileLaunchingABurst(t *testing.T) {
+	t.Parallel()
+	cp := &slowArchives{fakeControlPlane: newFakeControlPlane(), release: make(chan struct{}), honourCtx: true}
+	released := sync.OnceFunc(func() { close(cp.release) })
+	t.Cleanup(released)
+	a := newTestAgent(t, cp, agentDir(t), func(c *Config) { c.SyncWait = 20 * time.Millisecond })
+	const n = 500
+	// The archive is not there: each launch ends lost once its fetch is
+	// let go, so no process is started.
+	specs := archived(n, "sha256:"+strings.Repeat("0", 64))
+	cp.setDesired(specs...)
+	startAgent(t, a)
+
+	waitFor(t, "every launch slot in use", func() bool { _, inFlight, _ := cp.counts(); return inFlight == maxLaunches })
+	before := cp.syncCount()
+	waitFor(t, "syncs while the launches are held", func() bool { return cp.syncCount() >= before+3 })
+	if got := cp.lastSync().Starting; got != n {
+		t.Errorf("sync during the launch reports %d starting, want %d", got, n)
+	}
+
+	released()
+	for _, s := range specs {
+		waitPhase(t, cp.fakeControlPlane, s.ID, agentapi.PhaseLost)
+	}
+	if _, _, most := cp.counts(); most != maxLaunches {
+		t.Errorf("at most %d launches ran at once, want %d", most, maxLaunches)
+	}
+	waitFor(t, "a sync reporting nothing starting", func() bool { return cp.lastSync().Starting == 0 })
 }

@@ -80,6 +80,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 			statuses = append(statuses, r.status)
 		}
 	}
+	starting := len(a.starting)
 	a.mu.Unlock()
 	slices.SortFunc(statuses, func(x, y agentapi.ReplicaStatus) int { return strings.Compare(x.ID, y.ID) })
 
@@ -102,6 +103,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		Statuses:   statuses,
 		Wait:       model.Duration(wait),
 		Telemetry:  a.telemetryRequest(),
+		Starting:   starting,
 	}, endedIDs
 }
 

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -104,5 +105,29 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	}
 	if jj, _ := h2.c.Job(j.ID); jj.RetryAt != nil || jj.Failures != 2 {
 		t.Fatalf("after a lost attempt: retryAt %v failures %d, want none and 2", jj.RetryAt, jj.Failures)
+	}
+}
+
+// TestStartingNodeIsNotLost: a node whose agent keeps syncing while it is
+// still starting its replicas (nothing to report yet, for longer than the
+// heartbeat timeout) is not lost, and its attempt keeps its place.
+func TestStartingNodeIsNotLost(t *testing.T) {
+	clk := clock.NewFake(t0)
+	h := newHarness(t, newMemStore(), clk)
+	node := h.register("", 1)
+	j := h.submit(cmdSpec(1))
+	h.waitDesired(1)
+	for range 6 { // 3m in all, past the 1m heartbeat timeout
+		clk.Advance(30 * time.Second)
+		if _, err := h.c.Sync(context.Background(), agentapi.SyncRequest{NodeID: node, Starting: 1}); err != nil {
+			t.Fatal(err)
+		}
+		h.await()
+	}
+	if nodes := h.c.Nodes(); nodes[0].State != model.NodeReady {
+		t.Fatalf("node is %s after syncs that report a replica still starting, want ready", nodes[0].State)
+	}
+	if jj, _ := h.c.Job(j.ID); jj.State != model.JobAdmitted || jj.Attempts != 1 {
+		t.Fatalf("job is %s after %d attempts, want admitted after 1", jj.State, jj.Attempts)
 	}
 }
