@@ -43,6 +43,9 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 	if e.Verdict.EstimatedStart != nil {
 		row(tw, "ESTIMATED START", fmt.Sprintf("%s (in %s)", e.Verdict.EstimatedStart.Format(time.RFC3339), time.Until(*e.Verdict.EstimatedStart).Round(time.Second)))
 	}
+	if at := e.Verdict.RetryAt; at != nil {
+		row(tw, "BACKING OFF", fmt.Sprintf("after a failed attempt; next try at %s (in %s)", at.Format(time.RFC3339), max(time.Until(*at), 0).Round(time.Second)))
+	}
 	for _, p := range e.Preempting {
 		row(tw, "PREEMPTING", fmt.Sprintf("%s (work lost %s)", p.JobID, p.WorkLost.Round(time.Second)))
 	}

@@ -121,6 +121,9 @@ func jobTable(tw *tabwriter.Writer, v *api.JobView) {
 		row(tw, "Cost:", fmt.Sprintf("%s across %d attempts", dollars(v.Cost.Total), j.Attempts))
 	}
 	efficiencyRows(tw, v.Efficiency)
+	if j.State == model.JobQueued && j.RetryAt != nil && time.Until(*j.RetryAt) > 0 {
+		row(tw, "Backing off:", fmt.Sprintf("after %d failures; next try at %s (in %s)", j.Failures, j.RetryAt.Local().Format(time.RFC3339), time.Until(*j.RetryAt).Round(time.Second)))
+	}
 	if v.Pending != nil {
 		row(tw, "Queue position:", v.Pending.Position)
 		for _, r := range v.Pending.Reasons {

@@ -38,11 +38,23 @@ type Agent struct {
 	changed chan struct{}
 	// tending counts the goroutines that tend replicas; Run waits for them.
 	tending sync.WaitGroup
+	// launching counts the goroutines that launch replicas of the desired
+	// set (see startLaunch); Run waits for them at most launchWait.
+	launching  sync.WaitGroup
+	launchWait time.Duration
+	// slots bounds the launches that run at once (maxLaunches).
+	slots chan struct{}
 
 	mu      sync.Mutex
 	tracked map[string]*replica        // by id; guarded by mu
 	samples []agentapi.TelemetrySample // queued for the next sync; guarded by mu
 	busy    map[int]bool               // GPU indexes of desired replicas; guarded by mu
+	// starting holds the replicas being launched, not yet tracked; guarded
+	// by mu.
+	starting map[string]*pendingLaunch
+	// shut is set once Run no longer waits for launches: one that ends
+	// later leaves its replica to the next agent run; guarded by mu.
+	shut bool
 
 	// driver is the NVIDIA driver version (empty without one), read once
 	// at start for the CUDA check of container images.
@@ -71,11 +83,14 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("configuring agent: isolation.workRoot: %w", err)
 	}
 	return &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		replicas: filepath.Join(dir, replicasDir),
-		changed:  make(chan struct{}, 1),
-		tracked:  map[string]*replica{},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		replicas:   filepath.Join(dir, replicasDir),
+		changed:    make(chan struct{}, 1),
+		tracked:    map[string]*replica{},
+		starting:   map[string]*pendingLaunch{},
+		slots:      make(chan struct{}, maxLaunches),
+		launchWait: shutdownLaunchWait,
 	}, nil
 }
 
@@ -116,7 +131,34 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.tending.Go(func() { a.sampleTelemetry(ctx) })
 	}
 	a.syncLoop(ctx)
+	a.awaitLaunches()
 	return nil
+}
+
+// awaitLaunches waits for the launches in flight when the agent stops, at
+// most launchWait: none starts a replica after the stop (startLaunch), so
+// this only lets them undo what they prepared. One still running after
+// that is left behind; it neither starts nor tracks its replica.
+func (a *Agent) awaitLaunches() {
+	a.mu.Lock()
+	n := len(a.starting)
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() { a.launching.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-a.cfg.Clock.After(a.launchWait):
+		a.mu.Lock()
+		left := len(a.starting)
+		a.mu.Unlock()
+		a.log.Warn("shutting down: leaving launches still in flight", "launches", left, "waited", a.launchWait)
+	}
+	a.mu.Lock()
+	a.shut = true
+	a.mu.Unlock()
+	if n > 0 {
+		a.log.Info("shutting down: stopped launching", "launches_in_flight", n)
+	}
 }
 
 // lockDir takes an exclusive lock on dir, so that two agents never manage

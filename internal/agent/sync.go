@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
@@ -79,6 +80,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 			statuses = append(statuses, r.status)
 		}
 	}
+	starting := len(a.starting)
 	a.mu.Unlock()
 	slices.SortFunc(statuses, func(x, y agentapi.ReplicaStatus) int { return strings.Compare(x.ID, y.ID) })
 
@@ -101,6 +103,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		Statuses:   statuses,
 		Wait:       model.Duration(wait),
 		Telemetry:  a.telemetryRequest(),
+		Starting:   starting,
 	}, endedIDs
 }
 
@@ -131,21 +134,41 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 	a.mu.Lock()
 	a.busy = busy
 	a.mu.Unlock()
+	notStarted := 0
 	for _, spec := range resp.Replicas {
 		desired[spec.ID] = true
 		a.mu.Lock()
-		r := a.tracked[spec.ID]
+		r, p := a.tracked[spec.ID], a.starting[spec.ID]
+		if p != nil && spec.Stop {
+			p.stop = true
+		}
 		a.mu.Unlock()
-		if r == nil {
-			r = a.admit(ctx, spec)
+		switch {
+		case r != nil:
+			if spec.Stop {
+				a.requestStop(r)
+			}
+		case p != nil:
+			// Being launched; it is stopped once tracked if asked to be.
+		case ctx.Err() != nil:
+			// Shutting down: start nothing more. The replicas keep their
+			// place in the desired set; the next agent run starts them.
+			notStarted++
+		default:
+			a.startLaunch(ctx, spec)
 		}
-		if spec.Stop {
-			a.requestStop(r)
-		}
+	}
+	if notStarted > 0 {
+		a.log.Info("shutting down: not starting replicas of the desired set", "replicas", notStarted)
 	}
 
 	var stop, forget []*replica
 	a.mu.Lock()
+	for id, p := range a.starting {
+		if !desired[id] {
+			p.stop = true
+		}
+	}
 	for id, r := range a.tracked {
 		switch {
 		case desired[id]:
@@ -175,18 +198,71 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 	}
 }
 
+// Launching the desired set.
+const (
+	// maxLaunches bounds the replicas launched at once: preparing one
+	// (unpacking its archive, taking on its user, pulling its image) can
+	// take a while, and a burst of hundreds must neither run all at once
+	// nor one after another.
+	maxLaunches = 8
+	// shutdownLaunchWait bounds how long a stopping agent waits for the
+	// launches in flight to undo what they prepared.
+	shutdownLaunchWait = 5 * time.Second
+)
+
+// pendingLaunch is a replica of the desired set being launched.
+type pendingLaunch struct {
+	stop bool // guarded by Agent.mu: the server wants it stopped or dropped it
+}
+
+// startLaunch admits spec in a goroutine of its own, at most maxLaunches at
+// a time, so that the sync loop goes on (and the node keeps its heartbeat)
+// while a large desired set starts. Until admitted the replica is in
+// a.starting; a stop asked for meanwhile is applied once it is tracked, or
+// keeps it from starting. Once ctx has ended nothing more starts.
+func (a *Agent) startLaunch(ctx context.Context, spec agentapi.ReplicaSpec) {
+	p := &pendingLaunch{}
+	a.mu.Lock()
+	a.starting[spec.ID] = p
+	a.mu.Unlock()
+	a.launching.Go(func() {
+		var r *replica
+		select {
+		case a.slots <- struct{}{}:
+			if ctx.Err() == nil {
+				r = a.admit(ctx, spec, func() bool {
+					a.mu.Lock()
+					defer a.mu.Unlock()
+					return p.stop
+				})
+			}
+			<-a.slots
+		case <-ctx.Done():
+		}
+		a.mu.Lock()
+		delete(a.starting, spec.ID)
+		stop := p.stop
+		a.mu.Unlock()
+		if r != nil && (stop || spec.Stop) {
+			a.requestStop(r)
+		}
+	})
+}
+
 // admit takes on a replica the server wants and the agent does not track.
 // A replica whose directory exists was started before, by this agent or an
 // earlier run: it is adopted, never started again. One the server wants
-// stopped is not started at all, and reported as stopped.
-func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
+// stopped (spec.Stop, or stopped() by the time it is prepared) is not
+// started at all, and reported as stopped. Once ctx has ended it starts
+// nothing: it undoes what it prepared and returns nil.
+func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped func() bool) *replica {
 	log := a.log.With("replica_id", spec.ID, "job_id", spec.JobID, "attempt_id", spec.AttemptID)
 	if err := validID(spec.ID); err != nil {
 		log.Error("refusing replica", "err", err)
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent refused the replica: %v", err))
 	}
 	dir := filepath.Join(a.replicas, spec.ID)
-	if spec.Stop {
+	if spec.Stop || stopped() {
 		if _, err := os.Stat(dir); err != nil {
 			log.Info("not starting a replica the server wants stopped")
 			return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
@@ -208,6 +284,20 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseLost, fmt.Sprintf("agent could not create the replica directory: %v", err))
 	}
 	sb, err := a.prepareSandbox(ctx, spec)
+	if err != nil && ctx.Err() != nil {
+		// Cut short by the agent stopping: not the replica's failure.
+		// (prepareSandbox holds no user when it fails.)
+		log.Info("shutting down: not starting the replica", "err", err)
+		if sb.Home != "" {
+			if err := os.RemoveAll(sb.Home); err != nil {
+				log.Warn("removing replica folder", "err", err)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("removing replica directory", "err", err)
+		}
+		return nil
+	}
 	if err != nil {
 		log.Error("preparing the replica's sandbox", "err", err)
 		// A fetch that may work next time is lost (the attempt is
@@ -225,6 +315,23 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 		}
 		return a.trackEnded(ctx, spec.ID, dir, phase, reason)
 	}
+	if ctx.Err() != nil || stopped() {
+		// Prepared, but the agent is stopping or the server no longer
+		// wants it: undo, so that nothing is adopted that never ran.
+		if err := os.RemoveAll(sb.Home); err != nil {
+			log.Warn("removing replica folder", "err", err)
+		}
+		a.putUser(spec.AttemptID, sb)
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("removing replica directory", "err", err)
+		}
+		if ctx.Err() != nil {
+			log.Info("shutting down: not starting the replica")
+			return nil
+		}
+		log.Info("not starting a replica the server wants stopped")
+		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
+	}
 	sb.EnvOverrides = a.envOverrides(spec, sb)
 	l, err := a.launch(dir, spec, sb)
 	if err != nil {
@@ -234,7 +341,22 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec) *replica {
 	}
 	log.Info("started replica", "gpus", spec.GPUs, "runtime", sb.Runtime, "uid", uidOf(sb))
 	r := a.newReplica(spec.ID, spec.AttemptID, dir, l)
-	a.track(ctx, r)
+	// As track, but not once Run has stopped waiting for launches (the
+	// check and the Add under one lock, before Run's Wait): a replica
+	// started as the agent stopped runs on, and the next run adopts it.
+	a.mu.Lock()
+	if a.shut {
+		a.mu.Unlock()
+		log.Warn("replica started while the agent stopped; the next agent run adopts it")
+		return nil
+	}
+	a.tracked[r.id] = r
+	a.tending.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.tending.Done()
+		a.tend(ctx, r)
+	}()
 	return r
 }
 

@@ -171,6 +171,10 @@ type SyncRequest struct {
 	// Telemetry, when set, carries the GPU samples taken since the last
 	// answered sync. Optional: servers ignore what they do not track.
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
+	// Starting is how many replicas of the desired set the agent is still
+	// launching (a large set starts over many syncs): not yet reported,
+	// neither running nor lost. Informational; every sync is a heartbeat.
+	Starting int `json:"starting,omitempty"`
 }
 
 // SyncResponse is the complete desired set for the node. A replica the agent

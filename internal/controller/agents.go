@@ -517,9 +517,18 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			j.State = model.JobFailed
 		}
 	}
+	j.RetryAt = nil
 	if requeue {
 		j.State, j.EnqueuedAt = model.JobQueued, now
 		j.Reason = fmt.Sprintf("requeued after attempt %d ended %s", a.Number, a.State)
+		if ended == model.AttemptFailed {
+			// A crash loop waits before its next attempt (the scheduler
+			// holds it until RetryAt); an interruption does not.
+			d := model.FailureBackoff(j.Failures)
+			at := now.Add(d)
+			j.RetryAt = &at
+			j.Reason += fmt.Sprintf("; backing off %s after %d failures", d, j.Failures)
+		}
 	} else {
 		j.FinishedAt = &now
 		c.revokeJobTokensLocked(j.ID, b)

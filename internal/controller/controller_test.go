@@ -63,12 +63,17 @@ func TestJobRunsToSuccess(t *testing.T) {
 }
 
 func TestFailureRetriesThenFails(t *testing.T) {
-	h := newHarness(t, newMemStore(), clock.NewFake(t0))
+	clk := clock.NewFake(t0)
+	h := newHarness(t, newMemStore(), clk)
 	h.register("", 1)
 	spec := cmdSpec(1)
 	spec.Retries.Failures = 1
 	j := h.submit(spec)
 	for attempt := 1; attempt <= 2; attempt++ {
+		if attempt > 1 {
+			h.waitBackoff(j.ID)
+			clk.Advance(model.FailureBackoff(attempt - 1))
+		}
 		rs := h.waitDesired(1).Replicas[0]
 		if rs.Attempt != attempt {
 			t.Fatalf("desired attempt %d, want %d", rs.Attempt, attempt)

@@ -123,8 +123,13 @@ func (c *Controller) attemptEventLocked(b *store.Batch, j *model.Job, a *model.A
 	c.recordLocked(b, model.Event{Kind: kind, Object: "job/" + j.ID, Job: j.ID, Node: node, Attempt: a.Number, Message: msg,
 		Fields: map[string]string{"state": string(a.State)}})
 	if requeued {
+		msg := fmt.Sprintf("requeued after attempt %d (preemptions %d, failures %d)", a.Number, j.Preemptions, j.Failures)
+		fields := map[string]string{"preemptions": fmt.Sprint(j.Preemptions), "failures": fmt.Sprint(j.Failures)}
+		if j.RetryAt != nil {
+			msg += "; next try at " + j.RetryAt.UTC().Format(time.RFC3339)
+			fields["retry_at"] = j.RetryAt.UTC().Format(time.RFC3339)
+		}
 		c.recordLocked(b, model.Event{Kind: model.EventRequeue, Object: "job/" + j.ID, Job: j.ID, Attempt: a.Number,
-			Message: fmt.Sprintf("requeued after attempt %d (preemptions %d, failures %d)", a.Number, j.Preemptions, j.Failures),
-			Fields:  map[string]string{"preemptions": fmt.Sprint(j.Preemptions), "failures": fmt.Sprint(j.Failures)}})
+			Message: msg, Fields: fields})
 	}
 }

@@ -133,6 +133,7 @@ func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attem
 	j.Attempts++
 	j.State = model.JobAdmitted
 	j.Reason = ""
+	j.RetryAt = nil
 	j.Version++
 	a := &model.Attempt{
 		ID:        model.AttemptID(j.ID, j.Attempts),

@@ -75,6 +75,10 @@ type Job struct {
 	// work lost by preempting it is measured from here (or from its
 	// attempt's start, whichever is later).
 	LastCheckpoint *time.Time `json:"lastCheckpoint,omitempty"`
+	// RetryAt, on a queued job whose last attempt failed, is when it may be
+	// placed again (crash-loop back-off, FailureBackoff); nil otherwise. It
+	// is kept in the store, so a restart does not cut a back-off short.
+	RetryAt *time.Time `json:"retryAt,omitempty"`
 	// ArrayID and ArrayIndex mark one task of an array job: the tasks share
 	// ArrayID (the id the submission returned) and run with
 	// GPUFLEET_ARRAY_INDEX=ArrayIndex.
@@ -101,6 +105,10 @@ func (j *Job) Clone() *Job {
 	if j.LastCheckpoint != nil {
 		t := *j.LastCheckpoint
 		c.LastCheckpoint = &t
+	}
+	if j.RetryAt != nil {
+		t := *j.RetryAt
+		c.RetryAt = &t
 	}
 	return &c
 }
@@ -193,6 +201,39 @@ type RetryPolicy struct {
 	// attempts) are retried; 0 means the default, DefaultPreemptionRetries.
 	Preemptions              int `json:"preemptions,omitempty"`
 	OnDemandAfterPreemptions int `json:"onDemandAfterPreemptions,omitempty"`
+}
+
+// Crash-loop back-off: a failed attempt that retries.failures requeues
+// waits FailureBackoff before the job may be placed again, so a job that
+// fails at once does not take its GPUs, its node's launch path and the
+// scheduler's attention in a tight loop. Preempted and lost attempts are
+// not the job's fault and requeue without it.
+const (
+	FailureBackoffBase = 10 * time.Second
+	FailureBackoffMax  = 5 * time.Minute
+)
+
+// FailureBackoff is the wait after a job's failures-th failed attempt:
+// FailureBackoffBase × 2^(failures-1), at most FailureBackoffMax (10s,
+// 20s, 40s, … 5m), the shape of the kubelet's restart back-off.
+func FailureBackoff(failures int) time.Duration {
+	if failures <= 0 {
+		return 0
+	}
+	d := FailureBackoffBase
+	for i := 1; i < failures && d < FailureBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, FailureBackoffMax)
+}
+
+// Backoff reports whether j waits out a crash-loop back-off at now, and
+// until when.
+func (j *Job) Backoff(now time.Time) (time.Time, bool) {
+	if j.RetryAt == nil || !now.Before(*j.RetryAt) {
+		return time.Time{}, false
+	}
+	return *j.RetryAt, true
 }
 
 // Limits bound a job's run.

@@ -88,6 +88,9 @@ type Verdict struct {
 	Reasons  []Reason `json:"reasons"`
 	// EstimatedStart is set when a reservation predicts one.
 	EstimatedStart *time.Time `json:"estimatedStart,omitempty"`
+	// RetryAt is set while the job backs off after a failed attempt: it is
+	// not placed before then (ReasonBackoff).
+	RetryAt *time.Time `json:"retryAt,omitempty"`
 }
 
 // Reason is one verdict line, scoped to what it is about: "job", a node

@@ -64,7 +64,8 @@ type sched struct {
 //     nominated for preemptors from every other job.
 //  3. Repeatedly take the next job of the queue with the lowest weighted
 //     dominant share (fair share), and:
-//     a. hold it while its dependencies (spec.after) are unmet;
+//     a. hold it while it backs off after a failed attempt (RetryAt) or
+//     its dependencies (spec.after) are unmet;
 //     b. filter node classes by the job's constraints (cached per shape);
 //     c. place every replica on the best-scoring node inside quota (a
 //     gang: one domain, all or nothing), or
@@ -124,6 +125,15 @@ func (s *sched) schedule(pj *pjob, position int) {
 	v := Verdict{Queue: pj.q.name, Position: position}
 	if pj.q.missing {
 		v.Reasons = []Reason{{Scope: "queue/" + pj.q.name, Message: "queue does not exist; create it (gpufleet queues apply -f queue.yaml) or submit to \"default\""}}
+		s.plan.Verdicts[job.ID] = v
+		return
+	}
+	if until, ok := job.Backoff(s.now); ok {
+		// A crash loop waits out its back-off: no placement, preemption,
+		// reservation or new capacity for it until then, and it holds
+		// nothing up for the jobs behind it.
+		v.Reasons = []Reason{backoffReason(job, until, s.now)}
+		v.RetryAt = &until
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
@@ -265,4 +275,13 @@ func (s *sched) dependencies(job *model.Job) ([]Reason, bool) {
 		}
 	}
 	return out, len(out) == 0
+}
+
+// ReasonBackoff: the job's last attempt failed and it waits out its
+// crash-loop back-off (model.FailureBackoff) before it may be placed again.
+const ReasonBackoff = "backoff"
+
+func backoffReason(job *model.Job, until, now time.Time) Reason {
+	return Reason{Scope: "job", Code: ReasonBackoff, Message: fmt.Sprintf("backing off after %d failures (retries.failures %d); next try at %s (in %s)",
+		job.Failures, job.Spec.Retries.Failures, until.UTC().Format(time.RFC3339), until.Sub(now).Round(time.Second))}
 }
