@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"text/tabwriter"
@@ -33,7 +34,34 @@ func newNodesCmd(g *globals) *cobra.Command {
 			row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory.Human(), dash(n.GPUSource), age(n.RegisteredAt))
 		}
 	})
-	cmd.AddCommand(list, newNodesInterruptCmd(g))
+	get := readCommand(g, &cobra.Command{
+		Use:   "get NODE",
+		Short: "Show a node's GPUs and the attempts holding them (another project's attempt shows as \"in use\")",
+		Example: `  gpufleet nodes get node-1
+  gpufleet nodes get node-1 -o json`,
+		Args: cobra.ExactArgs(1),
+	}, func(ctx context.Context, c *client.Client, args []string) (controller.NodeInfo, error) {
+		nodes, err := c.Nodes(ctx)
+		if err != nil {
+			return controller.NodeInfo{}, err
+		}
+		for _, n := range nodes.Nodes {
+			if n.ID == args[0] || n.Name == args[0] {
+				return n, nil
+			}
+		}
+		return controller.NodeInfo{}, fmt.Errorf("no node %q: gpufleet nodes list shows them", args[0])
+	}, func(tw *tabwriter.Writer, n controller.NodeInfo) {
+		row(tw, "GPU", "MODEL", "MEMORY", "UUID", "HELD BY", "JOB", "PROJECT", "USER")
+		for _, gpu := range n.GPUs {
+			held, h := "free", n.Holders[gpu.Index]
+			if h.InUse {
+				held = cmp.Or(h.AttemptID, controller.InUse)
+			}
+			row(tw, gpu.Index, gpu.Model, gpu.Memory.Human(), gpu.UUID, held, dash(h.JobID), dash(h.Project), dash(h.User))
+		}
+	})
+	cmd.AddCommand(list, get, newNodesInterruptCmd(g))
 	return cmd
 }
 

@@ -33,7 +33,8 @@ func uploadWorkdir(ctx context.Context, c *client.Client, body []byte) ([]byte, 
 	if _, err := tmp.Seek(0, 0); err != nil {
 		return nil, fmt.Errorf("packing workdir: %w", err)
 	}
-	got, err := c.UploadArchive(ctx, tmp, archive.DigestPrefix+digest)
+	// The archive is the job's project's: only its jobs may name it.
+	got, err := c.UploadArchive(ctx, tmp, job.Metadata.Project, archive.DigestPrefix+digest)
 	if err != nil {
 		return nil, fmt.Errorf("uploading workdir %s: %w", dir, err)
 	}

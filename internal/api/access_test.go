@@ -117,10 +117,12 @@ var accessCases = map[string]accessCase{
 	"POST /v1/tokens":                    {min: model.RoleAdmin, build: send("POST", "/v1/tokens", `{"kind": "user", "subject": "zed", "ttl": "1h"}`)},
 	"GET /v1/tokens":                     {min: model.RoleAdmin, build: get("/v1/tokens")},
 	"DELETE /v1/tokens/{id}":             {min: model.RoleAdmin, build: send("DELETE", "/v1/tokens/tok-nosuch", "")},
-	"POST /v1/archives":                  {min: model.RoleMember, build: send("POST", "/v1/archives", "not a tarball")},
-	"GET /v1/archives/{digest}":          {min: agentOnly, build: get("/v1/archives/sha256:" + strings.Repeat("0", 64))},
-	"POST /v1/agent/register":            {min: agentOnly, build: send("POST", "/v1/agent/register", `{}`)},
-	"POST /v1/agent/sync":                {min: agentOnly, build: send("POST", "/v1/agent/sync", `{"nodeId": "node-q"}`)},
+	"POST /v1/archives": {project: "query", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
+		return req{Method: "POST", Path: "/v1/archives?project=" + p, Body: []byte("not a tarball")}
+	}},
+	"GET /v1/archives/{digest}": {min: agentOnly, build: get("/v1/archives/sha256:" + strings.Repeat("0", 64))},
+	"POST /v1/agent/register":   {min: agentOnly, build: send("POST", "/v1/agent/register", `{}`)},
+	"POST /v1/agent/sync":       {min: agentOnly, build: send("POST", "/v1/agent/sync", `{"nodeId": "node-q"}`)},
 	"GET /v1/projects/{project}/secrets": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
 		return req{Method: "GET", Path: "/v1/projects/" + p + "/secrets"}
 	}},

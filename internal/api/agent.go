@@ -135,11 +135,26 @@ const MaxArchiveBytes = 256 << 20
 type ArchiveUploaded struct {
 	// Digest is the content address to put in spec.run.archive.
 	Digest string `json:"digest"`
+	// Project is the project whose jobs may name it.
+	Project string `json:"project"`
 }
 
 func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Archives == nil {
 		writeProblem(w, r, http.StatusNotImplemented, "this server does not store uploaded workdirs", nil)
+		return
+	}
+	// An upload is for one project, like a job: the caller must be a
+	// member there, and only that project's jobs may name the archive.
+	project := r.URL.Query().Get("project")
+	if project == "" {
+		project = model.DefaultProject
+	}
+	if !model.ValidName(project) {
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "query.project", Message: "must be a project name: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit"}})
+		return
+	}
+	if !s.allowProject(w, r, project) {
 		return
 	}
 	want := r.URL.Query().Get("digest")
@@ -162,7 +177,11 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusInternalServerError, err.Error(), nil)
 		return
 	}
-	writeJSON(w, http.StatusCreated, ArchiveUploaded{Digest: digest})
+	if err := s.cfg.Archives.Grant(project, digest); err != nil {
+		writeProblem(w, r, http.StatusInternalServerError, err.Error(), nil)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ArchiveUploaded{Digest: digest, Project: project})
 }
 
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {

@@ -286,8 +286,20 @@ func (s *Server) reportCheckpoint(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (s *Server) listNodes(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, NodeList{Nodes: nonNil(s.cfg.Controller.Nodes())})
+// listNodes shows every node, and on each GPU the attempt holding it only
+// where the caller may read that attempt's job (a role that reads jobs in
+// its project, or a global admin); another tenant's attempt is shown "in
+// use", without job or attempt ids, project or user. The dashboard reads
+// the same route, so it shows the same.
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	nodes := nonNil(s.cfg.Controller.Nodes())
+	if projects := s.visibleProjects(r, MinRole[PermJobsRead]); projects != nil {
+		visible := func(p string) bool { return projects[p] }
+		for i := range nodes {
+			nodes[i] = nodes[i].Redacted(visible)
+		}
+	}
+	writeJSON(w, http.StatusOK, NodeList{Nodes: nodes})
 }
 
 // ParseOfferQuery turns query parameters into a catalog query, naming every

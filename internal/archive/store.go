@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,9 +31,13 @@ func ParseDigest(d string) (string, error) {
 // they were sent under (corrupted or truncated in transit).
 var ErrDigestMismatch = errors.New("archive does not match its digest")
 
-// Store keeps archives on disk by content address, as <dir>/<hex>.tar.gz.
-// Files are written to a temporary name and renamed once verified, so a
-// reader never sees a partial archive. Safe for concurrent use.
+// Store keeps archives on disk by content address, as <dir>/<hex>.tar.gz,
+// and records which projects each was uploaded for, as the empty files
+// <dir>/grants/<project>/<hex>: the bytes are stored once, and every
+// project that uploaded them holds a grant to name them in a job (the same
+// bytes uploaded in two projects are one blob and two grants). Files are
+// written to a temporary name and renamed once verified, so a reader never
+// sees a partial archive. Safe for concurrent use.
 type Store struct {
 	dir string
 }
@@ -92,6 +97,62 @@ func (s *Store) Open(d string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("opening archive %s: %w", d, err)
 	}
 	return f, nil
+}
+
+// Grant records that the archive with content address d was uploaded for
+// project, which may from now on name it in spec.run.archive. Granting
+// twice is harmless. project must be a valid object name (a DNS label), so
+// that it is one path element.
+func (s *Store) Grant(project, d string) error {
+	if err := checkProject(project); err != nil {
+		return err
+	}
+	h, err := ParseDigest(d)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(s.dir, "grants", project)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("granting archive %s to project %s: %w", d, project, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, h), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("granting archive %s to project %s: %w", d, project, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("granting archive %s to project %s: %w", d, project, err)
+	}
+	return nil
+}
+
+// Granted reports whether the archive with content address d was uploaded
+// for project (and is still stored). It says nothing of other projects'
+// uploads, so that a caller cannot learn which digests exist elsewhere.
+func (s *Store) Granted(project, d string) (bool, error) {
+	if err := checkProject(project); err != nil {
+		return false, err
+	}
+	h, err := ParseDigest(d)
+	if err != nil {
+		return false, err
+	}
+	for _, p := range []string{filepath.Join(s.dir, "grants", project, h), s.path(d)} {
+		switch _, err := os.Stat(p); {
+		case errors.Is(err, fs.ErrNotExist):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("checking archive %s in project %s: %w", d, project, err)
+		}
+	}
+	return true, nil
+}
+
+// checkProject refuses a project name that is not one plain path element.
+func checkProject(p string) error {
+	if p == "" || p == "." || p == ".." || strings.ContainsAny(p, `/\`+"\x00") {
+		return fmt.Errorf("%q is not a project name", p)
+	}
+	return nil
 }
 
 func (s *Store) path(d string) string {

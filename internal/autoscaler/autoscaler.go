@@ -399,6 +399,9 @@ func Buyable(offers []model.Offer, pools []*model.NodePool, size map[string]int,
 		}
 		for _, p := range pools {
 			if launchable(p) && size[p.Name] < p.Spec.Max && Admits(p, o) {
+				// The pool that would launch it says how long a job
+				// takes to resume on it (the scheduler's deadline rule).
+				o.RestartTime = p.Spec.RestartTime
 				out = append(out, o)
 				break
 			}

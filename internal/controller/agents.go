@@ -632,6 +632,32 @@ func (c *Controller) checkNodes(ctx context.Context) {
 	}
 }
 
+// checkArchive refuses a submission whose spec.run.archive was not uploaded
+// within the job's project (POST /v1/archives?project=P): an archive's
+// code and data are its project's, and a neighbour that learned a digest
+// (from a log, a shared script, a guess at a public file) must not run it
+// or unpack it on a node. The answer is the same whether the archive was
+// uploaded in another project or never, so it tells nothing of others.
+func (c *Controller) checkArchive(s *Submission) (model.FieldErrors, error) {
+	d := s.Spec.Run.Archive
+	if d == "" {
+		return nil, nil
+	}
+	var fe model.FieldErrors
+	if c.cfg.Archives == nil {
+		fe.Add("spec.run.archive", "this server stores no uploaded workdirs: give the job a workdir on the node instead")
+		return fe, nil
+	}
+	ok, err := c.cfg.Archives.Granted(s.Project, d)
+	if err != nil {
+		return nil, fmt.Errorf("checking archive %s: %w", d, err)
+	}
+	if !ok {
+		fe.Add("spec.run.archive", fmt.Sprintf("archive %s was not uploaded within project %s: upload it within that project (gpufleet run --upload-workdir --project %s, or POST /v1/archives?project=%s) and submit again", d, s.Project, s.Project, s.Project))
+	}
+	return fe, nil
+}
+
 // FetchArchiveFor opens an uploaded working directory for the agent of node
 // nodeID (the route a remote agent's token reaches): only the archive of a
 // job with a replica desired on that node. Any other digest is ErrNotFound

@@ -71,8 +71,12 @@ func (c *Controller) checkSchedulingLocked(s *Submission) model.FieldErrors {
 func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, created bool, err error) {
 	now := c.cfg.Clock.Now()
 	offers := c.hardBudgetOffers(ctx)
+	archiveFE, err := c.checkArchive(&s)
+	if err != nil {
+		return nil, false, err
+	}
 	c.mu.Lock()
-	if fe := append(append(c.admitLocked(&s), c.checkSecretsLocked(&s)...), c.checkSchedulingLocked(&s)...); len(fe) > 0 {
+	if fe := append(append(append(archiveFE, c.admitLocked(&s)...), c.checkSecretsLocked(&s)...), c.checkSchedulingLocked(&s)...); len(fe) > 0 {
 		c.mu.Unlock()
 		return nil, false, fe
 	}

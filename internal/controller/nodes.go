@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -13,15 +14,53 @@ import (
 // NodeInfo is a node with what is in use on it.
 type NodeInfo struct {
 	*model.Node
-	// GPUHolders maps GPU index to the attempt holding it.
+	// GPUHolders maps GPU index to the attempt holding it, or to InUse
+	// where the caller may not see that attempt (another project's).
 	GPUHolders map[int]string `json:"gpuHolders,omitempty"`
+	// Holders says, per held GPU, whose attempt holds it.
+	Holders map[int]GPUHolder `json:"holders,omitempty"`
 	// TelemetrySource is what reads the node's GPUs ("nvml", …,
 	// "simulated" for demo GPUs, "none"); Telemetry is its newest sample.
 	TelemetrySource string                    `json:"telemetrySource,omitempty"`
 	Telemetry       *agentapi.TelemetrySample `json:"telemetry,omitempty"`
 }
 
-// Nodes lists every node, ordered by id.
+// InUse stands for an attempt the caller may not see in a node view.
+const InUse = "in use"
+
+// GPUHolder is the attempt holding a GPU. Redacted, it says only that the
+// GPU is in use: no job, attempt, project or user.
+type GPUHolder struct {
+	AttemptID string `json:"attemptId,omitempty"`
+	JobID     string `json:"jobId,omitempty"`
+	Project   string `json:"project,omitempty"`
+	User      string `json:"user,omitempty"`
+	// InUse is true for every holder; alone it is a redacted one.
+	InUse bool `json:"inUse"`
+}
+
+// Redacted returns n as a caller sees it who may read the attempts of the
+// projects for which visible is true: others' holders become InUse, with
+// nothing that names them. n itself is not changed.
+func (n NodeInfo) Redacted(visible func(project string) bool) NodeInfo {
+	if len(n.Holders) == 0 {
+		return n
+	}
+	out := n
+	out.GPUHolders = make(map[int]string, len(n.GPUHolders))
+	out.Holders = make(map[int]GPUHolder, len(n.Holders))
+	for g, h := range n.Holders {
+		if !visible(h.Project) {
+			h = GPUHolder{InUse: true}
+		}
+		out.Holders[g] = h
+		out.GPUHolders[g] = cmp.Or(h.AttemptID, InUse)
+	}
+	return out
+}
+
+// Nodes lists every node, ordered by id, with every holder named: callers
+// outside the controller show each user Redacted views.
 func (c *Controller) Nodes() []NodeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -33,12 +72,21 @@ func (c *Controller) Nodes() []NodeInfo {
 			out[i].Telemetry = &t
 		}
 		for _, g := range n.GPUs {
-			if h := c.st.GPUHolder(n.ID, g.Index); h != "" {
-				if out[i].GPUHolders == nil {
-					out[i].GPUHolders = map[int]string{}
-				}
-				out[i].GPUHolders[g.Index] = h
+			id := c.st.GPUHolder(n.ID, g.Index)
+			if id == "" {
+				continue
 			}
+			if out[i].GPUHolders == nil {
+				out[i].GPUHolders, out[i].Holders = map[int]string{}, map[int]GPUHolder{}
+			}
+			h := GPUHolder{AttemptID: id, InUse: true}
+			if a, ok := c.st.Attempt(id); ok {
+				h.JobID = a.JobID
+				if j, ok := c.st.Job(a.JobID); ok {
+					h.Project, h.User = j.Project, j.User
+				}
+			}
+			out[i].GPUHolders[g.Index], out[i].Holders[g.Index] = id, h
 		}
 	}
 	return out

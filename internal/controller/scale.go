@@ -266,6 +266,18 @@ func joinJobs(js []string) string {
 	return s
 }
 
+// poolRestartLocked is the restart time a node of pool launched from o
+// carries for the scheduler's deadline rule: the pool's restartTime, else
+// the one the offer came with. Callers hold c.mu.
+func (c *Controller) poolRestartLocked(pool string, o model.Offer) model.Duration {
+	for _, p := range c.fleet.pools {
+		if p.Name == pool && p.Spec.RestartTime > 0 {
+			return p.Spec.RestartTime
+		}
+	}
+	return o.RestartTime
+}
+
 // launch buys one instance for a: the node is recorded launching before the
 // provider call (so its instance is never mistaken for a leak), then gets
 // the instance id, or ends terminated with a launch-failed event and the
@@ -278,7 +290,7 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 	c.mu.Lock()
 	n := &model.Node{ID: c.cfg.NewID("n-"), Name: o.InstanceType, Provider: p.Name(), Pool: a.Pool, State: model.NodeLaunching,
 		Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType, PricePerHour: o.PricePerHour,
-		CPU: o.VCPUs, Memory: o.Memory, RegisteredAt: now, Version: 1,
+		CPU: o.VCPUs, Memory: o.Memory, RegisteredAt: now, Version: 1, InterruptionRate: o.InterruptionRate, RestartTime: c.poolRestartLocked(a.Pool, o),
 		Labels: map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
 	c.st.PutNode(n)
 	c.lastSeen[n.ID] = now

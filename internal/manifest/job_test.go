@@ -148,6 +148,10 @@ func TestParseJob(t *testing.T) {
 				{Path: "spec.resources.memory", Message: `"lots" is not a quantity (want a number with an optional suffix Ki, Mi, Gi, Ti, k, M, G, T)`},
 			},
 		},
+		"restart time out of range": {
+			body: `{"apiVersion": "gpufleet.dev/v1", "kind": "Job", "spec": {"run": {"command": ["x"]}, "checkpoint": {"restart": "48h"}}}`,
+			errs: model.FieldErrors{{Path: "spec.checkpoint.restart", Message: "must be between 0 (the pool's restart time, else 5m) and 24h"}},
+		},
 		"validation does not repeat a decode error": {
 			body: `{"apiVersion": "gpufleet.dev/v1", "kind": "Job", "spec": {"run": {"command": "python train.py"}}}`,
 			errs: model.FieldErrors{{Path: "spec.run.command", Message: "want an array, got string"}},

@@ -69,6 +69,11 @@ type NodePoolSpec struct {
 	CheckpointStorage string `json:"checkpointStorage,omitempty"`
 	// SharedGPUs marks the pool's GPUs shareable (see Node.SharedGPUs).
 	SharedGPUs bool `json:"sharedGPUs,omitempty"`
+	// RestartTime is how long a job on this pool's spot capacity takes to
+	// resume after an interruption (a replacement node boots, the
+	// checkpoint is restored), for the deadline rule; a job's own
+	// spec.checkpoint.restart wins. 0 means 5m.
+	RestartTime Duration `json:"restartTime,omitempty"`
 }
 
 // SimPoolSettings configure a simulated pool.
@@ -362,6 +367,9 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 	if s.IdleTimeout < 0 {
 		fe.Add(p("idleTimeout"), "must not be negative")
 	}
+	if s.RestartTime < 0 || s.RestartTime > Duration(maxRestart) {
+		fe.Add(p("restartTime"), "must be between 0 (5m) and 24h")
+	}
 	fe = append(fe, validateLabels(p("labels"), s.Labels)...)
 	fe = append(fe, validateLabels(p("tags"), s.Tags)...)
 	return fe
@@ -485,3 +493,6 @@ type Revision struct {
 	Digest    string            `json:"digest"`
 	Documents []json.RawMessage `json:"documents"`
 }
+
+// maxRestart bounds spec.checkpoint.restart and a pool's restartTime.
+const maxRestart = 24 * time.Hour

@@ -191,6 +191,10 @@ type Checkpoint struct {
 	Interval Duration `json:"interval,omitempty"`
 	Signal   string   `json:"signal,omitempty"`
 	Grace    Duration `json:"grace,omitempty"`
+	// Restart is how long the job takes to resume after an interruption
+	// (a new node, its checkpoint restored), for the deadline rule on spot
+	// (README: "Deadlines weigh risk"). 0: its pool's restartTime, else 5m.
+	Restart Duration `json:"restart,omitempty"`
 }
 
 // RetryPolicy bounds automatic requeues.
@@ -410,6 +414,9 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	}
 	if s.Checkpoint.Interval < 0 {
 		fe.Add(p("checkpoint.interval"), "must be ≥ 0")
+	}
+	if s.Checkpoint.Restart < 0 || s.Checkpoint.Restart > Duration(maxRestart) {
+		fe.Add(p("checkpoint.restart"), "must be between 0 (the pool's restart time, else 5m) and 24h")
 	}
 	if s.Retries.Failures < 0 {
 		fe.Add(p("retries.failures"), "must be ≥ 0")

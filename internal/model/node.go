@@ -62,7 +62,11 @@ type Node struct {
 	// StoppedAt at its loss.
 	LaunchedAt time.Time `json:"launchedAt,omitzero"`
 	StoppedAt  time.Time `json:"stoppedAt,omitzero"`
-	Version    uint64    `json:"version"`
+	// InterruptionRate and RestartTime are those of the offer a spot node
+	// was launched from (0: unknown), for the deadline rule.
+	InterruptionRate float64  `json:"interruptionRate,omitempty"`
+	RestartTime      Duration `json:"restartTime,omitempty"`
+	Version          uint64   `json:"version"`
 }
 
 // Clone returns a deep copy.
@@ -123,7 +127,10 @@ type Offer struct {
 	// InterruptionRate is the expected interruptions per instance-hour
 	// (spot only; 0 when unknown or not spot).
 	InterruptionRate float64 `json:"interruptionRate,omitempty"`
-	Interconnect     string  `json:"interconnect,omitempty"`
+	// RestartTime is the restartTime of the pool that would launch it
+	// (0: unset), for the deadline rule.
+	RestartTime  Duration `json:"restartTime,omitempty"`
+	Interconnect string   `json:"interconnect,omitempty"`
 	// PlacementGroup, when set, is the cluster placement group instances of
 	// this offer launch into.
 	PlacementGroup string `json:"placementGroup,omitempty"`

@@ -104,6 +104,7 @@ func (s *sched) rankOffers(key candKey) candResult {
 		lowMemory
 		spotNotAllowed
 		spotFallback
+		deadlineRisk
 		notSpot
 		regionDenied
 		pcieOnly
@@ -111,6 +112,9 @@ func (s *sched) rankOffers(key candKey) candResult {
 		whyKinds
 	)
 	var why [whyKinds]int
+	// The best chance of finishing by the deadline among spot offers
+	// refused for it, and that offer's rate, for the message.
+	bestRisk, bestRate := -1.0, 0.0
 	for oi := range s.offers {
 		o := &s.offers[oi]
 		k := -1
@@ -139,6 +143,15 @@ func (s *sched) rankOffers(key candKey) candResult {
 		}
 		perInstance := o.GPUCount / perReplica
 		instances := (r.replicas + perInstance - 1) / perInstance
+		if r.deadline.set() && o.CapacityType == model.Spot {
+			if p, ok := spotRisk(r.deadline, o.InterruptionRate, instances, o.RestartTime.D()); !ok {
+				why[deadlineRisk]++
+				if p > bestRisk {
+					bestRisk, bestRate = p, o.InterruptionRate
+				}
+				continue
+			}
+		}
 		if r.maxPrice > 0 && o.PricePerHour*float64(instances) > r.maxPrice {
 			why[abovePrice]++
 			continue
@@ -173,11 +186,14 @@ func (s *sched) rankOffers(key candKey) candResult {
 			modelNotAllowed: "GPU model not allowed",
 			lowMemory:       fmt.Sprintf("GPU memory below %s", r.minMem),
 			spotNotAllowed:  "spot, and the job does not allow spot",
-			spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions or limits.deadline)",
+			spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions)",
 			notSpot:         "not spot, and the job requires spot",
 			regionDenied:    "region not allowed by spec.regions",
 			pcieOnly:        "GPUs are PCIe-only and the job asks for " + r.ic,
 			abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", r.maxPrice),
+		}
+		if why[deadlineRisk] > 0 {
+			msgs[deadlineRisk] = deadlineRiskMessage("spot", bestRisk, bestRate)
 		}
 		var rs []Reason
 		for k, n := range why {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sort"
 	"strings"
@@ -27,6 +28,9 @@ type fitKey struct {
 	ic             string
 	minMem         model.Bytes
 	maxPrice       float64
+	// deadline is set for a job whose spot capacity the deadline rule
+	// weighs (deadlineOf); zero for every other job, so that they share.
+	deadline deadlineReq
 	// image is set for a job with run.image (it needs a container
 	// runtime); trusted for one an admin submitted (it may run on a node
 	// that does not isolate workloads).
@@ -58,7 +62,7 @@ func fitKeyOf(pj *pjob) fitKey {
 	k := fitKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, specSpot: sp.Spot,
 		cpu: sp.Resources.CPU, mem: sp.Resources.Memory, ic: sp.Resources.GPU.Interconnect,
 		minMem: sp.Resources.GPU.MinMemory, maxPrice: sp.MaxPricePerHour,
-		image: sp.Run.Image != "", trusted: pj.job.Trusted,
+		image: sp.Run.Image != "", trusted: pj.job.Trusted, deadline: pj.deadline,
 		models: joinList(sp.Resources.GPU.Models), allow: joinList(sp.Regions.Allow), deny: joinList(sp.Regions.Deny)}
 	if len(sp.NodeSelector) > 0 {
 		keys := make([]string, 0, len(sp.NodeSelector))
@@ -109,6 +113,7 @@ func (r *fitReq) shareOn(cl *class) float64 {
 const (
 	FilterNotReady     = "node-not-ready"
 	FilterCapacityType = "capacity-type"
+	FilterDeadline     = "deadline-risk"
 	FilterRegion       = "region"
 	FilterNodeSelector = "node-selector"
 	FilterRuntime      = "container-runtime"
@@ -150,6 +155,9 @@ var filters = [...]filter{
 	// Policy before shape: a spot or region mismatch is what a user
 	// changes first.
 	{FilterCapacityType, false, filterCapacityType},
+	// A spot node too likely to be interrupted for the job to finish by
+	// its deadline (deadline.go); on-demand nodes are not weighed.
+	{FilterDeadline, false, filterDeadline},
 	{FilterRegion, false, func(r *fitReq, cl *class) string {
 		if !regionAllowed(r.regions, cl.first.Region) {
 			return fmt.Sprintf("region %q is not allowed by spec.regions", cl.first.Region)
@@ -270,11 +278,39 @@ func filterCapacityType(r *fitReq, cl *class) string {
 		return "job requires spot capacity"
 	case r.spot == model.SpotNever && ct == model.Spot:
 		if r.specSpot != model.SpotNever {
-			return "node is spot and the job falls back to on-demand (preemptions or deadline)"
+			return "node is spot and the job falls back to on-demand (retries.onDemandAfterPreemptions)"
 		}
 		return "node is spot and the job does not allow spot"
 	}
 	return ""
+}
+
+func filterDeadline(r *fitReq, cl *class) string {
+	if !r.deadline.set() || cl.first.CapacityType != model.Spot {
+		return ""
+	}
+	// A gang takes as many nodes of the class as its replicas need; any
+	// of them being interrupted interrupts it.
+	perNode := 1
+	if r.g > 0 && cl.size >= r.g {
+		perNode = cl.size / r.g
+	}
+	replicas := max(r.replicas, 1)
+	nodes := (replicas + perNode - 1) / perNode
+	p, ok := spotRisk(r.deadline, cl.first.InterruptionRate, nodes, cl.first.RestartTime.D())
+	if ok {
+		return ""
+	}
+	return deadlineRiskMessage("node is spot", p, cl.first.InterruptionRate)
+}
+
+// deadlineRiskMessage says why spot capacity was refused for a deadline.
+func deadlineRiskMessage(what string, p, rate float64) string {
+	if rate <= 0 {
+		return what + " with no known interruption rate, and limits.deadline leaves no room for one interruption (half a checkpoint interval plus the restart time)"
+	}
+	return fmt.Sprintf("%s at %.3g interruptions per instance-hour: the job finishes by limits.deadline with probability %.0f%%, below the %.0f%% spot needs (a later deadline, a shorter checkpoint.interval or checkpoint.restart raises it)",
+		what, rate, 100*math.Floor(100*p)/100, 100*DeadlineConfidence)
 }
 
 // staticFit runs the filters: the first failing one's code and message,

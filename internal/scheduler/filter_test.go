@@ -55,8 +55,18 @@ func TestVerdictsAreKeyedByWhatDecidesThem(t *testing.T) {
 			node: spotNode(),
 			jobs: []*model.Job{job("fell-back", 1, 1, onDemandAfter, fellBack(1)), job("never", 2, 1, spot(model.SpotNever))},
 			want: want{Messages: map[string][]string{
-				"fell-back": {"node is spot and the job falls back to on-demand (preemptions or deadline)"},
+				"fell-back": {"node is spot and the job falls back to on-demand (retries.onDemandAfterPreemptions)"},
 				"never":     {"node is spot and the job does not allow spot"},
+			}},
+		},
+		// The deadline rule reads the job's deadline, runtime and
+		// checkpoints: a job with room to spare is not refused for a
+		// neighbour's tight deadline, nor the reverse.
+		"deadline risk is the job's own": {
+			node: riskyNode(0.05),
+			jobs: []*model.Job{job("tight", 1, 1, deadlineIn(4*time.Hour+10*time.Minute, 4*time.Hour, 30*time.Minute)), job("loose", 2, 1, deadlineIn(48*time.Hour, 4*time.Hour, 30*time.Minute))},
+			want: want{Bound: []string{"loose"}, Messages: map[string][]string{
+				"tight": {"node is spot at 0.05 interruptions per instance-hour: the job finishes by limits.deadline with probability 81%, below the 95% spot needs (a later deadline, a shorter checkpoint.interval or checkpoint.restart raises it)"},
 			}},
 		},
 	}

@@ -309,6 +309,9 @@ type pjob struct {
 	share       float64 // fraction of one GPU per replica, when 0 < gpus < 1
 	runtime     time.Duration
 	spot        model.SpotPolicy // EffectiveSpot
+	// deadline is what the deadline rule weighs spot capacity by; unset
+	// for a job it does not apply to.
+	deadline deadlineReq
 }
 
 // classOf is the priority class called name: declared, else built-in,
@@ -326,6 +329,7 @@ func newPJob(j *model.Job, q *queueState, classes []model.PriorityClass, now tim
 	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
 	pj.eff = float64(pc.Value)
 	pj.spot = EffectiveSpot(j, pj.runtime, now)
+	pj.deadline = deadlineOf(j, pj.spot, pj.runtime, now)
 	if w := now.Sub(j.EnqueuedAt); w > 0 && !j.EnqueuedAt.IsZero() {
 		pj.eff += w.Minutes() * AgingPerMinute
 	}
@@ -355,9 +359,11 @@ func (a *pjob) compare(b *pjob) int {
 
 // EffectiveSpot is the job's spot policy as the scheduler applies it now:
 // a job that allows spot falls back to on-demand (never) once it has been
-// preempted retries.onDemandAfterPreemptions times, or when its deadline
-// leaves no room for one interruption (now + runtime + RestartTime past
-// limits.deadline). A job that requires spot keeps requiring it.
+// preempted retries.onDemandAfterPreemptions times. A job that requires
+// spot keeps requiring it. A deadline is not decided here but per spot
+// offer and node, by the chance of finishing in time at its interruption
+// rate (deadlineOf, spotRisk): one spot offer may be safe where another
+// is not. runtime and now are kept for callers that weigh more.
 func EffectiveSpot(j *model.Job, runtime time.Duration, now time.Time) model.SpotPolicy {
 	sp := j.Spec.Spot
 	if sp == model.SpotNever || sp == model.SpotRequired {
@@ -366,10 +372,19 @@ func EffectiveSpot(j *model.Job, runtime time.Duration, now time.Time) model.Spo
 	if n := j.Spec.Retries.OnDemandAfterPreemptions; n > 0 && j.Preemptions >= n {
 		return model.SpotNever
 	}
-	if dl := j.Spec.Limits.Deadline; dl != nil && runtime > 0 && now.Add(runtime+RestartTime).After(*dl) {
-		return model.SpotNever
-	}
 	return sp
+}
+
+// deadlineOf is what the deadline rule weighs a job's spot capacity by: set
+// for a job that allows spot (effective policy), has limits.deadline and a
+// runtime estimate or limit (without one the risk cannot be weighed, and
+// spot is not refused on its account).
+func deadlineOf(j *model.Job, spot model.SpotPolicy, runtime time.Duration, now time.Time) deadlineReq {
+	dl := j.Spec.Limits.Deadline
+	if spot != model.SpotAllowed || dl == nil || runtime <= 0 {
+		return deadlineReq{}
+	}
+	return deadlineReq{work: runtime, window: dl.Sub(now), interval: j.Spec.Checkpoint.Interval.D(), restart: j.Spec.Checkpoint.Restart.D()}
 }
 
 // runtimeOf is the job's expected runtime: its estimate, else its runtime

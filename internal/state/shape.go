@@ -31,6 +31,13 @@ func ShapeKey(n *model.Node) string {
 	if n.NotIsolated {
 		b.WriteString("|not-isolated")
 	}
+	// The deadline rule weighs a spot node by these.
+	if n.InterruptionRate > 0 || n.RestartTime > 0 {
+		b.WriteString("|risk:")
+		b.WriteString(strconv.FormatFloat(n.InterruptionRate, 'g', -1, 64))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(int64(n.RestartTime), 36))
+	}
 	for _, r := range n.Runtimes {
 		b.WriteString("|rt:")
 		b.WriteString(r)

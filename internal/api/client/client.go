@@ -258,13 +258,22 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 }
 
 // UploadArchive uploads a packed working directory (internal/archive.Pack)
-// and returns its content address; digest, when set, is checked on arrival.
-func (c *Client) UploadArchive(ctx context.Context, r io.Reader, digest string) (string, error) {
+// for project ("" is the default project: only that project's jobs may
+// name it) and returns its content address; digest, when set, is checked
+// on arrival.
+func (c *Client) UploadArchive(ctx context.Context, r io.Reader, project, digest string) (string, error) {
 	hdr := http.Header{}
 	hdr.Set("Content-Type", "application/gzip")
-	path := "/v1/archives"
+	q := url.Values{}
+	if project != "" {
+		q.Set("project", project)
+	}
 	if digest != "" {
-		path += "?digest=" + url.QueryEscape(digest)
+		q.Set("digest", digest)
+	}
+	path := "/v1/archives"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	var out api.ArchiveUploaded
 	if _, err := c.do(ctx, "POST", path, hdr, r, &out); err != nil {
