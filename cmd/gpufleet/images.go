@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
+	"github.com/gpufleet/gpufleet/internal/cuda"
 )
 
 func newImagesCmd() *cobra.Command {
@@ -73,7 +74,7 @@ minimum drivers. Agents make the same check before they start a replica.`,
 				return err
 			}
 			driver := runtime.DriverVersion(cmd.Context())
-			v := runtime.CheckCUDA(img.CUDA, driver)
+			v := cuda.Check(img.CUDA, driver)
 			if driver == "" && img.CUDA != "" {
 				v.Reason += " (containers still run on nodes with fake GPUs, where nothing is checked)"
 			}

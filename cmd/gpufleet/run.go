@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -44,6 +45,7 @@ type runFlags struct {
 	tags       []string
 	workdir    string
 	image      string
+	cuda       string
 	upload     bool
 	runtime    string
 	grace      string
@@ -63,7 +65,8 @@ output until it ends and exit with its exit code.`,
 		Example: `  gpufleet run --gpus 0 -- sh -c 'echo hello'
   gpufleet run --gpus 8 --gpu H100 --runtime 12h -- python train.py
   gpufleet run -f train.yaml --follow
-  gpufleet run --gpus 1 --env LR=3e-4 --tag team=nlp -o json -- python sweep.py`,
+  gpufleet run --gpus 1 --env LR=3e-4 --tag team=nlp -o json -- python sweep.py
+  gpufleet run --image localhost/gpufleet-example/app:1 --gpus 1 -- /app/train.sh`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(f.out); err != nil {
 				return err
@@ -128,6 +131,7 @@ output until it ends and exit with its exit code.`,
 	fl.StringSliceVar(&f.secrets, "secret", nil, "a project secret the job gets as an environment variable of its name (repeatable; see gpufleet secrets)")
 	fl.StringArrayVar(&f.tags, "tag", nil, "tag KEY=VALUE for cost attribution (repeatable)")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory; with --image, the uploaded or empty work tree)")
+	fl.StringVar(&f.cuda, "cuda", "", "the CUDA version the image needs, e.g. 12.4 (default: the image's com.nvidia.cuda.version label, when the image is on this machine)")
 	fl.StringVar(&f.image, "image", "", "run in a container of this image (e.g. localhost/app:1; see gpufleet images build): only nodes with a container runtime take it")
 	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime limit per attempt (e.g. 30m, 12h)")
@@ -142,7 +146,7 @@ output until it ends and exit with its exit code.`,
 }
 
 // specFlags are the flags that describe the job itself, not how to submit it.
-var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "image", "runtime", "grace", "signal", "retries"}
+var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "image", "cuda", "runtime", "grace", "signal", "retries"}
 
 // manifest returns the body to submit and whether it is YAML.
 func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, error) {
@@ -181,6 +185,10 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	spec.Checkpoint.Signal = f.signal
 	spec.Retries.Failures = f.retries
 	spec.Run.Image = f.image
+	spec.Run.CUDA = f.cuda
+	if f.image != "" && f.cuda == "" {
+		spec.Run.CUDA = runtime.LocalImageCUDA(cmd.Context(), f.image)
+	}
 	if f.image != "" && !f.upload {
 		// A container sees no host folder: the workdir is the image's
 		// path or a folder of the replica's own work tree.

@@ -112,7 +112,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if a.cfg.Isolation.Podman != nil && a.cfg.Registration.GPUSource != "fake" && len(a.cfg.Registration.GPUs) > 0 {
+	if a.cfg.Registration.GPUSource != "fake" && len(a.cfg.Registration.GPUs) > 0 {
 		a.driver = runtime.DriverVersion(ctx)
 	}
 	if err := a.register(ctx); err != nil {
@@ -188,7 +188,7 @@ func (a *Agent) register(ctx context.Context) error {
 		return fmt.Errorf("reading node id: %w", err)
 	}
 	reg := a.cfg.Registration
-	reg.Runtimes, reg.NotIsolated = a.runtimes(), !a.isolated()
+	reg.Runtimes, reg.NotIsolated, reg.Driver = a.runtimes(), !a.isolated(), a.driver
 	if id := strings.TrimSpace(string(saved)); id != "" || reg.NodeID == "" {
 		reg.NodeID = id
 	}

@@ -82,6 +82,9 @@ type Registration struct {
 	// Kubernetes pods, and of root agents with workload users, leave it
 	// unset.
 	NotIsolated bool `json:"notIsolated,omitempty"`
+	// Driver is the NVIDIA driver version, for the CUDA check of jobs'
+	// images (model.RunSpec.CUDA); empty without a real driver.
+	Driver string `json:"driver,omitempty"`
 }
 
 // RegisterResponse names the node and how often it must sync.

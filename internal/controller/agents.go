@@ -51,7 +51,7 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	n.Name, n.Provider, n.GPUs, n.GPUSource = r.Name, r.Provider, r.GPUs, r.GPUSource
 	n.CPU, n.Memory, n.Labels = r.CPU, r.Memory, r.Labels
 	n.Region, n.Zone, n.InstanceType, n.CapacityType = r.Region, r.Zone, r.InstanceType, r.CapacityType
-	n.Runtimes, n.NotIsolated = r.Runtimes, r.NotIsolated
+	n.Runtimes, n.NotIsolated, n.Driver = r.Runtimes, r.NotIsolated, r.Driver
 	// A launched node keeps the pool and price the scale loop gave it; a
 	// runner that states its pool (a Kubernetes pool's virtual node) states
 	// its price too, 0 included, as its GPUs come and go.

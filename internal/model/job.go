@@ -161,8 +161,12 @@ type GPURequest struct {
 
 // RunSpec is the workload.
 type RunSpec struct {
-	Command []string          `json:"command"`
-	Image   string            `json:"image,omitempty"`
+	Command []string `json:"command"`
+	Image   string   `json:"image,omitempty"`
+	// CUDA is the CUDA version the image was built for ("12.4"): nodes
+	// whose NVIDIA driver cannot run it are not chosen. `gpufleet run
+	// --image` fills it from the image's label where the image is local.
+	CUDA    string            `json:"cuda,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
 	// Archive is the content address ("sha256:<hex>") of an uploaded
@@ -176,6 +180,9 @@ type RunSpec struct {
 	// never stored in the job.
 	Secrets []string `json:"secrets,omitempty"`
 }
+
+// cudaVersionRE is a CUDA version: MAJOR.MINOR[.PATCH].
+var cudaVersionRE = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,4})?$`)
 
 // archiveDigestRE is a content address of an uploaded archive.
 var archiveDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
@@ -316,6 +323,13 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	}
 	if s.Replicas < 0 {
 		fe.Add(p("replicas"), "must be ≥ 1")
+	}
+	if v := s.Run.CUDA; v != "" {
+		if !cudaVersionRE.MatchString(v) {
+			fe.Add(p("run.cuda"), fmt.Sprintf("%q is not a CUDA version such as 12.4", v))
+		} else if s.Run.Image == "" {
+			fe.Add(p("run.cuda"), "names the CUDA version of an image: set run.image too, or leave it out")
+		}
 	}
 	if s.Replicas > 4096 {
 		fe.Add(p("replicas"), "must be ≤ 4096")

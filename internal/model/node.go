@@ -50,8 +50,11 @@ type Node struct {
 	// Runtimes and NotIsolated are what the node's runner declared
 	// (agentapi.Registration): jobs with run.image need RuntimeContainer,
 	// and only admins' jobs run on a node that is not isolated.
-	Runtimes      []string  `json:"runtimes,omitempty"`
-	NotIsolated   bool      `json:"notIsolated,omitempty"`
+	Runtimes    []string `json:"runtimes,omitempty"`
+	NotIsolated bool     `json:"notIsolated,omitempty"`
+	// Driver is the node's NVIDIA driver version ("550.54.15"), empty
+	// when unknown (no driver, fake GPUs).
+	Driver        string    `json:"driver,omitempty"`
 	RegisteredAt  time.Time `json:"registeredAt"`
 	LastHeartbeat time.Time `json:"lastHeartbeat"`
 	// LaunchedAt and StoppedAt are when the node's provider started and

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpufleet/gpufleet/internal/cuda"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -35,6 +36,8 @@ type fitKey struct {
 	// runtime); trusted for one an admin submitted (it may run on a node
 	// that does not isolate workloads).
 	image, trusted bool
+	// cuda is the CUDA version the job's image needs (run.cuda).
+	cuda string
 	// models, allow and deny are lists joined by NUL; selector is the
 	// sorted key=value pairs of spec.nodeSelector joined by NUL.
 	models, allow, deny, selector string
@@ -62,7 +65,7 @@ func fitKeyOf(pj *pjob) fitKey {
 	k := fitKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, specSpot: sp.Spot,
 		cpu: sp.Resources.CPU, mem: sp.Resources.Memory, ic: sp.Resources.GPU.Interconnect,
 		minMem: sp.Resources.GPU.MinMemory, maxPrice: sp.MaxPricePerHour,
-		image: sp.Run.Image != "", trusted: pj.job.Trusted, deadline: pj.deadline,
+		image: sp.Run.Image != "", trusted: pj.job.Trusted, cuda: sp.Run.CUDA, deadline: pj.deadline,
 		models: joinList(sp.Resources.GPU.Models), allow: joinList(sp.Regions.Allow), deny: joinList(sp.Regions.Deny)}
 	if len(sp.NodeSelector) > 0 {
 		keys := make([]string, 0, len(sp.NodeSelector))
@@ -118,6 +121,7 @@ const (
 	FilterNodeSelector = "node-selector"
 	FilterRuntime      = "container-runtime"
 	FilterIsolation    = "isolation"
+	FilterCUDA         = "cuda"
 	FilterCPU          = "cpu"
 	FilterMemory       = "memory"
 	FilterNoGPUs       = "no-gpus"
@@ -183,6 +187,18 @@ var filters = [...]filter{
 	{FilterIsolation, false, func(r *fitReq, cl *class) string {
 		if !r.trusted && cl.first.NotIsolated {
 			return "node does not isolate workloads (its agent is not root, or runs jobs as its own user): only admins' jobs run on it"
+		}
+		return ""
+	}},
+	// The image's CUDA against the node's driver (NVIDIA's table); a node
+	// whose driver is unknown (fake GPUs) is not judged here, its agent
+	// checks the image before it starts.
+	{FilterCUDA, false, func(r *fitReq, cl *class) string {
+		if r.cuda == "" || cl.first.Driver == "" {
+			return ""
+		}
+		if v := cuda.Check(r.cuda, cl.first.Driver); !v.OK {
+			return "node's NVIDIA driver cannot run the job's image: " + v.Reason
 		}
 		return ""
 	}},

@@ -28,6 +28,10 @@ func ShapeKey(n *model.Node) string {
 	if n.SharedGPUs {
 		b.WriteString("|shared")
 	}
+	if n.Driver != "" {
+		b.WriteString("|driver:")
+		b.WriteString(n.Driver)
+	}
 	if n.NotIsolated {
 		b.WriteString("|not-isolated")
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpufleet/gpufleet/internal/cuda"
 )
 
 // containerRuntime runs the workload in a podman container. The child is
@@ -40,7 +42,7 @@ func (containerRuntime) Prepare(ctx context.Context, sb Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if v := CheckCUDA(img.CUDA, c.Driver); !v.OK {
+	if v := cuda.Check(img.CUDA, c.Driver); !v.OK {
 		return fmt.Errorf("image %s cannot run on this node: %s", c.Image, v.Reason)
 	}
 	return nil

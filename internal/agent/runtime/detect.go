@@ -117,3 +117,14 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// DriverVersion asks nvidia-smi for the node's driver version; empty
+// without an NVIDIA driver.
+func DriverVersion(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(line)
+}

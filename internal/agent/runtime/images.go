@@ -81,3 +81,17 @@ func Inspect(ctx context.Context, p Podman, name string) (Image, error) {
 	}
 	return img, nil
 }
+
+// LocalImageCUDA is the CUDA version of image where podman on this machine
+// has it, else "": a best-effort hint for the scheduler's CUDA check.
+func LocalImageCUDA(ctx context.Context, image string) string {
+	path, err := exec.LookPath("podman")
+	if err != nil {
+		return ""
+	}
+	img, err := Inspect(ctx, Podman{Path: path}, image)
+	if err != nil {
+		return ""
+	}
+	return img.CUDA
+}

@@ -1,9 +1,9 @@
-package runtime
+// Package cuda says whether code built for a CUDA version runs on an NVIDIA
+// driver, by NVIDIA's published table of minimum drivers. It is pure.
+package cuda
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -25,56 +25,46 @@ var minDriver = map[string]string{
 // any 12.x runs on a 12.0 driver, PTX JIT and newer-driver features aside.
 var minorCompat = map[int]string{11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
-// CUDAVerdict is whether an image's CUDA runs on a driver.
-type CUDAVerdict struct {
+// Verdict is whether an image's CUDA runs on a driver.
+type Verdict struct {
 	OK bool
 	// Reason says why, with the versions compared.
 	Reason string
 }
 
-// CheckCUDA compares an image's CUDA version ("12.4.1"; empty: the image
+// Check compares an image's CUDA version ("12.4.1"; empty: the image
 // names none) with a node's driver version ("550.54.15"; empty: no NVIDIA
 // driver).
-func CheckCUDA(imageCUDA, driver string) CUDAVerdict {
+func Check(imageCUDA, driver string) Verdict {
 	if imageCUDA == "" {
-		return CUDAVerdict{OK: true, Reason: "the image names no CUDA version"}
+		return Verdict{OK: true, Reason: "the image names no CUDA version"}
 	}
-	major, minor, ok := cudaVersion(imageCUDA)
+	major, minor, ok := ParseVersion(imageCUDA)
 	if !ok {
-		return CUDAVerdict{OK: false, Reason: fmt.Sprintf("the image's CUDA version %q is not MAJOR.MINOR[.PATCH]", imageCUDA)}
+		return Verdict{OK: false, Reason: fmt.Sprintf("the image's CUDA version %q is not MAJOR.MINOR[.PATCH]", imageCUDA)}
 	}
 	if driver == "" {
-		return CUDAVerdict{OK: false, Reason: fmt.Sprintf("the image needs CUDA %s and this node has no NVIDIA driver", imageCUDA)}
+		return Verdict{OK: false, Reason: fmt.Sprintf("the image needs CUDA %s and this node has no NVIDIA driver", imageCUDA)}
 	}
 	mm := fmt.Sprintf("%d.%d", major, minor)
 	if need, known := minDriver[mm]; known && versionAtLeast(driver, need) {
-		return CUDAVerdict{OK: true, Reason: fmt.Sprintf("driver %s ≥ %s, the least for CUDA %s", driver, need, mm)}
+		return Verdict{OK: true, Reason: fmt.Sprintf("driver %s ≥ %s, the least for CUDA %s", driver, need, mm)}
 	}
 	if need, known := minorCompat[major]; known && versionAtLeast(driver, need) {
-		return CUDAVerdict{OK: true, Reason: fmt.Sprintf("driver %s runs CUDA %d.x through minor version compatibility (≥ %s); PTX JIT of newer code may fail", driver, major, need)}
+		return Verdict{OK: true, Reason: fmt.Sprintf("driver %s runs CUDA %d.x through minor version compatibility (≥ %s); PTX JIT of newer code may fail", driver, major, need)}
 	}
 	need := minDriver[mm]
 	if need == "" {
 		need = minorCompat[major]
 	}
 	if need == "" {
-		return CUDAVerdict{OK: false, Reason: fmt.Sprintf("CUDA %s is not in NVIDIA's driver table that gpufleet knows", imageCUDA)}
+		return Verdict{OK: false, Reason: fmt.Sprintf("CUDA %s is not in NVIDIA's driver table that gpufleet knows", imageCUDA)}
 	}
-	return CUDAVerdict{OK: false, Reason: fmt.Sprintf("the image needs CUDA %s, which needs driver ≥ %s; this node has %s", mm, need, driver)}
+	return Verdict{OK: false, Reason: fmt.Sprintf("the image needs CUDA %s, which needs driver ≥ %s; this node has %s", mm, need, driver)}
 }
 
-// DriverVersion asks nvidia-smi for the node's driver version; empty
-// without an NVIDIA driver.
-func DriverVersion(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").Output()
-	if err != nil {
-		return ""
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	return strings.TrimSpace(line)
-}
-
-func cudaVersion(v string) (major, minor int, ok bool) {
+// ParseVersion reads MAJOR.MINOR[.PATCH].
+func ParseVersion(v string) (major, minor int, ok bool) {
 	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
 	if len(parts) < 2 {
 		return 0, 0, false
