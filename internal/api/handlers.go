@@ -170,7 +170,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if f.Project == "" {
 		f.Projects = s.visibleProjects(r, MinRole[PermJobsRead])
 	}
-	writeJSON(w, http.StatusOK, JobList{Jobs: nonNil(s.cfg.Controller.Jobs(f))})
+	writeJSON(w, http.StatusOK, s.redactJobs(r, JobList{Jobs: nonNil(s.cfg.Controller.Jobs(f))}))
 }
 
 func validJobState(s string) bool {
@@ -242,7 +242,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(w, http.StatusOK, s.redactJobs(r, v))
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {

@@ -120,5 +120,5 @@ func (s *Server) explainJob(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, s.redactJobs(r, e))
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -385,6 +387,11 @@ func (r *virtualRunner) syncAll(ctx context.Context, now time.Time) {
 			v.progress = v.base + now.Sub(v.started)
 			for v.progress-v.ckpt >= r.interval && v.ckpt+r.interval < r.work[spec.JobID] {
 				v.ckpt += r.interval
+				// As a job does: the marker in its checkpoint folder says
+				// how far the saved state goes, then the server is told.
+				if err := os.WriteFile(filepath.Join(v.dir, "LATEST"), []byte(fmt.Sprintf("work=%d\n", v.ckpt)), 0o600); err != nil {
+					t.Fatalf("checkpoint marker of %s: %v", spec.JobID, err)
+				}
 				if _, err := r.c.Checkpoint(ctx, spec.JobID); err != nil {
 					t.Fatalf("checkpoint %s: %v", spec.JobID, err)
 				}
@@ -442,12 +449,25 @@ func (r *virtualRunner) start(spec agentapi.ReplicaSpec, now time.Time) {
 	if d := spec.Env["GPUFLEET_CHECKPOINT_DIR"]; d == "" || d != v.dir {
 		t.Errorf("job %s attempt %d: checkpoint dir %q, first attempt had %q", spec.JobID, spec.Attempt, d, v.dir)
 	}
-	lost := v.progress - v.ckpt
+	// The attempt resumes from what the job's checkpoint marker says, not
+	// from the runner's own bookkeeping: lost work is measured from it.
+	var resume time.Duration
+	if data, err := os.ReadFile(filepath.Join(v.dir, "LATEST")); err == nil {
+		var n int64
+		if _, err := fmt.Sscanf(string(data), "work=%d", &n); err != nil {
+			t.Errorf("job %s: checkpoint marker %q: %v", spec.JobID, data, err)
+		}
+		resume = time.Duration(n)
+	} else if spec.Attempt > 1 && v.ckpt > 0 {
+		t.Errorf("job %s attempt %d: its checkpoint marker is gone: %v", spec.JobID, spec.Attempt, err)
+	}
+	lost := v.progress - resume
 	if lost > r.interval {
 		t.Errorf("job %s attempt %d: lost %s of work, more than one checkpoint interval", spec.JobID, spec.Attempt, lost)
 	}
 	r.worstLost = max(r.worstLost, lost)
-	v.progress, v.base, v.lastAttempt, v.attemptID, v.started = v.ckpt, v.ckpt, spec.Attempt, spec.AttemptID, now
+	v.ckpt = resume
+	v.progress, v.base, v.lastAttempt, v.attemptID, v.started = resume, resume, spec.Attempt, spec.AttemptID, now
 	r.attempts++
 }
 
