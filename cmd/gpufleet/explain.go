@@ -52,6 +52,13 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 	if c := e.Candidate; c != nil && len(c.Offers) > 0 {
 		row(tw, "NEW CAPACITY", candidateLine(c))
 	}
+	for _, b := range e.LaunchBackoffs {
+		what := "LAUNCH BACK-OFF"
+		if b.ForJob {
+			what = "LAUNCH FAILED"
+		}
+		row(tw, what, fmt.Sprintf("%s: %d failed launches; not tried before %s (in %s)", b.Offer, b.Failures, b.Until.Format(time.RFC3339), max(time.Until(b.Until), 0).Round(time.Second)))
+	}
 	fmt.Fprintln(tw)
 	row(tw, "SCOPE", "WHY NOT")
 	for _, r := range e.Verdict.Reasons {

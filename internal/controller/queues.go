@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -139,6 +143,19 @@ type Explanation struct {
 	Candidate *scheduler.Candidate `json:"candidate,omitempty"`
 	// Preempting lists the attempts being stopped to make room for it.
 	Preempting []scheduler.Preemption `json:"preempting,omitempty"`
+	// LaunchBackoffs are offers whose launches failed lately and are not
+	// tried again before Until: the one last tried for this job first,
+	// then the others, soonest first. New capacity comes from the rest.
+	LaunchBackoffs []LaunchBackoff `json:"launchBackoffs,omitempty"`
+}
+
+// LaunchBackoff is one offer in launch back-off.
+type LaunchBackoff struct {
+	Offer    string    `json:"offer"` // provider/region/zone/instance type/capacity type
+	Failures int       `json:"failures"`
+	Until    time.Time `json:"until"`
+	// ForJob is set on the offer last tried for this job.
+	ForJob bool `json:"forJob,omitempty"`
 }
 
 // Explain says why a job waits, or where it runs.
@@ -174,5 +191,33 @@ func (c *Controller) Explain(id string) (Explanation, error) {
 			}
 		}
 	}
+	e.LaunchBackoffs = c.launchBackoffsLocked(id)
 	return e, nil
+}
+
+// launchBackoffsLocked lists the offers in back-off now, the one last
+// tried for job first; at most 10.
+func (c *Controller) launchBackoffsLocked(job string) []LaunchBackoff {
+	m := &c.scaleSt.memory
+	now := c.cfg.Clock.Now()
+	last := ""
+	if o, ok := m.JobLast[job]; ok {
+		last = autoscaler.OfferKey(o)
+	}
+	var out []LaunchBackoff
+	for k, until := range m.Until {
+		if until.After(now) {
+			out = append(out, LaunchBackoff{Offer: k, Failures: m.Failures[k], Until: until, ForJob: k == last})
+		}
+	}
+	slices.SortFunc(out, func(a, b LaunchBackoff) int {
+		if a.ForJob != b.ForJob {
+			if a.ForJob {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.Until.Compare(b.Until), strings.Compare(a.Offer, b.Offer))
+	})
+	return out[:min(len(out), 10)]
 }

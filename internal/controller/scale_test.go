@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
@@ -385,5 +388,53 @@ func TestScaleLaunchesWhatThePoolAdmits(t *testing.T) {
 				t.Errorf("launched %s/%s, outside the pool", n.Labels[labelOffer], n.Region)
 			}
 		})
+	}
+}
+
+// TestExplainShowsLaunchBackoffs: offers whose launches failed lately are
+// in explain, the one last tried for the job first, until their back-off
+// ends (issue #14 item 4).
+func TestExplainShowsLaunchBackoffs(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	sp, err := sim.New(sim.Config{Clock: clk, Seed: 7, Providers: []string{"aws"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newScaleController(t, clk, sp, 10*time.Minute, model.OnDemand)
+	spec := model.JobSpec{Replicas: 1}
+	spec.Resources.GPUs = 8
+	spec.Resources.GPU.Models = []string{"H100"}
+	spec.Run.Command = []string{"train"}
+	spec.Default()
+	j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := model.Offer{Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p5.48xlarge", CapacityType: model.Spot}
+	other := model.Offer{Provider: "aws", Region: "us-west-2", Zone: "us-west-2b", InstanceType: "p4d.24xlarge", CapacityType: model.OnDemand}
+	c.mu.Lock()
+	c.scaleSt.memory.Fail(other, "j-someoneelse", clk.Now())
+	c.scaleSt.memory.Fail(mine, j.ID, clk.Now())
+	c.scaleSt.memory.Fail(mine, j.ID, clk.Now())
+	c.mu.Unlock()
+	if err := c.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Explain(j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range e.LaunchBackoffs {
+		got = append(got, fmt.Sprintf("%s %d %v", b.Offer, b.Failures, b.ForJob))
+	}
+	want := []string{"aws/us-east-1/us-east-1a/p5.48xlarge/spot 2 true", "aws/us-west-2/us-west-2b/p4d.24xlarge/on-demand 1 false"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("launch back-offs (-want +got):\n%s", diff)
+	}
+	clk.Advance(time.Hour)
+	if e, _ = c.Explain(j.ID); len(e.LaunchBackoffs) != 0 {
+		t.Errorf("back-offs past their end: %+v", e.LaunchBackoffs)
 	}
 }
