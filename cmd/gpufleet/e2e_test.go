@@ -24,7 +24,11 @@ import (
 // These tests run the real binary as real processes: a server on loopback,
 // CLI commands against it, jobs as child processes.
 
-var binary string
+var (
+	binary string
+	// cliDir is the CLI's working directory in these tests.
+	cliDir string
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gpufleet-e2e")
@@ -37,6 +41,13 @@ func TestMain(m *testing.M) {
 	// it must be theirs to run, as an installed binary is.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// The CLI sends its working directory as a job's workdir: run it from
+	// a folder workload users can enter, wherever the checkout lies.
+	cliDir = filepath.Join(dir, "work")
+	if err := os.Mkdir(cliDir, 0o777); err != nil || os.Chmod(cliDir, 0o777) != nil {
+		fmt.Fprintln(os.Stderr, "making the CLI's folder:", err)
 		os.Exit(1)
 	}
 	build := exec.Command("go", "build", "-race", "-o", binary, ".")
@@ -115,6 +126,7 @@ func cleanEnv() []string {
 func (s *server) gpufleetCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, append([]string{"--data-dir", s.dataDir}, args...)...)
 	cmd.Env = cleanEnv()
+	cmd.Dir = cliDir
 	return cmd
 }
 
