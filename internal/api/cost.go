@@ -66,11 +66,11 @@ func costRoutes() []Route {
 
 // JobCostView is a job's cost across attempts, in dollars as strings.
 type JobCostView struct {
-	Total         cost.Money         `json:"total"`
-	ByAttempt     map[int]cost.Money `json:"byAttempt"`
-	EffectiveCost cost.Money         `json:"effectiveCost,omitempty"`
-	MeasuredCost  cost.Money         `json:"measuredCost,omitempty"`
-	GPUHours      float64            `json:"gpuHours"`
+	Total         model.Money         `json:"total"`
+	ByAttempt     map[int]model.Money `json:"byAttempt"`
+	EffectiveCost model.Money         `json:"effectiveCost,omitempty"`
+	MeasuredCost  model.Money         `json:"measuredCost,omitempty"`
+	GPUHours      float64             `json:"gpuHours"`
 }
 
 func jobCostView(jc cost.JobCost) *JobCostView {
@@ -84,16 +84,16 @@ type CostReport struct {
 	GroupBy []string      `json:"groupBy"`
 	Idle    string        `json:"idle"`
 	Rows    []CostRowView `json:"rows"`
-	Total   cost.Money    `json:"total"`
+	Total   model.Money   `json:"total"`
 }
 
 // CostRowView is one group in one step.
 type CostRowView struct {
 	Start         time.Time         `json:"start"`
 	Group         map[string]string `json:"group"`
-	Cost          cost.Money        `json:"cost"`
-	EffectiveCost cost.Money        `json:"effectiveCost"`
-	MeasuredCost  cost.Money        `json:"measuredCost"`
+	Cost          model.Money       `json:"cost"`
+	EffectiveCost model.Money       `json:"effectiveCost"`
+	MeasuredCost  model.Money       `json:"measuredCost"`
 	GPUHours      float64           `json:"gpuHours"`
 }
 

@@ -43,7 +43,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 
 	budget := func(name string, hook *manifest.WebhookRef) manifest.Budget {
 		return manifest.Budget{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: name}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "nlp"}, Amount: 10 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
+			Scope: cost.Scope{Project: "nlp"}, Amount: 10 * model.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
 			Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionNotify}}, Webhook: hook}}
 	}
 	fleet := &manifest.Set{Budgets: []manifest.Budget{

@@ -128,7 +128,7 @@ type Threshold struct {
 type Budget struct {
 	Name       string      `json:"name"`
 	Scope      Scope       `json:"scope"`
-	Amount     Money       `json:"amount"`
+	Amount     model.Money `json:"amount"`
 	Period     Period      `json:"period"`
 	Thresholds []Threshold `json:"thresholds,omitempty"`
 	// Hard makes admission refuse a job whose worst-case cost would take
@@ -184,35 +184,26 @@ func (b *Budget) Validate() error {
 	return fe.Err()
 }
 
-// FiredKey names one threshold of one budget in one period. The shell
-// stores the set of fired keys (a store table) so each fires once per
-// period across restarts; a new period has new keys, which re-arms them.
-type FiredKey struct {
-	Budget      string
-	Threshold   int
-	PeriodStart time.Time
-}
-
 // Spend is a scope's money in the current period of one budget.
 type Spend struct {
 	// Actual is spend from the period start to now.
-	Actual Money
+	Actual model.Money
 	// Forecast is Actual plus the forecast mean for the rest of the
 	// period; zero means no forecast (forecast thresholds do not fire).
-	Forecast Money
+	Forecast model.Money
 }
 
 // Firing is a threshold crossed for the first time in a period.
 type Firing struct {
-	Key       FiredKey
+	Key       model.FiredKey
 	Budget    string
 	Scope     Scope
 	Action    Action
 	Basis     Basis
 	Percent   float64
-	Limit     Money
-	Spent     Money
-	Amount    Money
+	Limit     model.Money
+	Spent     model.Money
+	Amount    model.Money
 	PeriodEnd time.Time
 }
 
@@ -256,7 +247,7 @@ type EvaluateInput struct {
 	// Spend is keyed by budget name, for each budget's current period.
 	Spend map[string]Spend
 	// Fired is the set of keys already fired; not modified.
-	Fired   map[FiredKey]bool
+	Fired   map[model.FiredKey]bool
 	Running []Running
 	Now     time.Time
 }
@@ -282,7 +273,7 @@ func Evaluate(in EvaluateInput) Evaluation {
 		blocked := false
 		stopped := map[string]bool{}
 		for i, t := range b.Thresholds {
-			key := FiredKey{Budget: b.Name, Threshold: i, PeriodStart: start}
+			key := model.FiredKey{Budget: b.Name, Threshold: i, PeriodStart: start}
 			limit := Percent(b.Amount, t.Percent)
 			basis, spent := t.Basis, sp.Actual
 			if basis == "" {
@@ -339,7 +330,7 @@ type Request struct {
 	GPUs float64
 	// PricePerGPUHour is the highest price per GPU-hour the job could be
 	// placed at (its max price, or the dearest eligible offer).
-	PricePerGPUHour Money
+	PricePerGPUHour model.Money
 	// MaxDuration is the runtime limit (spec.limits.runtime); zero means
 	// none, which a hard budget in scope refuses (see Admit).
 	MaxDuration time.Duration
@@ -347,7 +338,7 @@ type Request struct {
 
 // WorstCase is GPUs × price per GPU-hour × max duration, rounded up to
 // the micro-dollar (a bound must not be optimistic).
-func (r Request) WorstCase() Money {
+func (r Request) WorstCase() model.Money {
 	if r.GPUs <= 0 || r.PricePerGPUHour <= 0 || r.MaxDuration <= 0 {
 		return 0
 	}
@@ -355,7 +346,7 @@ func (r Request) WorstCase() Money {
 	if v >= math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return Money(v)
+	return model.Money(v)
 }
 
 // AdmissionState is what admission needs from the last budget pass.

@@ -46,7 +46,7 @@ func TestBudgetValidate(t *testing.T) {
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	b := Budget{Name: "nlp", Scope: Scope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * Dollar,
+	b := Budget{Name: "nlp", Scope: Scope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * model.Dollar,
 		Period:     Period{Kind: Weekly, StartDay: 1},
 		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot, Basis: Forecast}, {Percent: 100, Action: ActionStopAll}}}
 	now := day(2025, 3, 5, 10)
@@ -63,15 +63,15 @@ func TestEvaluate(t *testing.T) {
 	}
 	tests := map[string]struct {
 		spend Spend
-		fired map[FiredKey]bool
+		fired map[model.FiredKey]bool
 		want  out
 	}{
-		"under":                        {Spend{Actual: 100 * Dollar, Forecast: 500 * Dollar}, nil, out{}},
-		"80% actual":                   {Spend{Actual: 800 * Dollar}, nil, out{Fired: []int{0}}},
-		"already fired stays quiet":    {Spend{Actual: 850 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps}: true}, out{}},
-		"forecast stop-spot":           {Spend{Actual: 700 * Dollar, Forecast: 950 * Dollar}, nil, out{Fired: []int{1}, Stops: []string{"s1"}}},
-		"stop-all blocks and stops":    {Spend{Actual: 1000 * Dollar, Forecast: 1000 * Dollar}, nil, out{Fired: []int{0, 1, 2}, Blocks: 1, Stops: []string{"o1", "s1"}}},
-		"last period's firing re-arms": {Spend{Actual: 810 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps.AddDate(0, 0, -7)}: true}, out{Fired: []int{0}}},
+		"under":                        {Spend{Actual: 100 * model.Dollar, Forecast: 500 * model.Dollar}, nil, out{}},
+		"80% actual":                   {Spend{Actual: 800 * model.Dollar}, nil, out{Fired: []int{0}}},
+		"already fired stays quiet":    {Spend{Actual: 850 * model.Dollar}, map[model.FiredKey]bool{{Budget: "nlp", Threshold: 0, PeriodStart: ps}: true}, out{}},
+		"forecast stop-spot":           {Spend{Actual: 700 * model.Dollar, Forecast: 950 * model.Dollar}, nil, out{Fired: []int{1}, Stops: []string{"s1"}}},
+		"stop-all blocks and stops":    {Spend{Actual: 1000 * model.Dollar, Forecast: 1000 * model.Dollar}, nil, out{Fired: []int{0, 1, 2}, Blocks: 1, Stops: []string{"o1", "s1"}}},
+		"last period's firing re-arms": {Spend{Actual: 810 * model.Dollar}, map[model.FiredKey]bool{{Budget: "nlp", Threshold: 0, PeriodStart: ps.AddDate(0, 0, -7)}: true}, out{Fired: []int{0}}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -93,25 +93,25 @@ func TestEvaluate(t *testing.T) {
 
 func TestAdmit(t *testing.T) {
 	t.Parallel()
-	hard := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 100 * Dollar, Period: Period{Kind: Monthly}, Hard: true}
+	hard := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 100 * model.Dollar, Period: Period{Kind: Monthly}, Hard: true}
 	now := day(2025, 3, 10, 0)
 	block := Block{Budget: "q", Scope: Scope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
 	tests := map[string]struct {
 		r      Request
-		spent  Money
+		spent  model.Money
 		blocks []Block
 		now    time.Time
 		want   Admission
 	}{
-		"fits": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 10 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
-		"worst case exceeds hard": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2*Dollar + 4*Cent, MaxDuration: 11 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{
+		"fits": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * model.Dollar, MaxDuration: 10 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{OK: true}},
+		"worst case exceeds hard": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2*model.Dollar + 4*model.Cent, MaxDuration: 11 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{
 			Reason: "budget p (project=p) is hard: worst-case cost $44.88 (2 GPUs × $2.04/GPU-hour × 11h0m0s) on top of $60.00 spent would exceed $100.00 before 2025-04-01"}},
-		"no runtime limit in a hard scope": {r: Request{Project: "p", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{Field: FieldRuntimeLimit,
+		"no runtime limit in a hard scope": {r: Request{Project: "p", GPUs: 1, PricePerGPUHour: 2 * model.Dollar}, now: now, want: Admission{Field: FieldRuntimeLimit,
 			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
 		"no runtime limit, no price yet": {r: Request{Project: "p", GPUs: 1}, now: now, want: Admission{Field: FieldRuntimeLimit,
 			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
-		"no runtime limit outside the scope": {r: Request{Project: "x", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{OK: true}},
-		"other project":                      {r: Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 99 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
+		"no runtime limit outside the scope": {r: Request{Project: "x", GPUs: 1, PricePerGPUHour: 2 * model.Dollar}, now: now, want: Admission{OK: true}},
+		"other project":                      {r: Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * model.Dollar, MaxDuration: 99 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{OK: true}},
 		"blocked queue":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: now, want: Admission{Reason: "blocked by budget q: block-new"}},
 		"block expired":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: day(2025, 4, 1, 0), want: Admission{OK: true}},
 	}
@@ -128,7 +128,7 @@ func TestAdmit(t *testing.T) {
 func TestMoneyUSD(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		m    Money
+		m    model.Money
 		want string
 	}{
 		"zero":             {0, "$0.00"},
@@ -152,18 +152,18 @@ func TestForecastSpend(t *testing.T) {
 	// $24/day steady spend for 28 days of February: the forecast for March
 	// (31 days) at the start of March 11th should be near $24 × 31.
 	r := NewRollup()
-	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
 	from := day(2025, 2, 1, 0)
 	now := day(2025, 3, 11, 0)
 	for h := from; h.Before(now); h = h.Add(time.Hour) {
 		r.Add(Meter(nodes, h, h.Add(time.Hour)))
 	}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 500 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 500 * model.Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
 	sp, f := ForecastSpend(r, b, now, 28, 31)
-	if sp.Actual != 240*Dollar {
+	if sp.Actual != 240*model.Dollar {
 		t.Errorf("actual %v, want $240", sp.Actual)
 	}
-	if sp.Forecast < 740*Dollar || sp.Forecast > 748*Dollar {
+	if sp.Forecast < 740*model.Dollar || sp.Forecast > 748*model.Dollar {
 		t.Errorf("forecast %v, want ≈ $744 (%s)", sp.Forecast, f.Method)
 	}
 	if len(f.Points) != 21+31 {
@@ -177,11 +177,11 @@ func TestForecastSpend(t *testing.T) {
 // the method used is named, and the interval is not [0, 0].
 func TestForecastSpendShortHistory(t *testing.T) {
 	t.Parallel()
-	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * model.Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
 	type got struct {
 		Method           string
-		Actual, Forecast Money
+		Actual, Forecast model.Money
 		Wide             bool // the first point's interval is wider than nothing
 	}
 	tests := map[string]struct {
@@ -190,10 +190,10 @@ func TestForecastSpendShortHistory(t *testing.T) {
 	}{
 		// $30 in 3 h = $240/day; 21.5 days to April 1st: $5,160 more.
 		"first day: the run rate": {from: day(2025, 3, 10, 9), now: day(2025, 3, 10, 12),
-			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * Dollar, Forecast: 5190 * Dollar, Wide: true}},
+			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * model.Dollar, Forecast: 5190 * model.Dollar, Wide: true}},
 		// Three whole days at $240/day; 19 days left at their mean.
 		"three days: their mean": {from: day(2025, 3, 10, 0), now: day(2025, 3, 13, 0),
-			want: got{Method: "mean (short history)", Actual: 720 * Dollar, Forecast: (720 + 19*240) * Dollar, Wide: true}},
+			want: got{Method: "mean (short history)", Actual: 720 * model.Dollar, Forecast: (720 + 19*240) * model.Dollar, Wide: true}},
 		"nothing spent": {from: day(2025, 3, 10, 0), now: day(2025, 3, 10, 0),
 			want: got{Method: "none (no spend yet)"}},
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/cost/forecast"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // ForecastSpend computes a budget's Spend at now from the rollup: Actual
@@ -35,7 +36,7 @@ func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (
 		}
 		f := forecast.Daily(series, left+extraDays, forecast.Options{})
 		mean, _, _ := f.Total(left)
-		rest := FromDollars(mean) - spentToday
+		rest := model.FromDollars(mean) - spentToday
 		return Spend{Actual: actual, Forecast: actual + max(rest, 0)}, f
 	}
 	var rate float64 // dollars per day
@@ -43,7 +44,7 @@ func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (
 		rate = spentToday.Dollars() / now.Sub(since).Hours() * 24
 	}
 	f := forecast.RunRate(rate, left+extraDays, forecast.Options{})
-	rest := FromDollars(rate * end.Sub(now).Hours() / 24)
+	rest := model.FromDollars(rate * end.Sub(now).Hours() / 24)
 	return Spend{Actual: actual, Forecast: actual + max(rest, 0)}, f
 }
 
@@ -56,7 +57,7 @@ func (r *Rollup) firstSpend(s Scope, from, to time.Time) (time.Time, bool) {
 			continue
 		}
 		for j, id := range b.dims {
-			if d := &r.dims[id]; d.Kind == KindAllocation && b.cells[j].Cost > 0 && s.Matches(d.Project, d.Queue, d.Tags) {
+			if d := &r.dims[id]; d.Kind == model.LedgerAllocation && b.cells[j].Cost > 0 && s.Matches(d.Project, d.Queue, d.Tags) {
 				return time.Unix(h*3600, 0).UTC(), true
 			}
 		}

@@ -20,7 +20,7 @@ type Budget struct {
 // go. Amount is a string of dollars ("5000", at most six decimals).
 type BudgetSpec struct {
 	Scope      cost.Scope       `json:"scope"`
-	Amount     cost.Money       `json:"amount"`
+	Amount     model.Money      `json:"amount"`
 	Period     cost.Period      `json:"period"`
 	Hard       bool             `json:"hard,omitempty"`
 	Thresholds []cost.Threshold `json:"thresholds,omitempty"`
