@@ -308,11 +308,11 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 
 // declaredBudgetsLocked returns the declared budgets and their webhooks
 // (nil: the server's default receiver), by name.
-func (c *Controller) declaredBudgetsLocked() ([]cost.Budget, map[string]*manifest.WebhookRef) {
+func (c *Controller) declaredBudgetsLocked() ([]model.Budget, map[string]*manifest.WebhookRef) {
 	if c.fleet.set == nil {
 		return nil, nil
 	}
-	out := make([]cost.Budget, 0, len(c.fleet.set.Budgets))
+	out := make([]model.Budget, 0, len(c.fleet.set.Budgets))
 	hooks := map[string]*manifest.WebhookRef{}
 	for i := range c.fleet.set.Budgets {
 		d := &c.fleet.set.Budgets[i]
@@ -407,9 +407,9 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 			bl := cost.Block{Budget: bu.Name, Scope: bu.Scope, Until: end,
 				Reason: fmt.Sprintf("budget %s (%s): %s fired at %g%% this period; held until %s", bu.Name, bu.Scope, t.Action, t.Percent, end.Format(time.DateOnly))}
 			switch t.Action {
-			case cost.ActionStopSpot:
+			case model.ActionStopSpot:
 				cs.stopSpot = append(cs.stopSpot, bl)
-			case cost.ActionStopAll:
+			case model.ActionStopAll:
 				cs.stopAll = append(cs.stopAll, bl)
 			}
 		}
@@ -534,7 +534,7 @@ func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
 
 // BudgetStatus is a budget with its spend, forecast and state this period.
 type BudgetStatus struct {
-	Budget cost.Budget `json:"budget"`
+	Budget model.Budget `json:"budget"`
 	// Webhook names the secret holding the budget's receiver URL, never
 	// the URL; empty: the server's default receiver.
 	Webhook     string       `json:"webhook,omitempty"`
@@ -659,20 +659,20 @@ func (c *Controller) CostTotals() (byKey map[[3]string]model.Money, idle model.M
 
 // firingBody is what a webhook receives for a budget firing.
 type firingBody struct {
-	ID          string      `json:"id"`
-	Kind        string      `json:"kind"` // NotifyBudget
-	Budget      string      `json:"budget"`
-	Scope       cost.Scope  `json:"scope"`
-	Threshold   int         `json:"threshold"`
-	Percent     float64     `json:"percent"`
-	Action      string      `json:"action"`
-	Basis       string      `json:"basis"`
-	Spent       model.Money `json:"spent"`
-	Limit       model.Money `json:"limit"`
-	Amount      model.Money `json:"amount"`
-	PeriodStart time.Time   `json:"periodStart"`
-	PeriodEnd   time.Time   `json:"periodEnd"`
-	FiredAt     time.Time   `json:"firedAt"`
+	ID          string            `json:"id"`
+	Kind        string            `json:"kind"` // NotifyBudget
+	Budget      string            `json:"budget"`
+	Scope       model.BudgetScope `json:"scope"`
+	Threshold   int               `json:"threshold"`
+	Percent     float64           `json:"percent"`
+	Action      string            `json:"action"`
+	Basis       string            `json:"basis"`
+	Spent       model.Money       `json:"spent"`
+	Limit       model.Money       `json:"limit"`
+	Amount      model.Money       `json:"amount"`
+	PeriodStart time.Time         `json:"periodStart"`
+	PeriodEnd   time.Time         `json:"periodEnd"`
+	FiredAt     time.Time         `json:"firedAt"`
 }
 
 // newNotification makes the outbox record of a firing, for hook (nil: the

@@ -109,11 +109,11 @@ func TestCostMonth(t *testing.T) {
 	h.registerNode("spot", 2, model.Spot) // $18/h: $9 per GPU-hour = 2500 µ$/s
 	budgets := &manifest.Set{Budgets: []manifest.Budget{
 		{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "nlp"}, Amount: 1000 * model.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
-			Thresholds: []cost.Threshold{{Percent: 80, Action: cost.ActionNotify}, {Percent: 100, Action: cost.ActionBlockNew}}}},
+			Scope: model.BudgetScope{Project: "nlp"}, Amount: 1000 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+			Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 100, Action: model.ActionBlockNew}}}},
 		{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "spotty"}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "vision"}, Amount: 100 * model.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
-			Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionStopSpot}}}},
+			Scope: model.BudgetScope{Project: "vision"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+			Thresholds: []model.BudgetThreshold{{Percent: 50, Action: model.ActionStopSpot}}}},
 	}}
 	if _, err := h.c.ApplyFleet(ctx, budgets, ApplyOptions{Author: "test"}); err != nil {
 		t.Fatal(err)

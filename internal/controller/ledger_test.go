@@ -127,7 +127,7 @@ func TestHardBudgetNeedsRuntimeLimit(t *testing.T) {
 	h := newCostHarness(t, clk, CostConfig{Prices: prices})
 	h.registerNode("own", 2, model.Owned) // $14.40 per GPU-hour
 	set := &manifest.Set{Budgets: []manifest.Budget{{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"},
-		Spec: manifest.BudgetSpec{Scope: cost.Scope{Project: "nlp"}, Amount: 100 * model.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1}, Hard: true}}}}
+		Spec: manifest.BudgetSpec{Scope: model.BudgetScope{Project: "nlp"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}, Hard: true}}}}
 	if _, err := h.c.ApplyFleet(ctx, set, ApplyOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
 	}

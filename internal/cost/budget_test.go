@@ -13,15 +13,15 @@ func day(y int, m time.Month, d, h int) time.Time { return time.Date(y, m, d, h,
 func TestPeriodBounds(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		p          Period
+		p          model.BudgetPeriod
 		now        time.Time
 		start, end time.Time
 	}{
-		"monthly on the 1st":      {Period{Monthly, 1}, day(2025, 2, 14, 5), day(2025, 2, 1, 0), day(2025, 3, 1, 0)},
-		"monthly before start":    {Period{Monthly, 15}, day(2025, 1, 3, 0), day(2024, 12, 15, 0), day(2025, 1, 15, 0)},
-		"monthly on the start":    {Period{Monthly, 15}, day(2025, 1, 15, 0), day(2025, 1, 15, 0), day(2025, 2, 15, 0)},
-		"weekly from Monday":      {Period{Weekly, 1}, day(2025, 3, 2, 12), day(2025, 2, 24, 0), day(2025, 3, 3, 0)}, // 2 Mar 2025 is a Sunday
-		"weekly on the start day": {Period{Weekly, 0}, day(2025, 3, 2, 12), day(2025, 3, 2, 0), day(2025, 3, 9, 0)},
+		"monthly on the 1st":      {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}, day(2025, 2, 14, 5), day(2025, 2, 1, 0), day(2025, 3, 1, 0)},
+		"monthly before start":    {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 15}, day(2025, 1, 3, 0), day(2024, 12, 15, 0), day(2025, 1, 15, 0)},
+		"monthly on the start":    {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 15}, day(2025, 1, 15, 0), day(2025, 1, 15, 0), day(2025, 2, 15, 0)},
+		"weekly from Monday":      {model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 1}, day(2025, 3, 2, 12), day(2025, 2, 24, 0), day(2025, 3, 3, 0)}, // 2 Mar 2025 is a Sunday
+		"weekly on the start day": {model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 0}, day(2025, 3, 2, 12), day(2025, 3, 2, 0), day(2025, 3, 9, 0)},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -35,7 +35,7 @@ func TestPeriodBounds(t *testing.T) {
 
 func TestBudgetValidate(t *testing.T) {
 	t.Parallel()
-	b := Budget{Period: Period{Kind: "daily"}, Thresholds: []Threshold{{Percent: 0, Action: "email", Basis: "vibes"}}}
+	b := model.Budget{Period: model.BudgetPeriod{Kind: "daily"}, Thresholds: []model.BudgetThreshold{{Percent: 0, Action: "email", Basis: "vibes"}}}
 	want := `metadata.name: must be set; spec.amount: must be > 0; spec.period.kind: must be "monthly" or "weekly"; ` +
 		`spec.scope: must set project, queue or tags; spec.thresholds[0].action: must be one of notify, block-new, stop-spot, stop-all; ` +
 		`spec.thresholds[0].basis: must be "actual" or "forecast"; spec.thresholds[0].percent: must be > 0 and at most 10000`
@@ -46,9 +46,9 @@ func TestBudgetValidate(t *testing.T) {
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	b := Budget{Name: "nlp", Scope: Scope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * model.Dollar,
-		Period:     Period{Kind: Weekly, StartDay: 1},
-		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot, Basis: Forecast}, {Percent: 100, Action: ActionStopAll}}}
+	b := model.Budget{Name: "nlp", Scope: model.BudgetScope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * model.Dollar,
+		Period:     model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 1},
+		Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 90, Action: model.ActionStopSpot, Basis: model.BasisForecast}, {Percent: 100, Action: model.ActionStopAll}}}
 	now := day(2025, 3, 5, 10)
 	ps := day(2025, 3, 3, 0)
 	running := []Running{
@@ -75,7 +75,7 @@ func TestEvaluate(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			ev := Evaluate(EvaluateInput{Budgets: []Budget{b}, Spend: map[string]Spend{"nlp": tt.spend}, Fired: tt.fired, Running: running, Now: now})
+			ev := Evaluate(EvaluateInput{Budgets: []model.Budget{b}, Spend: map[string]Spend{"nlp": tt.spend}, Fired: tt.fired, Running: running, Now: now})
 			var got out
 			for _, f := range ev.Firings {
 				got.Fired = append(got.Fired, f.Key.Threshold)
@@ -93,9 +93,9 @@ func TestEvaluate(t *testing.T) {
 
 func TestAdmit(t *testing.T) {
 	t.Parallel()
-	hard := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 100 * model.Dollar, Period: Period{Kind: Monthly}, Hard: true}
+	hard := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly}, Hard: true}
 	now := day(2025, 3, 10, 0)
-	block := Block{Budget: "q", Scope: Scope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
+	block := Block{Budget: "q", Scope: model.BudgetScope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
 	tests := map[string]struct {
 		r      Request
 		spent  model.Money
@@ -117,7 +117,7 @@ func TestAdmit(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := Admit(tt.r, AdmissionState{Budgets: []Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
+			got := Admit(tt.r, AdmissionState{Budgets: []model.Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
@@ -158,7 +158,7 @@ func TestForecastSpend(t *testing.T) {
 	for h := from; h.Before(now); h = h.Add(time.Hour) {
 		r.Add(Meter(nodes, h, h.Add(time.Hour)))
 	}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 500 * model.Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	b := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 500 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}}
 	sp, f := ForecastSpend(r, b, now, 28, 31)
 	if sp.Actual != 240*model.Dollar {
 		t.Errorf("actual %v, want $240", sp.Actual)
@@ -178,7 +178,7 @@ func TestForecastSpend(t *testing.T) {
 func TestForecastSpendShortHistory(t *testing.T) {
 	t.Parallel()
 	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * model.Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	b := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 5000 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}}
 	type got struct {
 		Method           string
 		Actual, Forecast model.Money

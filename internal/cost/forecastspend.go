@@ -19,7 +19,7 @@ import (
 // hour that spent), projected to the period end with a wide interval. The
 // forecast is returned for reports (intervals, method, later periods via
 // a longer horizon).
-func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (Spend, forecast.Result) {
+func ForecastSpend(r *Rollup, b model.Budget, now time.Time, history, extraDays int) (Spend, forecast.Result) {
 	start, end := b.Period.Bounds(now)
 	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	actual := r.Spend(b.Scope, start, now)
@@ -50,7 +50,7 @@ func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (
 
 // firstSpend is the start of the first hour in [from, to) in which work
 // in scope spent anything.
-func (r *Rollup) firstSpend(s Scope, from, to time.Time) (time.Time, bool) {
+func (r *Rollup) firstSpend(s model.BudgetScope, from, to time.Time) (time.Time, bool) {
 	for h := floorDiv(from.Unix(), 3600); h*3600 < to.Unix(); h++ {
 		b := r.hours[h]
 		if b == nil {

@@ -47,7 +47,7 @@ type Query struct {
 	GroupBy []string
 	Idle    IdleMode
 	// Scope, when set, keeps only work in scope (and drops idle).
-	Scope *Scope
+	Scope *model.BudgetScope
 	// Projects, when not nil, keeps only work of these projects and drops
 	// idle, which belongs to no project: what a caller may see of others'
 	// spend is nothing.

@@ -66,7 +66,7 @@ func TestReport(t *testing.T) {
 			},
 		},
 		"hourly window, scope filter": {
-			q: Query{From: at(90 * time.Minute), To: at(3 * time.Hour), Step: time.Hour, Scope: &Scope{Project: "p2"}},
+			q: Query{From: at(90 * time.Minute), To: at(3 * time.Hour), Step: time.Hour, Scope: &model.BudgetScope{Project: "p2"}},
 			want: []Row{
 				{Start: at(time.Hour), Group: []string{}, Cost: 2 * model.Dollar, GPUHours: 2},
 				{Start: at(2 * time.Hour), Group: []string{}, Cost: 2 * model.Dollar, GPUHours: 2},

@@ -271,7 +271,7 @@ func (r *Rollup) Job(id string) (JobCost, bool) {
 // Spend is the allocation cost (not idle, not idle shares) of work in
 // scope in [from, to), read at hourly resolution: from is floored and to
 // ceiled to the hour. Budgets compare this against their amount.
-func (r *Rollup) Spend(s Scope, from, to time.Time) model.Money {
+func (r *Rollup) Spend(s model.BudgetScope, from, to time.Time) model.Money {
 	var total model.Money
 	r.each(from, to, func(_ int64, _ uint32, d *Dims, c *Cell) {
 		if d.Kind == model.LedgerAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
@@ -283,7 +283,7 @@ func (r *Rollup) Spend(s Scope, from, to time.Time) model.Money {
 
 // DailySpend is Spend per UTC day for days [from, from+n): the series the
 // forecast reads.
-func (r *Rollup) DailySpend(s Scope, from time.Time, n int) []model.Money {
+func (r *Rollup) DailySpend(s model.BudgetScope, from time.Time, n int) []model.Money {
 	out := make([]model.Money, n)
 	day0 := floorDiv(from.Unix(), 86400)
 	for i := range out {

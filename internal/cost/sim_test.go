@@ -89,9 +89,9 @@ func TestMonthSimulation(t *testing.T) {
 	w := newSimWorld(7, start, end)
 	roll := NewRollup()
 
-	budgets := []Budget{{
-		Name: "p0-monthly", Scope: Scope{Project: "p0"}, Amount: 0, Period: Period{Kind: Monthly, StartDay: 1},
-		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot}, {Percent: 100, Action: ActionBlockNew}},
+	budgets := []model.Budget{{
+		Name: "p0-monthly", Scope: model.BudgetScope{Project: "p0"}, Amount: 0, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+		Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 90, Action: model.ActionStopSpot}, {Percent: 100, Action: model.ActionBlockNew}},
 		Hard:       true,
 	}}
 	// Size the budget so 100% is reached mid-month: 70% of April's spend.
@@ -141,7 +141,7 @@ func TestMonthSimulation(t *testing.T) {
 				firingsPerPeriod[per] = map[int]int{}
 			}
 			firingsPerPeriod[per][f.Key.Threshold]++
-			if f.Action == ActionStopSpot {
+			if f.Action == model.ActionStopSpot {
 				for _, s := range ev.Stops {
 					stopSpotSeen = append(stopSpotSeen, s.JobID)
 				}

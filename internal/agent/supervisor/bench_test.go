@@ -99,4 +99,3 @@ func benchImage(b *testing.B, p runtime.Podman) string {
 	}
 	return name
 }
-
