@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -18,14 +17,13 @@ import (
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// SourceOwnedUnpriced marks a node with neither a catalog price nor a row
-// in the custom price file (a local or static machine): it is metered at
-// $0, so its time still shows in reports, but it costs nothing.
-const SourceOwnedUnpriced model.PriceSource = "owned-unpriced"
+// SourceOwnedUnpriced is model.PriceOwnedUnpriced, declared there so the API
+// and its client need not import the controller.
+const SourceOwnedUnpriced = model.PriceOwnedUnpriced
 
-// ErrBudget: a budget refuses the request (see cost.Admit); the message is
-// the reason.
-var ErrBudget = errors.New("refused by budget")
+// ErrBudget is model.ErrBudget, declared there so the API and its client
+// need not import the controller.
+var ErrBudget = model.ErrBudget
 
 // CostConfig configures metering, budgets and webhooks. The zero value
 // meters every minute with catalog prices only and sends no webhooks.
@@ -532,31 +530,13 @@ func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
 	return c.cost.rollup.Job(id)
 }
 
-// BudgetStatus is a budget with its spend, forecast and state this period.
-type BudgetStatus struct {
-	Budget model.Budget `json:"budget"`
-	// Webhook names the secret holding the budget's receiver URL, never
-	// the URL; empty: the server's default receiver.
-	Webhook     string       `json:"webhook,omitempty"`
-	PeriodStart time.Time    `json:"periodStart"`
-	PeriodEnd   time.Time    `json:"periodEnd"`
-	Actual      model.Money  `json:"actual"`
-	Forecast    model.Money  `json:"forecast"`
-	Ratio       float64      `json:"ratio"`
-	Fired       []int        `json:"fired"`
-	Blocked     bool         `json:"blocked"`
-	Daily       []DailyPoint `json:"daily,omitempty"`
-	Method      string       `json:"method,omitempty"`
-	Note        string       `json:"note,omitempty"`
-}
+// BudgetStatus is model.BudgetStatus, declared there so the API and its
+// client need not import the controller.
+type BudgetStatus = model.BudgetStatus
 
-// DailyPoint is one forecast day: its mean and prediction interval.
-type DailyPoint struct {
-	Day   time.Time   `json:"day"`
-	Mean  model.Money `json:"mean"`
-	Lower model.Money `json:"lower"`
-	Upper model.Money `json:"upper"`
-}
+// DailyPoint is model.DailyPoint, declared there so the API and its client
+// need not import the controller.
+type DailyPoint = model.DailyPoint
 
 // Budgets returns every declared budget's status; days > 0 adds a daily
 // forecast of up to that many days from today, ending at the period's end:

@@ -6,22 +6,12 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// QueueStatus is a queue with what its live attempts hold now.
-type QueueStatus struct {
-	*model.Queue
-	// Implicit is set for the default queue when no one declared it.
-	Implicit bool `json:"implicit,omitempty"`
-	// Use is the GPUs live attempts of the queue hold, by GPU model.
-	Use map[string]float64 `json:"use"`
-	// Pending counts the queue's queued jobs.
-	Pending int `json:"pending"`
-	// DecayedUsage is the queue's past GPU-hours, decayed for fair share.
-	DecayedUsage float64 `json:"decayedGpuHours"`
-}
+// QueueStatus is model.QueueStatus, declared there so the API and its client
+// need not import the controller.
+type QueueStatus = model.QueueStatus
 
 // Queues returns every queue, the implicit default included.
 func (c *Controller) Queues() []QueueStatus {
@@ -123,23 +113,9 @@ func (c *Controller) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// Explanation is why a job is where it is: for a pending job the last
-// pass's verdict (queue position, reasons per node group, queue and offer,
-// estimated start), the reservation and the candidates found for it.
-type Explanation struct {
-	JobID   string             `json:"jobId"`
-	State   model.JobState     `json:"state"`
-	Reason  string             `json:"reason,omitempty"`
-	Queue   string             `json:"queue"`
-	Pending bool               `json:"pending"`
-	Verdict *scheduler.Verdict `json:"verdict,omitempty"`
-	// Reservations hold GPUs for the job from a predicted start (backfill).
-	Reservations []scheduler.Reservation `json:"reservations,omitempty"`
-	// Candidate is new capacity ranked by expected cost to finish.
-	Candidate *scheduler.Candidate `json:"candidate,omitempty"`
-	// Preempting lists the attempts being stopped to make room for it.
-	Preempting []scheduler.Preemption `json:"preempting,omitempty"`
-}
+// Explanation is model.Explanation, declared there so the API and its client
+// need not import the controller.
+type Explanation = model.Explanation
 
 // Explain says why a job waits, or where it runs.
 func (c *Controller) Explain(id string) (Explanation, error) {
