@@ -13,7 +13,6 @@ import (
 	"time"
 	_ "time/tzdata" // ?tz= names IANA zones on hosts without a zoneinfo database
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/cost/purchase"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -55,7 +54,7 @@ func costRoutes() []Route {
 			Response: BudgetList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listBudgets }},
 		{Method: "GET", Pattern: "/v1/budgets/{name}", Perm: PermCostRead, Kinds: users, Summary: "One budget with its daily forecast.",
-			Response: controller.BudgetStatus{}, Status: 200,
+			Response: model.BudgetStatus{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.getBudget }},
 		{Method: "POST", Pattern: "/v1/jobs/{id}/metrics", Project: projectOfJob, Perm: PermJobsMetrics, Kinds: usersJobs, Scope: scopeOwnJob,
 			Summary: "Report a training step's metrics (a job's own token may); the job's early-stop policy decides on them.",
@@ -99,7 +98,7 @@ type CostRowView struct {
 
 // BudgetList lists budgets.
 type BudgetList struct {
-	Budgets []controller.BudgetStatus `json:"budgets"`
+	Budgets []model.BudgetStatus `json:"budgets"`
 }
 
 // PurchaseList is one recommendation per GPU model.
