@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func newCostCmd(g *globals) *cobra.Command {
@@ -140,7 +141,7 @@ func costTable(tw *tabwriter.Writer, rep *api.CostReport, steps bool, loc *time.
 }
 
 // dollars rounds to the cent for tables (the ledger keeps micro-dollars).
-func dollars(m cost.Money) string {
+func dollars(m model.Money) string {
 	c := (int64(m) + 5000) / 10000
 	if m < 0 {
 		c = (int64(m) - 5000) / 10000

@@ -12,7 +12,7 @@ import (
 
 // priceSourceDemo marks the price of demo GPUs (--fake-gpus): the
 // catalog's on-demand list price, so demos show what such GPUs cost.
-const priceSourceDemo cost.PriceSource = "demo-catalog"
+const priceSourceDemo model.PriceSource = "demo-catalog"
 
 // demoPrice prices a machine of demo GPUs at the catalog's lowest
 // on-demand price per GPU-hour of their model, times their number. It
@@ -38,5 +38,5 @@ func demoPrice(inv gpu.Inventory, cat *catalog.Catalog) (instanceType string, p 
 		return "", cost.Price{}, false
 	}
 	instanceType = fmt.Sprintf("demo-%dx%s", len(inv.GPUs), name)
-	return instanceType, cost.Price{PerHour: cost.FromDollars(perGPU * float64(len(inv.GPUs))), Source: priceSourceDemo}, true
+	return instanceType, cost.Price{PerHour: model.FromDollars(perGPU * float64(len(inv.GPUs))), Source: priceSourceDemo}, true
 }

@@ -223,20 +223,13 @@ type Telemetry struct {
 // not sync for longer drops its oldest samples.
 const MaxTelemetrySamples = 64
 
-// TelemetrySample is one reading of every GPU of the node.
-type TelemetrySample struct {
-	Time time.Time      `json:"time"`
-	GPUs []GPUTelemetry `json:"gpus"`
-}
+// TelemetrySample is model.TelemetrySample, declared there so a node view
+// (model.NodeInfo) can carry it.
+type TelemetrySample = model.TelemetrySample
 
-// GPUTelemetry is one GPU's reading. Values holds DCGM field names
-// (DCGM_FI_PROF_SM_ACTIVE, …) in DCGM's units; a field the source could
-// not read is absent, never zero.
-type GPUTelemetry struct {
-	Index  int                `json:"index"`
-	UUID   string             `json:"uuid"`
-	Values map[string]float64 `json:"values,omitempty"`
-}
+// GPUTelemetry is model.GPUTelemetry, declared there so a node view
+// (model.NodeInfo) can carry it.
+type GPUTelemetry = model.GPUTelemetry
 
 // SyncUnlessChanged calls cp.Sync, cancelling the call if changed receives
 // before the server answers (an agent with news to report should not sit

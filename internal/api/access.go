@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -394,7 +393,7 @@ func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) {
 	tok := caller(r)
 	created, secret, err := s.cfg.Controller.RotateToken(r.Context(), tok.ID)
 	if err != nil {
-		if errors.Is(err, controller.ErrConflict) {
+		if errors.Is(err, model.ErrConflict) {
 			writeProblem(w, r, http.StatusConflict, err.Error(), nil)
 			return
 		}

@@ -14,7 +14,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -154,7 +153,7 @@ func TestAccessMatrix(t *testing.T) {
 	}
 	userToken := func(subject string, admin bool) func() string {
 		return func() string {
-			_, s := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: subject, Admin: admin})
+			_, s := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: subject, Admin: admin})
 			return s
 		}
 	}
@@ -170,7 +169,7 @@ func TestAccessMatrix(t *testing.T) {
 		"viewer":        {model.RoleViewer, userToken("viewer", false)},
 		"nobody":        {"", userToken("nobody", false)},
 		"agent": {agentOnly, func() string {
-			_, s := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-q"})
+			_, s := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-q"})
 			return s
 		}},
 	}
@@ -240,7 +239,7 @@ func TestListsShowOnlyOwnProjects(t *testing.T) {
 	ja := e.submit(t, projectJob("ja", "a"))
 	jb := e.submit(t, projectJob("jb", "b"))
 	e.grant(t, "ann", "a", model.RoleViewer)
-	_, ann := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
+	_, ann := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
 	ids := func(token string) []string {
 		var out []string
 		for _, j := range e.listJobs(t, token, "") {
@@ -269,7 +268,7 @@ func TestListsShowOnlyOwnProjects(t *testing.T) {
 func TestNewUserHoldsNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
-	_, bo := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bo", TTL: time.Hour})
+	_, bo := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "bo", TTL: time.Hour})
 	status := func(r req) int { r.Token = bo; return e.do(t, r).Status }
 	if got := status(req{Method: "GET", Path: "/v1/version"}); got != http.StatusOK {
 		t.Errorf("version: %d, want 200", got)

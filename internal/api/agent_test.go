@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -17,9 +16,9 @@ import (
 func TestAgentTokensSpeakOnlyForTheirNode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
-	_, nodeX := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-x"})
-	_, nodeZ := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-z"})
-	_, user := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "alice"})
+	_, nodeX := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-x"})
+	_, nodeZ := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-z"})
+	_, user := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "alice"})
 	body := func(v any) []byte {
 		data, err := json.Marshal(v)
 		if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/archive"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -61,8 +60,8 @@ func TestArchiveScopedToNode(t *testing.T) {
 	}
 	reg("node-a", 1)
 	reg("node-b", 0)
-	_, tokA := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-a"})
-	_, tokB := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-b"})
+	_, tokA := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-a"})
+	_, tokB := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-b"})
 	manifest := bytes.Replace(jobManifest("with-code"), []byte(`"env":`), []byte(`"archive": "`+used+`", "workdir": ".", "env":`), 1)
 	jobID := e.submit(t, manifest)
 	a := &fakeAgent{ctrl: e.ctrl, node: "node-a"}
@@ -120,8 +119,8 @@ func TestArchivesArePerProject(t *testing.T) {
 	e := newEnv(t, envConfig{Archives: true})
 	e.grant(t, "ann", "a", model.RoleMember)
 	e.grant(t, "bob", "b", model.RoleMember)
-	_, ann := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
-	_, bob := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
+	_, ann := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
+	_, bob := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte("print('a')"), 0o600); err != nil {
 		t.Fatal(err)

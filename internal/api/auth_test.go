@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/clock"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -45,7 +44,7 @@ func TestTokenKindsAndScopes(t *testing.T) {
 		t.Fatalf("created %s token with secret %.4s…, want an agent token", tc.Token.Kind, tc.Secret)
 	}
 	agentToken := tc.Secret
-	_, user := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
+	_, user := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
 	e.grant(t, "bob", model.DefaultProject, model.RoleMember)
 
 	job := jobManifest("new")
@@ -100,7 +99,7 @@ func TestTokenKindsAndScopes(t *testing.T) {
 	}
 	// Nothing above may have changed state: the refused submissions and
 	// cancellations made no job and stopped none.
-	if diff := cmp.Diff(2, len(e.ctrl.Jobs(controller.JobFilter{}))); diff != "" {
+	if diff := cmp.Diff(2, len(e.ctrl.Jobs(model.JobFilter{}))); diff != "" {
 		t.Errorf("jobs (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(1, countKind(e.ctrl.Tokens(), model.TokenAgent)); diff != "" {

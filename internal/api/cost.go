@@ -13,7 +13,6 @@ import (
 	"time"
 	_ "time/tzdata" // ?tz= names IANA zones on hosts without a zoneinfo database
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/cost/purchase"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -55,7 +54,7 @@ func costRoutes() []Route {
 			Response: BudgetList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listBudgets }},
 		{Method: "GET", Pattern: "/v1/budgets/{name}", Perm: PermCostRead, Kinds: users, Summary: "One budget with its daily forecast.",
-			Response: controller.BudgetStatus{}, Status: 200,
+			Response: model.BudgetStatus{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.getBudget }},
 		{Method: "POST", Pattern: "/v1/jobs/{id}/metrics", Project: projectOfJob, Perm: PermJobsMetrics, Kinds: usersJobs, Scope: scopeOwnJob,
 			Summary: "Report a training step's metrics (a job's own token may); the job's early-stop policy decides on them.",
@@ -66,11 +65,11 @@ func costRoutes() []Route {
 
 // JobCostView is a job's cost across attempts, in dollars as strings.
 type JobCostView struct {
-	Total         cost.Money         `json:"total"`
-	ByAttempt     map[int]cost.Money `json:"byAttempt"`
-	EffectiveCost cost.Money         `json:"effectiveCost,omitempty"`
-	MeasuredCost  cost.Money         `json:"measuredCost,omitempty"`
-	GPUHours      float64            `json:"gpuHours"`
+	Total         model.Money         `json:"total"`
+	ByAttempt     map[int]model.Money `json:"byAttempt"`
+	EffectiveCost model.Money         `json:"effectiveCost,omitempty"`
+	MeasuredCost  model.Money         `json:"measuredCost,omitempty"`
+	GPUHours      float64             `json:"gpuHours"`
 }
 
 func jobCostView(jc cost.JobCost) *JobCostView {
@@ -84,22 +83,22 @@ type CostReport struct {
 	GroupBy []string      `json:"groupBy"`
 	Idle    string        `json:"idle"`
 	Rows    []CostRowView `json:"rows"`
-	Total   cost.Money    `json:"total"`
+	Total   model.Money   `json:"total"`
 }
 
 // CostRowView is one group in one step.
 type CostRowView struct {
 	Start         time.Time         `json:"start"`
 	Group         map[string]string `json:"group"`
-	Cost          cost.Money        `json:"cost"`
-	EffectiveCost cost.Money        `json:"effectiveCost"`
-	MeasuredCost  cost.Money        `json:"measuredCost"`
+	Cost          model.Money       `json:"cost"`
+	EffectiveCost model.Money       `json:"effectiveCost"`
+	MeasuredCost  model.Money       `json:"measuredCost"`
 	GPUHours      float64           `json:"gpuHours"`
 }
 
 // BudgetList lists budgets.
 type BudgetList struct {
-	Budgets []controller.BudgetStatus `json:"budgets"`
+	Budgets []model.BudgetStatus `json:"budgets"`
 }
 
 // PurchaseList is one recommendation per GPU model.

@@ -10,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -58,7 +57,7 @@ func TestCostReport(t *testing.T) {
 		for _, r := range rep.Rows {
 			kinds = append(kinds, r.Group["kind"])
 			if r.Group["kind"] == "allocation" {
-				want := map[string]string{"kind": "allocation", "project": "default", "queue": "default", "priceSource": string(controller.SourceOwnedUnpriced)}
+				want := map[string]string{"kind": "allocation", "project": "default", "queue": "default", "priceSource": string(model.PriceOwnedUnpriced)}
 				if diff := cmp.Diff(want, r.Group); diff != "" {
 					t.Errorf("allocation row (-want +got):\n%s", diff)
 				}
@@ -136,7 +135,7 @@ func TestBudgetStatus(t *testing.T) {
 	if b.Actual != 0 || b.Ratio != 0 || len(b.Fired) != 0 || b.Blocked {
 		t.Errorf("budget = actual %s ratio %v fired %v blocked %v, want nothing spent on owned GPUs", b.Actual, b.Ratio, b.Fired, b.Blocked)
 	}
-	one := decodeReply[controller.BudgetStatus](t, get("/v1/budgets/all-monthly"), http.StatusOK)
+	one := decodeReply[model.BudgetStatus](t, get("/v1/budgets/all-monthly"), http.StatusOK)
 	if len(one.Daily) == 0 {
 		t.Errorf("GET /v1/budgets/all-monthly has no daily forecast")
 	}

@@ -7,4 +7,9 @@
 // Each route declares, in one table (routes.go), the permission it needs and
 // which token kinds may hold it. A route cannot be served without a
 // declaration: the mux is built from the table.
+//
+// The API reaches the control plane only through the small interfaces in
+// backend.go (Backend gathers them; cmd passes the controller) and speaks in
+// wire types from this package and model, so it and its client import
+// neither the controller nor the scheduler (TestDependencyDirections).
 package api

@@ -59,6 +59,9 @@ type testEnv struct {
 // newEnv starts a server and stops it at cleanup, in the order serve does:
 // HTTP first, then the controller loop, then the commit acknowledger, then
 // the store.
+// The controller is what cmd passes as the API's Backend.
+var _ api.Backend = (*controller.Controller)(nil)
+
 func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	tb.Helper()
 	ctx := context.Background()
@@ -131,7 +134,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 			tb.Errorf("closing store: %v", err)
 		}
 	})
-	_, admin, err := ctrl.CreateToken(ctx, controller.TokenRequest{Kind: model.TokenUser, Subject: "admin", Admin: true, TTL: time.Hour})
+	_, admin, err := ctrl.CreateToken(ctx, model.TokenRequest{Kind: model.TokenUser, Subject: "admin", Admin: true, TTL: time.Hour})
 	if err != nil {
 		tb.Fatalf("creating admin token: %v", err)
 	}
@@ -140,7 +143,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 
 // token creates a token directly on the controller and returns its id and
 // secret.
-func (e *testEnv) token(tb testing.TB, r controller.TokenRequest) (id, secret string) {
+func (e *testEnv) token(tb testing.TB, r model.TokenRequest) (id, secret string) {
 	tb.Helper()
 	if r.TTL == 0 {
 		r.TTL = time.Hour

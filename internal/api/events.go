@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -22,7 +21,7 @@ type EventList struct {
 // the last seq it saw.
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var f controller.EventFilter
+	var f model.EventFilter
 	var problems model.FieldErrors
 	for _, k := range strings.Split(q.Get("kind"), ",") {
 		if k = strings.TrimSpace(k); k != "" {

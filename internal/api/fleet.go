@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -159,16 +158,16 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.applySet(w, r, set, controller.ApplyOptions{Author: caller(r).Subject, Message: req.Message, BaseRevision: req.BaseRevision}, 0)
+	s.applySet(w, r, set, model.ApplyOptions{Author: caller(r).Subject, Message: req.Message, BaseRevision: req.BaseRevision}, 0)
 }
 
 // applySet plans set against the current revision, applies it and answers
 // with the revision and the changes it made.
-func (s *Server) applySet(w http.ResponseWriter, r *http.Request, set *manifest.Set, opts controller.ApplyOptions, rollbackTo int) {
+func (s *Server) applySet(w http.ResponseWriter, r *http.Request, set *manifest.Set, opts model.ApplyOptions, rollbackTo int) {
 	_, curSet := s.cfg.Controller.PlanBase(set)
 	plan := fleet.Plan(curSet, set, s.cfg.Catalog)
 	var (
-		res controller.ApplyResult
+		res model.ApplyResult
 		err error
 	)
 	if rollbackTo > 0 {
@@ -221,7 +220,7 @@ func (s *Server) rollback(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusInternalServerError, err.Error(), nil)
 		return
 	}
-	s.applySet(w, r, set, controller.ApplyOptions{Author: caller(r).Subject, Message: req.Message}, req.To)
+	s.applySet(w, r, set, model.ApplyOptions{Author: caller(r).Subject, Message: req.Message}, req.To)
 }
 
 func (s *Server) listRevisions(w http.ResponseWriter, _ *http.Request) {

@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -154,7 +153,7 @@ func hasIssue(fs []fleet.Finding, kind, name, issue string) bool {
 func TestFleetRefusals(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
-	_, user := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "alice"})
+	_, user := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "alice"})
 	e.grant(t, "alice", model.DefaultProject, model.RoleViewer)
 	tests := map[string]struct {
 		path, token string

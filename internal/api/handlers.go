@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/catalog"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -108,7 +107,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	sum := sha256.Sum256(body)
 	a := accessOf(r)
 	entry := auditEntry(a.route, r, a, http.StatusCreated)
-	created, isNew, err := s.cfg.Controller.Submit(r.Context(), controller.Submission{
+	created, isNew, err := s.cfg.Controller.Submit(r.Context(), model.Submission{
 		Name: job.Metadata.Name, Project: project, User: caller(r).Subject, Tags: job.Metadata.Tags,
 		Spec: job.Spec, IdempotencyKey: key, BodyHash: sum[:], Audit: &entry, Trusted: admin,
 	})
@@ -139,7 +138,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var f controller.JobFilter
+	var f model.JobFilter
 	var problems model.FieldErrors
 	if v := q.Get("state"); v != "" {
 		for _, st := range strings.Split(v, ",") {
@@ -192,7 +191,7 @@ func nonNil[T any](s []T) []T {
 // jobView shows a job, or an array job when id names one.
 func (s *Server) jobView(id string) (JobView, error) {
 	j, err := s.cfg.Controller.Job(id)
-	if errors.Is(err, controller.ErrNotFound) {
+	if errors.Is(err, model.ErrNotFound) {
 		if v, aerr := s.arrayView(id); aerr == nil {
 			return v, nil
 		}
@@ -432,7 +431,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", fe)
 		return
 	}
-	tok, secret, err := s.cfg.Controller.CreateToken(r.Context(), controller.TokenRequest{
+	tok, secret, err := s.cfg.Controller.CreateToken(r.Context(), model.TokenRequest{
 		Kind: req.Kind, Subject: req.Subject, Name: req.Name, Admin: req.Admin, TTL: req.TTL.D(),
 	})
 	if err != nil {
@@ -579,7 +578,7 @@ const logGrace = 30 * time.Second
 func (s *Server) listAlerts(w http.ResponseWriter, r *http.Request) {
 	items := s.cfg.Controller.Alerts()
 	if visible := s.visibleProjects(r, MinRole[PermJobsRead]); visible != nil {
-		items = slices.DeleteFunc(items, func(a controller.Alert) bool { return !s.jobVisible(a.Job, visible) })
+		items = slices.DeleteFunc(items, func(a model.Alert) bool { return !s.jobVisible(a.Job, visible) })
 	}
 	writeJSON(w, http.StatusOK, AlertList{Items: items})
 }

@@ -8,7 +8,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -20,7 +19,7 @@ import (
 func TestNamesAndFieldsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{Archives: true})
-	_, agent := e.token(t, controller.TokenRequest{Kind: model.TokenAgent, Subject: "node-x"})
+	_, agent := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-x"})
 	long := strings.Repeat("a", 300)
 	job := func(spec string) []byte {
 		return []byte(`{"apiVersion": "gpufleet.dev/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {"run": {"command": ["true"]}, ` + spec + `}}`)

@@ -11,7 +11,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -28,7 +27,7 @@ func TestNodesShowOnlyOwnAttempts(t *testing.T) {
 	e.grant(t, "cal", "a", model.RoleViewer)
 	tokens := map[string]string{"admin": e.admin}
 	for _, u := range []string{"ann", "bob", "cal"} {
-		_, tokens[u] = e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: u})
+		_, tokens[u] = e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: u})
 	}
 	submit := func(user, project string) {
 		t.Helper()
@@ -39,25 +38,25 @@ func TestNodesShowOnlyOwnAttempts(t *testing.T) {
 	}
 	submit("ann", "a")
 	submit("bob", "b")
-	holders := map[string]controller.GPUHolder{} // by project
+	holders := map[string]model.GPUHolder{} // by project
 	for _, rs := range agent.waitReplicas(t, 2) {
 		j, err := e.ctrl.Job(rs.JobID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		holders[j.Project] = controller.GPUHolder{AttemptID: rs.AttemptID, JobID: rs.JobID, Project: j.Project, User: j.User, InUse: true}
+		holders[j.Project] = model.GPUHolder{AttemptID: rs.AttemptID, JobID: rs.JobID, Project: j.Project, User: j.User, InUse: true}
 	}
-	inUse := controller.GPUHolder{InUse: true}
+	inUse := model.GPUHolder{InUse: true}
 	for name, tt := range map[string]struct {
 		// want: the GPUs' holders, in any order of GPUs.
-		want []controller.GPUHolder
+		want []model.GPUHolder
 		// hidden: the project whose attempt this caller must not learn of.
 		hidden string
 	}{
-		"admin":       {want: []controller.GPUHolder{holders["a"], holders["b"]}},
-		"member of a": {want: []controller.GPUHolder{holders["a"], inUse}, hidden: "b"},
-		"viewer of a": {want: []controller.GPUHolder{holders["a"], inUse}, hidden: "b"},
-		"member of b": {want: []controller.GPUHolder{holders["b"], inUse}, hidden: "a"},
+		"admin":       {want: []model.GPUHolder{holders["a"], holders["b"]}},
+		"member of a": {want: []model.GPUHolder{holders["a"], inUse}, hidden: "b"},
+		"viewer of a": {want: []model.GPUHolder{holders["a"], inUse}, hidden: "b"},
+		"member of b": {want: []model.GPUHolder{holders["b"], inUse}, hidden: "a"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			user := map[string]string{"admin": "admin", "member of a": "ann", "viewer of a": "cal", "member of b": "bob"}[name]
@@ -73,14 +72,14 @@ func TestNodesShowOnlyOwnAttempts(t *testing.T) {
 				t.Fatalf("%d nodes, want 1", len(nl.Nodes))
 			}
 			n := nl.Nodes[0]
-			var got []controller.GPUHolder
+			var got []model.GPUHolder
 			for g, h := range n.Holders {
 				got = append(got, h)
-				if want := cmp.Or(h.AttemptID, controller.InUse); n.GPUHolders[g] != want {
+				if want := cmp.Or(h.AttemptID, model.HolderInUse); n.GPUHolders[g] != want {
 					t.Errorf("gpuHolders[%d] = %q, want %q", g, n.GPUHolders[g], want)
 				}
 			}
-			order := func(a, b controller.GPUHolder) int {
+			order := func(a, b model.GPUHolder) int {
 				return strings.Compare(a.Project+a.AttemptID, b.Project+b.AttemptID)
 			}
 			slices.SortFunc(got, order)

@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"net/http"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -59,7 +58,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, errConflict):
 		return http.StatusConflict
-	case errors.Is(err, controller.ErrBudget):
+	case errors.Is(err, model.ErrBudget):
 		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -25,7 +24,7 @@ type QueueMetadata struct {
 }
 
 // QueueView is a queue as the API shows it.
-type QueueView = controller.QueueStatus
+type QueueView = model.QueueStatus
 
 // QueueList is GET /v1/queues.
 type QueueList struct {
@@ -33,7 +32,7 @@ type QueueList struct {
 }
 
 // Explanation is GET /v1/jobs/{id}/explain.
-type Explanation = controller.Explanation
+type Explanation = model.Explanation
 
 func (s *Server) listQueues(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, QueueList{Queues: nonNil(s.cfg.Controller.Queues())})

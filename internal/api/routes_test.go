@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/clock"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -236,8 +235,8 @@ func TestEveryRouteIsProtected(t *testing.T) {
 	ctx := context.Background()
 	doc := fetchOpenAPI(t, e)
 
-	_, expired := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "eve", Admin: true, TTL: time.Minute})
-	revokedID, revoked := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "mallory", Admin: true})
+	_, expired := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "eve", Admin: true, TTL: time.Minute})
+	revokedID, revoked := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "mallory", Admin: true})
 	if err := e.ctrl.RevokeToken(ctx, revokedID); err != nil {
 		t.Fatal(err)
 	}

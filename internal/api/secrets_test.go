@@ -11,7 +11,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -94,7 +93,7 @@ func TestEventsShowOnlyOwnProjects(t *testing.T) {
 		}
 	}
 	e.grant(t, "ann", "a", model.RoleViewer)
-	_, ann := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
+	_, ann := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "ann"})
 	jobsSeen := func(token string) map[string]bool {
 		r := e.do(t, req{Method: "GET", Path: "/v1/events", Token: token})
 		var el api.EventList
@@ -151,7 +150,7 @@ func TestHostPathsAdminOnly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
 	e.grant(t, "mo", "a", model.RoleProjectAdmin)
-	_, mo := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "mo"})
+	_, mo := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "mo"})
 	job := func(workdir string) []byte {
 		return []byte(`{"apiVersion": "gpufleet.dev/v1", "kind": "Job", "metadata": {"name": "w", "project": "a"},
 			"spec": {"resources": {"gpus": 0}, "run": {"command": ["true"], "workdir": "` + workdir + `"}}}`)

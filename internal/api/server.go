@@ -16,21 +16,20 @@ import (
 	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/catalog"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 var (
-	errNotFound = controller.ErrNotFound
-	errConflict = controller.ErrConflict
+	errNotFound = model.ErrNotFound
+	errConflict = model.ErrConflict
 )
 
 // Config wires a Server.
 type Config struct {
-	Controller *controller.Controller // required
-	Catalog    *catalog.Catalog       // required
-	Logs       *logstore.Store        // required
+	Controller Backend          // required
+	Catalog    *catalog.Catalog // required
+	Logs       *logstore.Store  // required
 	// Archives stores uploaded working directories; nil refuses uploads.
 	Archives *archive.Store
 	Log      *slog.Logger

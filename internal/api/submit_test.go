@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -48,7 +47,7 @@ func (e *testEnv) assertNoJobs(t *testing.T) {
 			t.Errorf("GET /v1/jobs%s lists %d jobs, want none", q, len(jobs))
 		}
 	}
-	if jobs := e.ctrl.Jobs(controller.JobFilter{}); len(jobs) != 0 {
+	if jobs := e.ctrl.Jobs(model.JobFilter{}); len(jobs) != 0 {
 		t.Errorf("controller holds %d jobs, want none", len(jobs))
 	}
 }
@@ -245,7 +244,7 @@ func TestSubmitBodyLimit(t *testing.T) {
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
-	_, bob := e.token(t, controller.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
+	_, bob := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "bob"})
 	e.grant(t, "bob", model.DefaultProject, model.RoleMember)
 	post := func(t *testing.T, token, key string, body []byte) (int, string) {
 		t.Helper()
@@ -341,7 +340,7 @@ func TestIdempotencyKey(t *testing.T) {
 	})
 	t.Run("jobs made", func(t *testing.T) {
 		// same key: 1, different body: 1, no key: 2, per user: 2, race: 1.
-		if got := len(e.ctrl.Jobs(controller.JobFilter{})); got != 7 {
+		if got := len(e.ctrl.Jobs(model.JobFilter{})); got != 7 {
 			t.Errorf("controller holds %d jobs, want 7", got)
 		}
 	})

@@ -1,12 +1,11 @@
 package api
 
 import (
+	"github.com/gpufleet/gpufleet/internal/efficiency"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
 // JobManifest is the body of a job submission (DESIGN.md §2).
@@ -18,14 +17,14 @@ type JobView struct {
 	// AttemptDetails lists every attempt, oldest first.
 	AttemptDetails []*model.Attempt `json:"attemptDetails,omitempty"`
 	// Pending explains why a queued job waits.
-	Pending *scheduler.Verdict `json:"pending,omitempty"`
+	Pending *model.Verdict `json:"pending,omitempty"`
 	// Array is set when the id names an array job: Job then summarises the
 	// array (its id, spec, submission and a state derived from its tasks;
 	// see ArrayState) and Array lists the tasks.
 	Array *ArrayView `json:"array,omitempty"`
 	// Efficiency judges how the live attempt uses its GPUs, with its
 	// allocated and effective cost; absent without telemetry.
-	Efficiency *controller.Efficiency `json:"efficiency,omitempty"`
+	Efficiency *efficiency.Report `json:"efficiency,omitempty"`
 	// Cost is the job's metered cost across all its attempts; absent
 	// before its first metered second.
 	Cost *JobCostView `json:"cost,omitempty"`
@@ -33,7 +32,7 @@ type JobView struct {
 
 // AlertList is the recent alerts, oldest first.
 type AlertList struct {
-	Items []controller.Alert `json:"items"`
+	Items []model.Alert `json:"items"`
 }
 
 // ArrayView is an array job's tasks and how many are in each state.
@@ -87,7 +86,7 @@ func ArrayState(tasks []*model.Job) model.JobState {
 
 // NodeList is the body of GET /v1/nodes.
 type NodeList struct {
-	Nodes []controller.NodeInfo `json:"nodes"`
+	Nodes []model.NodeInfo `json:"nodes"`
 }
 
 // OfferList is the body of GET /v1/offers.

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -18,14 +17,13 @@ import (
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// SourceOwnedUnpriced marks a node with neither a catalog price nor a row
-// in the custom price file (a local or static machine): it is metered at
-// $0, so its time still shows in reports, but it costs nothing.
-const SourceOwnedUnpriced cost.PriceSource = "owned-unpriced"
+// SourceOwnedUnpriced is model.PriceOwnedUnpriced, declared there so the API
+// and its client need not import the controller.
+const SourceOwnedUnpriced = model.PriceOwnedUnpriced
 
-// ErrBudget: a budget refuses the request (see cost.Admit); the message is
-// the reason.
-var ErrBudget = errors.New("refused by budget")
+// ErrBudget is model.ErrBudget, declared there so the API and its client
+// need not import the controller.
+var ErrBudget = model.ErrBudget
 
 // CostConfig configures metering, budgets and webhooks. The zero value
 // meters every minute with catalog prices only and sends no webhooks.
@@ -57,7 +55,7 @@ type costState struct {
 	// ended are attempts that ended since the last pass: they are metered
 	// up to their end once more, then dropped.
 	ended  []*model.Attempt
-	fired  map[cost.FiredKey]bool
+	fired  map[model.FiredKey]bool
 	blocks []cost.Block
 	spend  map[string]cost.Spend
 	// holds are running-job stops still in force: scopes whose stop-spot or
@@ -65,9 +63,9 @@ type costState struct {
 	stopSpot, stopAll []cost.Block
 	metrics           map[string][]store.MetricReport // by job id
 	outbox            map[string]*store.Notification
-	totals            map[costKey]cost.Money
-	idle              cost.Money
-	buf               []cost.Entry
+	totals            map[costKey]model.Money
+	idle              model.Money
+	buf               []model.LedgerEntry
 }
 
 type costKey struct{ project, queue, capacity string }
@@ -75,10 +73,10 @@ type costKey struct{ project, queue, capacity string }
 func (c *Controller) loadCost(d *store.Dump) {
 	cs := &c.cost
 	cs.rollup = cost.NewRollup()
-	cs.fired = map[cost.FiredKey]bool{}
+	cs.fired = map[model.FiredKey]bool{}
 	cs.metrics = map[string][]store.MetricReport{}
 	cs.outbox = map[string]*store.Notification{}
-	cs.totals = map[costKey]cost.Money{}
+	cs.totals = map[costKey]model.Money{}
 	cs.rollup.Add(d.Ledger)
 	for i := range d.Ledger {
 		cs.count(&d.Ledger[i])
@@ -99,8 +97,8 @@ func (c *Controller) loadCost(d *store.Dump) {
 	}
 }
 
-func (cs *costState) count(e *cost.Entry) {
-	if e.Kind == cost.KindIdle {
+func (cs *costState) count(e *model.LedgerEntry) {
+	if e.Kind == model.LedgerIdle {
 		cs.idle += e.Cost
 		return
 	}
@@ -207,12 +205,12 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 
 // nodePrice returns a node's price: the custom price file first, then the
 // node's catalog price, else $0 "owned-unpriced".
-func (c *Controller) nodePrice(n *model.Node) (cost.Money, cost.PriceSource) {
+func (c *Controller) nodePrice(n *model.Node) (model.Money, model.PriceSource) {
 	if p, ok := c.cfg.Cost.Prices.Lookup(n.ID, n.Pool, n.InstanceType); ok {
 		return p.PerHour, p.Source
 	}
 	if n.PricePerHour > 0 {
-		return cost.FromDollars(n.PricePerHour), cost.SourceCatalog
+		return model.FromDollars(n.PricePerHour), model.PriceCatalog
 	}
 	return 0, SourceOwnedUnpriced
 }
@@ -308,11 +306,11 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 
 // declaredBudgetsLocked returns the declared budgets and their webhooks
 // (nil: the server's default receiver), by name.
-func (c *Controller) declaredBudgetsLocked() ([]cost.Budget, map[string]*manifest.WebhookRef) {
+func (c *Controller) declaredBudgetsLocked() ([]model.Budget, map[string]*manifest.WebhookRef) {
 	if c.fleet.set == nil {
 		return nil, nil
 	}
-	out := make([]cost.Budget, 0, len(c.fleet.set.Budgets))
+	out := make([]model.Budget, 0, len(c.fleet.set.Budgets))
 	hooks := map[string]*manifest.WebhookRef{}
 	for i := range c.fleet.set.Budgets {
 		d := &c.fleet.set.Budgets[i]
@@ -401,15 +399,15 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
 		for i, t := range bu.Thresholds {
-			if !cs.fired[cost.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
+			if !cs.fired[model.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
 				continue
 			}
 			bl := cost.Block{Budget: bu.Name, Scope: bu.Scope, Until: end,
 				Reason: fmt.Sprintf("budget %s (%s): %s fired at %g%% this period; held until %s", bu.Name, bu.Scope, t.Action, t.Percent, end.Format(time.DateOnly))}
 			switch t.Action {
-			case cost.ActionStopSpot:
+			case model.ActionStopSpot:
 				cs.stopSpot = append(cs.stopSpot, bl)
-			case cost.ActionStopAll:
+			case model.ActionStopAll:
 				cs.stopAll = append(cs.stopAll, bl)
 			}
 		}
@@ -474,17 +472,17 @@ func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []mod
 	r := cost.Request{Project: s.Project, Queue: spec.Queue, Tags: s.Tags,
 		GPUs: spec.Resources.GPUs * float64(max(spec.Replicas, 1)), MaxDuration: time.Duration(spec.Limits.Runtime)}
 	if r.MaxDuration > 0 && r.GPUs > 0 {
-		var dearest cost.Money
+		var dearest model.Money
 		for _, n := range c.st.Nodes() {
 			if n.State != model.NodeReady || len(n.GPUs) == 0 {
 				continue
 			}
 			p, _ := c.nodePrice(n)
-			dearest = max(dearest, p/cost.Money(len(n.GPUs)))
+			dearest = max(dearest, p/model.Money(len(n.GPUs)))
 		}
 		for _, o := range offers {
 			if o.GPUCount > 0 {
-				dearest = max(dearest, cost.FromDollars(o.PricePerHour/float64(o.GPUCount)))
+				dearest = max(dearest, model.FromDollars(o.PricePerHour/float64(o.GPUCount)))
 			}
 		}
 		r.PricePerGPUHour = dearest
@@ -532,31 +530,13 @@ func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
 	return c.cost.rollup.Job(id)
 }
 
-// BudgetStatus is a budget with its spend, forecast and state this period.
-type BudgetStatus struct {
-	Budget cost.Budget `json:"budget"`
-	// Webhook names the secret holding the budget's receiver URL, never
-	// the URL; empty: the server's default receiver.
-	Webhook     string       `json:"webhook,omitempty"`
-	PeriodStart time.Time    `json:"periodStart"`
-	PeriodEnd   time.Time    `json:"periodEnd"`
-	Actual      cost.Money   `json:"actual"`
-	Forecast    cost.Money   `json:"forecast"`
-	Ratio       float64      `json:"ratio"`
-	Fired       []int        `json:"fired"`
-	Blocked     bool         `json:"blocked"`
-	Daily       []DailyPoint `json:"daily,omitempty"`
-	Method      string       `json:"method,omitempty"`
-	Note        string       `json:"note,omitempty"`
-}
+// BudgetStatus is model.BudgetStatus, declared there so the API and its
+// client need not import the controller.
+type BudgetStatus = model.BudgetStatus
 
-// DailyPoint is one forecast day: its mean and prediction interval.
-type DailyPoint struct {
-	Day   time.Time  `json:"day"`
-	Mean  cost.Money `json:"mean"`
-	Lower cost.Money `json:"lower"`
-	Upper cost.Money `json:"upper"`
-}
+// DailyPoint is model.DailyPoint, declared there so the API and its client
+// need not import the controller.
+type DailyPoint = model.DailyPoint
 
 // Budgets returns every declared budget's status; days > 0 adds a daily
 // forecast of up to that many days from today, ending at the period's end:
@@ -573,7 +553,7 @@ func (c *Controller) Budgets(days int) []BudgetStatus {
 		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
 			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
 		for i := range bu.Thresholds {
-			if c.cost.fired[cost.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
+			if c.cost.fired[model.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
 				st.Fired = append(st.Fired, i)
 			}
 		}
@@ -586,8 +566,8 @@ func (c *Controller) Budgets(days int) []BudgetStatus {
 				if p.Day >= days || !today.AddDate(0, 0, p.Day).Before(end) {
 					break
 				}
-				st.Daily = append(st.Daily, DailyPoint{Day: today.AddDate(0, 0, p.Day), Mean: cost.FromDollars(p.Mean),
-					Lower: cost.FromDollars(p.Lower), Upper: cost.FromDollars(p.Upper)})
+				st.Daily = append(st.Daily, DailyPoint{Day: today.AddDate(0, 0, p.Day), Mean: model.FromDollars(p.Mean),
+					Lower: model.FromDollars(p.Lower), Upper: model.FromDollars(p.Upper)})
 			}
 		}
 		out = append(out, st)
@@ -620,7 +600,7 @@ func (c *Controller) HourlyGPUUsage(days int) (usage, spot map[string][]float64)
 	}
 	hours := days * 24
 	for _, r := range rep.Rows {
-		if r.Group[0] != string(cost.KindAllocation) || r.Group[1] == "" {
+		if r.Group[0] != string(model.LedgerAllocation) || r.Group[1] == "" {
 			continue
 		}
 		m := r.Group[1]
@@ -642,10 +622,10 @@ func (c *Controller) HourlyGPUUsage(days int) (usage, spot map[string][]float64)
 // CostTotals returns money metered so far by project, queue and capacity
 // type, the idle total, and each budget's spend ratio this period, for
 // metrics.
-func (c *Controller) CostTotals() (byKey map[[3]string]cost.Money, idle cost.Money, ratios map[string]float64) {
+func (c *Controller) CostTotals() (byKey map[[3]string]model.Money, idle model.Money, ratios map[string]float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byKey = make(map[[3]string]cost.Money, len(c.cost.totals))
+	byKey = make(map[[3]string]model.Money, len(c.cost.totals))
 	for k, v := range c.cost.totals {
 		byKey[[3]string{k.project, k.queue, k.capacity}] = v
 	}
@@ -659,20 +639,20 @@ func (c *Controller) CostTotals() (byKey map[[3]string]cost.Money, idle cost.Mon
 
 // firingBody is what a webhook receives for a budget firing.
 type firingBody struct {
-	ID          string     `json:"id"`
-	Kind        string     `json:"kind"` // NotifyBudget
-	Budget      string     `json:"budget"`
-	Scope       cost.Scope `json:"scope"`
-	Threshold   int        `json:"threshold"`
-	Percent     float64    `json:"percent"`
-	Action      string     `json:"action"`
-	Basis       string     `json:"basis"`
-	Spent       cost.Money `json:"spent"`
-	Limit       cost.Money `json:"limit"`
-	Amount      cost.Money `json:"amount"`
-	PeriodStart time.Time  `json:"periodStart"`
-	PeriodEnd   time.Time  `json:"periodEnd"`
-	FiredAt     time.Time  `json:"firedAt"`
+	ID          string            `json:"id"`
+	Kind        string            `json:"kind"` // NotifyBudget
+	Budget      string            `json:"budget"`
+	Scope       model.BudgetScope `json:"scope"`
+	Threshold   int               `json:"threshold"`
+	Percent     float64           `json:"percent"`
+	Action      string            `json:"action"`
+	Basis       string            `json:"basis"`
+	Spent       model.Money       `json:"spent"`
+	Limit       model.Money       `json:"limit"`
+	Amount      model.Money       `json:"amount"`
+	PeriodStart time.Time         `json:"periodStart"`
+	PeriodEnd   time.Time         `json:"periodEnd"`
+	FiredAt     time.Time         `json:"firedAt"`
 }
 
 // newNotification makes the outbox record of a firing, for hook (nil: the

@@ -109,11 +109,11 @@ func TestCostMonth(t *testing.T) {
 	h.registerNode("spot", 2, model.Spot) // $18/h: $9 per GPU-hour = 2500 µ$/s
 	budgets := &manifest.Set{Budgets: []manifest.Budget{
 		{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "nlp"}, Amount: 1000 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
-			Thresholds: []cost.Threshold{{Percent: 80, Action: cost.ActionNotify}, {Percent: 100, Action: cost.ActionBlockNew}}}},
+			Scope: model.BudgetScope{Project: "nlp"}, Amount: 1000 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+			Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 100, Action: model.ActionBlockNew}}}},
 		{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "spotty"}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "vision"}, Amount: 100 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
-			Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionStopSpot}}}},
+			Scope: model.BudgetScope{Project: "vision"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+			Thresholds: []model.BudgetThreshold{{Percent: 50, Action: model.ActionStopSpot}}}},
 	}}
 	if _, err := h.c.ApplyFleet(ctx, budgets, ApplyOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
@@ -178,14 +178,14 @@ func TestCostMonth(t *testing.T) {
 	// Independent recomputation from the events: nlp ran all 60 h on one of
 	// own's two GPUs; vision ran 6 h (stopped at the hour-6 pass, exited
 	// then) on one of spot's; the rest is idle.
-	wantNLP := cost.Money(60 * 3600 * 5000)
-	wantVision := cost.Money(6 * 3600 * 2500)
-	wantNodes := cost.Money(60*3600*10000) + cost.Money(60*3600*5000)
+	wantNLP := model.Money(60 * 3600 * 5000)
+	wantVision := model.Money(6 * 3600 * 2500)
+	wantNodes := model.Money(60*3600*10000) + model.Money(60*3600*5000)
 	rep, err := h.c.CostReport(cost.Query{From: start, To: now, GroupBy: []string{"project"}, Idle: cost.IdleShown})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]cost.Money{}
+	got := map[string]model.Money{}
 	for _, r := range rep.Rows {
 		got[r.Group[0]] += r.Cost
 	}

@@ -83,7 +83,7 @@ func TestBudgetForecastEndsAtPeriodEnd(t *testing.T) {
 	clk := clock.NewFake(t0) // 2026-11-30 09:00: the monthly period ends at midnight
 	h := newCostHarness(t, clk, CostConfig{})
 	set := &manifest.Set{Budgets: []manifest.Budget{{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"},
-		Spec: manifest.BudgetSpec{Scope: cost.Scope{Project: "nlp"}, Amount: 100 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1}}}}}
+		Spec: manifest.BudgetSpec{Scope: model.BudgetScope{Project: "nlp"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}}}}}
 	if _, err := h.c.ApplyFleet(ctx, set, ApplyOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
 	}

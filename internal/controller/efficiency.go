@@ -74,25 +74,9 @@ const (
 	AlertQueueWait      = "queue-wait"
 )
 
-// Alert is one rule firing. It is queued in the webhook outbox and kept
-// among the recent alerts.
-type Alert struct {
-	// ID is stable for one alert and period (alertID): a webhook
-	// receiver deduplicates by it.
-	ID       string    `json:"id"`
-	Rule     string    `json:"rule"`
-	Severity string    `json:"severity"` // "warning" or "critical"
-	At       time.Time `json:"at"`
-	Job      string    `json:"job,omitempty"`
-	Attempt  string    `json:"attempt,omitempty"`
-	Node     string    `json:"node,omitempty"`
-	GPU      string    `json:"gpu,omitempty"`
-	XID      int       `json:"xid,omitempty"`
-	Queue    string    `json:"queue,omitempty"`
-	Summary  string    `json:"summary"`
-	// Since is when the condition began (idle since).
-	Since time.Time `json:"since,omitzero"`
-}
+// Alert is model.Alert, declared there so the API and its client need not
+// import the controller.
+type Alert = model.Alert
 
 // maxAlerts bounds the recent alerts kept in memory.
 const maxAlerts = 200
@@ -396,22 +380,9 @@ func (c *Controller) queueWaitP95Locked(now time.Time) map[string]time.Duration 
 	return out
 }
 
-// Efficiency is how a job's live attempt uses its GPUs.
-type Efficiency struct {
-	Attempt string             `json:"attempt"`
-	Verdict efficiency.Verdict `json:"verdict"`
-	// SMActive is the mean SM activity over the verdict's window; absent
-	// when unknown.
-	SMActive *float64 `json:"smActive,omitempty"`
-	// CostMicros is the allocated cost of the attempt so far, from the
-	// price of its nodes; EffectiveCostMicros is the part of it that
-	// bought SM activity (cost × SM active). Both are absent when the
-	// nodes have no price or SM activity is unknown.
-	CostMicros          *int64 `json:"costMicros,omitempty"`
-	EffectiveCostMicros *int64 `json:"effectiveCostMicros,omitempty"`
-	// Source is the telemetry source of the attempt's first node.
-	Source string `json:"source,omitempty"`
-}
+// Efficiency is efficiency.Report, declared there so the API and its client
+// need not import the controller.
+type Efficiency = efficiency.Report
 
 // Efficiency returns the judgement of a job's live attempt, or once no
 // attempt runs, of its last judged one with the job's ledger cost and

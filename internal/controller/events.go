@@ -40,21 +40,9 @@ func (c *Controller) recordLocked(b *store.Batch, ev model.Event) *model.Event {
 	return e
 }
 
-// EventFilter selects events; the zero value selects the most recent 100.
-type EventFilter struct {
-	Kinds []model.EventKind
-	// Object matches Event.Object exactly, or a job or node id through
-	// Event.Job / Event.Node.
-	Object string
-	Job    string
-	Node   string
-	// After returns only events with Seq above it (for following).
-	After uint64
-	Since time.Time
-	// Limit caps the result to the last Limit matches (default 100, at
-	// most maxEvents).
-	Limit int
-}
+// EventFilter is model.EventFilter, declared there so the API and its client
+// need not import the controller.
+type EventFilter = model.EventFilter
 
 // Events returns the matching events in Seq order.
 func (c *Controller) Events(f EventFilter) []model.Event {

@@ -229,27 +229,13 @@ func (c *Controller) Revision(n int) (*model.Revision, error) {
 	return c.fleet.revisions[n-1], nil
 }
 
-// ApplyOptions describe an apply.
-type ApplyOptions struct {
-	// Author is the subject of the caller's token.
-	Author  string
-	Message string
-	// BaseRevision, when not 0, must be the current revision (the one a
-	// plan was made against), or the apply fails with ErrConflict.
-	BaseRevision int
-	// RollbackOf records the revision whose documents are re-applied.
-	RollbackOf int
-}
+// ApplyOptions is model.ApplyOptions, declared there so the API and its
+// client need not import the controller.
+type ApplyOptions = model.ApplyOptions
 
-// ApplyResult is what an apply did.
-type ApplyResult struct {
-	// Revision is the new revision, or the current one when nothing
-	// changed.
-	Revision *model.Revision `json:"revision"`
-	// Changed is false when the documents equal the current revision's:
-	// no revision is recorded then.
-	Changed bool `json:"changed"`
-}
+// ApplyResult is model.ApplyResult, declared there so the API and its client
+// need not import the controller.
+type ApplyResult = model.ApplyResult
 
 // ApplyFleet records desired (validated, e.g. by manifest.Parse) as a new
 // revision and applies it: pools and projects become the declared ones,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/clock"
-	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -24,7 +23,7 @@ type memStore struct {
 	tokens   map[string]*model.Token
 	idem     []store.Idempotency
 	revs     []*model.Revision
-	ledger   []cost.Entry
+	ledger   []model.LedgerEntry
 	batches  int
 }
 

@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,31 +14,15 @@ import (
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// Errors callers branch on.
+// Errors callers branch on (package model declares them).
 var (
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the request contradicts the object's current state.
-	ErrConflict = errors.New("conflict")
+	ErrNotFound = model.ErrNotFound
+	ErrConflict = model.ErrConflict
 )
 
-// Submission is a validated job as the API accepted it.
-type Submission struct {
-	Name    string
-	Project string
-	User    string
-	Tags    map[string]string
-	Spec    model.JobSpec
-	// IdempotencyKey, when set, makes a retried submission return the
-	// job the first one created. BodyHash tells retries from reuse.
-	IdempotencyKey string
-	BodyHash       []byte
-	// Audit, when set, is the audit entry of a successful submission: it is
-	// chained and committed in the job's own batch, so the submission and
-	// its audit record become durable together, with one disk sync.
-	Audit *model.AuditEntry
-	// Trusted marks a job an admin submitted (model.Job.Trusted).
-	Trusted bool
-}
+// Submission is model.Submission, declared there so the API and its client
+// need not import the controller.
+type Submission = model.Submission
 
 // checkSchedulingLocked refuses a job naming a queue or priority class
 // this server does not know: it would only wait, forever. Callers hold c.mu.
@@ -195,18 +178,9 @@ func (c *Controller) Job(id string) (*model.Job, error) {
 	return j, nil
 }
 
-// JobFilter selects jobs for Jobs.
-type JobFilter struct {
-	States  []model.JobState
-	Project string
-	// Projects, when not nil, selects jobs of these projects only (the
-	// projects a caller may see).
-	Projects map[string]bool
-	// Array, when set, selects the tasks of that array job.
-	Array string
-	// Limit bounds the result to the newest jobs; 0 means 1000.
-	Limit int
-}
+// JobFilter is model.JobFilter, declared there so the API and its client
+// need not import the controller.
+type JobFilter = model.JobFilter
 
 // Jobs returns matching jobs, newest first.
 func (c *Controller) Jobs(f JobFilter) []*model.Job {

@@ -83,12 +83,12 @@ func TestLedgerIsTheBill(t *testing.T) {
 	if err != nil || len(usage) != 1 {
 		t.Fatalf("usage %+v, %v", usage, err)
 	}
-	var total, attempt cost.Money
+	var total, attempt model.Money
 	var secs, attemptSecs int64
 	ms.mu.Lock()
 	for _, e := range ms.ledger {
 		total += e.Cost
-		if e.Kind == cost.KindIdle { // an idle entry spans its node's pass
+		if e.Kind == model.LedgerIdle { // an idle entry spans its node's pass
 			secs += e.Seconds
 		}
 		if e.JobID == j.ID {
@@ -105,11 +105,11 @@ func TestLedgerIsTheBill(t *testing.T) {
 	}
 	// The attempt held all 8 GPUs for 15 s: F(end) − F(start) on the
 	// instance's clock, F(s) = round-half-up(price × s / 3600).
-	p := int64(cost.FromDollars(usage[0].Offer.PricePerHour))
+	p := int64(model.FromDollars(usage[0].Offer.PricePerHour))
 	f := func(d time.Duration) int64 { s := int64(d / time.Second); return (p*s + 1800) / 3600 }
 	want := f(start.Sub(usage[0].Start)+15*time.Second) - f(start.Sub(usage[0].Start))
 	if attemptSecs != 15 || int64(attempt) != want {
-		t.Errorf("the 15 s attempt was metered %d s for %s, want 15 s for %s", attemptSecs, attempt, cost.Money(want))
+		t.Errorf("the 15 s attempt was metered %d s for %s, want 15 s for %s", attemptSecs, attempt, model.Money(want))
 	}
 }
 
@@ -127,7 +127,7 @@ func TestHardBudgetNeedsRuntimeLimit(t *testing.T) {
 	h := newCostHarness(t, clk, CostConfig{Prices: prices})
 	h.registerNode("own", 2, model.Owned) // $14.40 per GPU-hour
 	set := &manifest.Set{Budgets: []manifest.Budget{{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: "nlp"},
-		Spec: manifest.BudgetSpec{Scope: cost.Scope{Project: "nlp"}, Amount: 100 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1}, Hard: true}}}}
+		Spec: manifest.BudgetSpec{Scope: model.BudgetScope{Project: "nlp"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}, Hard: true}}}}
 	if _, err := h.c.ApplyFleet(ctx, set, ApplyOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
 	}

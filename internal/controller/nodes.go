@@ -1,63 +1,25 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// NodeInfo is a node with what is in use on it.
-type NodeInfo struct {
-	*model.Node
-	// GPUHolders maps GPU index to the attempt holding it, or to InUse
-	// where the caller may not see that attempt (another project's).
-	GPUHolders map[int]string `json:"gpuHolders,omitempty"`
-	// Holders says, per held GPU, whose attempt holds it.
-	Holders map[int]GPUHolder `json:"holders,omitempty"`
-	// TelemetrySource is what reads the node's GPUs ("nvml", …,
-	// "simulated" for demo GPUs, "none"); Telemetry is its newest sample.
-	TelemetrySource string                    `json:"telemetrySource,omitempty"`
-	Telemetry       *agentapi.TelemetrySample `json:"telemetry,omitempty"`
-}
+// NodeInfo is model.NodeInfo, declared there so the API and its client need
+// not import the controller.
+type NodeInfo = model.NodeInfo
 
-// InUse stands for an attempt the caller may not see in a node view.
-const InUse = "in use"
+// InUse is model.HolderInUse, declared there so the API and its client need
+// not import the controller.
+const InUse = model.HolderInUse
 
-// GPUHolder is the attempt holding a GPU. Redacted, it says only that the
-// GPU is in use: no job, attempt, project or user.
-type GPUHolder struct {
-	AttemptID string `json:"attemptId,omitempty"`
-	JobID     string `json:"jobId,omitempty"`
-	Project   string `json:"project,omitempty"`
-	User      string `json:"user,omitempty"`
-	// InUse is true for every holder; alone it is a redacted one.
-	InUse bool `json:"inUse"`
-}
-
-// Redacted returns n as a caller sees it who may read the attempts of the
-// projects for which visible is true: others' holders become InUse, with
-// nothing that names them. n itself is not changed.
-func (n NodeInfo) Redacted(visible func(project string) bool) NodeInfo {
-	if len(n.Holders) == 0 {
-		return n
-	}
-	out := n
-	out.GPUHolders = make(map[int]string, len(n.GPUHolders))
-	out.Holders = make(map[int]GPUHolder, len(n.Holders))
-	for g, h := range n.Holders {
-		if !visible(h.Project) {
-			h = GPUHolder{InUse: true}
-		}
-		out.Holders[g] = h
-		out.GPUHolders[g] = cmp.Or(h.AttemptID, InUse)
-	}
-	return out
-}
+// GPUHolder is model.GPUHolder, declared there so the API and its client
+// need not import the controller.
+type GPUHolder = model.GPUHolder
 
 // Nodes lists every node, ordered by id, with every holder named: callers
 // outside the controller show each user Redacted views.

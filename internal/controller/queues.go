@@ -10,22 +10,12 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// QueueStatus is a queue with what its live attempts hold now.
-type QueueStatus struct {
-	*model.Queue
-	// Implicit is set for the default queue when no one declared it.
-	Implicit bool `json:"implicit,omitempty"`
-	// Use is the GPUs live attempts of the queue hold, by GPU model.
-	Use map[string]float64 `json:"use"`
-	// Pending counts the queue's queued jobs.
-	Pending int `json:"pending"`
-	// DecayedUsage is the queue's past GPU-hours, decayed for fair share.
-	DecayedUsage float64 `json:"decayedGpuHours"`
-}
+// QueueStatus is model.QueueStatus, declared there so the API and its client
+// need not import the controller.
+type QueueStatus = model.QueueStatus
 
 // Queues returns every queue, the implicit default included.
 func (c *Controller) Queues() []QueueStatus {
@@ -127,36 +117,12 @@ func (c *Controller) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// Explanation is why a job is where it is: for a pending job the last
-// pass's verdict (queue position, reasons per node group, queue and offer,
-// estimated start), the reservation and the candidates found for it.
-type Explanation struct {
-	JobID   string             `json:"jobId"`
-	State   model.JobState     `json:"state"`
-	Reason  string             `json:"reason,omitempty"`
-	Queue   string             `json:"queue"`
-	Pending bool               `json:"pending"`
-	Verdict *scheduler.Verdict `json:"verdict,omitempty"`
-	// Reservations hold GPUs for the job from a predicted start (backfill).
-	Reservations []scheduler.Reservation `json:"reservations,omitempty"`
-	// Candidate is new capacity ranked by expected cost to finish.
-	Candidate *scheduler.Candidate `json:"candidate,omitempty"`
-	// Preempting lists the attempts being stopped to make room for it.
-	Preempting []scheduler.Preemption `json:"preempting,omitempty"`
-	// LaunchBackoffs are offers whose launches failed lately and are not
-	// tried again before Until: the one last tried for this job first,
-	// then the others, soonest first. New capacity comes from the rest.
-	LaunchBackoffs []LaunchBackoff `json:"launchBackoffs,omitempty"`
-}
+// Explanation is model.Explanation, declared there so the API and its client
+// need not import the controller.
+type Explanation = model.Explanation
 
-// LaunchBackoff is one offer in launch back-off.
-type LaunchBackoff struct {
-	Offer    string    `json:"offer"` // provider/region/zone/instance type/capacity type
-	Failures int       `json:"failures"`
-	Until    time.Time `json:"until"`
-	// ForJob is set on the offer last tried for this job.
-	ForJob bool `json:"forJob,omitempty"`
-}
+// LaunchBackoff is model.LaunchBackoff.
+type LaunchBackoff = model.LaunchBackoff
 
 // Explain says why a job waits, or where it runs.
 func (c *Controller) Explain(id string) (Explanation, error) {

@@ -114,7 +114,7 @@ func TestScaleSpotLifecycle(t *testing.T) {
 	}
 	// 4. The instance stops; the node is terminated. A leaked instance
 	// is terminated too.
-	leak, err := sp.Launch(ctx, provider.LaunchRequest{Offer: c.Nodes()[0].offerFor(t, sp), Token: "leak"})
+	leak, err := sp.Launch(ctx, provider.LaunchRequest{Offer: offerFor(t, c.Nodes()[0], sp), Token: "leak"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestScaleSpotLifecycle(t *testing.T) {
 }
 
 // offerFor finds an on-demand offer of the node's instance type.
-func (n NodeInfo) offerFor(t *testing.T, sp *sim.Provider) model.Offer {
+func offerFor(t *testing.T, n NodeInfo, sp *sim.Provider) model.Offer {
 	t.Helper()
 	offers, _ := sp.Offers(context.Background())
 	for _, o := range offers {

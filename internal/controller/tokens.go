@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -51,14 +50,9 @@ func (c *Controller) Authenticate(secret string) (*model.Token, error) {
 	return t, nil
 }
 
-// TokenRequest asks for a new user or agent token.
-type TokenRequest struct {
-	Kind    model.TokenKind
-	Subject string
-	Name    string
-	Admin   bool
-	TTL     time.Duration
-}
+// TokenRequest is model.TokenRequest, declared there so the API and its
+// client need not import the controller.
+type TokenRequest = model.TokenRequest
 
 // CreateToken mints and records a token; the secret is returned only here.
 func (c *Controller) CreateToken(ctx context.Context, r TokenRequest) (*model.Token, string, error) {

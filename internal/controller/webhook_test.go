@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -43,8 +42,8 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 
 	budget := func(name string, hook *manifest.WebhookRef) manifest.Budget {
 		return manifest.Budget{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindBudget, Metadata: manifest.ObjectMeta{Name: name}, Spec: manifest.BudgetSpec{
-			Scope: cost.Scope{Project: "nlp"}, Amount: 10 * cost.Dollar, Period: cost.Period{Kind: cost.Monthly, StartDay: 1},
-			Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionNotify}}, Webhook: hook}}
+			Scope: model.BudgetScope{Project: "nlp"}, Amount: 10 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+			Thresholds: []model.BudgetThreshold{{Percent: 50, Action: model.ActionNotify}}, Webhook: hook}}
 	}
 	fleet := &manifest.Set{Budgets: []manifest.Budget{
 		budget("live", &manifest.WebhookRef{SecretRef: "ops/BUDGET_HOOK", SigningKeyRef: "ops/BUDGET_KEY"}),

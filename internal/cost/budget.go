@@ -2,7 +2,6 @@ package cost
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -11,215 +10,33 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// Scope selects the spend a budget covers. Every field that is set must
-// match; at least one must be set.
-type Scope struct {
-	Project string `json:"project,omitempty"`
-	Queue   string `json:"queue,omitempty"`
-	// Tags is a selector such as {"team": "nlp"}: every pair must be on
-	// the job.
-	Tags map[string]string `json:"tags,omitempty"`
-}
-
-// Matches reports whether work with these attributes is in the scope.
-func (s Scope) Matches(project, queue string, tags map[string]string) bool {
-	if s.Project != "" && s.Project != project || s.Queue != "" && s.Queue != queue {
-		return false
-	}
-	for k, v := range s.Tags {
-		if tags[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// String is a stable, human-readable key: "project=nlp,tag:team=ml".
-func (s Scope) String() string {
-	var parts []string
-	if s.Project != "" {
-		parts = append(parts, "project="+s.Project)
-	}
-	if s.Queue != "" {
-		parts = append(parts, "queue="+s.Queue)
-	}
-	for _, k := range slices.Sorted(maps.Keys(s.Tags)) {
-		parts = append(parts, "tag:"+k+"="+s.Tags[k])
-	}
-	return strings.Join(parts, ",")
-}
-
-// PeriodKind is how often a budget resets.
-type PeriodKind string
-
-// Period kinds.
-const (
-	Monthly PeriodKind = "monthly"
-	Weekly  PeriodKind = "weekly"
-)
-
-// Period is a budget's reset cycle, in UTC.
-type Period struct {
-	Kind PeriodKind `json:"kind"`
-	// StartDay is the day a period begins: 1–28 for monthly (so every
-	// month has it; 0 reads as 1), 0–6 for weekly (0 = Sunday, as
-	// time.Weekday).
-	StartDay int `json:"startDay,omitempty"`
-}
-
-// Bounds returns the period containing now: [start, end), midnight UTC.
-func (p Period) Bounds(now time.Time) (start, end time.Time) {
-	now = now.UTC()
-	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-	switch p.Kind {
-	case Weekly:
-		back := (int(day.Weekday()) - p.StartDay + 7) % 7
-		start = day.AddDate(0, 0, -back)
-		return start, start.AddDate(0, 0, 7)
-	default:
-		sd := max(p.StartDay, 1)
-		start = time.Date(now.Year(), now.Month(), sd, 0, 0, 0, 0, time.UTC)
-		if start.After(now) {
-			start = start.AddDate(0, -1, 0)
-		}
-		return start, start.AddDate(0, 1, 0)
-	}
-}
-
-// Action is what a threshold does when crossed.
-type Action string
-
-// Actions. Each implies the ones before it in severity only where said:
-// stop-all also blocks new work in scope; stop-spot does not.
-const (
-	// ActionNotify only reports the firing (the shell sends webhooks).
-	ActionNotify Action = "notify"
-	// ActionBlockNew makes admission refuse new jobs in scope until the
-	// period ends.
-	ActionBlockNew Action = "block-new"
-	// ActionStopSpot stops running spot jobs in scope.
-	ActionStopSpot Action = "stop-spot"
-	// ActionStopAll stops every running job in scope and blocks new ones.
-	ActionStopAll Action = "stop-all"
-)
-
-// Basis is what a threshold compares against.
-type Basis string
-
-// Bases.
-const (
-	// Actual is spend so far in the period.
-	Actual Basis = "actual"
-	// Forecast is spend so far plus the forecast for the rest of the
-	// period (the forecast's mean).
-	Forecast Basis = "forecast"
-)
-
-// Threshold is one trigger of a budget.
-type Threshold struct {
-	// Percent of the amount, e.g. 80; taken to two decimals.
-	Percent float64 `json:"percent"`
-	Action  Action  `json:"action"`
-	// Basis defaults to actual.
-	Basis Basis `json:"basis,omitempty"`
-}
-
-// Budget caps spend in a scope per period.
-type Budget struct {
-	Name       string      `json:"name"`
-	Scope      Scope       `json:"scope"`
-	Amount     Money       `json:"amount"`
-	Period     Period      `json:"period"`
-	Thresholds []Threshold `json:"thresholds,omitempty"`
-	// Hard makes admission refuse a job whose worst-case cost would take
-	// actual spend past 100% of Amount.
-	Hard bool `json:"hard,omitempty"`
-}
-
-// Validate returns every problem, each with a field path under spec.
-func (b *Budget) Validate() error {
-	var fe model.FieldErrors
-	if b.Name == "" {
-		fe.Add("metadata.name", "must be set")
-	}
-	if b.Scope.Project == "" && b.Scope.Queue == "" && len(b.Scope.Tags) == 0 {
-		fe.Add("spec.scope", "must set project, queue or tags")
-	}
-	for k := range b.Scope.Tags {
-		if k == "" {
-			fe.Add("spec.scope.tags", "keys must not be empty")
-		}
-	}
-	if b.Amount <= 0 {
-		fe.Add("spec.amount", "must be > 0")
-	}
-	switch b.Period.Kind {
-	case Monthly:
-		if b.Period.StartDay < 0 || b.Period.StartDay > 28 {
-			fe.Add("spec.period.startDay", "must be 1–28 for a monthly period")
-		}
-	case Weekly:
-		if b.Period.StartDay < 0 || b.Period.StartDay > 6 {
-			fe.Add("spec.period.startDay", "must be 0–6 (Sunday–Saturday) for a weekly period")
-		}
-	default:
-		fe.Add("spec.period.kind", `must be "monthly" or "weekly"`)
-	}
-	for i, t := range b.Thresholds {
-		p := fmt.Sprintf("spec.thresholds[%d]", i)
-		if !(t.Percent > 0) || t.Percent > 10_000 || math.IsInf(t.Percent, 0) {
-			fe.Add(p+".percent", "must be > 0 and at most 10000")
-		}
-		switch t.Action {
-		case ActionNotify, ActionBlockNew, ActionStopSpot, ActionStopAll:
-		default:
-			fe.Add(p+".action", `must be one of notify, block-new, stop-spot, stop-all`)
-		}
-		switch t.Basis {
-		case "", Actual, Forecast:
-		default:
-			fe.Add(p+".basis", `must be "actual" or "forecast"`)
-		}
-	}
-	return fe.Err()
-}
-
-// FiredKey names one threshold of one budget in one period. The shell
-// stores the set of fired keys (a store table) so each fires once per
-// period across restarts; a new period has new keys, which re-arms them.
-type FiredKey struct {
-	Budget      string
-	Threshold   int
-	PeriodStart time.Time
-}
-
 // Spend is a scope's money in the current period of one budget.
 type Spend struct {
 	// Actual is spend from the period start to now.
-	Actual Money
+	Actual model.Money
 	// Forecast is Actual plus the forecast mean for the rest of the
 	// period; zero means no forecast (forecast thresholds do not fire).
-	Forecast Money
+	Forecast model.Money
 }
 
 // Firing is a threshold crossed for the first time in a period.
 type Firing struct {
-	Key       FiredKey
+	Key       model.FiredKey
 	Budget    string
-	Scope     Scope
-	Action    Action
-	Basis     Basis
+	Scope     model.BudgetScope
+	Action    model.BudgetAction
+	Basis     model.BudgetBasis
 	Percent   float64
-	Limit     Money
-	Spent     Money
-	Amount    Money
+	Limit     model.Money
+	Spent     model.Money
+	Amount    model.Money
 	PeriodEnd time.Time
 }
 
 // Block is a scope that admission refuses until Until.
 type Block struct {
 	Budget string
-	Scope  Scope
+	Scope  model.BudgetScope
 	Until  time.Time
 	Reason string
 }
@@ -252,11 +69,11 @@ type Evaluation struct {
 
 // EvaluateInput is everything a budget pass needs.
 type EvaluateInput struct {
-	Budgets []Budget
+	Budgets []model.Budget
 	// Spend is keyed by budget name, for each budget's current period.
 	Spend map[string]Spend
 	// Fired is the set of keys already fired; not modified.
-	Fired   map[FiredKey]bool
+	Fired   map[model.FiredKey]bool
 	Running []Running
 	Now     time.Time
 }
@@ -275,20 +92,20 @@ type EvaluateInput struct {
 func Evaluate(in EvaluateInput) Evaluation {
 	var ev Evaluation
 	budgets := slices.Clone(in.Budgets)
-	slices.SortStableFunc(budgets, func(a, b Budget) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(budgets, func(a, b model.Budget) int { return strings.Compare(a.Name, b.Name) })
 	for _, b := range budgets {
 		start, end := b.Period.Bounds(in.Now)
 		sp := in.Spend[b.Name]
 		blocked := false
 		stopped := map[string]bool{}
 		for i, t := range b.Thresholds {
-			key := FiredKey{Budget: b.Name, Threshold: i, PeriodStart: start}
+			key := model.FiredKey{Budget: b.Name, Threshold: i, PeriodStart: start}
 			limit := Percent(b.Amount, t.Percent)
 			basis, spent := t.Basis, sp.Actual
 			if basis == "" {
-				basis = Actual
+				basis = model.BasisActual
 			}
-			if basis == Forecast {
+			if basis == model.BasisForecast {
 				spent = sp.Forecast
 			}
 			active := in.Fired[key]
@@ -302,16 +119,16 @@ func Evaluate(in EvaluateInput) Evaluation {
 			}
 			why := fmt.Sprintf("budget %s (%s): %s spend reached %g%% of %s this period (%s); %s until %s",
 				b.Name, b.Scope, basis, t.Percent, b.Amount.USD(), spent.USD(), t.Action, end.Format(time.DateOnly))
-			if (t.Action == ActionBlockNew || t.Action == ActionStopAll) && !blocked {
+			if (t.Action == model.ActionBlockNew || t.Action == model.ActionStopAll) && !blocked {
 				blocked = true
 				ev.Blocks = append(ev.Blocks, Block{Budget: b.Name, Scope: b.Scope, Until: end, Reason: why})
 			}
-			if t.Action == ActionStopSpot || t.Action == ActionStopAll {
+			if t.Action == model.ActionStopSpot || t.Action == model.ActionStopAll {
 				for _, r := range in.Running {
 					if stopped[r.JobID] || !b.Scope.Matches(r.Project, r.Queue, r.Tags) {
 						continue
 					}
-					if t.Action == ActionStopSpot && r.CapacityType != model.Spot {
+					if t.Action == model.ActionStopSpot && r.CapacityType != model.Spot {
 						continue
 					}
 					stopped[r.JobID] = true
@@ -339,7 +156,7 @@ type Request struct {
 	GPUs float64
 	// PricePerGPUHour is the highest price per GPU-hour the job could be
 	// placed at (its max price, or the dearest eligible offer).
-	PricePerGPUHour Money
+	PricePerGPUHour model.Money
 	// MaxDuration is the runtime limit (spec.limits.runtime); zero means
 	// none, which a hard budget in scope refuses (see Admit).
 	MaxDuration time.Duration
@@ -347,7 +164,7 @@ type Request struct {
 
 // WorstCase is GPUs × price per GPU-hour × max duration, rounded up to
 // the micro-dollar (a bound must not be optimistic).
-func (r Request) WorstCase() Money {
+func (r Request) WorstCase() model.Money {
 	if r.GPUs <= 0 || r.PricePerGPUHour <= 0 || r.MaxDuration <= 0 {
 		return 0
 	}
@@ -355,12 +172,12 @@ func (r Request) WorstCase() Money {
 	if v >= math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return Money(v)
+	return model.Money(v)
 }
 
 // AdmissionState is what admission needs from the last budget pass.
 type AdmissionState struct {
-	Budgets []Budget
+	Budgets []model.Budget
 	Blocks  []Block
 	// Spend is keyed by budget name, as in EvaluateInput.
 	Spend map[string]Spend

@@ -13,15 +13,15 @@ func day(y int, m time.Month, d, h int) time.Time { return time.Date(y, m, d, h,
 func TestPeriodBounds(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		p          Period
+		p          model.BudgetPeriod
 		now        time.Time
 		start, end time.Time
 	}{
-		"monthly on the 1st":      {Period{Monthly, 1}, day(2025, 2, 14, 5), day(2025, 2, 1, 0), day(2025, 3, 1, 0)},
-		"monthly before start":    {Period{Monthly, 15}, day(2025, 1, 3, 0), day(2024, 12, 15, 0), day(2025, 1, 15, 0)},
-		"monthly on the start":    {Period{Monthly, 15}, day(2025, 1, 15, 0), day(2025, 1, 15, 0), day(2025, 2, 15, 0)},
-		"weekly from Monday":      {Period{Weekly, 1}, day(2025, 3, 2, 12), day(2025, 2, 24, 0), day(2025, 3, 3, 0)}, // 2 Mar 2025 is a Sunday
-		"weekly on the start day": {Period{Weekly, 0}, day(2025, 3, 2, 12), day(2025, 3, 2, 0), day(2025, 3, 9, 0)},
+		"monthly on the 1st":      {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}, day(2025, 2, 14, 5), day(2025, 2, 1, 0), day(2025, 3, 1, 0)},
+		"monthly before start":    {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 15}, day(2025, 1, 3, 0), day(2024, 12, 15, 0), day(2025, 1, 15, 0)},
+		"monthly on the start":    {model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 15}, day(2025, 1, 15, 0), day(2025, 1, 15, 0), day(2025, 2, 15, 0)},
+		"weekly from Monday":      {model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 1}, day(2025, 3, 2, 12), day(2025, 2, 24, 0), day(2025, 3, 3, 0)}, // 2 Mar 2025 is a Sunday
+		"weekly on the start day": {model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 0}, day(2025, 3, 2, 12), day(2025, 3, 2, 0), day(2025, 3, 9, 0)},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -35,7 +35,7 @@ func TestPeriodBounds(t *testing.T) {
 
 func TestBudgetValidate(t *testing.T) {
 	t.Parallel()
-	b := Budget{Period: Period{Kind: "daily"}, Thresholds: []Threshold{{Percent: 0, Action: "email", Basis: "vibes"}}}
+	b := model.Budget{Period: model.BudgetPeriod{Kind: "daily"}, Thresholds: []model.BudgetThreshold{{Percent: 0, Action: "email", Basis: "vibes"}}}
 	want := `metadata.name: must be set; spec.amount: must be > 0; spec.period.kind: must be "monthly" or "weekly"; ` +
 		`spec.scope: must set project, queue or tags; spec.thresholds[0].action: must be one of notify, block-new, stop-spot, stop-all; ` +
 		`spec.thresholds[0].basis: must be "actual" or "forecast"; spec.thresholds[0].percent: must be > 0 and at most 10000`
@@ -46,9 +46,9 @@ func TestBudgetValidate(t *testing.T) {
 
 func TestEvaluate(t *testing.T) {
 	t.Parallel()
-	b := Budget{Name: "nlp", Scope: Scope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * Dollar,
-		Period:     Period{Kind: Weekly, StartDay: 1},
-		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot, Basis: Forecast}, {Percent: 100, Action: ActionStopAll}}}
+	b := model.Budget{Name: "nlp", Scope: model.BudgetScope{Tags: map[string]string{"team": "nlp"}}, Amount: 1000 * model.Dollar,
+		Period:     model.BudgetPeriod{Kind: model.PeriodWeekly, StartDay: 1},
+		Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 90, Action: model.ActionStopSpot, Basis: model.BasisForecast}, {Percent: 100, Action: model.ActionStopAll}}}
 	now := day(2025, 3, 5, 10)
 	ps := day(2025, 3, 3, 0)
 	running := []Running{
@@ -63,19 +63,19 @@ func TestEvaluate(t *testing.T) {
 	}
 	tests := map[string]struct {
 		spend Spend
-		fired map[FiredKey]bool
+		fired map[model.FiredKey]bool
 		want  out
 	}{
-		"under":                        {Spend{Actual: 100 * Dollar, Forecast: 500 * Dollar}, nil, out{}},
-		"80% actual":                   {Spend{Actual: 800 * Dollar}, nil, out{Fired: []int{0}}},
-		"already fired stays quiet":    {Spend{Actual: 850 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps}: true}, out{}},
-		"forecast stop-spot":           {Spend{Actual: 700 * Dollar, Forecast: 950 * Dollar}, nil, out{Fired: []int{1}, Stops: []string{"s1"}}},
-		"stop-all blocks and stops":    {Spend{Actual: 1000 * Dollar, Forecast: 1000 * Dollar}, nil, out{Fired: []int{0, 1, 2}, Blocks: 1, Stops: []string{"o1", "s1"}}},
-		"last period's firing re-arms": {Spend{Actual: 810 * Dollar}, map[FiredKey]bool{{"nlp", 0, ps.AddDate(0, 0, -7)}: true}, out{Fired: []int{0}}},
+		"under":                        {Spend{Actual: 100 * model.Dollar, Forecast: 500 * model.Dollar}, nil, out{}},
+		"80% actual":                   {Spend{Actual: 800 * model.Dollar}, nil, out{Fired: []int{0}}},
+		"already fired stays quiet":    {Spend{Actual: 850 * model.Dollar}, map[model.FiredKey]bool{{Budget: "nlp", Threshold: 0, PeriodStart: ps}: true}, out{}},
+		"forecast stop-spot":           {Spend{Actual: 700 * model.Dollar, Forecast: 950 * model.Dollar}, nil, out{Fired: []int{1}, Stops: []string{"s1"}}},
+		"stop-all blocks and stops":    {Spend{Actual: 1000 * model.Dollar, Forecast: 1000 * model.Dollar}, nil, out{Fired: []int{0, 1, 2}, Blocks: 1, Stops: []string{"o1", "s1"}}},
+		"last period's firing re-arms": {Spend{Actual: 810 * model.Dollar}, map[model.FiredKey]bool{{Budget: "nlp", Threshold: 0, PeriodStart: ps.AddDate(0, 0, -7)}: true}, out{Fired: []int{0}}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			ev := Evaluate(EvaluateInput{Budgets: []Budget{b}, Spend: map[string]Spend{"nlp": tt.spend}, Fired: tt.fired, Running: running, Now: now})
+			ev := Evaluate(EvaluateInput{Budgets: []model.Budget{b}, Spend: map[string]Spend{"nlp": tt.spend}, Fired: tt.fired, Running: running, Now: now})
 			var got out
 			for _, f := range ev.Firings {
 				got.Fired = append(got.Fired, f.Key.Threshold)
@@ -93,31 +93,31 @@ func TestEvaluate(t *testing.T) {
 
 func TestAdmit(t *testing.T) {
 	t.Parallel()
-	hard := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 100 * Dollar, Period: Period{Kind: Monthly}, Hard: true}
+	hard := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 100 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly}, Hard: true}
 	now := day(2025, 3, 10, 0)
-	block := Block{Budget: "q", Scope: Scope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
+	block := Block{Budget: "q", Scope: model.BudgetScope{Queue: "batch"}, Until: day(2025, 4, 1, 0), Reason: "budget q: block-new"}
 	tests := map[string]struct {
 		r      Request
-		spent  Money
+		spent  model.Money
 		blocks []Block
 		now    time.Time
 		want   Admission
 	}{
-		"fits": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 10 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
-		"worst case exceeds hard": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2*Dollar + 4*Cent, MaxDuration: 11 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{
+		"fits": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2 * model.Dollar, MaxDuration: 10 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{OK: true}},
+		"worst case exceeds hard": {r: Request{Project: "p", GPUs: 2, PricePerGPUHour: 2*model.Dollar + 4*model.Cent, MaxDuration: 11 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{
 			Reason: "budget p (project=p) is hard: worst-case cost $44.88 (2 GPUs × $2.04/GPU-hour × 11h0m0s) on top of $60.00 spent would exceed $100.00 before 2025-04-01"}},
-		"no runtime limit in a hard scope": {r: Request{Project: "p", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{Field: FieldRuntimeLimit,
+		"no runtime limit in a hard scope": {r: Request{Project: "p", GPUs: 1, PricePerGPUHour: 2 * model.Dollar}, now: now, want: Admission{Field: FieldRuntimeLimit,
 			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
 		"no runtime limit, no price yet": {r: Request{Project: "p", GPUs: 1}, now: now, want: Admission{Field: FieldRuntimeLimit,
 			Reason: "budget p (project=p) is hard: a GPU job in its scope must set spec.limits.runtime, which bounds its worst-case cost (GPUs × price × runtime); set it, e.g. limits: {runtime: 12h} or gpufleet run --runtime 12h"}},
-		"no runtime limit outside the scope": {r: Request{Project: "x", GPUs: 1, PricePerGPUHour: 2 * Dollar}, now: now, want: Admission{OK: true}},
-		"other project":                      {r: Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * Dollar, MaxDuration: 99 * time.Hour}, spent: 60 * Dollar, now: now, want: Admission{OK: true}},
+		"no runtime limit outside the scope": {r: Request{Project: "x", GPUs: 1, PricePerGPUHour: 2 * model.Dollar}, now: now, want: Admission{OK: true}},
+		"other project":                      {r: Request{Project: "x", GPUs: 2, PricePerGPUHour: 2 * model.Dollar, MaxDuration: 99 * time.Hour}, spent: 60 * model.Dollar, now: now, want: Admission{OK: true}},
 		"blocked queue":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: now, want: Admission{Reason: "blocked by budget q: block-new"}},
 		"block expired":                      {r: Request{Project: "x", Queue: "batch"}, blocks: []Block{block}, now: day(2025, 4, 1, 0), want: Admission{OK: true}},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := Admit(tt.r, AdmissionState{Budgets: []Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
+			got := Admit(tt.r, AdmissionState{Budgets: []model.Budget{hard}, Blocks: tt.blocks, Spend: map[string]Spend{"p": {Actual: tt.spent}}, Now: tt.now})
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
@@ -128,7 +128,7 @@ func TestAdmit(t *testing.T) {
 func TestMoneyUSD(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		m    Money
+		m    model.Money
 		want string
 	}{
 		"zero":             {0, "$0.00"},
@@ -152,18 +152,18 @@ func TestForecastSpend(t *testing.T) {
 	// $24/day steady spend for 28 days of February: the forecast for March
 	// (31 days) at the start of March 11th should be near $24 × 31.
 	r := NewRollup()
-	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
 	from := day(2025, 2, 1, 0)
 	now := day(2025, 3, 11, 0)
 	for h := from; h.Before(now); h = h.Add(time.Hour) {
 		r.Add(Meter(nodes, h, h.Add(time.Hour)))
 	}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 500 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	b := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 500 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}}
 	sp, f := ForecastSpend(r, b, now, 28, 31)
-	if sp.Actual != 240*Dollar {
+	if sp.Actual != 240*model.Dollar {
 		t.Errorf("actual %v, want $240", sp.Actual)
 	}
-	if sp.Forecast < 740*Dollar || sp.Forecast > 748*Dollar {
+	if sp.Forecast < 740*model.Dollar || sp.Forecast > 748*model.Dollar {
 		t.Errorf("forecast %v, want ≈ $744 (%s)", sp.Forecast, f.Method)
 	}
 	if len(f.Points) != 21+31 {
@@ -177,11 +177,11 @@ func TestForecastSpend(t *testing.T) {
 // the method used is named, and the interval is not [0, 0].
 func TestForecastSpendShortHistory(t *testing.T) {
 	t.Parallel()
-	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
-	b := Budget{Name: "p", Scope: Scope{Project: "p"}, Amount: 5000 * Dollar, Period: Period{Kind: Monthly, StartDay: 1}}
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: 10 * model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	b := model.Budget{Name: "p", Scope: model.BudgetScope{Project: "p"}, Amount: 5000 * model.Dollar, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}}
 	type got struct {
 		Method           string
-		Actual, Forecast Money
+		Actual, Forecast model.Money
 		Wide             bool // the first point's interval is wider than nothing
 	}
 	tests := map[string]struct {
@@ -190,10 +190,10 @@ func TestForecastSpendShortHistory(t *testing.T) {
 	}{
 		// $30 in 3 h = $240/day; 21.5 days to April 1st: $5,160 more.
 		"first day: the run rate": {from: day(2025, 3, 10, 9), now: day(2025, 3, 10, 12),
-			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * Dollar, Forecast: 5190 * Dollar, Wide: true}},
+			want: got{Method: "run-rate (less than a day of history)", Actual: 30 * model.Dollar, Forecast: 5190 * model.Dollar, Wide: true}},
 		// Three whole days at $240/day; 19 days left at their mean.
 		"three days: their mean": {from: day(2025, 3, 10, 0), now: day(2025, 3, 13, 0),
-			want: got{Method: "mean (short history)", Actual: 720 * Dollar, Forecast: (720 + 19*240) * Dollar, Wide: true}},
+			want: got{Method: "mean (short history)", Actual: 720 * model.Dollar, Forecast: (720 + 19*240) * model.Dollar, Wide: true}},
 		"nothing spent": {from: day(2025, 3, 10, 0), now: day(2025, 3, 10, 0),
 			want: got{Method: "none (no spend yet)"}},
 	}

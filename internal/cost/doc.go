@@ -8,7 +8,9 @@
 //
 // What it owns:
 //
-//   - Money: integer micro-dollars, never a float in the ledger.
+//   - The arithmetic on model.Money (integer micro-dollars, never a float
+//     in the ledger; the type and the ledger row, model.LedgerEntry, live
+//     in package model so the store keeps them without importing cost).
 //   - Meter: turns node usage over an interval into ledger entries. Every
 //     second of every node is attributed, to allocations by GPU share (CPU
 //     share for CPU-only work) and the remainder to idle.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/cost/forecast"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // ForecastSpend computes a budget's Spend at now from the rollup: Actual
@@ -18,7 +19,7 @@ import (
 // hour that spent), projected to the period end with a wide interval. The
 // forecast is returned for reports (intervals, method, later periods via
 // a longer horizon).
-func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (Spend, forecast.Result) {
+func ForecastSpend(r *Rollup, b model.Budget, now time.Time, history, extraDays int) (Spend, forecast.Result) {
 	start, end := b.Period.Bounds(now)
 	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	actual := r.Spend(b.Scope, start, now)
@@ -35,7 +36,7 @@ func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (
 		}
 		f := forecast.Daily(series, left+extraDays, forecast.Options{})
 		mean, _, _ := f.Total(left)
-		rest := FromDollars(mean) - spentToday
+		rest := model.FromDollars(mean) - spentToday
 		return Spend{Actual: actual, Forecast: actual + max(rest, 0)}, f
 	}
 	var rate float64 // dollars per day
@@ -43,20 +44,20 @@ func ForecastSpend(r *Rollup, b Budget, now time.Time, history, extraDays int) (
 		rate = spentToday.Dollars() / now.Sub(since).Hours() * 24
 	}
 	f := forecast.RunRate(rate, left+extraDays, forecast.Options{})
-	rest := FromDollars(rate * end.Sub(now).Hours() / 24)
+	rest := model.FromDollars(rate * end.Sub(now).Hours() / 24)
 	return Spend{Actual: actual, Forecast: actual + max(rest, 0)}, f
 }
 
 // firstSpend is the start of the first hour in [from, to) in which work
 // in scope spent anything.
-func (r *Rollup) firstSpend(s Scope, from, to time.Time) (time.Time, bool) {
+func (r *Rollup) firstSpend(s model.BudgetScope, from, to time.Time) (time.Time, bool) {
 	for h := floorDiv(from.Unix(), 3600); h*3600 < to.Unix(); h++ {
 		b := r.hours[h]
 		if b == nil {
 			continue
 		}
 		for j, id := range b.dims {
-			if d := &r.dims[id]; d.Kind == KindAllocation && b.cells[j].Cost > 0 && s.Matches(d.Project, d.Queue, d.Tags) {
+			if d := &r.dims[id]; d.Kind == model.LedgerAllocation && b.cells[j].Cost > 0 && s.Matches(d.Project, d.Queue, d.Tags) {
 				return time.Unix(h*3600, 0).UTC(), true
 			}
 		}

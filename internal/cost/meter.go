@@ -8,29 +8,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// PriceSource says where a node's price came from.
-type PriceSource string
-
-// Price sources.
-const (
-	// SourceCatalog is the provider's list price from the catalog.
-	SourceCatalog PriceSource = "catalog"
-	// SourceCustom is a price per hour given in the custom price file.
-	SourceCustom PriceSource = "custom"
-	// SourceAmortized is owned hardware: purchase price spread over its
-	// amortisation period, plus running costs, from the custom price file.
-	SourceAmortized PriceSource = "amortized"
-)
-
-// Kind tells allocation entries from idle entries.
-type Kind string
-
-// Entry kinds.
-const (
-	KindAllocation Kind = "allocation"
-	KindIdle       Kind = "idle"
-)
-
 // NodeUsage is one node as the meter sees it over a pass: its price and
 // capacity and the allocations on it. Zero Start or End means the node
 // existed before or after the pass.
@@ -42,9 +19,9 @@ type NodeUsage struct {
 	InstanceType string
 	GPUModel     string
 	CapacityType model.CapacityType
-	PriceSource  PriceSource
+	PriceSource  model.PriceSource
 	// PricePerHour is the whole node's price in micro-dollars per hour.
-	PricePerHour Money
+	PricePerHour model.Money
 	// GPUs and CPU are the node's capacity; GPUs may be 0 for CPU-only
 	// nodes.
 	GPUs       float64
@@ -80,47 +57,6 @@ type Allocation struct {
 	Telemetry bool
 }
 
-// Entry is one ledger row: an allocation's or a node's idle share of one
-// node over one metering pass.
-type Entry struct {
-	Kind         Kind
-	NodeID       string
-	Pool         string
-	Provider     string
-	Region       string
-	InstanceType string
-	GPUModel     string
-	CapacityType model.CapacityType
-	PriceSource  PriceSource
-	PricePerHour Money
-
-	// Attribution; empty on idle entries.
-	JobID     string
-	AttemptID string
-	Attempt   int
-	Project   string
-	User      string
-	Queue     string
-	Tags      map[string]string
-
-	// GPUs and CPU held (for idle: the capacity left unallocated at the end
-	// of the pass is not tracked; see GPUSeconds).
-	GPUs float64
-	CPU  float64
-	// From and To bound the metered overlap, whole seconds.
-	From, To time.Time
-	Seconds  int64
-	// GPUSeconds is GPUs held × seconds; for idle, the node's GPU-seconds
-	// not held by any allocation.
-	GPUSeconds float64
-	Cost       Money
-	// EffectiveCost is Cost × SMActive where Telemetry is set, rounded half
-	// up to the micro-dollar; it is an estimate, never summed into Cost.
-	EffectiveCost Money
-	SMActive      float64
-	Telemetry     bool
-}
-
 // unixSec floors t to whole Unix seconds, clamping times before 1970 to 0.
 func unixSec(t time.Time) int64 {
 	s := t.Unix()
@@ -134,7 +70,7 @@ func unixSec(t time.Time) int64 {
 // from its origin to s whole seconds after it, which is what a per-second
 // bill charges for s seconds. Costs of intervals are differences of F, so
 // they telescope.
-func cumulative(pricePerHour Money, sec int64) uint64 {
+func cumulative(pricePerHour model.Money, sec int64) uint64 {
 	if pricePerHour <= 0 || sec <= 0 {
 		return 0
 	}
@@ -152,16 +88,16 @@ func cumulative(pricePerHour Money, sec int64) uint64 {
 // a micro-dollar of the real-valued price × time, and never accumulates.
 // Meter counts a node with an Origin from that origin instead of the Unix
 // epoch (nodeCost), so its total is F(seconds billed), a provider's bill.
-func NodeCost(pricePerHour Money, from, to time.Time) Money {
+func NodeCost(pricePerHour model.Money, from, to time.Time) model.Money {
 	return nodeCost(pricePerHour, unixSec(from), unixSec(to))
 }
 
 // nodeCost is F(b) − F(a) for seconds a ≤ b on one node's clock.
-func nodeCost(pricePerHour Money, a, b int64) Money {
+func nodeCost(pricePerHour model.Money, a, b int64) model.Money {
 	if b <= a {
 		return 0
 	}
-	return Money(cumulative(pricePerHour, b) - cumulative(pricePerHour, a))
+	return model.Money(cumulative(pricePerHour, b) - cumulative(pricePerHour, a))
 }
 
 // nodeClock counts a node's time in whole seconds since its origin (whole
@@ -233,13 +169,13 @@ func units(x float64) uint64 {
 //     than the number of parties) go one each to the largest remainders,
 //     ties to the earlier allocation, idle last. Parts therefore sum to the
 //     stretch cost exactly and none is negative.
-func Meter(nodes []NodeUsage, from, to time.Time) []Entry {
+func Meter(nodes []NodeUsage, from, to time.Time) []model.LedgerEntry {
 	return AppendMeter(nil, nodes, from, to)
 }
 
 // AppendMeter is Meter appending to dst, so a caller metering every minute
 // can reuse one buffer (dst[:0]) and allocate nothing in steady state.
-func AppendMeter(dst []Entry, nodes []NodeUsage, from, to time.Time) []Entry {
+func AppendMeter(dst []model.LedgerEntry, nodes []NodeUsage, from, to time.Time) []model.LedgerEntry {
 	n := 0
 	for i := range nodes {
 		n += len(nodes[i].Allocations) + 1
@@ -275,7 +211,7 @@ func clip(k nodeClock, start, end time.Time, lo, hi int64) (int64, int64) {
 	return a, b
 }
 
-func (m *meterScratch) node(out []Entry, nu *NodeUsage, fromT, toT time.Time) []Entry {
+func (m *meterScratch) node(out []model.LedgerEntry, nu *NodeUsage, fromT, toT time.Time) []model.LedgerEntry {
 	clk := nodeClock{origin: nu.Origin}
 	lo, hi := clip(clk, nu.Start, nu.End, clk.sec(fromT), clk.sec(toT))
 	if hi <= lo {
@@ -304,7 +240,7 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, fromT, toT time.Time) []
 			continue
 		}
 		a := &nu.Allocations[i]
-		e := nu.entry(KindAllocation, m.starts[i], m.ends[i], at)
+		e := nu.entry(model.LedgerAllocation, m.starts[i], m.ends[i], at)
 		e.JobID, e.AttemptID, e.Attempt = a.JobID, a.AttemptID, a.Attempt
 		e.Project, e.User, e.Queue, e.Tags = a.Project, a.User, a.Queue, a.Tags
 		e.GPUs, e.CPU = a.GPUs, a.CPU
@@ -323,7 +259,7 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, fromT, toT time.Time) []
 			m.idx = append(m.idx, -1)
 		}
 	}
-	idle := nu.entry(KindIdle, lo, hi, at)
+	idle := nu.entry(model.LedgerIdle, lo, hi, at)
 	idle.GPUSeconds = nu.GPUs * float64(hi-lo)
 	for j := base; j < len(out); j++ {
 		idle.GPUSeconds -= out[j].GPUSeconds
@@ -381,17 +317,17 @@ func (m *meterScratch) node(out []Entry, nu *NodeUsage, fromT, toT time.Time) []
 		}
 		if total == 0 {
 			// No capacity declared and nothing held: all idle.
-			idle.Cost += Money(c)
+			idle.Cost += model.Money(c)
 			continue
 		}
 		m.w = append(m.w, total-used) // idle
 		parts := m.split(c, total)
 		for i := 0; i < k; i++ {
 			if parts[i] > 0 {
-				out[m.idx[i]].Cost += Money(parts[i])
+				out[m.idx[i]].Cost += model.Money(parts[i])
 			}
 		}
-		idle.Cost += Money(parts[k])
+		idle.Cost += model.Money(parts[k])
 	}
 	for j := base; j < len(out); j++ {
 		e := &out[j]
@@ -430,20 +366,20 @@ func (m *meterScratch) split(c, total uint64) []uint64 {
 	return parts
 }
 
-func effective(c Money, sm float64) Money {
+func effective(c model.Money, sm float64) model.Money {
 	if !(sm > 0) {
 		return 0
 	}
 	if sm >= 1 {
 		return c
 	}
-	return Money(math.Floor(float64(c)*sm + 0.5))
+	return model.Money(math.Floor(float64(c)*sm + 0.5))
 }
 
 // entry is an entry of the node over its clock's seconds [a, b); at turns
 // them into instants.
-func (nu *NodeUsage) entry(k Kind, a, b int64, at func(int64) time.Time) Entry {
-	return Entry{
+func (nu *NodeUsage) entry(k model.LedgerKind, a, b int64, at func(int64) time.Time) model.LedgerEntry {
+	return model.LedgerEntry{
 		Kind: k, NodeID: nu.NodeID, Pool: nu.Pool, Provider: nu.Provider, Region: nu.Region,
 		InstanceType: nu.InstanceType, GPUModel: nu.GPUModel, CapacityType: nu.CapacityType,
 		PriceSource: nu.PriceSource, PricePerHour: nu.PricePerHour,

@@ -17,7 +17,7 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 func TestMoneyString(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
-		m    Money
+		m    model.Money
 		want string
 	}{
 		"zero":     {0, "$0.000000"},
@@ -30,7 +30,7 @@ func TestMoneyString(t *testing.T) {
 			if diff := cmp.Diff(tt.want, tt.m.String()); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
-			back, err := ParseMoney(tt.want)
+			back, err := model.ParseMoney(tt.want)
 			if err != nil || back != tt.m {
 				t.Errorf("ParseMoney(%q) = %v, %v", tt.want, back, err)
 			}
@@ -42,7 +42,7 @@ func TestFromDollars(t *testing.T) {
 	t.Parallel()
 	tests := map[string]struct {
 		d    float64
-		want Money
+		want model.Money
 	}{
 		"h100 hour":      {98.32, 98_320_000},
 		"half rounds up": {0.0000005, 1},
@@ -50,7 +50,7 @@ func TestFromDollars(t *testing.T) {
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, FromDollars(tt.d)); diff != "" {
+			if diff := cmp.Diff(tt.want, model.FromDollars(tt.d)); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
 		})
@@ -59,31 +59,31 @@ func TestFromDollars(t *testing.T) {
 
 func TestNodeCostTelescopes(t *testing.T) {
 	t.Parallel()
-	p := FromDollars(3.67) // does not divide 3600 evenly
+	p := model.FromDollars(3.67) // does not divide 3600 evenly
 	whole := NodeCost(p, at(0), at(24*time.Hour))
-	var parts Money
+	var parts model.Money
 	for s := time.Duration(0); s < 24*time.Hour; s += 7 * time.Second {
 		parts += NodeCost(p, at(s), at(min(s+7*time.Second, 24*time.Hour)))
 	}
 	if diff := cmp.Diff(whole, parts); diff != "" {
 		t.Errorf("(-whole +sum of parts)\n%s", diff)
 	}
-	if diff := cmp.Diff(FromDollars(3.67*24), whole); diff != "" {
+	if diff := cmp.Diff(model.FromDollars(3.67*24), whole); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 }
 
 type summary struct {
-	Kind  Kind
+	Kind  model.LedgerKind
 	Job   string
-	Cost  Money
+	Cost  model.Money
 	Secs  int64
 	GPUS  float64
-	Eff   Money
+	Eff   model.Money
 	Range string
 }
 
-func summarise(es []Entry) []summary {
+func summarise(es []model.LedgerEntry) []summary {
 	var out []summary
 	for _, e := range es {
 		out = append(out, summary{e.Kind, e.JobID, e.Cost, e.Seconds, e.GPUSeconds, e.EffectiveCost,
@@ -96,8 +96,8 @@ func TestMeter(t *testing.T) {
 	t.Parallel()
 	hour := time.Hour
 	node := func(gpus, cpu float64, price float64, allocs ...Allocation) NodeUsage {
-		return NodeUsage{NodeID: "n1", GPUs: gpus, CPU: cpu, PricePerHour: FromDollars(price),
-			CapacityType: model.OnDemand, PriceSource: SourceCatalog, Allocations: allocs}
+		return NodeUsage{NodeID: "n1", GPUs: gpus, CPU: cpu, PricePerHour: model.FromDollars(price),
+			CapacityType: model.OnDemand, PriceSource: model.PriceCatalog, Allocations: allocs}
 	}
 	tests := map[string]struct {
 		nodes []NodeUsage
@@ -105,16 +105,16 @@ func TestMeter(t *testing.T) {
 	}{
 		"empty node is all idle": {
 			nodes: []NodeUsage{node(8, 96, 8)},
-			want:  []summary{{KindIdle, "", 8 * Dollar, 3600, 8 * 3600, 0, "0s-1h0m0s"}},
+			want:  []summary{{model.LedgerIdle, "", 8 * model.Dollar, 3600, 8 * 3600, 0, "0s-1h0m0s"}},
 		},
 		"gpu shares": {
 			nodes: []NodeUsage{node(8, 96, 8,
 				Allocation{JobID: "a", GPUs: 4, CPU: 10},
 				Allocation{JobID: "b", GPUs: 2, CPU: 80, SMActive: 0.5, Telemetry: true})},
 			want: []summary{
-				{KindAllocation, "a", 4 * Dollar, 3600, 4 * 3600, 0, "0s-1h0m0s"},
-				{KindAllocation, "b", 2 * Dollar, 3600, 2 * 3600, Dollar, "0s-1h0m0s"},
-				{KindIdle, "", 2 * Dollar, 3600, 2 * 3600, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "a", 4 * model.Dollar, 3600, 4 * 3600, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "b", 2 * model.Dollar, 3600, 2 * 3600, model.Dollar, "0s-1h0m0s"},
+				{model.LedgerIdle, "", 2 * model.Dollar, 3600, 2 * 3600, 0, "0s-1h0m0s"},
 			},
 		},
 		"partial overlap is metered for its overlap only": {
@@ -122,9 +122,9 @@ func TestMeter(t *testing.T) {
 				Allocation{JobID: "a", GPUs: 4, Start: at(-hour), End: at(30 * time.Minute)},
 				Allocation{JobID: "b", GPUs: 2, Start: at(45 * time.Minute)})},
 			want: []summary{
-				{KindAllocation, "a", 2 * Dollar, 1800, 4 * 1800, 0, "0s-30m0s"},
-				{KindAllocation, "b", Dollar / 2, 900, 2 * 900, 0, "45m0s-1h0m0s"},
-				{KindIdle, "", 3 * Dollar / 2, 3600, 4*3600 - 4*1800 - 2*900, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "a", 2 * model.Dollar, 1800, 4 * 1800, 0, "0s-30m0s"},
+				{model.LedgerAllocation, "b", model.Dollar / 2, 900, 2 * 900, 0, "45m0s-1h0m0s"},
+				{model.LedgerIdle, "", 3 * model.Dollar / 2, 3600, 4*3600 - 4*1800 - 2*900, 0, "0s-1h0m0s"},
 			},
 		},
 		"cpu-only work on a gpu node takes cpu share of free gpus": {
@@ -132,34 +132,34 @@ func TestMeter(t *testing.T) {
 				Allocation{JobID: "g", GPUs: 1, CPU: 5},
 				Allocation{JobID: "c", CPU: 5})},
 			want: []summary{
-				{KindAllocation, "g", Dollar, 3600, 3600, 0, "0s-1h0m0s"},
-				{KindAllocation, "c", Dollar / 2, 3600, 0, 0, "0s-1h0m0s"},
-				{KindIdle, "", Dollar / 2, 3600, 3600, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "g", model.Dollar, 3600, 3600, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "c", model.Dollar / 2, 3600, 0, 0, "0s-1h0m0s"},
+				{model.LedgerIdle, "", model.Dollar / 2, 3600, 3600, 0, "0s-1h0m0s"},
 			},
 		},
 		"cpu-only node by cpu share": {
 			nodes: []NodeUsage{node(0, 4, 1, Allocation{JobID: "c", CPU: 1})},
 			want: []summary{
-				{KindAllocation, "c", Dollar / 4, 3600, 0, 0, "0s-1h0m0s"},
-				{KindIdle, "", 3 * Dollar / 4, 3600, 0, 0, "0s-1h0m0s"},
+				{model.LedgerAllocation, "c", model.Dollar / 4, 3600, 0, 0, "0s-1h0m0s"},
+				{model.LedgerIdle, "", 3 * model.Dollar / 4, 3600, 0, 0, "0s-1h0m0s"},
 			},
 		},
 		"thirds split by largest remainder": {
 			nodes: []NodeUsage{{NodeID: "n", GPUs: 3, PricePerHour: 3600 * 100, Allocations: []Allocation{
 				{JobID: "a", GPUs: 1}, {JobID: "b", GPUs: 1}, {JobID: "c", GPUs: 1}}}},
 			want: []summary{
-				{KindAllocation, "a", 34, 1, 1, 0, "0s-1s"},
-				{KindAllocation, "b", 33, 1, 1, 0, "0s-1s"},
-				{KindAllocation, "c", 33, 1, 1, 0, "0s-1s"},
-				{KindIdle, "", 0, 1, 0, 0, "0s-1s"},
+				{model.LedgerAllocation, "a", 34, 1, 1, 0, "0s-1s"},
+				{model.LedgerAllocation, "b", 33, 1, 1, 0, "0s-1s"},
+				{model.LedgerAllocation, "c", 33, 1, 1, 0, "0s-1s"},
+				{model.LedgerIdle, "", 0, 1, 0, 0, "0s-1s"},
 			},
 		},
 		"node launched inside the pass": {
-			nodes: []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Start: at(59 * time.Minute)}},
-			want:  []summary{{KindIdle, "", 16_667, 60, 60, 0, "59m0s-1h0m0s"}},
+			nodes: []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: model.Dollar, Start: at(59 * time.Minute)}},
+			want:  []summary{{model.LedgerIdle, "", 16_667, 60, 60, 0, "59m0s-1h0m0s"}},
 		},
 		"terminated node": {
-			nodes: []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, End: at(-time.Minute)}},
+			nodes: []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: model.Dollar, End: at(-time.Minute)}},
 		},
 	}
 	for name, tt := range tests {
@@ -189,7 +189,7 @@ func FuzzMeterInvariant(f *testing.F) {
 		}
 		secs %= 86400 * 62
 		r := rand.New(rand.NewPCG(seed, 1))
-		nu := NodeUsage{NodeID: "n", GPUs: float64(gpus % 17), CPU: float64(r.IntN(200)), PricePerHour: Money(price)}
+		nu := NodeUsage{NodeID: "n", GPUs: float64(gpus % 17), CPU: float64(r.IntN(200)), PricePerHour: model.Money(price)}
 		if r.IntN(4) == 0 {
 			nu.Start = at(time.Duration(r.Int64N(secs+1)) * time.Second)
 		}
@@ -205,7 +205,7 @@ func FuzzMeterInvariant(f *testing.F) {
 		}
 		from, to := at(0), at(time.Duration(secs)*time.Second)
 		es := Meter([]NodeUsage{nu}, from, to)
-		var sum Money
+		var sum model.Money
 		for _, e := range es {
 			if e.Cost < 0 || e.EffectiveCost < 0 || e.GPUSeconds < 0 {
 				t.Fatalf("negative entry %+v", e)
@@ -219,7 +219,7 @@ func FuzzMeterInvariant(f *testing.F) {
 		if want := NodeCost(nu.PricePerHour, lo, to); sum != want {
 			t.Fatalf("entries sum to %v, node cost is %v", sum, want)
 		}
-		if secs > 0 && (len(es) == 0 || es[len(es)-1].Kind != KindIdle) && lo.Before(to) {
+		if secs > 0 && (len(es) == 0 || es[len(es)-1].Kind != model.LedgerIdle) && lo.Before(to) {
 			t.Fatalf("no idle entry: %+v", es)
 		}
 	})
@@ -231,7 +231,7 @@ func fleet(n int, seed uint64) []NodeUsage {
 	nodes := make([]NodeUsage, n)
 	for i := range nodes {
 		nu := NodeUsage{NodeID: fmt.Sprintf("node-%05d", i), GPUs: 8, CPU: 96, GPUModel: "H100",
-			CapacityType: caps[i%3], PriceSource: SourceCatalog, PricePerHour: FromDollars(20 + r.Float64()*80)}
+			CapacityType: caps[i%3], PriceSource: model.PriceCatalog, PricePerHour: model.FromDollars(20 + r.Float64()*80)}
 		left := 8
 		for left > 0 && r.IntN(5) != 0 {
 			g := 1 + r.IntN(left)
@@ -276,7 +276,7 @@ func BenchmarkAppendMeter10kNodes(b *testing.B) {
 // up, as its provider bills it, however the passes cut its life.
 func TestMeterFromOrigin(t *testing.T) {
 	t.Parallel()
-	price := FromDollars(98.32)
+	price := model.FromDollars(98.32)
 	launch := at(17*time.Minute + 300*time.Millisecond)
 	tests := map[string]struct {
 		stop   time.Time
@@ -291,12 +291,12 @@ func TestMeterFromOrigin(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			nu := NodeUsage{NodeID: "n", GPUs: 8, PricePerHour: price, Start: launch, End: tt.stop, Origin: launch,
 				Allocations: []Allocation{{JobID: "j", GPUs: 8, Start: launch.Add(10 * time.Second)}}}
-			var total Money
+			var total model.Money
 			var secs int64
 			for i := 0; i+1 < len(tt.passes); i++ {
 				for _, e := range Meter([]NodeUsage{nu}, at(tt.passes[i]), at(tt.passes[i+1])) {
 					total += e.Cost
-					if e.Kind == KindIdle {
+					if e.Kind == model.LedgerIdle {
 						secs += e.Seconds
 					}
 				}

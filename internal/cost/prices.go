@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // HoursPerMonth is the month length used to amortise hardware: 730 hours
@@ -15,8 +17,8 @@ const HoursPerMonth = 730
 
 // Price is a node's price per hour and where it came from.
 type Price struct {
-	PerHour Money
-	Source  PriceSource
+	PerHour model.Money
+	Source  model.PriceSource
 }
 
 // PriceTable is the custom price file: prices for owned or otherwise
@@ -115,12 +117,12 @@ func ParsePrices(r io.Reader) (PriceTable, error) {
 		}
 		return ""
 	}
-	money := func(line int, rec []string, c string) (Money, bool) {
+	money := func(line int, rec []string, c string) (model.Money, bool) {
 		s := get(rec, c)
 		if s == "" {
 			return 0, false
 		}
-		m, err := ParseMoney(s)
+		m, err := model.ParseMoney(s)
 		if err != nil || m < 0 {
 			errs = append(errs, fmt.Errorf("line %d: %s: %q is not a non-negative amount", line, c, s))
 			return 0, false
@@ -157,7 +159,7 @@ func ParsePrices(r io.Reader) (PriceTable, error) {
 		case hasPPH && hasBuy:
 			errs = append(errs, fmt.Errorf("line %d: set price_per_hour or purchase_price, not both", line))
 		case hasPPH:
-			m[key] = Price{PerHour: pph + opex, Source: SourceCustom}
+			m[key] = Price{PerHour: pph + opex, Source: model.PriceCustom}
 		case hasBuy:
 			months, err := strconv.Atoi(get(rec, "amortize_months"))
 			if err != nil || months <= 0 || months > 240 {
@@ -165,8 +167,8 @@ func ParsePrices(r io.Reader) (PriceTable, error) {
 				continue
 			}
 			hours := uint64(months) * HoursPerMonth
-			perHour := Money((uint64(buy) + hours/2) / hours) // half up
-			m[key] = Price{PerHour: perHour + opex, Source: SourceAmortized}
+			perHour := model.Money((uint64(buy) + hours/2) / hours) // half up
+			m[key] = Price{PerHour: perHour + opex, Source: model.PriceAmortized}
 		default:
 			errs = append(errs, fmt.Errorf("line %d: set price_per_hour or purchase_price", line))
 		}

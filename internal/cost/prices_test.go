@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func TestParsePrices(t *testing.T) {
@@ -24,9 +26,9 @@ instance_type,a100-box,12.25,,,0.75
 		want            Price
 		ok              bool
 	}{
-		"amortised node": {"dgx-01", "onprem-l4", "", Price{FromDollars(300000.0/(36*730)) + 2*Dollar, SourceAmortized}, true},
-		"pool":           {"other", "onprem-l4", "a100-box", Price{4_500_000, SourceCustom}, true},
-		"instance type":  {"other", "", "a100-box", Price{13 * Dollar, SourceCustom}, true},
+		"amortised node": {"dgx-01", "onprem-l4", "", Price{model.FromDollars(300000.0/(36*730)) + 2*model.Dollar, model.PriceAmortized}, true},
+		"pool":           {"other", "onprem-l4", "a100-box", Price{4_500_000, model.PriceCustom}, true},
+		"instance type":  {"other", "", "a100-box", Price{13 * model.Dollar, model.PriceCustom}, true},
 		"catalog":        {"x", "y", "z", Price{}, false},
 	}
 	for name, tt := range tests {
@@ -64,7 +66,7 @@ func TestWithInstanceType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	demo := Price{PerHour: 2 * Dollar, Source: "demo"}
+	demo := Price{PerHour: 2 * model.Dollar, Source: "demo"}
 	for name, tc := range map[string]struct {
 		table PriceTable
 		typ   string
@@ -72,7 +74,7 @@ func TestWithInstanceType(t *testing.T) {
 	}{
 		"added to an empty table":     {table: PriceTable{}, typ: "demo-1xH100", want: demo},
 		"added beside the file's":     {table: file, typ: "demo-1xH100", want: demo},
-		"the file's own price stands": {table: file, typ: "mine", want: Price{PerHour: 5 * Dollar, Source: SourceCustom}},
+		"the file's own price stands": {table: file, typ: "mine", want: Price{PerHour: 5 * model.Dollar, Source: model.PriceCustom}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

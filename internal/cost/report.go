@@ -47,7 +47,7 @@ type Query struct {
 	GroupBy []string
 	Idle    IdleMode
 	// Scope, when set, keeps only work in scope (and drops idle).
-	Scope *Scope
+	Scope *model.BudgetScope
 	// Projects, when not nil, keeps only work of these projects and drops
 	// idle, which belongs to no project: what a caller may see of others'
 	// spend is nothing.
@@ -81,9 +81,9 @@ type Row struct {
 	Start time.Time
 	// Group holds the values of Query.GroupBy, in order.
 	Group         []string
-	Cost          Money
-	EffectiveCost Money
-	MeasuredCost  Money
+	Cost          model.Money
+	EffectiveCost model.Money
+	MeasuredCost  model.Money
 	GPUHours      float64
 }
 
@@ -91,11 +91,11 @@ type Row struct {
 type Report struct {
 	Query Query
 	Rows  []Row
-	Total Money
+	Total model.Money
 }
 
 func groupValue(d *Dims, f string) string {
-	idle := d.Kind == KindIdle
+	idle := d.Kind == model.LedgerIdle
 	pick := func(s string) string {
 		if idle {
 			return IdleGroup
@@ -189,23 +189,23 @@ func (r *Rollup) Report(q Query) (Report, error) {
 		group int32
 	}
 	acc := map[rowKey]*Row{}
-	var total Money
+	var total model.Money
 	vals := make([]string, len(q.GroupBy))
 	r.each(q.From, q.To, func(start int64, id uint32, d *Dims, c *Cell) {
-		if q.Scope != nil && (d.Kind == KindIdle || !q.Scope.Matches(d.Project, d.Queue, d.Tags)) {
+		if q.Scope != nil && (d.Kind == model.LedgerIdle || !q.Scope.Matches(d.Project, d.Queue, d.Tags)) {
 			return
 		}
-		if q.Projects != nil && (d.Kind == KindIdle || !q.Projects[d.Project]) {
+		if q.Projects != nil && (d.Kind == model.LedgerIdle || !q.Projects[d.Project]) {
 			return
 		}
 		cost := c.Cost
 		switch q.Idle {
 		case IdleHidden:
-			if d.Kind == KindIdle {
+			if d.Kind == model.LedgerIdle {
 				return
 			}
 		case IdleShared:
-			if d.Kind == KindIdle {
+			if d.Kind == model.LedgerIdle {
 				cost -= c.IdleShare
 			} else {
 				cost += c.IdleShare

@@ -15,10 +15,10 @@ func TestReport(t *testing.T) {
 	// One node, $8/h, 8 GPUs: job a (p1, 4 GPUs, telemetry 50%) all hour,
 	// job b (p2, 2 GPUs) all hour, 2 GPUs idle; a second empty node at $1/h.
 	nodes := []NodeUsage{
-		{NodeID: "n1", GPUs: 8, PricePerHour: 8 * Dollar, CapacityType: model.Spot, PriceSource: SourceCatalog, Allocations: []Allocation{
+		{NodeID: "n1", GPUs: 8, PricePerHour: 8 * model.Dollar, CapacityType: model.Spot, PriceSource: model.PriceCatalog, Allocations: []Allocation{
 			{JobID: "a", Attempt: 1, Project: "p1", Tags: map[string]string{"team": "x"}, GPUs: 4, SMActive: 0.5, Telemetry: true},
 			{JobID: "b", Attempt: 2, Project: "p2", GPUs: 2}}},
-		{NodeID: "n2", GPUs: 1, PricePerHour: Dollar, CapacityType: model.OnDemand, PriceSource: SourceCatalog},
+		{NodeID: "n2", GPUs: 1, PricePerHour: model.Dollar, CapacityType: model.OnDemand, PriceSource: model.PriceCatalog},
 	}
 	r := NewRollup()
 	for h := 0; h < 48; h++ {
@@ -32,15 +32,15 @@ func TestReport(t *testing.T) {
 		"idle shown": {
 			q: Query{From: t0, To: at(day), GroupBy: []string{"project"}},
 			want: []Row{
-				{Start: t0, Group: []string{IdleGroup}, Cost: 24 * 3 * Dollar, GPUHours: 24 * 3},
-				{Start: t0, Group: []string{"p1"}, Cost: 24 * 4 * Dollar, EffectiveCost: 24 * 2 * Dollar, MeasuredCost: 24 * 4 * Dollar, GPUHours: 24 * 4},
-				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * Dollar, GPUHours: 24 * 2},
+				{Start: t0, Group: []string{IdleGroup}, Cost: 24 * 3 * model.Dollar, GPUHours: 24 * 3},
+				{Start: t0, Group: []string{"p1"}, Cost: 24 * 4 * model.Dollar, EffectiveCost: 24 * 2 * model.Dollar, MeasuredCost: 24 * 4 * model.Dollar, GPUHours: 24 * 4},
+				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * model.Dollar, GPUHours: 24 * 2},
 			},
 		},
 		"only the caller's projects, idle dropped": {
 			q: Query{From: t0, To: at(day), GroupBy: []string{"project"}, Projects: map[string]bool{"p2": true}},
 			want: []Row{
-				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * Dollar, GPUHours: 24 * 2},
+				{Start: t0, Group: []string{"p2"}, Cost: 24 * 2 * model.Dollar, GPUHours: 24 * 2},
 			},
 		},
 		"no visible project shows nothing": {
@@ -50,26 +50,26 @@ func TestReport(t *testing.T) {
 		"idle shared by node": {
 			q: Query{From: t0, To: at(day), GroupBy: []string{"project"}, Idle: IdleShared},
 			want: []Row{
-				{Start: t0, Group: []string{IdleGroup}, Cost: 24 * Dollar, GPUHours: 24 * 3},
-				{Start: t0, Group: []string{"p1"}, Cost: 24 * (4*Dollar + 1_333_333), // largest remainder: p2 gets the odd micro-dollar each hour
-					EffectiveCost: 24 * 2 * Dollar, MeasuredCost: 24 * 4 * Dollar, GPUHours: 24 * 4},
-				{Start: t0, Group: []string{"p2"}, Cost: 24 * (2*Dollar + 666_667), GPUHours: 24 * 2},
+				{Start: t0, Group: []string{IdleGroup}, Cost: 24 * model.Dollar, GPUHours: 24 * 3},
+				{Start: t0, Group: []string{"p1"}, Cost: 24 * (4*model.Dollar + 1_333_333), // largest remainder: p2 gets the odd micro-dollar each hour
+					EffectiveCost: 24 * 2 * model.Dollar, MeasuredCost: 24 * 4 * model.Dollar, GPUHours: 24 * 4},
+				{Start: t0, Group: []string{"p2"}, Cost: 24 * (2*model.Dollar + 666_667), GPUHours: 24 * 2},
 			},
 		},
 		"idle hidden, by tag and capacity, daily step": {
 			q: Query{From: t0, To: at(2 * day), Step: day, GroupBy: []string{"tag:team", "capacityType"}, Idle: IdleHidden},
 			want: []Row{
-				{Start: t0, Group: []string{"", "spot"}, Cost: 24 * 2 * Dollar, GPUHours: 48},
-				{Start: t0, Group: []string{"x", "spot"}, Cost: 24 * 4 * Dollar, EffectiveCost: 48 * Dollar, MeasuredCost: 96 * Dollar, GPUHours: 96},
-				{Start: at(day), Group: []string{"", "spot"}, Cost: 24 * 2 * Dollar, GPUHours: 48},
-				{Start: at(day), Group: []string{"x", "spot"}, Cost: 24 * 4 * Dollar, EffectiveCost: 48 * Dollar, MeasuredCost: 96 * Dollar, GPUHours: 96},
+				{Start: t0, Group: []string{"", "spot"}, Cost: 24 * 2 * model.Dollar, GPUHours: 48},
+				{Start: t0, Group: []string{"x", "spot"}, Cost: 24 * 4 * model.Dollar, EffectiveCost: 48 * model.Dollar, MeasuredCost: 96 * model.Dollar, GPUHours: 96},
+				{Start: at(day), Group: []string{"", "spot"}, Cost: 24 * 2 * model.Dollar, GPUHours: 48},
+				{Start: at(day), Group: []string{"x", "spot"}, Cost: 24 * 4 * model.Dollar, EffectiveCost: 48 * model.Dollar, MeasuredCost: 96 * model.Dollar, GPUHours: 96},
 			},
 		},
 		"hourly window, scope filter": {
-			q: Query{From: at(90 * time.Minute), To: at(3 * time.Hour), Step: time.Hour, Scope: &Scope{Project: "p2"}},
+			q: Query{From: at(90 * time.Minute), To: at(3 * time.Hour), Step: time.Hour, Scope: &model.BudgetScope{Project: "p2"}},
 			want: []Row{
-				{Start: at(time.Hour), Group: []string{}, Cost: 2 * Dollar, GPUHours: 2},
-				{Start: at(2 * time.Hour), Group: []string{}, Cost: 2 * Dollar, GPUHours: 2},
+				{Start: at(time.Hour), Group: []string{}, Cost: 2 * model.Dollar, GPUHours: 2},
+				{Start: at(2 * time.Hour), Group: []string{}, Cost: 2 * model.Dollar, GPUHours: 2},
 			},
 		},
 	}
@@ -86,7 +86,7 @@ func TestReport(t *testing.T) {
 	}
 	t.Run("per-job cost across attempts", func(t *testing.T) {
 		got, ok := r.Job("b")
-		want := JobCost{JobID: "b", Total: 96 * Dollar, ByAttempt: map[int]Money{2: 96 * Dollar}, GPUSeconds: 2 * 48 * 3600, First: t0, Last: at(48 * time.Hour)}
+		want := JobCost{JobID: "b", Total: 96 * model.Dollar, ByAttempt: map[int]model.Money{2: 96 * model.Dollar}, GPUSeconds: 2 * 48 * 3600, First: t0, Last: at(48 * time.Hour)}
 		if diff := cmp.Diff(want, got); diff != "" || !ok {
 			t.Errorf("(-want +got)\n%s", diff)
 		}
@@ -116,7 +116,7 @@ func BenchmarkReport30Days10MRows(b *testing.B) {
 		tags[i] = map[string]string{"team": fmt.Sprintf("t%d", i%8), "exp": fmt.Sprintf("e%d", i)}
 	}
 	caps := []model.CapacityType{model.OnDemand, model.Spot, model.Owned}
-	buf := make([]Entry, 0, perHour)
+	buf := make([]model.LedgerEntry, 0, perHour)
 	for h := 0; h < 30*24; h++ {
 		buf = buf[:0]
 		from := at(time.Duration(h) * time.Hour)
@@ -124,13 +124,13 @@ func BenchmarkReport30Days10MRows(b *testing.B) {
 			node := fmt.Sprint("n", len(buf)/8)
 			for k := 0; k < 7; k++ {
 				p := rnd.IntN(12)
-				buf = append(buf, Entry{Kind: KindAllocation, NodeID: node, JobID: fmt.Sprint("j", rnd.IntN(50_000)),
+				buf = append(buf, model.LedgerEntry{Kind: model.LedgerAllocation, NodeID: node, JobID: fmt.Sprint("j", rnd.IntN(50_000)),
 					Project: fmt.Sprint("p", p), User: fmt.Sprint("u", rnd.IntN(30)), Queue: fmt.Sprint("q", p%4),
-					Tags: tags[rnd.IntN(len(tags))], CapacityType: caps[p%3], PriceSource: SourceCatalog, GPUModel: "H100",
-					From: from, To: from.Add(time.Hour), Seconds: 3600, GPUSeconds: 3600, Cost: Money(rnd.IntN(10_000_000))})
+					Tags: tags[rnd.IntN(len(tags))], CapacityType: caps[p%3], PriceSource: model.PriceCatalog, GPUModel: "H100",
+					From: from, To: from.Add(time.Hour), Seconds: 3600, GPUSeconds: 3600, Cost: model.Money(rnd.IntN(10_000_000))})
 			}
-			buf = append(buf, Entry{Kind: KindIdle, NodeID: node, CapacityType: caps[len(buf)%3], GPUModel: "H100",
-				From: from, To: from.Add(time.Hour), Seconds: 3600, GPUSeconds: 3600, Cost: Money(rnd.IntN(10_000_000))})
+			buf = append(buf, model.LedgerEntry{Kind: model.LedgerIdle, NodeID: node, CapacityType: caps[len(buf)%3], GPUModel: "H100",
+				From: from, To: from.Add(time.Hour), Seconds: 3600, GPUSeconds: 3600, Cost: model.Money(rnd.IntN(10_000_000))})
 		}
 		r.Add(buf)
 	}
@@ -162,7 +162,7 @@ func BenchmarkReport30Days10MRows(b *testing.B) {
 // starts at.
 func TestReportDaysInZone(t *testing.T) {
 	t.Parallel()
-	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
+	nodes := []NodeUsage{{NodeID: "n", GPUs: 1, PricePerHour: model.Dollar, Allocations: []Allocation{{JobID: "j", Project: "p", GPUs: 1}}}}
 	r := NewRollup()
 	for h := 0; h < 48; h++ { // $1/h from t0 (midnight UTC) for two days
 		r.Add(Meter(nodes, at(time.Duration(h)*time.Hour), at(time.Duration(h+1)*time.Hour)))
@@ -176,21 +176,21 @@ func TestReportDaysInZone(t *testing.T) {
 		"UTC midnights": {
 			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: day, Idle: IdleHidden},
 			want: []Row{
-				{Start: t0, Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
-				{Start: at(day), Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
+				{Start: t0, Group: []string{}, Cost: 24 * model.Dollar, GPUHours: 24},
+				{Start: at(day), Group: []string{}, Cost: 24 * model.Dollar, GPUHours: 24},
 			},
 		},
 		"EST midnights (05:00 UTC)": {
 			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: day, Location: est, Idle: IdleHidden},
 			want: []Row{
-				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 24 * Dollar, GPUHours: 24},
-				{Start: time.Date(2025, 3, 2, 0, 0, 0, 0, est), Group: []string{}, Cost: 19 * Dollar, GPUHours: 19},
+				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 24 * model.Dollar, GPUHours: 24},
+				{Start: time.Date(2025, 3, 2, 0, 0, 0, 0, est), Group: []string{}, Cost: 19 * model.Dollar, GPUHours: 19},
 			},
 		},
 		"two-day steps in EST": {
 			q: Query{From: at(13 * time.Hour), To: at(2 * day), Step: 2 * day, Location: est, Idle: IdleHidden},
 			want: []Row{
-				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 43 * Dollar, GPUHours: 43},
+				{Start: time.Date(2025, 3, 1, 0, 0, 0, 0, est), Group: []string{}, Cost: 43 * model.Dollar, GPUHours: 43},
 			},
 		},
 	}

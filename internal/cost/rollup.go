@@ -13,13 +13,13 @@ import (
 // report may group or filter by, except the node and the job (per-job cost
 // has its own index; see Rollup.Job).
 type Dims struct {
-	Kind         Kind
+	Kind         model.LedgerKind
 	Project      string
 	User         string
 	Queue        string
 	Tags         map[string]string
 	CapacityType model.CapacityType
-	PriceSource  PriceSource
+	PriceSource  model.PriceSource
 	GPUModel     string
 	Provider     string
 	Region       string
@@ -28,15 +28,15 @@ type Dims struct {
 
 // Cell is the money and usage of one set of Dims in one hour or day.
 type Cell struct {
-	Cost Money
+	Cost model.Money
 	// IdleShare is, for allocation cells, the part of their nodes' idle
 	// cost apportioned to them; for idle cells, the part of Cost that was
 	// apportioned away (so Cost − IdleShare is idle on empty nodes).
-	IdleShare Money
+	IdleShare model.Money
 	// EffectiveCost is Σ Cost × SM-active over entries with telemetry, and
 	// MeasuredCost the Cost of those entries.
-	EffectiveCost Money
-	MeasuredCost  Money
+	EffectiveCost model.Money
+	MeasuredCost  model.Money
 	GPUSeconds    float64
 	Seconds       int64
 }
@@ -70,10 +70,10 @@ func (b *bucket) at(d uint32) *Cell {
 // JobCost is one job's cost across all its attempts.
 type JobCost struct {
 	JobID         string
-	Total         Money
-	ByAttempt     map[int]Money
-	EffectiveCost Money
-	MeasuredCost  Money
+	Total         model.Money
+	ByAttempt     map[int]model.Money
+	EffectiveCost model.Money
+	MeasuredCost  model.Money
 	GPUSeconds    float64
 	First, Last   time.Time
 }
@@ -90,7 +90,7 @@ type Rollup struct {
 	jobs   map[string]*JobCost
 	rows   int64
 	key    strings.Builder
-	shares []Money
+	shares []model.Money
 }
 
 // NewRollup returns an empty rollup.
@@ -101,7 +101,7 @@ func NewRollup() *Rollup {
 // Rows is how many entries have been added.
 func (r *Rollup) Rows() int64 { return r.rows }
 
-func (r *Rollup) intern(e *Entry) uint32 {
+func (r *Rollup) intern(e *model.LedgerEntry) uint32 {
 	k := &r.key
 	k.Reset()
 	for _, s := range []string{string(e.Kind), e.Project, e.User, e.Queue, string(e.CapacityType), string(e.PriceSource), e.GPUModel, e.Provider, e.Region, e.Pool} {
@@ -147,18 +147,18 @@ func bucketAt(m map[int64]*bucket, k int64) *bucket {
 // that crosses an hour boundary is wholly in its first hour. The
 // controller meters passes that end on hour boundaries, so hourly figures
 // are exact.
-func (r *Rollup) Add(entries []Entry) {
+func (r *Rollup) Add(entries []model.LedgerEntry) {
 	for start := 0; start < len(entries); {
 		end := start
-		for end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == KindAllocation {
+		for end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == model.LedgerAllocation {
 			end++
 		}
-		var idle *Entry
-		if end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == KindIdle {
+		var idle *model.LedgerEntry
+		if end < len(entries) && entries[end].NodeID == entries[start].NodeID && entries[end].Kind == model.LedgerIdle {
 			idle = &entries[end]
 		}
 		r.shares = shareIdle(r.shares[:0], entries[start:end], idle)
-		var shared Money
+		var shared model.Money
 		for i := start; i < end; i++ {
 			s := r.shares[i-start]
 			shared += s
@@ -175,7 +175,7 @@ func (r *Rollup) Add(entries []Entry) {
 	}
 }
 
-func shareIdle(dst []Money, allocs []Entry, idle *Entry) []Money {
+func shareIdle(dst []model.Money, allocs []model.LedgerEntry, idle *model.LedgerEntry) []model.Money {
 	for range allocs {
 		dst = append(dst, 0)
 	}
@@ -202,7 +202,7 @@ func shareIdle(dst []Money, allocs []Entry, idle *Entry) []Money {
 	var sum uint64
 	for i := range allocs {
 		q, rem := mulDivRem(c, w[i], total)
-		dst[i], rems[i] = Money(q), rem
+		dst[i], rems[i] = model.Money(q), rem
 		sum += q
 	}
 	for left := c - sum; left > 0; left-- {
@@ -218,7 +218,7 @@ func shareIdle(dst []Money, allocs []Entry, idle *Entry) []Money {
 	return dst
 }
 
-func (r *Rollup) addOne(e *Entry, share Money) {
+func (r *Rollup) addOne(e *model.LedgerEntry, share model.Money) {
 	r.rows++
 	d := r.intern(e)
 	c := Cell{Cost: e.Cost, IdleShare: share, GPUSeconds: e.GPUSeconds, Seconds: e.Seconds}
@@ -228,12 +228,12 @@ func (r *Rollup) addOne(e *Entry, share Money) {
 	sec := e.From.Unix()
 	bucketAt(r.hours, floorDiv(sec, 3600)).at(d).add(c)
 	bucketAt(r.days, floorDiv(sec, 86400)).at(d).add(c)
-	if e.Kind != KindAllocation || e.JobID == "" {
+	if e.Kind != model.LedgerAllocation || e.JobID == "" {
 		return
 	}
 	j := r.jobs[e.JobID]
 	if j == nil {
-		j = &JobCost{JobID: e.JobID, ByAttempt: map[int]Money{}, First: e.From, Last: e.To}
+		j = &JobCost{JobID: e.JobID, ByAttempt: map[int]model.Money{}, First: e.From, Last: e.To}
 		r.jobs[e.JobID] = j
 	}
 	j.Total += e.Cost
@@ -271,10 +271,10 @@ func (r *Rollup) Job(id string) (JobCost, bool) {
 // Spend is the allocation cost (not idle, not idle shares) of work in
 // scope in [from, to), read at hourly resolution: from is floored and to
 // ceiled to the hour. Budgets compare this against their amount.
-func (r *Rollup) Spend(s Scope, from, to time.Time) Money {
-	var total Money
+func (r *Rollup) Spend(s model.BudgetScope, from, to time.Time) model.Money {
+	var total model.Money
 	r.each(from, to, func(_ int64, _ uint32, d *Dims, c *Cell) {
-		if d.Kind == KindAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
+		if d.Kind == model.LedgerAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
 			total += c.Cost
 		}
 	})
@@ -283,14 +283,14 @@ func (r *Rollup) Spend(s Scope, from, to time.Time) Money {
 
 // DailySpend is Spend per UTC day for days [from, from+n): the series the
 // forecast reads.
-func (r *Rollup) DailySpend(s Scope, from time.Time, n int) []Money {
-	out := make([]Money, n)
+func (r *Rollup) DailySpend(s model.BudgetScope, from time.Time, n int) []model.Money {
+	out := make([]model.Money, n)
 	day0 := floorDiv(from.Unix(), 86400)
 	for i := range out {
 		if b := r.days[day0+int64(i)]; b != nil {
 			for j, id := range b.dims {
 				d := &r.dims[id]
-				if d.Kind == KindAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
+				if d.Kind == model.LedgerAllocation && s.Matches(d.Project, d.Queue, d.Tags) {
 					out[i] += b.cells[j].Cost
 				}
 			}

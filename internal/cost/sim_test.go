@@ -25,13 +25,13 @@ func newSimWorld(seed uint64, start, end time.Time) simWorld {
 	r := rand.New(rand.NewPCG(seed, 3))
 	var w simWorld
 	caps := []model.CapacityType{model.OnDemand, model.Spot, model.Owned}
-	srcs := []PriceSource{SourceCatalog, SourceCatalog, SourceAmortized}
+	srcs := []model.PriceSource{model.PriceCatalog, model.PriceCatalog, model.PriceAmortized}
 	for i := 0; i < 12; i++ {
 		// $3.60 × k per GPU-hour = 1000 × k micro-dollars per GPU-second,
 		// so every split is exact and the recomputation is plain arithmetic.
 		k := int64(1 + i%4)
 		nu := NodeUsage{NodeID: fmt.Sprintf("n%02d", i), GPUs: 8, CPU: 64, GPUModel: "H100",
-			CapacityType: caps[i%3], PriceSource: srcs[i%3], PricePerHour: Money(8 * 3600 * 1000 * k)}
+			CapacityType: caps[i%3], PriceSource: srcs[i%3], PricePerHour: model.Money(8 * 3600 * 1000 * k)}
 		for lane := 0; lane < 2; lane++ {
 			t := start.Add(time.Duration(r.IntN(7200)) * time.Second)
 			for n := 0; t.Before(end); n++ {
@@ -48,8 +48,8 @@ func newSimWorld(seed uint64, start, end time.Time) simWorld {
 		w.perGPUSecond = append(w.perGPUSecond, 1000*k)
 	}
 	// A thirteenth node at an awkward price checks only job + idle = node.
-	w.nodes = append(w.nodes, NodeUsage{NodeID: "odd", GPUs: 3, PricePerHour: FromDollars(7.777777),
-		CapacityType: model.OnDemand, PriceSource: SourceCustom, Allocations: []Allocation{
+	w.nodes = append(w.nodes, NodeUsage{NodeID: "odd", GPUs: 3, PricePerHour: model.FromDollars(7.777777),
+		CapacityType: model.OnDemand, PriceSource: model.PriceCustom, Allocations: []Allocation{
 			{JobID: "odd-1", Project: "p0", GPUs: 1, Start: start.Add(17 * time.Hour), End: start.Add(400 * time.Hour)},
 			{JobID: "odd-2", Project: "p1", GPUs: 1, Start: start.Add(3 * time.Hour)}}})
 	w.perGPUSecond = append(w.perGPUSecond, 0)
@@ -58,8 +58,8 @@ func newSimWorld(seed uint64, start, end time.Time) simWorld {
 
 // recompute is the independent calculation: for each allocation, overlap
 // seconds × GPUs × price per GPU-second.
-func (w simWorld) recompute(from, to time.Time) map[string]Money {
-	out := map[string]Money{}
+func (w simWorld) recompute(from, to time.Time) map[string]model.Money {
+	out := map[string]model.Money{}
 	for i, nu := range w.nodes {
 		if w.perGPUSecond[i] == 0 {
 			continue
@@ -73,7 +73,7 @@ func (w simWorld) recompute(from, to time.Time) map[string]Money {
 				e = to
 			}
 			if e.After(s) {
-				out[a.Project] += Money(int64(e.Sub(s)/time.Second) * int64(a.GPUs) * w.perGPUSecond[i])
+				out[a.Project] += model.Money(int64(e.Sub(s)/time.Second) * int64(a.GPUs) * w.perGPUSecond[i])
 			}
 		}
 	}
@@ -89,9 +89,9 @@ func TestMonthSimulation(t *testing.T) {
 	w := newSimWorld(7, start, end)
 	roll := NewRollup()
 
-	budgets := []Budget{{
-		Name: "p0-monthly", Scope: Scope{Project: "p0"}, Amount: 0, Period: Period{Kind: Monthly, StartDay: 1},
-		Thresholds: []Threshold{{Percent: 80, Action: ActionNotify}, {Percent: 90, Action: ActionStopSpot}, {Percent: 100, Action: ActionBlockNew}},
+	budgets := []model.Budget{{
+		Name: "p0-monthly", Scope: model.BudgetScope{Project: "p0"}, Amount: 0, Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+		Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 90, Action: model.ActionStopSpot}, {Percent: 100, Action: model.ActionBlockNew}},
 		Hard:       true,
 	}}
 	// Size the budget so 100% is reached mid-month: 70% of April's spend.
@@ -100,15 +100,15 @@ func TestMonthSimulation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fired := map[FiredKey]bool{}
+	fired := map[model.FiredKey]bool{}
 	firingsPerPeriod := map[string]map[int]int{}
-	var spend Money
+	var spend model.Money
 	var periodStart time.Time
 	var stopSpotSeen []string
 	blockedAt, readmittedAt := time.Time{}, time.Time{}
-	req := Request{JobID: "new", Project: "p0", GPUs: 1, PricePerGPUHour: Dollar, MaxDuration: time.Hour}
-	nodeTotals := map[string]Money{}
-	var buf []Entry
+	req := Request{JobID: "new", Project: "p0", GPUs: 1, PricePerGPUHour: model.Dollar, MaxDuration: time.Hour}
+	nodeTotals := map[string]model.Money{}
+	var buf []model.LedgerEntry
 
 	for now := start; now.Before(end); now = now.Add(5 * time.Minute) {
 		next := now.Add(5 * time.Minute)
@@ -120,7 +120,7 @@ func TestMonthSimulation(t *testing.T) {
 		}
 		for _, e := range buf {
 			nodeTotals[e.NodeID] += e.Cost
-			if e.Kind == KindAllocation && budgets[0].Scope.Matches(e.Project, e.Queue, e.Tags) {
+			if e.Kind == model.LedgerAllocation && budgets[0].Scope.Matches(e.Project, e.Queue, e.Tags) {
 				spend += e.Cost
 			}
 		}
@@ -141,7 +141,7 @@ func TestMonthSimulation(t *testing.T) {
 				firingsPerPeriod[per] = map[int]int{}
 			}
 			firingsPerPeriod[per][f.Key.Threshold]++
-			if f.Action == ActionStopSpot {
+			if f.Action == model.ActionStopSpot {
 				for _, s := range ev.Stops {
 					stopSpotSeen = append(stopSpotSeen, s.JobID)
 				}
@@ -168,9 +168,9 @@ func TestMonthSimulation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[string]Money{}
+			got := map[string]model.Money{}
 			for _, row := range rep.Rows {
-				if row.Group[1] != string(SourceCustom) {
+				if row.Group[1] != string(model.PriceCustom) {
 					got[row.Group[0]] += row.Cost
 				}
 			}
@@ -180,14 +180,14 @@ func TestMonthSimulation(t *testing.T) {
 		}
 	})
 	t.Run("job plus idle equals node cost", func(t *testing.T) {
-		want := map[string]Money{}
+		want := map[string]model.Money{}
 		for _, nu := range w.nodes {
 			want[nu.NodeID] = NodeCost(nu.PricePerHour, start, end)
 		}
 		if diff := cmp.Diff(want, nodeTotals); diff != "" {
 			t.Errorf("(-node cost +sum of entries)\n%s", diff)
 		}
-		var all Money
+		var all model.Money
 		for _, m := range want {
 			all += m
 		}

@@ -3,7 +3,6 @@ package manifest
 import (
 	"errors"
 
-	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -16,14 +15,14 @@ type Budget struct {
 	Spec       BudgetSpec `json:"spec"`
 }
 
-// BudgetSpec is cost.Budget as a user writes it, plus where notifications
+// BudgetSpec is model.Budget as a user writes it, plus where notifications
 // go. Amount is a string of dollars ("5000", at most six decimals).
 type BudgetSpec struct {
-	Scope      cost.Scope       `json:"scope"`
-	Amount     cost.Money       `json:"amount"`
-	Period     cost.Period      `json:"period"`
-	Hard       bool             `json:"hard,omitempty"`
-	Thresholds []cost.Threshold `json:"thresholds,omitempty"`
+	Scope      model.BudgetScope       `json:"scope"`
+	Amount     model.Money             `json:"amount"`
+	Period     model.BudgetPeriod      `json:"period"`
+	Hard       bool                    `json:"hard,omitempty"`
+	Thresholds []model.BudgetThreshold `json:"thresholds,omitempty"`
 	// Webhook receives this budget's firings (POST, JSON, signed); nil
 	// means the server's default receiver (--webhook-url), if any.
 	Webhook *WebhookRef `json:"webhook,omitempty"`
@@ -100,8 +99,8 @@ func (w *WebhookRef) Validate(prefix string) model.FieldErrors {
 }
 
 // Budget returns the document as the cost core's Budget.
-func (d *Budget) Budget() cost.Budget {
-	return cost.Budget{Name: d.Metadata.Name, Scope: d.Spec.Scope, Amount: d.Spec.Amount, Period: d.Spec.Period,
+func (d *Budget) Budget() model.Budget {
+	return model.Budget{Name: d.Metadata.Name, Scope: d.Spec.Scope, Amount: d.Spec.Amount, Period: d.Spec.Period,
 		Thresholds: d.Spec.Thresholds, Hard: d.Spec.Hard}
 }
 

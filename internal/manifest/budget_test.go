@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func TestParseBudget(t *testing.T) {
@@ -29,9 +29,9 @@ spec:
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}
-	want := cost.Budget{Name: "nlp-monthly", Scope: cost.Scope{Project: "nlp"}, Amount: 5000 * cost.Dollar,
-		Period: cost.Period{Kind: cost.Monthly, StartDay: 1}, Hard: true,
-		Thresholds: []cost.Threshold{{Percent: 80, Action: cost.ActionNotify}, {Percent: 90, Action: cost.ActionStopSpot, Basis: cost.Forecast}}}
+	want := model.Budget{Name: "nlp-monthly", Scope: model.BudgetScope{Project: "nlp"}, Amount: 5000 * model.Dollar,
+		Period: model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1}, Hard: true,
+		Thresholds: []model.BudgetThreshold{{Percent: 80, Action: model.ActionNotify}, {Percent: 90, Action: model.ActionStopSpot, Basis: model.BasisForecast}}}
 	if diff := cmp.Diff(want, set.Budgets[0].Budget()); diff != "" {
 		t.Errorf("budget (-want +got):\n%s", diff)
 	}
@@ -175,9 +175,9 @@ func TestParseStoredInlineWebhook(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("webhooks (-want +got):\n%s", diff)
 	}
-	if want := (cost.Budget{Name: "legacy", Scope: cost.Scope{Project: "nlp"}, Amount: 10 * cost.Dollar,
-		Period:     cost.Period{Kind: cost.Monthly, StartDay: 1},
-		Thresholds: []cost.Threshold{{Percent: 50, Action: cost.ActionNotify}}}); !cmp.Equal(want, set.Budgets[0].Budget()) {
+	if want := (model.Budget{Name: "legacy", Scope: model.BudgetScope{Project: "nlp"}, Amount: 10 * model.Dollar,
+		Period:     model.BudgetPeriod{Kind: model.PeriodMonthly, StartDay: 1},
+		Thresholds: []model.BudgetThreshold{{Percent: 50, Action: model.ActionNotify}}}); !cmp.Equal(want, set.Budgets[0].Budget()) {
 		t.Errorf("legacy budget (-want +got):\n%s", cmp.Diff(want, set.Budgets[0].Budget()))
 	}
 	if !set.Budgets[0].Spec.Webhook.Legacy() || set.Budgets[1].Spec.Webhook.Legacy() {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // Cost is the cost side of a Batch or Dump (issue 6). In a Batch:
@@ -21,8 +21,8 @@ import (
 // In a Dump, Ledger is every entry in append order and Notifications are
 // the undelivered ones.
 type Cost struct {
-	Ledger        []cost.Entry
-	BudgetFired   []cost.FiredKey
+	Ledger        []model.LedgerEntry
+	BudgetFired   []model.FiredKey
 	Metrics       []MetricReport
 	Notifications []*Notification
 }

@@ -11,7 +11,7 @@ import (
 	"strconv"
 
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // CostQuery is GET /v1/cost's query; zero fields take the server's
@@ -70,7 +70,7 @@ func (c *Client) CostCSV(ctx context.Context, q CostQuery, w io.Writer) error {
 
 // CostForecast returns every budget with its daily forecast for the rest
 // of its period and days more.
-func (c *Client) CostForecast(ctx context.Context, days int) ([]controller.BudgetStatus, error) {
+func (c *Client) CostForecast(ctx context.Context, days int) ([]model.BudgetStatus, error) {
 	var l api.BudgetList
 	if _, err := c.do(ctx, "GET", "/v1/cost/forecast?days="+strconv.Itoa(days), nil, nil, &l); err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func (c *Client) CostPurchase(ctx context.Context, lookbackDays int) (*api.Purch
 }
 
 // Budgets lists budgets with their spend this period.
-func (c *Client) Budgets(ctx context.Context) ([]controller.BudgetStatus, error) {
+func (c *Client) Budgets(ctx context.Context) ([]model.BudgetStatus, error) {
 	var l api.BudgetList
 	if _, err := c.do(ctx, "GET", "/v1/budgets", nil, nil, &l); err != nil {
 		return nil, err
@@ -98,8 +98,8 @@ func (c *Client) Budgets(ctx context.Context) ([]controller.BudgetStatus, error)
 }
 
 // Budget returns one budget with its daily forecast.
-func (c *Client) Budget(ctx context.Context, name string) (*controller.BudgetStatus, error) {
-	var b controller.BudgetStatus
+func (c *Client) Budget(ctx context.Context, name string) (*model.BudgetStatus, error) {
+	var b model.BudgetStatus
 	if _, err := c.do(ctx, "GET", "/v1/budgets/"+url.PathEscape(name), nil, nil, &b); err != nil {
 		return nil, err
 	}

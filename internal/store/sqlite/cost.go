@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -62,7 +62,7 @@ func loadCost(ctx context.Context, tx *sql.Tx, d *store.Dump) error {
 		if err := r.Scan(&id, &data); err != nil {
 			return fmt.Errorf("reading ledger entry: %w", err)
 		}
-		var e cost.Entry
+		var e model.LedgerEntry
 		if err := json.Unmarshal(data, &e); err != nil {
 			return fmt.Errorf("decoding ledger entry %d: %w", id, err)
 		}
@@ -73,7 +73,7 @@ func loadCost(ctx context.Context, tx *sql.Tx, d *store.Dump) error {
 		return err
 	}
 	err = each(ctx, tx, `SELECT budget, threshold, period_start FROM budget_fired ORDER BY budget, period_start, threshold`, func(r *sql.Rows) error {
-		var k cost.FiredKey
+		var k model.FiredKey
 		var start string
 		if err := r.Scan(&k.Budget, &k.Threshold, &start); err != nil {
 			return fmt.Errorf("reading budget firing: %w", err)

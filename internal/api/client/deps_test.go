@@ -1,0 +1,93 @@
+package client_test
+
+import (
+	"go/build"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpufleet/gpufleet"
+
+// moduleRoot walks up from the test's directory to go.mod.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// deps returns the module's packages that pkg imports, directly or not,
+// outside tests. Packages outside the module are left out: none of them
+// imports the module back.
+func deps(t *testing.T, root, pkg string) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	var walk func(p string)
+	walk = func(p string) {
+		bp, err := build.ImportDir(filepath.Join(root, strings.TrimPrefix(p, module)), 0)
+		if err != nil {
+			t.Fatalf("reading %s: %v", p, err)
+		}
+		for _, imp := range bp.Imports {
+			if (imp == module || strings.HasPrefix(imp, module+"/")) && !seen[imp] {
+				seen[imp] = true
+				walk(imp)
+			}
+		}
+	}
+	walk(pkg)
+	return seen
+}
+
+// under reports whether p is pkg or one of its subpackages.
+func under(p, pkg string) bool { return p == pkg || strings.HasPrefix(p, pkg+"/") }
+
+// TestDependencyDirections keeps the shell's layers apart (issue 15): the
+// API client and the API see the control plane through wire types in
+// api and model, never the controller or what it is built from, and the
+// store persists model types without importing the pure core.
+func TestDependencyDirections(t *testing.T) {
+	root := moduleRoot(t)
+	in := func(name string) string { return module + "/internal/" + name }
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{in("api/client"), []string{in("controller"), in("scheduler"), in("autoscaler"), in("store")}},
+		{in("api"), []string{in("controller"), in("scheduler"), in("autoscaler"), in("store")}},
+		{in("store"), []string{in("advisor"), in("autoscaler"), in("cost"), in("scheduler"), in("controller")}},
+		{in("store/sqlite"), []string{in("advisor"), in("autoscaler"), in("cost"), in("scheduler"), in("controller")}},
+	}
+	for _, r := range rules {
+		var bad []string
+		for p := range deps(t, root, r.pkg) {
+			for _, f := range r.forbidden {
+				if under(p, f) {
+					bad = append(bad, p)
+				}
+			}
+		}
+		slices.Sort(bad)
+		if len(bad) > 0 {
+			t.Errorf("%s depends on %s", strings.TrimPrefix(r.pkg, module+"/"), strings.Join(bad, ", "))
+		}
+	}
+	// The walk itself must see edges, or every rule passes vacuously.
+	if d := deps(t, root, in("controller")); !d[in("store")] || !d[in("scheduler")] {
+		t.Fatalf("the walk misses the controller's imports of store and scheduler: %v", d)
+	}
+}
