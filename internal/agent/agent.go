@@ -42,6 +42,8 @@ type Agent struct {
 	// set (see startLaunch); Run waits for them at most launchWait.
 	launching  sync.WaitGroup
 	launchWait time.Duration
+	// releasing bounds the sandbox releases that run at once (maxReleases).
+	releasing chan struct{}
 	// slots bounds the launches that run at once (maxLaunches).
 	slots chan struct{}
 
@@ -90,6 +92,7 @@ func New(cfg Config) (*Agent, error) {
 		tracked:    map[string]*replica{},
 		starting:   map[string]*pendingLaunch{},
 		slots:      make(chan struct{}, maxLaunches),
+		releasing:  make(chan struct{}, maxReleases),
 		launchWait: shutdownLaunchWait,
 	}, nil
 }

@@ -188,13 +188,29 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 		if r.dir == "" {
 			continue
 		}
-		// Before the acked marker: a crash in between releases it again.
-		a.release(ctx, r)
-		if err := atomicfile.Write(filepath.Join(r.dir, ackedFile), nil, 0o600); err != nil {
-			// It will be reported again after a restart; the server
-			// ignores what it already has.
-			a.log.Warn("marking replica acknowledged", "replica_id", r.id, "err", err)
-		}
+		// Off the sync loop: releasing a sandbox scans the processes of
+		// its user and may remove a container, and a burst of ends must
+		// not hold up the heartbeat.
+		a.tending.Go(func() { a.forgetReplica(ctx, r) })
+	}
+}
+
+// forgetReplica releases the sandbox of a replica whose end the server has,
+// then marks it acknowledged; at most maxReleases run at once. Release
+// comes before the marker, so a crash in between releases it again at the
+// next start; so does a stop before it ran.
+func (a *Agent) forgetReplica(ctx context.Context, r *replica) {
+	select {
+	case a.releasing <- struct{}{}:
+		defer func() { <-a.releasing }()
+	case <-ctx.Done():
+		return
+	}
+	a.release(ctx, r)
+	if err := atomicfile.Write(filepath.Join(r.dir, ackedFile), nil, 0o600); err != nil {
+		// It will be reported again after a restart; the server
+		// ignores what it already has.
+		a.log.Warn("marking replica acknowledged", "replica_id", r.id, "err", err)
 	}
 }
 
@@ -205,6 +221,9 @@ const (
 	// take a while, and a burst of hundreds must neither run all at once
 	// nor one after another.
 	maxLaunches = 8
+	// maxReleases is how many finished replicas' sandboxes are released at
+	// once, off the sync loop.
+	maxReleases = 4
 	// shutdownLaunchWait bounds how long a stopping agent waits for the
 	// launches in flight to undo what they prepared.
 	shutdownLaunchWait = 5 * time.Second
