@@ -31,6 +31,9 @@ type cluster struct {
 	ready    int
 	// shared is the held fraction per GPU position on shared nodes.
 	shared map[int32][]float64
+	// gen counts changes to what is free (setFree), so results computed
+	// from it can be kept while it stays.
+	gen uint64
 }
 
 // node returns the model node behind working node i.
@@ -252,6 +255,7 @@ func newClass(n *model.Node, idx int) *class {
 
 // setFree moves node i to the bucket of its new free mask.
 func (c *cluster) setFree(i int32, free uint64) {
+	c.gen++
 	ns := &c.nodes[i]
 	cl := c.classes[ns.cls]
 	k := int32(bits.OnesCount64(free))
