@@ -32,9 +32,25 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		s.explainFixed(pj, f, v)
 		return false
 	}
+	// Victims depend on the job through its classes, queue and priority,
+	// and on the pass through what is free and used (the cluster's gen)
+	// and what earlier preemptors took, and on GPUs nominated for the job
+	// itself: while none of them changes, a job like one that found none
+	// finds none either.
+	none := noVictimsKey{f, q, pj.prio, s.c.gen, s.preemptors}
+	mine := len(s.nominated[pj.job.ID]) > 0
+	if !mine && s.noVictims[none] {
+		s.explainFixed(pj, f, v)
+		return false
+	}
 	cands, releasing := s.victimsFor(pj, f)
 	if len(releasing) > 0 || len(cands) > 0 {
 		s.searches++
+	} else if !mine {
+		if s.noVictims == nil {
+			s.noVictims = map[noVictimsKey]bool{}
+		}
+		s.noVictims[none] = true
 	}
 	if len(releasing) > 0 && s.fitsWith(pj, f, releasing) {
 		v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("waiting for %d preempted attempts to save a checkpoint and release their GPUs", len(releasing))}}, v.Reasons...)
@@ -90,6 +106,14 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	}
 	v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("preempting %s; starts once they save a checkpoint and stop", strings.Join(names, ", "))}}, v.Reasons...)
 	return true
+}
+
+type noVictimsKey struct {
+	f          *feasibility
+	q          *queueState
+	prio       int
+	gen        uint64
+	preemptors int
 }
 
 // victimsFor collects the work pj may preempt on its feasible classes:

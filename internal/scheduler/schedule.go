@@ -46,6 +46,7 @@ type sched struct {
 	victimTaken map[string]bool
 	fixed       map[fixedKey]*Reason // explainFixed's answers
 	capCache    map[capKey]capEntry  // capacityReasons' answers
+	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
 	offerRanks  []int // see offerRank
