@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"time"
 
@@ -14,6 +15,27 @@ import (
 type liveIndex struct {
 	all    []*liveRef
 	byNode map[int32][]*liveRef
+	// victims holds the preemptible work not already stopping, by node
+	// class then queue, each list in the order preemption takes victims
+	// (victimLess), so a preemptor reads a bounded prefix of the lists of
+	// its own classes instead of every live attempt.
+	victims map[int32]map[string][]*liveRef
+	// releasing holds the attempts stopping as preempted, by class, and
+	// nReleasing counts them.
+	releasing  map[int32][]*liveRef
+	nReleasing int
+}
+
+// victimLess orders preemption victims: lowest priority, then least work
+// lost since their last checkpoint, then attempt id.
+func victimLess(x, y *liveRef) bool {
+	if x.prio != y.prio {
+		return x.prio < y.prio
+	}
+	if x.lost != y.lost {
+		return x.lost < y.lost
+	}
+	return x.attempt.ID < y.attempt.ID
 }
 
 type liveRef struct {
@@ -86,9 +108,49 @@ func (s *sched) liveIdx() *liveIndex {
 				q.minFixed = min(q.minFixed, r.prio)
 			}
 		}
+		switch {
+		case r.stopping && a.StopState == model.AttemptPreempted:
+			li.nReleasing++
+			for _, ci := range s.classesOf(r) {
+				if li.releasing == nil {
+					li.releasing = map[int32][]*liveRef{}
+				}
+				li.releasing[ci] = append(li.releasing[ci], r)
+			}
+		case !r.stopping && r.preempt:
+			for _, ci := range s.classesOf(r) {
+				if li.victims == nil {
+					li.victims = map[int32]map[string][]*liveRef{}
+				}
+				byQueue := li.victims[ci]
+				if byQueue == nil {
+					byQueue = map[string][]*liveRef{}
+					li.victims[ci] = byQueue
+				}
+				byQueue[r.queue] = append(byQueue[r.queue], r)
+			}
+		}
+	}
+	for _, byQueue := range li.victims {
+		for _, l := range byQueue {
+			sort.Slice(l, func(a, b int) bool { return victimLess(l[a], l[b]) })
+		}
 	}
 	s.live = li
 	return li
+}
+
+// classesOf lists the classes of the nodes r runs on, each once.
+func (s *sched) classesOf(r *liveRef) []int32 {
+	var out []int32
+	for ni := range r.masks {
+		ci := s.c.nodes[ni].cls
+		if !slices.Contains(out, ci) {
+			out = append(out, ci)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func gpuModelOf(n *model.Node, idx int) string {

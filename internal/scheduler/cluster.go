@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"math/bits"
+	"sort"
+	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/state"
@@ -13,7 +15,8 @@ const maxNodeGPUs = 64
 
 // cluster is the pass's working copy of free capacity. Nodes of the same
 // shape (provider, region, placement group, GPU model and memory, count,
-// capacity type, price, labels, topology) form a class; each class keeps its
+// capacity type, price, labels other than unique ones, topology) form a
+// class, and a node a pending job selects by a unique label one of its own; each class keeps its
 // nodes in buckets by free-GPU count, so finding the best-fitting node for
 // a replica is a walk over at most 65 buckets, never over the nodes.
 type cluster struct {
@@ -28,6 +31,9 @@ type cluster struct {
 	ready    int
 	// shared is the held fraction per GPU position on shared nodes.
 	shared map[int32][]float64
+	// gen counts changes to what is free (setFree), so results computed
+	// from it can be kept while it stays.
+	gen uint64
 }
 
 // node returns the model node behind working node i.
@@ -71,11 +77,22 @@ func newCluster(snap *state.Snapshot) *cluster {
 	var lastClass *class
 	var byShape []*class // by the state's interned ShapeID
 	domains := map[string]int{}
+	exc := uniqueSelected(snap.Pending)
 	for i := range snap.Nodes {
 		v := &snap.Nodes[i]
 		n := v.Node
 		var cl *class
+		own := exceptional(n, exc)
 		switch {
+		case own != "":
+			// A pending job selects this node by a unique label: it gets a
+			// class of its own, so the job's nodeSelector is matched
+			// against this node and no other.
+			key := state.ShapeKey(n) + "\x00" + own
+			cl = byKey[key]
+			if cl == nil {
+				cl = c.addClass(n, key, byKey, domains)
+			}
 		case v.ShapeID > 0 && v.ShapeID < len(byShape) && byShape[v.ShapeID] != nil:
 			cl = byShape[v.ShapeID]
 		case v.ShapeID == 0 && lastNode != nil && sameShape(lastNode, n):
@@ -84,17 +101,7 @@ func newCluster(snap *state.Snapshot) *cluster {
 			key := state.ShapeKey(n)
 			cl = byKey[key]
 			if cl == nil {
-				cl = newClass(n, len(c.classes))
-				dk := n.Provider + "|" + n.Region + "|" + n.Labels[model.LabelPlacementGroup]
-				d, ok := domains[dk]
-				if !ok {
-					d = len(c.domains)
-					domains[dk] = d
-					c.domains = append(c.domains, dk)
-				}
-				cl.domain = d
-				byKey[key] = cl
-				c.classes = append(c.classes, cl)
+				cl = c.addClass(n, key, byKey, domains)
 			}
 			lastNode, lastClass = n, cl
 			if v.ShapeID > 0 {
@@ -140,6 +147,58 @@ func newCluster(snap *state.Snapshot) *cluster {
 		}
 	}
 	return c
+}
+
+func (c *cluster) addClass(n *model.Node, key string, byKey map[string]*class, domains map[string]int) *class {
+	cl := newClass(n, len(c.classes))
+	dk := n.Provider + "|" + n.Region + "|" + n.Labels[model.LabelPlacementGroup]
+	d, ok := domains[dk]
+	if !ok {
+		d = len(c.domains)
+		domains[dk] = d
+		c.domains = append(c.domains, dk)
+	}
+	cl.domain = d
+	byKey[key] = cl
+	c.classes = append(c.classes, cl)
+	return cl
+}
+
+// uniqueSelected is the unique labels (state.UniqueLabel) pending jobs
+// select on, by key then value; nil when none does.
+func uniqueSelected(pending []*model.Job) map[string]map[string]bool {
+	var out map[string]map[string]bool
+	for _, j := range pending {
+		for k, v := range j.Spec.NodeSelector {
+			if !state.UniqueLabel(k) {
+				continue
+			}
+			if out == nil {
+				out = map[string]map[string]bool{}
+			}
+			if out[k] == nil {
+				out[k] = map[string]bool{}
+			}
+			out[k][v] = true
+		}
+	}
+	return out
+}
+
+// exceptional returns the unique labels of n that some pending job
+// selects, as sorted key=value pairs, or "".
+func exceptional(n *model.Node, exc map[string]map[string]bool) string {
+	if len(exc) == 0 {
+		return ""
+	}
+	var pairs []string
+	for k, vals := range exc {
+		if v, ok := n.Labels[k]; ok && vals[v] {
+			pairs = append(pairs, k+"="+v)
+		}
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, "\x00")
 }
 
 // sameShape is a fast path for shapeKey equality on the pointer-level
@@ -196,6 +255,7 @@ func newClass(n *model.Node, idx int) *class {
 
 // setFree moves node i to the bucket of its new free mask.
 func (c *cluster) setFree(i int32, free uint64) {
+	c.gen++
 	ns := &c.nodes[i]
 	cl := c.classes[ns.cls]
 	k := int32(bits.OnesCount64(free))

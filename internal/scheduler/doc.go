@@ -8,10 +8,11 @@
 // jobs inside a queue by aged priority then age; admits within nominal quota
 // or by borrowing from the cohort up to a borrowing limit; places every
 // replica or none on the best-scoring node of a node class (nodes of one
-// shape, kept in buckets by free-GPU count, so placement never scans the
-// fleet); backfills later jobs around reservations of blocked ones (EASY);
-// preempts the fewest victims by work lost (in-queue priority, or reclaim of
-// borrowed quota); and ranks offers by expected cost to finish for what the
+// shape, unique labels such as the address aside, kept in buckets by
+// free-GPU count, so placement never scans the fleet); backfills later jobs
+// around reservations of blocked ones (EASY); preempts the fewest victims by
+// work lost (in-queue priority, or reclaim of borrowed quota); and ranks
+// offers by expected cost to finish for what the
 // fleet cannot hold. "Does not fit" is a verdict with reasons, never an
 // error.
 //
@@ -19,4 +20,9 @@
 // shared, a job's replicas are bound together or not at all, a job is bound
 // at most once, and no queue goes above its nominal quota except by borrowing
 // within its limit from what its cohort's other members own.
+//
+// Work per pass is bounded by the pending jobs and the node classes, not by
+// their product with the live attempts: preemption reads bounded prefixes of
+// per-class victim lists under per-pass caps, and blocked jobs of one shape
+// share their reason lists (see preempt and capacityReasons).
 package scheduler

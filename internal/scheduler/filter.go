@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/cuda"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/state"
 )
 
 // fitKey is everything about a job that decides which node classes can
@@ -170,9 +171,16 @@ var filters = [...]filter{
 	}},
 	{FilterNodeSelector, false, func(r *fitReq, cl *class) string {
 		for _, kv := range r.selector {
-			if got := cl.first.Labels[kv[0]]; got != kv[1] {
-				return fmt.Sprintf("node label %s=%q does not match nodeSelector %q", kv[0], got, kv[1])
+			got := cl.first.Labels[kv[0]]
+			if got == kv[1] {
+				continue
 			}
+			if state.UniqueLabel(kv[0]) && len(cl.nodes) > 1 {
+				// Nodes of a class differ in their unique labels; the one
+				// a job selects is always in a class of its own.
+				return fmt.Sprintf("no node of the group has label %s=%q (nodeSelector)", kv[0], kv[1])
+			}
+			return fmt.Sprintf("node label %s=%q does not match nodeSelector %q", kv[0], got, kv[1])
 		}
 		return ""
 	}},

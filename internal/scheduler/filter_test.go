@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/state"
 )
 
 func cpu(c float64) jobOpt            { return func(j *model.Job) { j.Spec.Resources.CPU = c } }
@@ -128,5 +129,54 @@ func TestCapacityReasonsSayWhatIsShort(t *testing.T) {
 				t.Errorf("node reasons (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUniqueLabelsDoNotSplitClasses: nodes that differ only in a unique
+// label (their address) form one class, and a job that selects one by it
+// is matched to that node alone (issue #15, item 2).
+func TestUniqueLabelsDoNotSplitClasses(t *testing.T) {
+	t.Parallel()
+	var nodes []*model.Node
+	for _, id := range []string{"a", "b", "c"} {
+		n := node(id, "H100", 8, 80*model.GiB)
+		n.Labels = map[string]string{state.LabelAddress: id + ".example:7070", "team": "ml"}
+		nodes = append(nodes, n)
+	}
+	selects := func(addr string) jobOpt {
+		return func(j *model.Job) { j.Spec.NodeSelector = map[string]string{state.LabelAddress: addr, "team": "ml"} }
+	}
+	jobs := []*model.Job{
+		job("big", 1, 9),
+		job("pin", 2, 1, selects("c.example:7070")),
+		job("pin-full", 3, 8, selects("c.example:7070")), // c has 7 left; a and b have 8
+		job("ghost", 4, 1, selects("z.example:7070")),
+		job("plain", 5, 1),
+	}
+	plan := Schedule(snapshot(nodes, jobs), nil, now, 1)
+	type bound struct{ Job, Node string }
+	var got []bound
+	for _, b := range plan.Bindings {
+		got = append(got, bound{b.JobID, b.Replicas[0].NodeID})
+	}
+	want := []bound{{"pin", "c"}, {"plain", "c"}} // plain packs onto c, the partly used node
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bindings (-want +got):\n%s", diff)
+	}
+	codes := func(id string) []string {
+		var out []string
+		for _, r := range plan.Verdicts[id].Reasons {
+			out = append(out, r.Scope+" "+r.Code)
+		}
+		return out
+	}
+	for id, want := range map[string][]string{
+		"big":      {"node/c gpu-count", "nodes(2) /local 8xH100 gpu-count"},
+		"pin-full": {"nodes(2) /local 8xH100 node-selector", "node/c gpus-free", "job no-estimate"},
+		"ghost":    {"node/c node-selector", "nodes(2) /local 8xH100 node-selector"},
+	} {
+		if diff := cmp.Diff(want, codes(id)); diff != "" {
+			t.Errorf("%s reasons (-want +got):\n%s", id, diff)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,9 +26,16 @@ type feasibility struct {
 
 func (s *sched) feasible(pj *pjob) *feasibility {
 	key := fitKeyOf(pj)
+	// Runs of jobs of one shape are the common case; comparing with the
+	// last key is cheaper than hashing it.
+	if s.lastFeas != nil && key == s.lastFit {
+		return s.lastFeas
+	}
 	if f, ok := s.feas[key]; ok {
+		s.lastFit, s.lastFeas = key, f
 		return f
 	}
+	defer func() { s.lastFit, s.lastFeas = key, s.feas[key] }()
 	f := &feasibility{}
 	r := key.req()
 	why := map[Reason][]int32{}
@@ -452,8 +460,39 @@ func appendReason(rs []Reason, r Reason) []Reason {
 
 // capacityReasons explains why no feasible class had room now, after the
 // static reasons of the infeasible ones.
+//
+// The answer depends on the job only through its feasibility, queue and
+// project, and on the cluster only through what is free, so it is kept
+// per (feasibility, queue, project) while nothing is taken or freed: a
+// deep queue of blocked jobs of one shape shares one slice (clipped, so
+// a verdict that adds reasons copies it), instead of building one per
+// job with room reserved for every class.
 func (s *sched) capacityReasons(pj *pjob, f *feasibility, quota []Reason) []Reason {
-	out := make([]Reason, 0, len(f.reasons)+len(quota)+len(f.classes))
+	key := capKey{f, pj.q, pj.proj}
+	if e, ok := s.capCache[key]; ok && e.gen == s.c.gen {
+		return e.reasons
+	}
+	out := slices.Clip(s.buildCapacityReasons(pj, f, quota))
+	if s.capCache == nil {
+		s.capCache = map[capKey]capEntry{}
+	}
+	s.capCache[key] = capEntry{gen: s.c.gen, reasons: out}
+	return out
+}
+
+type capKey struct {
+	f    *feasibility
+	q    *queueState
+	proj *projectState
+}
+
+type capEntry struct {
+	gen     uint64
+	reasons []Reason
+}
+
+func (s *sched) buildCapacityReasons(pj *pjob, f *feasibility, quota []Reason) []Reason {
+	out := make([]Reason, 0, min(len(f.reasons)+len(quota)+len(f.classes), maxReasons+4))
 	out = append(out, quota...)
 	out = append(out, f.reasons...)
 	res := &pj.job.Spec.Resources

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // preempt looks for the fewest running attempts whose stopping would let
@@ -19,56 +17,40 @@ import (
 // first and for free, so a waiting job never stops more work pass after
 // pass. It reports whether pj now waits for preemption.
 func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
+	// The caps apply before any scan: past them a blocked job costs
+	// nothing here, however many are queued.
 	if (pj.g == 0 && pj.share == 0) || s.preemptors >= maxPreemptors {
 		return false
 	}
 	li := s.liveIdx()
-	q := pj.q
-	if q.minLive >= pj.prio && q.cohort == nil && !s.anyReleasing() {
+	if s.searches >= maxPreemptionSearches {
 		s.explainFixed(pj, f, v)
 		return false
 	}
-	inClass := make(map[int32]bool, len(f.classes))
-	for _, ci := range f.classes {
-		inClass[ci] = true
+	q := pj.q
+	if q.minLive >= pj.prio && q.cohort == nil && li.nReleasing == 0 {
+		s.explainFixed(pj, f, v)
+		return false
 	}
-	var cands, releasing []*liveRef
-	for _, r := range li.all {
-		if s.victimTaken[r.attempt.ID] || !s.onClasses(r, inClass) {
-			continue
+	// Victims depend on the job through its classes, queue and priority,
+	// and on the pass through what is free and used (the cluster's gen)
+	// and what earlier preemptors took, and on GPUs nominated for the job
+	// itself: while none of them changes, a job like one that found none
+	// finds none either.
+	none := noVictimsKey{f, q, pj.prio, s.c.gen, s.preemptors}
+	mine := len(s.nominated[pj.job.ID]) > 0
+	if !mine && s.noVictims[none] {
+		s.explainFixed(pj, f, v)
+		return false
+	}
+	cands, releasing := s.victimsFor(pj, f)
+	if len(releasing) > 0 || len(cands) > 0 {
+		s.searches++
+	} else if !mine {
+		if s.noVictims == nil {
+			s.noVictims = map[noVictimsKey]bool{}
 		}
-		if r.stopping {
-			if r.attempt.StopState == model.AttemptPreempted && !s.nominatedToOthers(r, pj.job.ID) {
-				releasing = append(releasing, r)
-			}
-			continue
-		}
-		if !r.preempt {
-			continue
-		}
-		switch {
-		case r.queue == q.name:
-			if r.prio < pj.prio {
-				cands = append(cands, r)
-			}
-		case q.cohort != nil:
-			vq := s.queues[r.queue]
-			if vq == nil || vq.cohort != q.cohort || vq.unlimited {
-				continue
-			}
-			key := vq.quotaKey(r.gpuMdl)
-			if vq.used[key] <= vq.nominal[key]+eps {
-				continue // the victim's queue is within its own quota
-			}
-			need := float64(pj.g * pj.job.Spec.Replicas)
-			if pj.share > 0 {
-				need = pj.share * float64(pj.job.Spec.Replicas)
-			}
-			if qk := q.quotaKey(r.gpuMdl); q.used[qk]+need > q.nominal[qk]+eps {
-				continue // pj would itself borrow: no reclaim
-			}
-			cands = append(cands, r)
-		}
+		s.noVictims[none] = true
 	}
 	if len(releasing) > 0 && s.fitsWith(pj, f, releasing) {
 		v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("waiting for %d preempted attempts to save a checkpoint and release their GPUs", len(releasing))}}, v.Reasons...)
@@ -78,16 +60,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		s.explainFixed(pj, f, v)
 		return false
 	}
-	sort.SliceStable(cands, func(a, b int) bool {
-		x, y := cands[a], cands[b]
-		if x.prio != y.prio {
-			return x.prio < y.prio
-		}
-		if x.lost != y.lost {
-			return x.lost < y.lost
-		}
-		return x.attempt.ID < y.attempt.ID
-	})
+	sort.Slice(cands, func(a, b int) bool { return victimLess(cands[a], cands[b]) })
 	if len(cands) > maxVictimsExamined {
 		cands = cands[:maxVictimsExamined]
 	}
@@ -135,6 +108,97 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	return true
 }
 
+type noVictimsKey struct {
+	f          *feasibility
+	q          *queueState
+	prio       int
+	gen        uint64
+	preemptors int
+}
+
+// victimsFor collects the work pj may preempt on its feasible classes:
+// lower-priority preemptible work of its own queue, and work of cohort
+// queues that borrow while pj's queue stays within its nominal quota; and
+// the attempts already releasing GPUs there for pj (or for no one). Each
+// (class, queue) list is read for at most maxVictimsExamined entries, in
+// victim order, so the work is bounded by classes × queues, not by the
+// live attempts.
+func (s *sched) victimsFor(pj *pjob, f *feasibility) (cands, releasing []*liveRef) {
+	li := s.liveIdx()
+	q := pj.q
+	need := float64(pj.g * pj.job.Spec.Replicas)
+	if pj.share > 0 {
+		need = pj.share * float64(pj.job.Spec.Replicas)
+	}
+	var seen map[*liveRef]bool
+	add := func(list *[]*liveRef, r *liveRef) {
+		if seen == nil {
+			seen = map[*liveRef]bool{}
+		}
+		if !seen[r] {
+			seen[r] = true
+			*list = append(*list, r)
+		}
+	}
+	for _, ci := range f.classes {
+		for i, r := range li.releasing[ci] {
+			if i >= maxVictimsExamined {
+				break
+			}
+			if !s.victimTaken[r.attempt.ID] && !s.nominatedToOthers(r, pj.job.ID) {
+				add(&releasing, r)
+			}
+		}
+		byQueue := li.victims[ci]
+		if len(byQueue) == 0 {
+			continue
+		}
+		// Own queue: lower priority only; the list is by priority.
+		for i, r := range byQueue[q.name] {
+			if i >= maxVictimsExamined || r.prio >= pj.prio {
+				break
+			}
+			if !s.victimTaken[r.attempt.ID] {
+				add(&cands, r)
+			}
+		}
+		if q.cohort == nil {
+			continue
+		}
+		// Reclaim: cohort queues over their own quota, while pj's queue
+		// would stay within its own.
+		m := s.c.classes[ci].gpuModel
+		if qk := q.quotaKey(m); q.used[qk]+need > q.nominal[qk]+eps {
+			continue
+		}
+		for _, vq := range s.order {
+			if vq == q || vq.cohort != q.cohort || vq.unlimited {
+				continue
+			}
+			if k := vq.quotaKey(m); vq.used[k] <= vq.nominal[k]+eps {
+				continue // within its own quota on this class's model
+			}
+			for i, r := range byQueue[vq.name] {
+				if i >= maxVictimsExamined {
+					break
+				}
+				if s.victimTaken[r.attempt.ID] {
+					continue
+				}
+				key := vq.quotaKey(r.gpuMdl)
+				if vq.used[key] <= vq.nominal[key]+eps {
+					continue
+				}
+				if qk := q.quotaKey(r.gpuMdl); q.used[qk]+need > q.nominal[qk]+eps {
+					continue
+				}
+				add(&cands, r)
+			}
+		}
+	}
+	return cands, releasing
+}
+
 // ReasonNonPreemptible codes a verdict line saying the only work a job
 // could preempt is of non-preemptible classes.
 const ReasonNonPreemptible = "non-preemptible"
@@ -146,6 +210,29 @@ func (s *sched) explainFixed(pj *pjob, f *feasibility, v *Verdict) {
 	if pj.q.minFixed >= pj.prio {
 		return
 	}
+	// Non-preemptible work is never taken in a pass, so the answer holds
+	// for every job of the same queue, priority and feasible classes.
+	key := fixedKey{pj.q, pj.prio, f}
+	r, ok := s.fixed[key]
+	if !ok {
+		r = s.fixedReason(pj, f)
+		if s.fixed == nil {
+			s.fixed = map[fixedKey]*Reason{}
+		}
+		s.fixed[key] = r
+	}
+	if r != nil {
+		v.Reasons = append(v.Reasons, *r)
+	}
+}
+
+type fixedKey struct {
+	q    *queueState
+	prio int
+	f    *feasibility
+}
+
+func (s *sched) fixedReason(pj *pjob, f *feasibility) *Reason {
 	inClass := make(map[int32]bool, len(f.classes))
 	for _, ci := range f.classes {
 		inClass[ci] = true
@@ -162,21 +249,12 @@ func (s *sched) explainFixed(pj *pjob, f *feasibility, v *Verdict) {
 		}
 	}
 	if n == 0 {
-		return
+		return nil
 	}
 	sort.Strings(classes)
-	v.Reasons = append(v.Reasons, Reason{Scope: "job", Code: ReasonNonPreemptible, Message: fmt.Sprintf(
+	return &Reason{Scope: "job", Code: ReasonNonPreemptible, Message: fmt.Sprintf(
 		"would preempt only non-preemptible work: %d lower-priority attempts on matching nodes are of class %s, which is not preemptible",
-		n, strings.Join(classes, ", "))})
-}
-
-func (s *sched) anyReleasing() bool {
-	for _, r := range s.liveIdx().all {
-		if r.stopping && r.attempt.StopState == model.AttemptPreempted {
-			return true
-		}
-	}
-	return false
+		n, strings.Join(classes, ", "))}
 }
 
 func (s *sched) onClasses(r *liveRef, inClass map[int32]bool) bool {

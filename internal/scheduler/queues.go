@@ -46,6 +46,7 @@ type queueState struct {
 	// minFixed is the lowest value of live non-preemptible work, to
 	// explain a preemption that policy forbids.
 	minFixed int
+	why      quotaWhy
 }
 
 type cohortState struct {
@@ -75,6 +76,30 @@ func (q *queueState) admit(m string, amount float64) (string, bool) {
 	if used+amount <= nominal+eps {
 		return "", true
 	}
+	var cused float64
+	if q.cohort != nil {
+		cused = q.cohort.used[key]
+	}
+	// A blocked queue refuses job after job on the same use: the
+	// message is formatted once per use, not once per job and class.
+	w := &q.why
+	if w.msg != "" && w.key == key && w.amount == amount && w.used == used && w.cused == cused {
+		return w.msg, w.ok
+	}
+	msg, ok := q.refuse(key, nominal, used, amount)
+	*w = quotaWhy{key: key, amount: amount, used: used, cused: cused, msg: msg, ok: ok}
+	return msg, ok
+}
+
+// quotaWhy remembers queueState.admit's last answer beyond nominal.
+type quotaWhy struct {
+	key                 string
+	amount, used, cused float64
+	msg                 string
+	ok                  bool
+}
+
+func (q *queueState) refuse(key string, nominal, used, amount float64) (string, bool) {
 	label := key
 	if key == model.AnyGPU {
 		label = "any GPU (*)"

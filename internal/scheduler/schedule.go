@@ -14,8 +14,13 @@ import (
 const (
 	// maxPreemptors is how many jobs may look for victims per pass.
 	maxPreemptors = 32
-	// maxVictimsExamined bounds the victims one preemptor considers.
+	// maxVictimsExamined bounds the victims one preemptor considers, and
+	// the entries it reads of each (node class, queue) list.
 	maxVictimsExamined = 512
+	// maxPreemptionSearches is how many jobs may search victims per pass,
+	// found or not, so that a deep queue of jobs nothing can be freed for
+	// does not search once each.
+	maxPreemptionSearches = 4 * maxPreemptors
 )
 
 // sched is one pass.
@@ -30,11 +35,18 @@ type sched struct {
 	projects map[string]*projectState
 	plan     *Plan
 	feas     map[fitKey]*feasibility
+	// lastFit and lastFeas are the last feasibility looked up.
+	lastFit  fitKey
+	lastFeas *feasibility
 	undo     []undoEntry
 
 	live        *liveIndex // built on first need
 	preemptors  int
+	searches    int // jobs that searched for victims (see preempt)
 	victimTaken map[string]bool
+	fixed       map[fixedKey]*Reason // explainFixed's answers
+	capCache    map[capKey]capEntry  // capacityReasons' answers
+	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
 	offerRanks  []int // see offerRank

@@ -8,9 +8,36 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
+// Labels that name one node rather than describe it: a node's address (the
+// static agent's), its provider instance id, its hostname.
+const (
+	LabelAddress  = "gpufleet.dev/address"
+	LabelHostname = "gpufleet.dev/hostname"
+)
+
+// UniqueLabel reports whether label key names one node instead of
+// describing what it offers, so that it never decides which nodes are
+// interchangeable: the address, instance-id and hostname labels, and any
+// label a pool marks unique by its name, which (after any "prefix/")
+// starts with "unique." as in Nomad's unique namespace:
+// "unique.serial", "example.com/unique.rack-slot".
+func UniqueLabel(key string) bool {
+	switch key {
+	case LabelAddress, LabelHostname, model.LabelInstance, "kubernetes.io/hostname":
+		return true
+	}
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		key = key[i+1:]
+	}
+	return strings.HasPrefix(key, "unique.")
+}
+
 // ShapeKey is what makes two nodes interchangeable to the scheduler:
 // provider, region, placement group, state, capacity type, price, sharing,
-// isolation and runtimes, GPUs (model, memory, NVLink group) and labels.
+// isolation and runtimes, GPUs (model, memory, NVLink group) and labels
+// other than unique ones (UniqueLabel). A job that selects a unique label
+// is matched to its node as an exception (the scheduler's cluster splits
+// that node into a class of its own for the pass).
 func ShapeKey(n *model.Node) string {
 	var b strings.Builder
 	b.Grow(96)
@@ -58,7 +85,9 @@ func ShapeKey(n *model.Node) string {
 	if len(n.Labels) > 0 {
 		keys := make([]string, 0, len(n.Labels))
 		for k := range n.Labels {
-			keys = append(keys, k)
+			if !UniqueLabel(k) {
+				keys = append(keys, k)
+			}
 		}
 		sort.Strings(keys)
 		for _, k := range keys {

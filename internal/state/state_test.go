@@ -71,3 +71,35 @@ func TestLiveAttemptsOn(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeKeyIgnoresUniqueLabels: labels that name one node (address,
+// instance id, hostname, the unique. namespace) leave nodes
+// interchangeable; labels that describe a node do not.
+func TestShapeKeyIgnoresUniqueLabels(t *testing.T) {
+	t.Parallel()
+	base := func(labels map[string]string) *model.Node {
+		return &model.Node{ID: "n", Provider: "static", Region: "r1", State: model.NodeReady, Labels: labels,
+			GPUs: []model.GPU{{Index: 0, Model: "H100", Memory: 80 * model.GiB}}}
+	}
+	ref := ShapeKey(base(map[string]string{"team": "a"}))
+	tests := map[string]struct {
+		labels map[string]string
+		same   bool
+	}{
+		"address":             {map[string]string{"team": "a", LabelAddress: "10.0.0.2:7070"}, true},
+		"instance id":         {map[string]string{"team": "a", model.LabelInstance: "i-0abc"}, true},
+		"hostname":            {map[string]string{"team": "a", LabelHostname: "gpu-17"}, true},
+		"kubernetes":          {map[string]string{"team": "a", "kubernetes.io/hostname": "gpu-17"}, true},
+		"unique namespace":    {map[string]string{"team": "a", "unique.serial": "SN123"}, true},
+		"prefixed unique":     {map[string]string{"team": "a", "example.com/unique.slot": "4"}, true},
+		"descriptive differs": {map[string]string{"team": "b"}, false},
+		"not unique by name":  {map[string]string{"team": "a", "uniqueness": "x"}, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := ShapeKey(base(tc.labels)) == ref; got != tc.same {
+				t.Errorf("same shape = %v, want %v", got, tc.same)
+			}
+		})
+	}
+}
