@@ -26,12 +26,14 @@ type tracker struct {
 	want       int                       // jobs to place
 	allPlaced  chan struct{}             // closed once want jobs were placed
 	lastPlaced time.Time
+	succeeded  int           // replicas that exited 0 and whose end the server recorded
+	allDone    chan struct{} // closed once want replicas succeeded
 }
 
 func newTracker(want int) *tracker {
 	return &tracker{
 		placedAt: map[string]time.Time{}, starts: map[string]int{}, running: map[string]map[string]int{},
-		doubleJobs: map[string]bool{}, want: want, allPlaced: make(chan struct{}),
+		doubleJobs: map[string]bool{}, want: want, allPlaced: make(chan struct{}), allDone: make(chan struct{}),
 	}
 }
 
@@ -75,6 +77,27 @@ func (t *tracker) stopped(spec agentapi.ReplicaSpec) {
 		if len(att) == 0 {
 			delete(t.running, spec.JobID)
 		}
+	}
+}
+
+// placedBy is when the last job was placed, once all were, but not before
+// notBefore (a job can reach its agent before its submit answer returns).
+func (t *tracker) placedBy(notBefore time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.lastPlaced.Before(notBefore) {
+		return notBefore
+	}
+	return t.lastPlaced
+}
+
+// recorded notes that the server recorded the end of a replica that
+// exited 0: it no longer lists it after the agent reported that end.
+func (t *tracker) recorded() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.succeeded++; t.succeeded == t.want {
+		close(t.allDone)
 	}
 }
 
@@ -321,6 +344,9 @@ func (n *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool,
 		case desired[id]:
 		case reportedEnded[id]:
 			delete(n.reps, id)
+			if c := r.status.ExitCode; c != nil && *c == 0 && r.status.Reason == "" {
+				n.t.recorded()
+			}
 		case r.status.Phase == agentapi.PhaseRunning:
 			r.stopNow = true
 		}

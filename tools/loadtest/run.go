@@ -181,37 +181,54 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("%d of %d submissions failed: %v; first refusal: %s", c.Jobs-sub.ok, c.Jobs, sub.statuses, sub.refusal)
 	}
 
-	// Placement and completion, from the server's jobs-by-state gauge.
+	// Placement and completion: virtual agents see both themselves (a job
+	// is placed when an agent first receives it, done when the server no
+	// longer lists its replica after the agent reported it exited 0);
+	// with the local agent the server's job list says.
 	var placedAt, doneAt time.Time
 	cpuPlaced := cpu1
-	var counts map[string]int
-	lastLog := time.Now()
-	for ctx.Err() == nil {
-		cs, err := jobCounts(ctx, hc, srv.url, srv.admin)
-		if err == nil {
-			counts = cs
-			now := time.Now()
-			waiting := cs[string(model.JobQueued)]
-			if placedAt.IsZero() && waiting == 0 {
-				placedAt = now
-				cpuPlaced, _ = readProc(pid)
-				res.PlacedAfterLastSubmit = placedAt.Sub(lastSubmit).Seconds()
-				logf("all placed %.2fs after the last submit", res.PlacedAfterLastSubmit)
-			}
-			ended := cs[string(model.JobSucceeded)] + cs[string(model.JobFailed)] + cs[string(model.JobCancelled)] + cs[string(model.JobStoppedEarly)]
-			if ended >= c.Jobs {
-				doneAt = now
-				break
-			}
-			if now.Sub(lastLog) >= 5*time.Second {
-				lastLog = now
-				logf("jobs by state: %v", cs)
-			}
-		}
+	markPlaced := func(at time.Time) {
+		placedAt = at
+		cpuPlaced, _ = readProc(pid)
+		res.PlacedAfterLastSubmit = placedAt.Sub(lastSubmit).Seconds()
+		logf("all placed %.2fs after the last submit", res.PlacedAfterLastSubmit)
+	}
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	poll := time.NewTicker(250 * time.Millisecond) // local agent: the job list's sampling period
+	defer poll.Stop()
+	placedC, doneC := tr.allPlaced, tr.allDone
+	for ctx.Err() == nil && doneAt.IsZero() {
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond): // the gauge's sampling period
+		case <-placedC:
+			placedC = nil
+			markPlaced(tr.placedBy(lastSubmit))
+		case <-doneC:
+			doneAt = time.Now()
+			if placedAt.IsZero() { // both came at once
+				markPlaced(tr.placedBy(lastSubmit))
+			}
+		case <-progress.C:
+			if cs, err := jobCounts(ctx, hc, srv.url, srv.admin); err == nil {
+				logf("jobs by state: %v", cs)
+			}
+		case <-poll.C:
+			if c.Nodes > 0 {
+				continue
+			}
+			now := time.Now()
+			if placedAt.IsZero() && noJobs(ctx, admin, model.JobQueued) {
+				markPlaced(now)
+			}
+			if !placedAt.IsZero() && noJobs(ctx, admin, model.JobQueued, model.JobAdmitted, model.JobProvisioning, model.JobRunning) {
+				doneAt = now
+			}
 		}
+	}
+	counts, err := jobCounts(context.WithoutCancel(ctx), hc, srv.url, srv.admin)
+	if err != nil {
+		logf("reading the final job counts: %v", err)
 	}
 	cpuDone, _ := readProc(pid)
 	if !placedAt.IsZero() {
@@ -219,7 +236,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		res.ServerCPUFinish = (cpuDone.CPU - cpuPlaced.CPU).Seconds()
 	}
 	res.FinalStates = counts
-	if !doneAt.IsZero() && counts[string(model.JobSucceeded)] == c.Jobs {
+	if !doneAt.IsZero() && counts[string(model.JobSucceeded)] >= c.Jobs {
 		res.SucceededAfterLastSubmit = doneAt.Sub(lastSubmit).Seconds()
 		logf("all succeeded %.2fs after the last submit", res.SucceededAfterLastSubmit)
 	}
@@ -293,6 +310,16 @@ func startVirtualNodes(ctx context.Context, c *Config, base string, admin *clien
 		wg.Go(func() { n.run(ctx) })
 	}
 	return len(nodes), nil
+}
+
+// noJobs reports whether the server lists no job in any of states.
+func noJobs(ctx context.Context, admin *client.Client, states ...model.JobState) bool {
+	names := make([]string, len(states))
+	for i, s := range states {
+		names[i] = string(s)
+	}
+	jobs, err := admin.ListJobs(ctx, client.ListOptions{States: names, Limit: 1})
+	return err == nil && len(jobs) == 0
 }
 
 // waitLocalNode waits for `up`'s local agent to register.
