@@ -184,7 +184,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	// Placement and completion: virtual agents see both themselves (a job
 	// is placed when an agent first receives it, done when the server no
 	// longer lists its replica after the agent reported it exited 0);
-	// with the local agent the server's job list says.
+	// with the local agent the server's jobs-by-state gauge says.
 	var placedAt, doneAt time.Time
 	cpuPlaced := cpu1
 	markPlaced := func(at time.Time) {
@@ -195,7 +195,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
-	poll := time.NewTicker(250 * time.Millisecond) // local agent: the job list's sampling period
+	poll := time.NewTicker(250 * time.Millisecond) // local agent: the gauge's sampling period
 	defer poll.Stop()
 	placedC, doneC := tr.allPlaced, tr.allDone
 	for ctx.Err() == nil && doneAt.IsZero() {
@@ -217,11 +217,17 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			if c.Nodes > 0 {
 				continue
 			}
+			// The jobs-by-state gauge: cheap on a node without GPUs (a
+			// filtered job list would clone every queued job).
+			cs, err := jobCounts(ctx, hc, srv.url, srv.admin)
+			if err != nil {
+				continue
+			}
 			now := time.Now()
-			if placedAt.IsZero() && noJobs(ctx, admin, model.JobQueued) {
+			if placedAt.IsZero() && cs[string(model.JobQueued)] == 0 {
 				markPlaced(now)
 			}
-			if !placedAt.IsZero() && noJobs(ctx, admin, model.JobQueued, model.JobAdmitted, model.JobProvisioning, model.JobRunning) {
+			if !placedAt.IsZero() && ended(cs) >= c.Jobs {
 				doneAt = now
 			}
 		}
@@ -312,14 +318,10 @@ func startVirtualNodes(ctx context.Context, c *Config, base string, admin *clien
 	return len(nodes), nil
 }
 
-// noJobs reports whether the server lists no job in any of states.
-func noJobs(ctx context.Context, admin *client.Client, states ...model.JobState) bool {
-	names := make([]string, len(states))
-	for i, s := range states {
-		names[i] = string(s)
-	}
-	jobs, err := admin.ListJobs(ctx, client.ListOptions{States: names, Limit: 1})
-	return err == nil && len(jobs) == 0
+// ended counts the jobs in a final state.
+func ended(counts map[string]int) int {
+	return counts[string(model.JobSucceeded)] + counts[string(model.JobFailed)] +
+		counts[string(model.JobCancelled)] + counts[string(model.JobStoppedEarly)]
 }
 
 // waitLocalNode waits for `up`'s local agent to register.
