@@ -134,13 +134,21 @@ func TestJobsCannotReachTheControlPlane(t *testing.T) {
 	}
 }
 
-// jobTokenOf reads job id's token from the agent's copy of its replica spec.
+// jobTokenOf reads job id's token from the agent's copy of its replica spec,
+// which must be its owner's only (mode 0600).
 func jobTokenOf(t *testing.T, dataDir, jobID string) string {
 	t.Helper()
 	var token string
 	err := filepath.WalkDir(filepath.Join(dataDir, "agent"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.Name() != "spec.json" || !strings.Contains(path, jobID) {
 			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", path, info.Mode().Perm())
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {

@@ -123,32 +123,7 @@ func TestNoSecretLeaks(t *testing.T) {
 
 	// The job token: the agent's copy of the replica spec holds it (and
 	// the secret), at mode 0600.
-	var jobToken string
-	err := filepath.WalkDir(filepath.Join(dir, "agent"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.Name() != "spec.json" {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if info.Mode().Perm() != 0o600 {
-			t.Errorf("%s has mode %v, want 0600", path, info.Mode().Perm())
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var spec struct{ Env map[string]string }
-		if err := json.Unmarshal(data, &spec); err != nil {
-			return err
-		}
-		jobToken = spec.Env["GPUFLEET_JOB_TOKEN"]
-		return nil
-	})
-	if err != nil || jobToken == "" {
-		t.Fatalf("finding the job token in the agent's replica spec: %v", err)
-	}
+	jobToken := jobTokenOf(t, dir, id)
 	admin, err := os.ReadFile(filepath.Join(dir, tokenFile))
 	if err != nil {
 		t.Fatal(err)
