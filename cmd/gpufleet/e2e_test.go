@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/testutil"
 )
@@ -320,10 +319,10 @@ func TestExplainOnLiveServer(t *testing.T) {
 	s.waitJob(hog, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
 	waiter := strings.TrimSpace(s.gpufleet("run", "--gpus", "2", "--", "true"))
 
-	explain := func(id string) controller.Explanation {
+	explain := func(id string) api.Explanation {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			var e controller.Explanation
+			var e api.Explanation
 			if err := json.Unmarshal([]byte(s.gpufleet("explain", id, "-o", "json")), &e); err != nil {
 				t.Fatal(err)
 			}
@@ -336,7 +335,7 @@ func TestExplainOnLiveServer(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
 		}
 	}
-	reasons := func(e controller.Explanation) string {
+	reasons := func(e api.Explanation) string {
 		var b strings.Builder
 		for _, r := range e.Verdict.Reasons {
 			fmt.Fprintf(&b, "%s: %s\n", r.Scope, r.Message)
