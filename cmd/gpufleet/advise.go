@@ -1,13 +1,9 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -18,11 +14,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
-
-// calibrationFile is where `gpufleet bench` stores measured rates, in the
-// data dir.
-const calibrationFile = "calibration.json"
 
 func newAdviseCmd(g *globals) *cobra.Command {
 	var (
@@ -111,7 +104,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 					req.GPUs[i] = c
 				}
 			}
-			cal, calNote, err := loadCalibration(g.dataDir)
+			cal, calNote, err := server.LoadCalibration(g.dataDir)
 			if err != nil {
 				return err
 			}
@@ -296,24 +289,6 @@ func setRequestField(dst, src *advisor.Request, name string) {
 	case "explain":
 		dst.Explain = src.Explain
 	} // other flags (--data-dir, --output, …) are not request fields
-}
-
-// loadCalibration reads the data dir's calibration file, if any. A missing
-// file is no calibration; an unreadable or corrupt one is an error.
-func loadCalibration(dataDir string) (advisor.Calibration, string, error) {
-	var cal advisor.Calibration
-	path := filepath.Join(dataDir, calibrationFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return cal, "", nil
-	}
-	if err != nil {
-		return cal, "", fmt.Errorf("reading calibration: %w", err)
-	}
-	if err := json.Unmarshal(data, &cal); err != nil {
-		return cal, "", fmt.Errorf("reading calibration %s: %w (re-run gpufleet bench, or delete the file)", path, err)
-	}
-	return cal, "calibration read from " + path, nil
 }
 
 // adviseTable writes the ranking, then what was not estimated and the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -15,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
-	"github.com/gpufleet/gpufleet/internal/agent/gpu"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/agentapi/httpcp"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
 // agentConfig is everything `gpufleet agent` takes.
@@ -119,7 +118,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(&serverConfig{LogLevel: c.LogLevel}).With("component", "agent")
+	log := server.NewLogger(&server.Config{LogLevel: c.LogLevel}).With("component", "agent")
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("creating data dir: %w", err)
 	}
@@ -127,7 +126,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	if err != nil {
 		return fmt.Errorf("loading catalog: %w", err)
 	}
-	inv, err := discoverGPUs(ctx, c.FakeGPUs, cat, log)
+	inv, err := server.DiscoverGPUs(ctx, c.FakeGPUs, cat, log)
 	if err != nil {
 		return err
 	}
@@ -173,14 +172,14 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 			log.Info(n)
 		}
 	}
-	src, sim := telemetrySource(ctx, inv, log)
+	src, sim := server.TelemetrySource(ctx, inv, log)
 	ag, err := agent.New(agent.Config{
 		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),
 		Registration: agentapi.Registration{
 			Name: name, Provider: static.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
-			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Labels: labels,
+			CPU: float64(runtime.NumCPU()), Memory: server.TotalMemory(), Labels: labels,
 			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
 		},
 		ServerCA:          serverCA,
@@ -199,24 +198,6 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	}
 	log.Info("agent starting", "server", c.Server, "gpus", len(inv.GPUs), "gpu_source", inv.Source, "address", addr, "data_dir", c.DataDir)
 	return ag.Run(ctx)
-}
-
-// discoverGPUs finds this machine's GPUs, or declares fake ones.
-func discoverGPUs(ctx context.Context, fake string, cat *catalog.Catalog, log *slog.Logger) (gpu.Inventory, error) {
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	inv, err := gpu.Discover(dctx, gpu.Options{
-		Fake: fake,
-		MemoryOf: func(name string) (model.Bytes, bool) {
-			a, ok := cat.Accelerator(name)
-			return a.Memory, ok && a.Memory > 0
-		},
-		Logger: log,
-	})
-	if err != nil {
-		return inv, fmt.Errorf("discovering GPUs: %w", err)
-	}
-	return inv, nil
 }
 
 // outboundIP is the local address this machine reaches server from: the

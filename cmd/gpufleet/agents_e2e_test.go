@@ -19,9 +19,9 @@ import (
 
 // startControlPlane starts `gpufleet up --no-local-agent` with extra flags
 // and waits until its API answers.
-func startControlPlane(t *testing.T, dataDir, listen string, args ...string) *server {
+func startControlPlane(t *testing.T, dataDir, listen string, args ...string) *serverProc {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
+	s := &serverProc{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--no-local-agent"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
@@ -55,7 +55,7 @@ type remoteAgent struct {
 }
 
 // startAgent creates an agent token for node on s and starts an agent with it.
-func startAgent(t *testing.T, s *server, node, gpus string) *remoteAgent {
+func startAgent(t *testing.T, s *serverProc, node, gpus string) *remoteAgent {
 	t.Helper()
 	var created api.TokenCreated
 	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "create", node, "--kind", "agent", "--ttl", "1h", "-o", "json")), &created); err != nil {
@@ -103,7 +103,7 @@ func (a *remoteAgent) replicaDir(jobID string, attempt, rank int) string {
 }
 
 // waitNodes waits until the server lists want nodes as ready.
-func (s *server) waitNodes(want int) {
+func (s *serverProc) waitNodes(want int) {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
 // benchScript measures GPU 0 with PyTorch: a bf16 matmul's rate and a
@@ -176,7 +177,7 @@ func runBenchScript(ctx context.Context, python string) (advisor.Measured, error
 // storeCalibration merges one GPU model's measurement into the data dir's
 // calibration file, replacing it atomically.
 func storeCalibration(dataDir, gpuModel string, m advisor.Measured) (string, error) {
-	cal, _, err := loadCalibration(dataDir)
+	cal, _, err := server.LoadCalibration(dataDir)
 	if err != nil {
 		return "", err
 	}
@@ -191,7 +192,7 @@ func storeCalibration(dataDir, gpuModel string, m advisor.Measured) (string, err
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", fmt.Errorf("storing calibration: %w", err)
 	}
-	path := filepath.Join(dataDir, calibrationFile)
+	path := filepath.Join(dataDir, server.CalibrationFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
 		return "", fmt.Errorf("storing calibration: %w", err)

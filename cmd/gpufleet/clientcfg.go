@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,21 +10,25 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
-// Files `up` and `server` write into the data dir for local clients.
+// Files `up` and `server` write into the data dir (internal/server).
 const (
-	serverFile = "server.json"
-	tokenFile  = "admin.token"
+	serverFile    = server.InfoFile
+	tokenFile     = server.TokenFile
+	secretKeyFile = server.SecretKeyFile
+	dbFile        = server.DBFile
+	tlsDir        = server.TLSDir
+	tlsCertFile   = server.TLSCertFile
+	tlsKeyFile    = server.TLSKeyFile
 )
 
 // serverInfo is what a running server tells local clients.
-type serverInfo struct {
-	URL string `json:"url"`
-	PID int    `json:"pid"`
-}
+type serverInfo = server.Info
 
 func defaultDataDir() string {
 	if d := os.Getenv("GPUFLEET_DATA_DIR"); d != "" {
@@ -101,4 +107,23 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// pinnedClient returns an HTTP client that trusts only the certificates
+// (a server's self-signed one, or a CA) in caFile.
+func pinnedClient(caFile string, maxIdle int) (*http.Client, error) {
+	data, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil, // the server is named explicitly
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool},
+		MaxIdleConnsPerHost: maxIdle,
+		IdleConnTimeout:     90 * time.Second,
+	}}, nil
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -309,12 +308,12 @@ func newBudgetsGetCmd(g *globals) *cobra.Command {
 		Example: `  gpufleet budgets get nlp-monthly
   gpufleet budgets get nlp-monthly -o json`,
 		Args: cobra.ExactArgs(1),
-	}, func(ctx context.Context, c *client.Client, args []string) (*controller.BudgetStatus, error) {
+	}, func(ctx context.Context, c *client.Client, args []string) (*model.BudgetStatus, error) {
 		return c.Budget(ctx, args[0])
 	}, budgetTable)
 }
 
-func budgetTable(tw *tabwriter.Writer, b *controller.BudgetStatus) {
+func budgetTable(tw *tabwriter.Writer, b *model.BudgetStatus) {
 	row(tw, "Name:", b.Budget.Name)
 	row(tw, "Scope:", dash(b.Budget.Scope.String()))
 	row(tw, "Amount:", dollars(b.Budget.Amount)+" per "+string(b.Budget.Period.Kind)+" period"+map[bool]string{true: " (hard)"}[b.Budget.Hard])
@@ -348,7 +347,7 @@ func budgetTable(tw *tabwriter.Writer, b *controller.BudgetStatus) {
 	}
 }
 
-func firedList(b controller.BudgetStatus) string {
+func firedList(b model.BudgetStatus) string {
 	var s []string
 	for _, i := range b.Fired {
 		if i < len(b.Budget.Thresholds) {

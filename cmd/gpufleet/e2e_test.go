@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/testutil"
 )
@@ -61,8 +60,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// server is a `gpufleet up` process.
-type server struct {
+// serverProc is a `gpufleet up` process.
+type serverProc struct {
 	t       *testing.T
 	dataDir string
 	listen  string
@@ -81,9 +80,9 @@ func freePort(t *testing.T) string {
 }
 
 // startServer runs `gpufleet up` with 4 fake H100s and any extra flags.
-func startServer(t *testing.T, dataDir, listen string, extra ...string) *server {
+func startServer(t *testing.T, dataDir, listen string, extra ...string) *serverProc {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
+	s := &serverProc{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
@@ -105,7 +104,7 @@ func startServer(t *testing.T, dataDir, listen string, extra ...string) *server 
 	}
 }
 
-func (s *server) kill() {
+func (s *serverProc) kill() {
 	if s.cmd.ProcessState == nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
@@ -123,7 +122,7 @@ func cleanEnv() []string {
 }
 
 // gpufleetCmd is a CLI command against the server, not yet run.
-func (s *server) gpufleetCmd(args ...string) *exec.Cmd {
+func (s *serverProc) gpufleetCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(binary, append([]string{"--data-dir", s.dataDir}, args...)...)
 	cmd.Env = cleanEnv()
 	cmd.Dir = cliDir
@@ -131,12 +130,12 @@ func (s *server) gpufleetCmd(args ...string) *exec.Cmd {
 }
 
 // gpufleetErr runs a CLI command against the server.
-func (s *server) gpufleetErr(args ...string) (string, error) {
+func (s *serverProc) gpufleetErr(args ...string) (string, error) {
 	out, err := s.gpufleetCmd(args...).CombinedOutput()
 	return string(out), err
 }
 
-func (s *server) gpufleet(args ...string) string {
+func (s *serverProc) gpufleet(args ...string) string {
 	s.t.Helper()
 	out, err := s.gpufleetErr(args...)
 	if err != nil {
@@ -145,7 +144,7 @@ func (s *server) gpufleet(args ...string) string {
 	return out
 }
 
-func (s *server) job(id string) api.JobView {
+func (s *serverProc) job(id string) api.JobView {
 	s.t.Helper()
 	var v api.JobView
 	if err := json.Unmarshal([]byte(s.gpufleet("jobs", "get", id, "-o", "json")), &v); err != nil {
@@ -154,7 +153,7 @@ func (s *server) job(id string) api.JobView {
 	return v
 }
 
-func (s *server) waitJob(id string, ok func(api.JobView) bool, what string) api.JobView {
+func (s *serverProc) waitJob(id string, ok func(api.JobView) bool, what string) api.JobView {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -320,10 +319,10 @@ func TestExplainOnLiveServer(t *testing.T) {
 	s.waitJob(hog, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
 	waiter := strings.TrimSpace(s.gpufleet("run", "--gpus", "2", "--", "true"))
 
-	explain := func(id string) controller.Explanation {
+	explain := func(id string) api.Explanation {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			var e controller.Explanation
+			var e api.Explanation
 			if err := json.Unmarshal([]byte(s.gpufleet("explain", id, "-o", "json")), &e); err != nil {
 				t.Fatal(err)
 			}
@@ -336,7 +335,7 @@ func TestExplainOnLiveServer(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
 		}
 	}
-	reasons := func(e controller.Explanation) string {
+	reasons := func(e api.Explanation) string {
 		var b strings.Builder
 		for _, r := range e.Verdict.Reasons {
 			fmt.Fprintf(&b, "%s: %s\n", r.Scope, r.Message)

@@ -142,9 +142,9 @@ spec:
 
 // startHeadless runs `gpufleet server --no-local-agent` and waits until the
 // CLI reaches it.
-func startHeadless(t *testing.T, dataDir, listen string) *server {
+func startHeadless(t *testing.T, dataDir, listen string) *serverProc {
 	t.Helper()
-	s := &server{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
+	s := &serverProc{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, "server", "--data-dir", dataDir, "--listen", listen, "--no-local-agent")
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = cleanEnv()
@@ -163,7 +163,7 @@ func startHeadless(t *testing.T, dataDir, listen string) *server {
 }
 
 // waitFor polls cond every 100 ms for up to 30 s.
-func waitFor(t *testing.T, s *server, what string, cond func() bool) {
+func waitFor(t *testing.T, s *serverProc, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
-	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func newNodesCmd(g *globals) *cobra.Command {
@@ -40,23 +40,23 @@ func newNodesCmd(g *globals) *cobra.Command {
 		Example: `  gpufleet nodes get node-1
   gpufleet nodes get node-1 -o json`,
 		Args: cobra.ExactArgs(1),
-	}, func(ctx context.Context, c *client.Client, args []string) (controller.NodeInfo, error) {
+	}, func(ctx context.Context, c *client.Client, args []string) (model.NodeInfo, error) {
 		nodes, err := c.Nodes(ctx)
 		if err != nil {
-			return controller.NodeInfo{}, err
+			return model.NodeInfo{}, err
 		}
 		for _, n := range nodes.Nodes {
 			if n.ID == args[0] || n.Name == args[0] {
 				return n, nil
 			}
 		}
-		return controller.NodeInfo{}, fmt.Errorf("no node %q: gpufleet nodes list shows them", args[0])
-	}, func(tw *tabwriter.Writer, n controller.NodeInfo) {
+		return model.NodeInfo{}, fmt.Errorf("no node %q: gpufleet nodes list shows them", args[0])
+	}, func(tw *tabwriter.Writer, n model.NodeInfo) {
 		row(tw, "GPU", "MODEL", "MEMORY", "UUID", "HELD BY", "JOB", "PROJECT", "USER")
 		for _, gpu := range n.GPUs {
 			held, h := "free", n.Holders[gpu.Index]
 			if h.InUse {
-				held = cmp.Or(h.AttemptID, controller.InUse)
+				held = cmp.Or(h.AttemptID, model.HolderInUse)
 			}
 			row(tw, gpu.Index, gpu.Model, gpu.Memory.Human(), gpu.UUID, held, dash(h.JobID), dash(h.Project), dash(h.User))
 		}
@@ -66,7 +66,7 @@ func newNodesCmd(g *globals) *cobra.Command {
 }
 
 // gpuList summarises a node's GPUs as "8×H100 (80Gi)".
-func gpuList(n controller.NodeInfo) string {
+func gpuList(n model.NodeInfo) string {
 	if len(n.GPUs) == 0 {
 		return "none"
 	}

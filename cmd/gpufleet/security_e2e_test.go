@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
 // TestAuditTamperDetected: mutations through the CLI land in the audit
@@ -188,7 +189,7 @@ func TestTLSPinned(t *testing.T) {
 	}
 	// A client pinning another certificate refuses the server.
 	other := t.TempDir()
-	if _, _, err := selfSignedCert(other); err != nil {
+	if _, _, err := server.SelfSignedCert(other); err != nil {
 		t.Fatal(err)
 	}
 	cmd := s.gpufleetCmd("nodes", "list")

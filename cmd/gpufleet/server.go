@@ -1,187 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"crypto/tls"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	neturl "net/url"
 	"os"
-	"path/filepath"
-	"runtime"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
-	"github.com/gpufleet/gpufleet/internal/agent/gpu"
-	"github.com/gpufleet/gpufleet/internal/agentapi"
-	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/archive"
-	"github.com/gpufleet/gpufleet/internal/catalog"
-	"github.com/gpufleet/gpufleet/internal/clock"
-	"github.com/gpufleet/gpufleet/internal/controller"
-	"github.com/gpufleet/gpufleet/internal/cost"
-	"github.com/gpufleet/gpufleet/internal/datadir"
-	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/provider"
-	"github.com/gpufleet/gpufleet/internal/provider/local"
-	"github.com/gpufleet/gpufleet/internal/provider/static"
-	"github.com/gpufleet/gpufleet/internal/secrets"
-	"github.com/gpufleet/gpufleet/internal/store/sqlite"
-	"github.com/gpufleet/gpufleet/internal/web"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
-// serverConfig is everything `up` and `server` take.
-type serverConfig struct {
-	DataDir  string
-	Listen   string
-	FakeGPUs string
-	NoAgent  bool
-	LogLevel string
-	LogJSON  bool
-	// Banner prints the quickstart once the server is ready (`up`).
-	Banner bool
-	// AdminTokenTTL bounds the admin token `up` creates.
-	AdminTokenTTL time.Duration
-	// HeartbeatTimeout is how long a node may be silent before it is lost
-	// and its jobs requeue; agents are asked to sync four times as often.
-	HeartbeatTimeout time.Duration
-	// AlertWebhookURL receives alerts (idle jobs, drain XIDs, queue
-	// wait); empty: WebhookURL. Alerts take the budget firings' path: the
-	// durable outbox, signed with WebhookSecret.
-	AlertWebhookURL string
-	// TLS serves HTTPS with a self-signed loopback certificate made in the
-	// data dir; TLSCert and TLSKey serve a real one instead.
-	TLS             bool
-	TLSCert, TLSKey string
-	// Sim runs simulated clouds with live in-process nodes (`up --sim`).
-	Sim simConfig
-	// PricesFile is the custom price CSV for owned and privately priced
-	// machines (docs/cost.md).
-	PricesFile string
-	// MeterInterval is the time between metering passes (1m): how soon
-	// a finished job's cost is in the ledger.
-	MeterInterval time.Duration
-	// WebhookURL is the default receiver: firings of budgets without
-	// spec.webhook, and alerts without AlertWebhookURL. WebhookSecret
-	// (--webhook-secret or GPUFLEET_WEBHOOK_SECRET) signs every webhook
-	// but those with their own signingKeyRef.
-	WebhookURL    string
-	WebhookSecret string
-	// Isolation is how the local (and simulated) nodes isolate jobs.
-	Isolation agent.IsolationOptions
-	// AcceptLostWrites starts on a database that lost acknowledged
-	// writes (sqlite.LostWritesError), logging the loss.
-	AcceptLostWrites bool
-	// ShutdownTimeout bounds a shutdown, from the signal to exit.
-	ShutdownTimeout time.Duration
-}
-
-// minWebhookSecret is the shortest webhook signing secret accepted.
-const minWebhookSecret = 16
-
-// minHeartbeatTimeout keeps agents' syncs (a quarter of the timeout) from
-// turning into a busy loop.
-const minHeartbeatTimeout = 2 * time.Second
-
-// Validate reports every problem at once, by flag name.
-func (c *serverConfig) Validate() error {
-	var fe model.FieldErrors
-	if c.DataDir == "" {
-		fe.Add("--data-dir", "is required")
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		fe.Add("--listen", fmt.Sprintf("%q is not host:port", c.Listen))
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		fe.Add("--log-level", "must be debug, info, warn or error")
-	}
-	if c.ShutdownTimeout < 0 {
-		fe.Add("--shutdown-timeout", "must not be negative (0: the default, 30s)")
-	}
-	if c.Sim.TimeScale < 0 {
-		fe.Add("--time-scale", "must not be negative")
-	}
-	if (c.Sim.Scenario != "" || c.Sim.TimeScale != 0 || len(c.Sim.Clouds) > 0) && !c.Sim.Enabled {
-		fe.Add("--sim", "is required by --sim-scenario, --time-scale and --sim-clouds")
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		fe.Add("--tls-cert", "and --tls-key go together")
-	}
-	if c.TLS && c.TLSCert != "" {
-		fe.Add("--tls", "makes a self-signed certificate: leave it out with --tls-cert")
-	}
-	if c.MeterInterval < time.Second {
-		fe.Add("--meter-interval", "must be at least 1s")
-	}
-	if c.HeartbeatTimeout < minHeartbeatTimeout {
-		fe.Add("--heartbeat-timeout", fmt.Sprintf("must be at least %s", minHeartbeatTimeout))
-	}
-	for flag, v := range map[string]string{"--webhook-url": c.WebhookURL, "--alert-webhook-url": c.AlertWebhookURL} {
-		if v == "" {
-			continue
-		}
-		if u, err := neturl.Parse(v); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			fe.Add(flag, fmt.Sprintf("%q is not an http(s) URL", v))
-		}
-		if c.WebhookSecret == "" {
-			fe.Add("--webhook-secret", fmt.Sprintf("is required with %s (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it", flag))
-		}
-	}
-	if c.WebhookSecret != "" && len(c.WebhookSecret) < minWebhookSecret {
-		fe.Add("--webhook-secret", fmt.Sprintf("must be at least %d characters", minWebhookSecret))
-	}
-	return fe.Err()
-}
-
-// costConfig reads the price file and the webhook settings.
-func (c *serverConfig) costConfig() (controller.CostConfig, error) {
-	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval}
-	if c.PricesFile == "" {
-		return cc, nil
-	}
-	f, err := os.Open(c.PricesFile)
-	if err != nil {
-		return cc, fmt.Errorf("--prices: %w", err)
-	}
-	defer f.Close()
-	if cc.Prices, err = cost.ParsePrices(f); err != nil {
-		return cc, fmt.Errorf("--prices %s: %w", c.PricesFile, err)
-	}
-	return cc, nil
-}
-
-// heartbeatInterval is how often agents are asked to sync: a quarter of the
-// timeout, so a node is lost only after several missed syncs, and at most
-// the controller's default.
-func (c *serverConfig) heartbeatInterval() time.Duration {
-	return min(c.HeartbeatTimeout/4, 10*time.Second)
-}
-
-// shutdownTimeout is ShutdownTimeout, or the default when it is zero.
-func (c *serverConfig) shutdownTimeout() time.Duration {
-	if c.ShutdownTimeout <= 0 {
-		return DefaultShutdownTimeout
-	}
-	return c.ShutdownTimeout
-}
-
-func addServerFlags(cmd *cobra.Command, c *serverConfig) {
+func addServerFlags(cmd *cobra.Command, c *server.Config) {
 	fl := cmd.Flags()
 	listen := os.Getenv("GPUFLEET_LISTEN")
 	if listen == "" {
@@ -204,7 +37,7 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
-	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "longest a shutdown takes: it stops launching at once, stops --sim workloads, and exits when this passes even if parts are still stopping")
+	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "longest a shutdown takes: it stops launching at once, stops --sim workloads, and exits when this passes even if parts are still stopping")
 	fl.BoolVar(&c.AcceptLostWrites, "accept-lost-writes", false, "start even when the database lacks acknowledged commits (a damaged WAL, an older copy restored; see `gpufleet store check`), logging what was lost")
 	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {
 		c.Sim.Clouds = parseClouds(v)
@@ -213,7 +46,7 @@ func addServerFlags(cmd *cobra.Command, c *serverConfig) {
 }
 
 func newUpCmd(g *globals) *cobra.Command {
-	c := &serverConfig{Banner: true, AdminTokenTTL: 90 * 24 * time.Hour}
+	c := &server.Config{Banner: true, AdminTokenTTL: 90 * 24 * time.Hour}
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start gpufleet on this machine: control plane, API and a local node",
@@ -228,7 +61,8 @@ finds it. Jobs keep running if the server stops; a restart re-adopts them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
-			return serve(cmd.Context(), c)
+			c.Version = version
+			return server.Run(cmd.Context(), *c)
 		},
 	}
 	addServerFlags(cmd, c)
@@ -236,7 +70,7 @@ finds it. Jobs keep running if the server stops; a restart re-adopts them.`,
 }
 
 func newServerCmd(g *globals) *cobra.Command {
-	c := &serverConfig{AdminTokenTTL: 90 * 24 * time.Hour}
+	c := &server.Config{AdminTokenTTL: 90 * 24 * time.Hour}
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the gpufleet server (headless, JSON logs)",
@@ -249,7 +83,8 @@ structured JSON logs and no banner, for systemd and containers.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
 			c.LogJSON = true
-			return serve(cmd.Context(), c)
+			c.Version = version
+			return server.Run(cmd.Context(), *c)
 		},
 	}
 	addServerFlags(cmd, c)
@@ -291,400 +126,13 @@ func newSuperviseCmd() *cobra.Command {
 	return cmd
 }
 
-func newLogger(c *serverConfig) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.LogLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.LogJSON {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
-
-// serve runs the server until ctx ends or the store fails.
-func serve(ctx context.Context, c *serverConfig) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	dirLock, err := datadir.Acquire(c.DataDir) // one server per data dir, for its whole life
-	if err != nil {
-		return err
-	}
-	defer dirLock.Release()
-	// Every log line passes the scrubber, which the controller keeps up
-	// to date with secret values and job tokens.
-	redactor := &secrets.Redactor{}
-	log := slog.New(secrets.NewHandler(newLogger(c).Handler(), redactor))
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return fmt.Errorf("creating data dir: %w", err)
-	}
-	// The data dir holds tokens, keys and the database: its owner only.
-	if err := os.Chmod(c.DataDir, 0o700); err != nil {
-		return fmt.Errorf("closing data dir to others: %w", err)
-	}
-	keyring, keySource, err := loadKeyring(c.DataDir)
-	if err != nil {
-		return err
-	}
-	log.Info("secrets sealed", "key_source", keySource)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	cat, err := catalog.Load()
-	if err != nil {
-		return fmt.Errorf("loading catalog: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	commitSeconds := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "gpufleet_store_commit_seconds", Help: "Store transaction latency, begin to fsync.",
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-	})
-	commitBatches := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "gpufleet_store_commit_batches", Help: "Batches grouped into one store transaction.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 13),
-	})
-	reg.MustRegister(commitSeconds, commitBatches)
-	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, dbFile), sqlite.Options{
-		Logger: log, AcceptLostWrites: c.AcceptLostWrites,
-		CommitObserver: func(d time.Duration, batches int) {
-			commitSeconds.Observe(d.Seconds())
-			commitBatches.Observe(float64(batches))
-		},
-	})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	logs, err := logstore.New(filepath.Join(c.DataDir, "logs"))
-	if err != nil {
-		return err
-	}
-
-	ln, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s (is another gpufleet running? pick another with --listen): %w", c.Listen, err)
-	}
-	defer ln.Close()
-	url := "http://" + ln.Addr().String()
-	var serverCA []byte
-	if certFile, keyFile := c.TLSCert, c.TLSKey; c.TLS || certFile != "" {
-		if c.TLS {
-			if certFile, keyFile, err = selfSignedCert(c.DataDir); err != nil {
-				return err
-			}
-		}
-		tc, err := serverTLS(certFile, keyFile)
-		if err != nil {
-			return err
-		}
-		// Jobs on the local node pin this certificate (GPUFLEET_CA).
-		if serverCA, err = os.ReadFile(certFile); err != nil {
-			return fmt.Errorf("reading the TLS certificate: %w", err)
-		}
-		ln = tls.NewListener(ln, tc)
-		url = "https://" + ln.Addr().String()
-	}
-
-	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
-	if err != nil {
-		return err
-	}
-	costCfg, err := c.costConfig()
-	if err != nil {
-		return err
-	}
-	var (
-		ctrl      *controller.Controller
-		simOffers func(context.Context) []model.Offer
-		simScaleC controller.ScaleConfig
-		simN      *simNodes
-	)
-	// One isolation for every node this process runs (local and
-	// simulated): they share the work root and the workload users.
-	iso, isoNotes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
-	if err != nil {
-		return err
-	}
-	if !c.NoAgent || c.Sim.Enabled {
-		for _, n := range isoNotes {
-			if strings.HasPrefix(n, "INSECURE") || strings.HasPrefix(n, "NOT ISOLATED") {
-				log.Warn(n)
-				if c.Banner {
-					fmt.Fprintln(os.Stderr, "WARNING: "+n)
-				}
-			} else {
-				log.Info(n)
-			}
+// parseClouds splits --sim-clouds.
+func parseClouds(s string) []string {
+	var out []string
+	for _, c := range strings.Split(s, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out = append(out, c)
 		}
 	}
-	if c.Sim.Enabled {
-		sp, err := newSimProvider(c.Sim, cat)
-		if err != nil {
-			return err
-		}
-		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, iso, log); err != nil {
-			return err
-		}
-		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
-		c.NoAgent = true
-		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
-	}
-	// This machine's GPUs, found before the controller starts so demo
-	// GPUs can be priced: they cost what the catalog charges for them on
-	// demand, so `up --fake-gpus` demos show cost.
-	var (
-		inv      gpu.Inventory
-		demoType string
-	)
-	if !c.NoAgent {
-		if inv, err = discoverGPUs(ctx, c.FakeGPUs, cat, log); err != nil {
-			return err
-		}
-		if typ, p, ok := demoPrice(inv, cat); ok {
-			demoType = typ
-			costCfg.Prices = costCfg.Prices.WithInstanceType(typ, p)
-			log.Info("demo GPUs priced from the catalog", "instance_type", typ, "price_per_hour", p.PerHour.String())
-		}
-	}
-	// Owned machines: the static provider follows the applied static
-	// NodePools; each machine joins by running `gpufleet agent` with the
-	// token of its name.
-	owned := static.NewPools(nil, time.Now())
-	// Kubernetes clusters: a runner per applied pool of provider kubernetes.
-	kube := newKubePools(cat, log)
-	ctrl, err = controller.New(ctx, controller.Config{
-		Offers:       simOffers,
-		Scale:        simScaleC,
-		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
-		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools),
-		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
-		Keyring:      keyring, Redactor: redactor,
-		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
-		// Outside the data dir, where jobs' users can reach their own.
-		CheckpointDir:     filepath.Join(iso.WorkRoot, "checkpoints"),
-		Seed:              time.Now().UnixNano(),
-		HeartbeatTimeout:  c.HeartbeatTimeout,
-		HeartbeatInterval: c.heartbeatInterval(),
-		Cost:              costCfg,
-		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
-		Fatal:             func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
-	})
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	var deadline time.Time // of the shutdown, once it begins
-	if simN != nil {
-		simN.cp = ctrl
-		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
-	}
-	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
-	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
-		return err
-	}
-	cal, calNote, err := loadCalibration(c.DataDir)
-	if err != nil {
-		return err
-	}
-	if calNote != "" {
-		log.Info("advisor uses measured GPU rates", "source", calNote)
-	}
-	ui := web.New(web.Config{ByHash: ctrl.AuthenticateHash, Log: log.With("component", "web")})
-	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: version, Calibration: cal, Audit: st})
-	if err != nil {
-		return err
-	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-
-	errc := make(chan stopped, 4)
-	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
-	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
-	kube.cp, kube.nodes = ctrl, ctrl
-	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner"}
-	if !c.NoAgent {
-		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
-		if err != nil {
-			cancel(nil)
-			return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
-		}
-		go func() { errc <- stopped{"local agent", ag.Run(ctx)} }()
-		running = append(running, "local agent")
-		log.Info("local node", "gpus", len(inv.GPUs), "gpu_source", inv.Source)
-	}
-	if err := writeServerInfo(c.DataDir, url); err != nil {
-		cancel(nil)
-		return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
-	}
-	defer removeServerInfo(c.DataDir, url)
-	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", version)
-	if c.Banner {
-		printBanner(url, c.DataDir)
-	}
-
-	select {
-	case <-ctx.Done():
-	case s := <-errc:
-		running = slices.DeleteFunc(running, func(n string) bool { return n == s.name })
-		if s.err != nil {
-			cancel(s.err)
-		}
-	}
-	begun := time.Now()
-	deadline = begun.Add(c.shutdownTimeout())
-	// Cancelling first stops every pass, launch and sync at once.
-	cancel(nil)
-	if simN != nil {
-		log.Info("shutting down: no more scheduling or launches; stopping the simulated machines' workloads", "bound", c.shutdownTimeout().String())
-		sigCtx, stop := context.WithDeadline(context.Background(), deadline)
-		signalled, killed := simN.StopAll(sigCtx, c.shutdownTimeout()/2)
-		stop()
-		log.Info("shutdown: simulated machines' workloads stopped", "replicas_signalled", signalled, "replicas_killed", killed)
-	} else {
-		log.Info("shutting down: no more scheduling or launches; running jobs keep running and are re-adopted at the next start", "bound", c.shutdownTimeout().String())
-	}
-	err = drain(httpSrv, errc, running, deadline, log)
-	log.Info("shutdown finished", "took", time.Since(begun).Round(time.Millisecond).String())
-	if err != nil {
-		return err
-	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return nil
-}
-
-func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// localAgent returns the in-process agent that runs jobs on this machine's
-// GPUs (inv), speaking the agent protocol to the controller. instanceType
-// names demo GPUs for the price table; serverCA, when the API is served
-// over TLS, is the certificate jobs pin to reach it.
-func localAgent(ctx context.Context, c *serverConfig, cp agentapi.ControlPlane, inv gpu.Inventory, instanceType string, serverCA []byte, iso agent.Isolation, log *slog.Logger) (*agent.Agent, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
-	}
-	host, _ := os.Hostname()
-	src, sim := telemetrySource(ctx, inv, log)
-	ag, err := agent.New(agent.Config{
-		Telemetry:    src,
-		Dir:          filepath.Join(c.DataDir, "agent"),
-		ControlPlane: cp,
-		Registration: agentapi.Registration{
-			Name: host, Provider: local.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
-			CPU: float64(runtime.NumCPU()), Memory: totalMemory(), Region: local.Region,
-			InstanceType: instanceType, CapacityType: model.Owned, AgentVersion: version,
-		},
-		ServerCA:          serverCA,
-		Isolation:         iso,
-		SupervisorCommand: []string{exe, "supervise", "--dir"},
-		Clock:             clock.Real{},
-		Logger:            log.With("component", "agent"),
-		PollInterval:      200 * time.Millisecond,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if sim != nil {
-		sim.Busy = ag.BusyGPU
-	}
-	return ag, nil
-}
-
-// totalMemory reads MemTotal from /proc/meminfo; 0 when unknown.
-func totalMemory() model.Bytes {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && fields[0] == "MemTotal:" {
-			kb, _ := strconv.ParseInt(fields[1], 10, 64)
-			return model.Bytes(kb) * model.KiB
-		}
-	}
-	return 0
-}
-
-// ensureAdminToken keeps the admin token in the data dir valid: it creates
-// one on first start, or when the stored one expired or was revoked.
-func ensureAdminToken(ctx context.Context, ctrl *controller.Controller, c *serverConfig) error {
-	path := filepath.Join(c.DataDir, tokenFile)
-	if data, err := os.ReadFile(path); err == nil {
-		if _, err := ctrl.Authenticate(strings.TrimSpace(string(data))); err == nil {
-			return nil
-		}
-	}
-	_, secret, err := ctrl.CreateToken(ctx, controller.TokenRequest{
-		Kind: model.TokenUser, Subject: "admin", Name: "created by gpufleet up", Admin: true, TTL: c.AdminTokenTTL,
-	})
-	if err != nil {
-		return fmt.Errorf("creating admin token: %w", err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
-		return fmt.Errorf("writing admin token: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing admin token: %w", err)
-	}
-	return nil
-}
-
-func writeServerInfo(dataDir, url string) error {
-	data, _ := json.Marshal(serverInfo{URL: url, PID: os.Getpid()})
-	tmp := filepath.Join(dataDir, serverFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing server address: %w", err)
-	}
-	return os.Rename(tmp, filepath.Join(dataDir, serverFile))
-}
-
-func printBanner(url, dataDir string) {
-	fmt.Fprintf(os.Stderr, `
-gpufleet is up at %s (data in %s)
-
-In another terminal:
-  gpufleet run --gpus 0 -- sh -c 'echo hello'   # prints the job id
-  gpufleet jobs list --all
-  gpufleet jobs logs JOB_ID
-  gpufleet nodes list
-The CLI finds this server and its admin token in the data dir.
-Press Ctrl-C to stop; running jobs keep running and are re-adopted at the next start.
-
-`, url, dataDir)
-}
-
-// providerInventory lists the instances of every provider gpufleet buys
-// from, so `gpufleet drift` can report instances gone or leaked outside it.
-// Nil when there are none (drift then checks nodes against pools only).
-func providerInventory(provs []provider.Provider) func(context.Context) (map[string][]string, error) {
-	if len(provs) == 0 {
-		return nil
-	}
-	return func(ctx context.Context) (map[string][]string, error) {
-		out := make(map[string][]string, len(provs))
-		for _, p := range provs {
-			insts, err := p.List(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("listing %s instances: %w", p.Name(), err)
-			}
-			ids := make([]string, len(insts))
-			for i, in := range insts {
-				ids[i] = in.ID
-			}
-			out[p.Name()] = ids
-		}
-		return out, nil
-	}
+	return out
 }

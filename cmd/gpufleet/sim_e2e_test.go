@@ -96,7 +96,7 @@ func TestSimulatedClouds(t *testing.T) {
 }
 
 // attemptNode is the node of the job's latest attempt's first replica.
-func (s *server) attemptNode(id string) string {
+func (s *serverProc) attemptNode(id string) string {
 	s.t.Helper()
 	v := s.job(id)
 	if len(v.AttemptDetails) == 0 || len(v.AttemptDetails[len(v.AttemptDetails)-1].Replicas) == 0 {
@@ -107,7 +107,7 @@ func (s *server) attemptNode(id string) string {
 }
 
 // waitLog waits until an attempt's output contains want.
-func waitLog(t *testing.T, s *server, id string, attempt int, want string) {
+func waitLog(t *testing.T, s *serverProc, id string, attempt int, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -11,9 +11,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
-// dbFile is the SQLite database in the data dir.
-const dbFile = "gpufleet.db"
-
 func newStoreCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "store", Short: "Examine the data dir's database"}
 	var output string

@@ -17,11 +17,11 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
-	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/efficiency"
 )
 
 // efficiencyRows adds a job's efficiency and effective cost to `jobs get`.
-func efficiencyRows(tw *tabwriter.Writer, e *controller.Efficiency) {
+func efficiencyRows(tw *tabwriter.Writer, e *efficiency.Report) {
 	if e == nil {
 		return
 	}

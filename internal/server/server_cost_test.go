@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"os"
@@ -19,31 +19,31 @@ func TestServerCostFlags(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("match,value,price_per_hour,colour\nrack,r1,x,blue\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	base := func() *serverConfig {
-		return &serverConfig{DataDir: dir, Listen: "127.0.0.1:0", LogLevel: "info", HeartbeatTimeout: time.Minute, MeterInterval: time.Minute}
+	base := func() *Config {
+		return &Config{DataDir: dir, Listen: "127.0.0.1:0", LogLevel: "info", HeartbeatTimeout: time.Minute, MeterInterval: time.Minute}
 	}
 	tests := map[string]struct {
-		edit func(*serverConfig)
+		edit func(*Config)
 		// want are substrings of the error; none: no error.
 		want []string
 	}{
-		"defaults": {edit: func(*serverConfig) {}},
-		"webhook and secret": {edit: func(c *serverConfig) {
+		"defaults": {edit: func(*Config) {}},
+		"webhook and secret": {edit: func(c *Config) {
 			c.WebhookURL, c.WebhookSecret = "https://hooks.example.com/x", "0123456789abcdef"
 		}},
-		"prices": {edit: func(c *serverConfig) { c.PricesFile = good }},
-		"webhook without secret": {edit: func(c *serverConfig) { c.WebhookURL = "https://hooks.example.com/x" },
+		"prices": {edit: func(c *Config) { c.PricesFile = good }},
+		"webhook without secret": {edit: func(c *Config) { c.WebhookURL = "https://hooks.example.com/x" },
 			want: []string{"--webhook-secret: is required with --webhook-url", "GPUFLEET_WEBHOOK_SECRET"}},
-		"not a url": {edit: func(c *serverConfig) { c.WebhookURL, c.WebhookSecret = "hooks.example.com", "0123456789abcdef" },
+		"not a url": {edit: func(c *Config) { c.WebhookURL, c.WebhookSecret = "hooks.example.com", "0123456789abcdef" },
 			want: []string{`--webhook-url: "hooks.example.com" is not an http(s) URL`}},
-		"alert webhook without secret": {edit: func(c *serverConfig) { c.AlertWebhookURL = "https://hooks.example.com/alerts" },
+		"alert webhook without secret": {edit: func(c *Config) { c.AlertWebhookURL = "https://hooks.example.com/alerts" },
 			want: []string{"--webhook-secret: is required with --alert-webhook-url"}},
-		"alert webhook not a url": {edit: func(c *serverConfig) { c.AlertWebhookURL, c.WebhookSecret = "ftp://x", "0123456789abcdef" },
+		"alert webhook not a url": {edit: func(c *Config) { c.AlertWebhookURL, c.WebhookSecret = "ftp://x", "0123456789abcdef" },
 			want: []string{`--alert-webhook-url: "ftp://x" is not an http(s) URL`}},
-		"meter interval": {edit: func(c *serverConfig) { c.MeterInterval = 100 * time.Millisecond }, want: []string{"--meter-interval: must be at least 1s"}},
-		"short secret":   {edit: func(c *serverConfig) { c.WebhookSecret = "short" }, want: []string{"--webhook-secret: must be at least 16 characters"}},
-		"missing price":  {edit: func(c *serverConfig) { c.PricesFile = filepath.Join(dir, "nope.csv") }, want: []string{"--prices:", "nope.csv"}},
-		"bad prices":     {edit: func(c *serverConfig) { c.PricesFile = bad }, want: []string{"--prices " + bad, "colour"}},
+		"meter interval": {edit: func(c *Config) { c.MeterInterval = 100 * time.Millisecond }, want: []string{"--meter-interval: must be at least 1s"}},
+		"short secret":   {edit: func(c *Config) { c.WebhookSecret = "short" }, want: []string{"--webhook-secret: must be at least 16 characters"}},
+		"missing price":  {edit: func(c *Config) { c.PricesFile = filepath.Join(dir, "nope.csv") }, want: []string{"--prices:", "nope.csv"}},
+		"bad prices":     {edit: func(c *Config) { c.PricesFile = bad }, want: []string{"--prices " + bad, "colour"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,8 +23,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
 
-// simConfig is what `up --sim` takes.
-type simConfig struct {
+// SimConfig is what `up --sim` takes.
+type SimConfig struct {
 	Enabled   bool
 	Scenario  string
 	TimeScale float64
@@ -45,7 +44,7 @@ func defaultSimPool(clouds []string) *model.NodePool {
 
 // newSimProvider builds the simulated clouds from the embedded catalog on
 // the wall clock.
-func newSimProvider(c simConfig, cat *catalog.Catalog) (*sim.Provider, error) {
+func newSimProvider(c SimConfig, cat *catalog.Catalog) (*sim.Provider, error) {
 	var scn *sim.Scenario
 	if c.Scenario != "" {
 		data, err := os.ReadFile(c.Scenario)
@@ -69,6 +68,7 @@ type simNodes struct {
 	exe     string
 	iso     agent.Isolation
 	log     *slog.Logger
+	version string // the binary's, which agents report
 
 	mu     sync.Mutex
 	agents map[string]*simAgent
@@ -80,12 +80,12 @@ type simAgent struct {
 	done   chan struct{}
 }
 
-func newSimNodes(ctx context.Context, dataDir string, cp agentapi.ControlPlane, cat *catalog.Catalog, iso agent.Isolation, log *slog.Logger) (*simNodes, error) {
+func newSimNodes(ctx context.Context, dataDir string, cp agentapi.ControlPlane, cat *catalog.Catalog, iso agent.Isolation, log *slog.Logger, version string) (*simNodes, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the gpufleet binary for supervisors: %w", err)
 	}
-	return &simNodes{ctx: ctx, dataDir: dataDir, cp: cp, cat: cat, exe: exe, iso: iso, log: log, agents: map[string]*simAgent{}}, nil
+	return &simNodes{ctx: ctx, dataDir: dataDir, cp: cp, cat: cat, exe: exe, iso: iso, log: log, version: version, agents: map[string]*simAgent{}}, nil
 }
 
 func (s *simNodes) dir(nodeID string) string { return filepath.Join(s.dataDir, "sim", nodeID) }
@@ -117,7 +117,7 @@ func (s *simNodes) agentConfig(n *model.Node) (agent.Config, *telemetry.Simulate
 		labels[k] = v
 	}
 	inv := gpu.Inventory{GPUs: gpus, Source: gpu.SourceFake}
-	src, simTel := telemetrySource(s.ctx, inv, s.log)
+	src, simTel := TelemetrySource(s.ctx, inv, s.log)
 	return agent.Config{
 		Telemetry:    src,
 		Dir:          s.dir(n.ID),
@@ -125,7 +125,7 @@ func (s *simNodes) agentConfig(n *model.Node) (agent.Config, *telemetry.Simulate
 		Registration: agentapi.Registration{
 			NodeID: n.ID, Name: n.Name, Provider: n.Provider, GPUs: gpus, GPUSource: inv.Source,
 			CPU: n.CPU, Memory: n.Memory, Labels: labels, Region: n.Region, Zone: n.Zone,
-			InstanceType: n.InstanceType, CapacityType: n.CapacityType, AgentVersion: version,
+			InstanceType: n.InstanceType, CapacityType: n.CapacityType, AgentVersion: s.version,
 		},
 		SupervisorCommand: []string{s.exe, "supervise", "--dir"},
 		Isolation:         s.iso,
@@ -210,17 +210,6 @@ func killReplicas(dir string, log *slog.Logger) {
 			_ = syscall.Kill(sp.PID, syscall.SIGKILL)
 		}
 	}
-}
-
-// parseClouds splits --sim-clouds.
-func parseClouds(s string) []string {
-	var out []string
-	for _, c := range strings.Split(s, ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // simScale wires the sim provider into the controller config.

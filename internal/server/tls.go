@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"crypto/ecdsa"
@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,18 +19,18 @@ import (
 
 // Files of the self-signed certificate `up --tls` makes, under the data dir.
 const (
-	tlsDir      = "tls"
-	tlsCertFile = "cert.pem"
-	tlsKeyFile  = "key.pem"
+	TLSDir      = "tls"
+	TLSCertFile = "cert.pem"
+	TLSKeyFile  = "key.pem"
 )
 
-// selfSignedCert returns the data dir's loopback certificate and key,
+// SelfSignedCert returns the data dir's loopback certificate and key,
 // making them on first use: ECDSA P-256, valid for 127.0.0.1, ::1 and
 // localhost for a year, key at mode 0600. Clients pin this certificate
 // (it is its own CA), so nothing else is trusted for the server.
-func selfSignedCert(dataDir string) (certFile, keyFile string, err error) {
-	dir := filepath.Join(dataDir, tlsDir)
-	certFile, keyFile = filepath.Join(dir, tlsCertFile), filepath.Join(dir, tlsKeyFile)
+func SelfSignedCert(dataDir string) (certFile, keyFile string, err error) {
+	dir := filepath.Join(dataDir, TLSDir)
+	certFile, keyFile = filepath.Join(dir, TLSCertFile), filepath.Join(dir, TLSKeyFile)
 	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err == nil {
 		if c, err := readCert(certFile); err == nil && time.Until(c.NotAfter) > 7*24*time.Hour {
 			return certFile, keyFile, nil
@@ -101,23 +100,4 @@ func serverTLS(certFile, keyFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("loading TLS certificate: %w", err)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
-}
-
-// pinnedClient returns an HTTP client that trusts only the certificates
-// (a server's self-signed one, or a CA) in caFile.
-func pinnedClient(caFile string, maxIdle int) (*http.Client, error) {
-	data, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("reading CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-	}
-	return &http.Client{Transport: &http.Transport{
-		Proxy:               nil, // the server is named explicitly
-		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool},
-		MaxIdleConnsPerHost: maxIdle,
-		IdleConnTimeout:     90 * time.Second,
-	}}, nil
 }
