@@ -140,7 +140,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		}
 	}
 	c.mu.Lock()
-	resp, b2, err := c.desiredLocked(req.NodeID)
+	resp, b2, mk, err := c.desiredLocked(req.NodeID)
 	if err != nil {
 		c.mu.Unlock()
 		return agentapi.SyncResponse{}, err
@@ -150,6 +150,9 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	}
 	seq := c.com.next
 	c.mu.Unlock()
+	if err := c.makeCheckpointDirs(mk); err != nil {
+		return agentapi.SyncResponse{}, err
+	}
 	// Nothing reaches an agent before it is durable: an agent must never
 	// start a replica that a crash would make the server forget.
 	if err := c.com.barrier(ctx, seq); err != nil {
@@ -160,14 +163,17 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 
 // desiredLocked builds the node's desired set: every replica of a live
 // attempt on it that has not finished. It mints job tokens that are missing
-// (after a restart the secrets are gone) and returns them in a batch.
-func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, error) {
+// (after a restart the secrets are gone) and returns them in a batch, and
+// the checkpoint folders to create (makeCheckpointDirs) before the set is
+// sent.
+func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, []ckptDir, error) {
 	resp := agentapi.SyncResponse{Generation: c.nodeGen[nodeID], Replicas: []agentapi.ReplicaSpec{}}
 	b := &store.Batch{}
 	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
 		resp.Drain = true
 	}
 	var failed error
+	var mk []ckptDir
 	c.st.LiveAttemptsOn(nodeID, func(a *model.Attempt) bool {
 		job, _ := c.st.Job(a.JobID)
 		for _, r := range a.Replicas {
@@ -187,7 +193,7 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				secret = s
 				c.refreshScrubberLocked()
 			}
-			spec, err := c.cachedReplicaSpec(job, a, r, secret)
+			spec, err := c.cachedReplicaSpec(job, a, r, secret, &mk)
 			if errors.Is(err, errSecretUnavailable) {
 				// A secret deleted (or its key retired) after submission:
 				// hold this replica back rather than fail the node's sync.
@@ -203,10 +209,10 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 		return true
 	})
 	if failed != nil {
-		return resp, nil, failed
+		return resp, nil, nil, failed
 	}
 	sort.Slice(resp.Replicas, func(i, j int) bool { return resp.Replicas[i].ID < resp.Replicas[j].ID })
-	return resp, b, nil
+	return resp, b, mk, nil
 }
 
 func (c *Controller) jobTokenTTL(job *model.Job) time.Duration {
@@ -243,17 +249,18 @@ type cachedSpec struct {
 // Jobs that name secrets are built afresh each time, since their values may
 // change in the vault. The spec's maps and slices are shared between
 // answers: callers must not change them. Callers hold c.mu.
-func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
+func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
 	if len(job.Spec.Run.Secrets) > 0 {
-		return c.replicaSpec(job, a, r, secret)
+		return c.replicaSpec(job, a, r, secret, mk)
 	}
 	master, _ := c.st.Node(a.Replicas[0].NodeID)
 	key := specKey{job: job, attempt: a, master: master, secret: secret}
 	id := model.ReplicaID(a.ID, r.Rank)
 	if cs, ok := c.specs[id]; ok && cs.key == key {
+		c.checkpointDirFor(a, mk)
 		return cs.spec, nil
 	}
-	spec, err := c.replicaSpec(job, a, r, secret)
+	spec, err := c.replicaSpec(job, a, r, secret, mk)
 	if err != nil {
 		return spec, err
 	}
@@ -272,11 +279,8 @@ func (c *Controller) forgetSpecsLocked(a *model.Attempt) {
 	delete(c.ckptMade, a.ID)
 }
 
-func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
-	ckpt, err := c.checkpointDirFor(a)
-	if err != nil {
-		return agentapi.ReplicaSpec{}, err
-	}
+func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
+	ckpt := c.checkpointDirFor(a, mk)
 	env := make(map[string]string, len(job.Spec.Run.Env)+len(job.Spec.Run.Secrets)+12)
 	for k, v := range job.Spec.Run.Env {
 		env[k] = v
