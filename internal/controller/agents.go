@@ -87,6 +87,7 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 // Sync records the agent's observations, then returns the node's desired
 // replicas, waiting up to req.Wait for a change when the agent is current.
 func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
+	tel := convertTelemetry(req.Telemetry)
 	c.mu.Lock()
 	n, ok := c.st.Node(req.NodeID)
 	if !ok {
@@ -104,8 +105,8 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	for _, st := range req.Statuses {
 		c.observeLocked(req.NodeID, st, b)
 	}
-	if req.Telemetry != nil {
-		c.observeTelemetryLocked(n, req.Telemetry, b)
+	if tel != nil {
+		c.observeTelemetryLocked(n, tel, b)
 	}
 	var cm *commit
 	if !b.Empty() {
