@@ -192,7 +192,7 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				b.Tokens = append(b.Tokens, tok)
 				c.secrets[a.ID] = s
 				secret = s
-				c.refreshScrubberLocked()
+				c.cfg.Redactor.Add(s)
 			}
 			spec, err := c.cachedReplicaSpec(job, a, r, secret, &mk)
 			if errors.Is(err, errSecretUnavailable) {
@@ -459,7 +459,10 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	a.EndedAt = &now
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
-	delete(c.secrets, a.ID)
+	if s, ok := c.secrets[a.ID]; ok {
+		c.cfg.Redactor.Remove(s)
+		delete(c.secrets, a.ID)
+	}
 	c.forgetSpecsLocked(a)
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
