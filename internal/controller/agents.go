@@ -674,18 +674,16 @@ func (c *Controller) checkArchive(s *Submission) (model.FieldErrors, error) {
 func (c *Controller) FetchArchiveFor(ctx context.Context, nodeID, digest string) (io.ReadCloser, error) {
 	c.mu.Lock()
 	wanted := false
-	for _, a := range c.st.LiveAttempts() {
+	c.st.LiveAttemptsOn(nodeID, func(a *model.Attempt) bool {
 		j, ok := c.st.Job(a.JobID)
 		if !ok || j.Spec.Run.Archive != digest {
-			continue
+			return true
 		}
 		for _, r := range a.Replicas {
 			wanted = wanted || r.NodeID == nodeID && !r.State.Terminal()
 		}
-		if wanted {
-			break
-		}
-	}
+		return !wanted
+	})
 	c.mu.Unlock()
 	if !wanted {
 		return nil, fmt.Errorf("archive %s: no job on node %s uses it: %w", digest, nodeID, ErrNotFound)

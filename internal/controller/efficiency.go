@@ -327,9 +327,7 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 	ts := &c.tel
 	rules := c.cfg.Alerts
 	live := map[string]*model.Attempt{}
-	for _, a := range c.st.LiveAttempts() {
-		live[a.ID] = a
-	}
+	c.st.EachLiveAttempt(func(a *model.Attempt) { live[a.ID] = a })
 	for _, id := range ts.tracker.Attempts() {
 		if live[id] == nil {
 			if a, ok := c.st.Attempt(id); ok {
