@@ -87,6 +87,7 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 // Sync records the agent's observations, then returns the node's desired
 // replicas, waiting up to req.Wait for a change when the agent is current.
 func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
+	tel := convertTelemetry(req.Telemetry)
 	c.mu.Lock()
 	n, ok := c.st.Node(req.NodeID)
 	if !ok {
@@ -104,8 +105,8 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	for _, st := range req.Statuses {
 		c.observeLocked(req.NodeID, st, b)
 	}
-	if req.Telemetry != nil {
-		c.observeTelemetryLocked(n, req.Telemetry, b)
+	if tel != nil {
+		c.observeTelemetryLocked(n, tel, b)
 	}
 	var cm *commit
 	if !b.Empty() {
@@ -140,7 +141,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		}
 	}
 	c.mu.Lock()
-	resp, b2, err := c.desiredLocked(req.NodeID)
+	resp, b2, mk, err := c.desiredLocked(req.NodeID)
 	if err != nil {
 		c.mu.Unlock()
 		return agentapi.SyncResponse{}, err
@@ -150,6 +151,9 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	}
 	seq := c.com.next
 	c.mu.Unlock()
+	if err := c.makeCheckpointDirs(mk); err != nil {
+		return agentapi.SyncResponse{}, err
+	}
 	// Nothing reaches an agent before it is durable: an agent must never
 	// start a replica that a crash would make the server forget.
 	if err := c.com.barrier(ctx, seq); err != nil {
@@ -160,14 +164,17 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 
 // desiredLocked builds the node's desired set: every replica of a live
 // attempt on it that has not finished. It mints job tokens that are missing
-// (after a restart the secrets are gone) and returns them in a batch.
-func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, error) {
+// (after a restart the secrets are gone) and returns them in a batch, and
+// the checkpoint folders to create (makeCheckpointDirs) before the set is
+// sent.
+func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, []ckptDir, error) {
 	resp := agentapi.SyncResponse{Generation: c.nodeGen[nodeID], Replicas: []agentapi.ReplicaSpec{}}
 	b := &store.Batch{}
 	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
 		resp.Drain = true
 	}
 	var failed error
+	var mk []ckptDir
 	c.st.LiveAttemptsOn(nodeID, func(a *model.Attempt) bool {
 		job, _ := c.st.Job(a.JobID)
 		for _, r := range a.Replicas {
@@ -185,9 +192,9 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 				b.Tokens = append(b.Tokens, tok)
 				c.secrets[a.ID] = s
 				secret = s
-				c.refreshScrubberLocked()
+				c.cfg.Redactor.Add(s)
 			}
-			spec, err := c.cachedReplicaSpec(job, a, r, secret)
+			spec, err := c.cachedReplicaSpec(job, a, r, secret, &mk)
 			if errors.Is(err, errSecretUnavailable) {
 				// A secret deleted (or its key retired) after submission:
 				// hold this replica back rather than fail the node's sync.
@@ -203,10 +210,10 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 		return true
 	})
 	if failed != nil {
-		return resp, nil, failed
+		return resp, nil, nil, failed
 	}
 	sort.Slice(resp.Replicas, func(i, j int) bool { return resp.Replicas[i].ID < resp.Replicas[j].ID })
-	return resp, b, nil
+	return resp, b, mk, nil
 }
 
 func (c *Controller) jobTokenTTL(job *model.Job) time.Duration {
@@ -243,17 +250,18 @@ type cachedSpec struct {
 // Jobs that name secrets are built afresh each time, since their values may
 // change in the vault. The spec's maps and slices are shared between
 // answers: callers must not change them. Callers hold c.mu.
-func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
+func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
 	if len(job.Spec.Run.Secrets) > 0 {
-		return c.replicaSpec(job, a, r, secret)
+		return c.replicaSpec(job, a, r, secret, mk)
 	}
 	master, _ := c.st.Node(a.Replicas[0].NodeID)
 	key := specKey{job: job, attempt: a, master: master, secret: secret}
 	id := model.ReplicaID(a.ID, r.Rank)
 	if cs, ok := c.specs[id]; ok && cs.key == key {
+		c.checkpointDirFor(a, mk)
 		return cs.spec, nil
 	}
-	spec, err := c.replicaSpec(job, a, r, secret)
+	spec, err := c.replicaSpec(job, a, r, secret, mk)
 	if err != nil {
 		return spec, err
 	}
@@ -272,11 +280,8 @@ func (c *Controller) forgetSpecsLocked(a *model.Attempt) {
 	delete(c.ckptMade, a.ID)
 }
 
-func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string) (agentapi.ReplicaSpec, error) {
-	ckpt, err := c.checkpointDirFor(a)
-	if err != nil {
-		return agentapi.ReplicaSpec{}, err
-	}
+func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
+	ckpt := c.checkpointDirFor(a, mk)
 	env := make(map[string]string, len(job.Spec.Run.Env)+len(job.Spec.Run.Secrets)+12)
 	for k, v := range job.Spec.Run.Env {
 		env[k] = v
@@ -454,7 +459,10 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	a.EndedAt = &now
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
-	delete(c.secrets, a.ID)
+	if s, ok := c.secrets[a.ID]; ok {
+		c.cfg.Redactor.Remove(s)
+		delete(c.secrets, a.ID)
+	}
 	c.forgetSpecsLocked(a)
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
@@ -666,18 +674,16 @@ func (c *Controller) checkArchive(s *Submission) (model.FieldErrors, error) {
 func (c *Controller) FetchArchiveFor(ctx context.Context, nodeID, digest string) (io.ReadCloser, error) {
 	c.mu.Lock()
 	wanted := false
-	for _, a := range c.st.LiveAttempts() {
+	c.st.LiveAttemptsOn(nodeID, func(a *model.Attempt) bool {
 		j, ok := c.st.Job(a.JobID)
 		if !ok || j.Spec.Run.Archive != digest {
-			continue
+			return true
 		}
 		for _, r := range a.Replicas {
 			wanted = wanted || r.NodeID == nodeID && !r.State.Terminal()
 		}
-		if wanted {
-			break
-		}
-	}
+		return !wanted
+	})
 	c.mu.Unlock()
 	if !wanted {
 		return nil, fmt.Errorf("archive %s: no job on node %s uses it: %w", digest, nodeID, ErrNotFound)

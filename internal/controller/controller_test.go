@@ -46,6 +46,17 @@ func TestJobRunsToSuccess(t *testing.T) {
 	if st, err := os.Stat(rs.Env["GPUFLEET_CHECKPOINT_DIR"]); err != nil || !st.IsDir() {
 		t.Fatalf("checkpoint dir not created: %v", err)
 	}
+	// The folder is made once per attempt, not at every sync: removed
+	// behind the controller's back, a later sync does not remake it.
+	if err := os.Remove(rs.Env["GPUFLEET_CHECKPOINT_DIR"]); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sync(); len(got.Replicas) != 1 || got.Replicas[0].Env["GPUFLEET_CHECKPOINT_DIR"] != rs.Env["GPUFLEET_CHECKPOINT_DIR"] {
+		t.Fatalf("second sync desired %+v", got.Replicas)
+	}
+	if _, err := os.Stat(rs.Env["GPUFLEET_CHECKPOINT_DIR"]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint dir made again by a later sync: %v", err)
+	}
 
 	h.sync(running(rs.ID))
 	h.waitJob(j.ID, model.JobRunning)

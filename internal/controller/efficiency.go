@@ -124,11 +124,36 @@ const (
 	fieldXID      = "DCGM_FI_DEV_XID_ERRORS"
 )
 
+// nodeTelemetry is an agent's telemetry with its readings already in
+// efficiency's units, converted before the lock is taken.
+type nodeTelemetry struct {
+	t        *agentapi.Telemetry
+	readings [][]efficiency.Reading // per sample
+}
+
+// convertTelemetry converts t's readings (readings); it touches no shared
+// state, so Sync calls it before taking c.mu.
+func convertTelemetry(t *agentapi.Telemetry) *nodeTelemetry {
+	if t == nil {
+		return nil
+	}
+	nt := &nodeTelemetry{t: t, readings: make([][]efficiency.Reading, len(t.Samples))}
+	for i, s := range t.Samples {
+		rs := make([]efficiency.Reading, len(s.GPUs))
+		for j, g := range s.GPUs {
+			rs[j] = reading(g)
+		}
+		nt.readings[i] = rs
+	}
+	return nt
+}
+
 // observeTelemetryLocked attributes a node's samples to the attempts
-// running on it (by the GPU UUIDs of their replicas there) and checks XIDs.
-// Callers hold c.mu.
-func (c *Controller) observeTelemetryLocked(n *model.Node, t *agentapi.Telemetry, b *store.Batch) {
+// running on it (by the GPU UUIDs of their replicas there, found through
+// the state's per-node index) and checks XIDs. Callers hold c.mu.
+func (c *Controller) observeTelemetryLocked(n *model.Node, nt *nodeTelemetry, b *store.Batch) {
 	ts := &c.tel
+	t := nt.t
 	ts.source[n.ID] = t.Source
 	if len(t.Samples) == 0 {
 		return
@@ -138,7 +163,7 @@ func (c *Controller) observeTelemetryLocked(n *model.Node, t *agentapi.Telemetry
 		uuidOf[g.Index] = g.UUID
 	}
 	allocs := map[string][]string{}
-	for _, a := range c.st.LiveAttempts() {
+	c.st.LiveAttemptsOn(n.ID, func(a *model.Attempt) bool {
 		for _, r := range a.Replicas {
 			if r.NodeID != n.ID {
 				continue
@@ -149,13 +174,10 @@ func (c *Controller) observeTelemetryLocked(n *model.Node, t *agentapi.Telemetry
 				}
 			}
 		}
-	}
-	for _, s := range t.Samples {
-		readings := make([]efficiency.Reading, len(s.GPUs))
-		for i, g := range s.GPUs {
-			readings[i] = reading(g)
-		}
-		ts.tracker.Observe(s.Time, readings, allocs, math.NaN())
+		return true
+	})
+	for i, s := range t.Samples {
+		ts.tracker.Observe(s.Time, nt.readings[i], allocs, math.NaN())
 		c.checkXIDsLocked(n, s, b)
 	}
 	ts.latest[n.ID] = t.Samples[len(t.Samples)-1]
@@ -305,9 +327,7 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 	ts := &c.tel
 	rules := c.cfg.Alerts
 	live := map[string]*model.Attempt{}
-	for _, a := range c.st.LiveAttempts() {
-		live[a.ID] = a
-	}
+	c.st.EachLiveAttempt(func(a *model.Attempt) { live[a.ID] = a })
 	for _, id := range ts.tracker.Attempts() {
 		if live[id] == nil {
 			if a, ok := c.st.Attempt(id); ok {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -107,7 +108,12 @@ func (c *Controller) loseNodeLocked(n *model.Node, b *store.Batch, now time.Time
 	b.Nodes = append(b.Nodes, n)
 	c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,
 		Message: why})
-	for _, a := range c.st.LiveAttempts() {
+	// The node's live attempts, from the state's per-node index, in id
+	// order (settling them changes the index, so they are gathered first).
+	var on []*model.Attempt
+	c.st.LiveAttemptsOn(n.ID, func(a *model.Attempt) bool { on = append(on, a); return true })
+	sort.Slice(on, func(i, j int) bool { return on[i].ID < on[j].ID })
+	for _, a := range on {
 		changed := false
 		a = a.Clone()
 		for i, r := range a.Replicas {

@@ -207,36 +207,53 @@ func (c *Controller) bumpNodesLocked(a *model.Attempt) {
 	c.broadcastLocked()
 }
 
-// checkpointDir returns (and creates) the job's checkpoint folder; it belongs
-// to the job, so every attempt sees the same one.
-func (c *Controller) checkpointDir(jobID string) (string, error) {
+// checkpointDirFor names a's checkpoint folder without creating it: the
+// caller, which holds c.mu, adds the attempt to *mk when its folder has not
+// been made yet, and makeCheckpointDirs creates those once the lock is
+// released, before the replicas reach an agent.
+func (c *Controller) checkpointDirFor(a *model.Attempt, mk *[]ckptDir) string {
 	if c.cfg.CheckpointDir == "" {
-		return "", nil
+		return ""
 	}
-	dir := filepath.Join(c.cfg.CheckpointDir, jobID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("creating checkpoint dir: %w", err)
+	dir := filepath.Join(c.cfg.CheckpointDir, a.JobID)
+	if !c.ckptMade[a.ID] {
+		*mk = append(*mk, ckptDir{attemptID: a.ID, dir: dir})
 	}
-	return dir, nil
+	return dir
 }
 
-// checkpointDirFor is checkpointDir for a's replicas, creating the folder
-// once per attempt rather than at every sync of each of its replicas.
-// Callers hold c.mu.
-func (c *Controller) checkpointDirFor(a *model.Attempt) (string, error) {
-	if c.cfg.CheckpointDir == "" {
-		return "", nil
+// ckptDir is a checkpoint folder an attempt's replicas are about to be
+// given, not yet known to exist.
+type ckptDir struct{ attemptID, dir string }
+
+// makeCheckpointDirs creates the folders in mk, outside c.mu, then records
+// them as made for the attempts still live, so each attempt's folder is
+// created once rather than at every sync. Callers do not hold c.mu.
+func (c *Controller) makeCheckpointDirs(mk []ckptDir) error {
+	if len(mk) == 0 {
+		return nil
 	}
-	if c.ckptMade[a.ID] {
-		return filepath.Join(c.cfg.CheckpointDir, a.JobID), nil
+	made := map[string]bool{}
+	for _, d := range mk {
+		if made[d.dir] {
+			continue
+		}
+		if err := os.MkdirAll(d.dir, 0o700); err != nil {
+			return fmt.Errorf("creating checkpoint dir: %w", err)
+		}
+		made[d.dir] = true
 	}
-	dir, err := c.checkpointDir(a.JobID)
-	if err != nil {
-		return "", err
-	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.ckptMade == nil {
 		c.ckptMade = map[string]bool{}
 	}
-	c.ckptMade[a.ID] = true
-	return dir, nil
+	for _, d := range mk {
+		// An attempt that ended meanwhile was forgotten (forgetSpecsLocked):
+		// marking it would leak the entry.
+		if a, ok := c.st.Attempt(d.attemptID); ok && !a.State.Terminal() {
+			c.ckptMade[d.attemptID] = true
+		}
+	}
+	return nil
 }

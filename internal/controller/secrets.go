@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -33,6 +32,9 @@ type vault struct {
 // secret that does not open (its key was retired) is kept sealed and
 // logged; jobs that name it fail to start until it is written again.
 func (c *Controller) loadSecrets(list []model.Secret) {
+	for _, v := range c.vault.open {
+		c.cfg.Redactor.Remove(v)
+	}
 	c.vault = vault{sealed: map[store.SecretKey]model.Secret{}, open: map[store.SecretKey]string{}}
 	for _, s := range list {
 		k := store.SecretKey{Project: s.Project, Name: s.Name}
@@ -46,24 +48,8 @@ func (c *Controller) loadSecrets(list []model.Secret) {
 			continue
 		}
 		c.vault.open[k] = string(v)
+		c.cfg.Redactor.Add(string(v))
 	}
-	c.refreshScrubberLocked()
-}
-
-// refreshScrubberLocked rebuilds the scrubber from every secret value and
-// live job token. Callers hold c.mu (or own c, at load).
-func (c *Controller) refreshScrubberLocked() {
-	if c.cfg.Redactor == nil {
-		return
-	}
-	vals := make([]string, 0, len(c.vault.open)+len(c.secrets))
-	for _, v := range c.vault.open {
-		vals = append(vals, v)
-	}
-	for _, v := range c.secrets {
-		vals = append(vals, v)
-	}
-	c.cfg.Redactor.Set(secrets.NewScrubber(vals...))
 }
 
 // PutSecret seals value as project's secret name, replacing any earlier
@@ -90,8 +76,11 @@ func (c *Controller) PutSecret(ctx context.Context, project, name string, value 
 	c.mu.Lock()
 	s := model.Secret{Project: project, Name: name, Sealed: sealed, Version: c.vault.sealed[k].Version + 1, UpdatedAt: c.cfg.Clock.Now()}
 	c.vault.sealed[k] = s
+	if old, ok := c.vault.open[k]; ok {
+		c.cfg.Redactor.Remove(old)
+	}
 	c.vault.open[k] = string(value)
-	c.refreshScrubberLocked()
+	c.cfg.Redactor.Add(string(value))
 	cm := c.com.submit(&store.Batch{Access: store.Access{Secrets: []model.Secret{s}}})
 	c.mu.Unlock()
 	if err := cm.wait(ctx); err != nil {

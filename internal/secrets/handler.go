@@ -4,26 +4,130 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 )
 
-// Redactor holds the current Scrubber, swapped whenever the set of secret
-// values changes (a secret written or deleted, a job token minted). The
-// zero value scrubs nothing. It is safe for concurrent use.
-type Redactor struct{ p atomic.Pointer[Scrubber] }
+// Redactor scrubs known secret values from text. Its values are kept up to
+// date one at a time (Add and Remove, counted, so a value added twice stays
+// until removed twice) without rebuilding anything: a server minting a job
+// token per attempt adds one value per attempt, not the whole set again.
+// Set installs a prebuilt Scrubber as well, applied first. The zero value
+// scrubs nothing. It is safe for concurrent use.
+type Redactor struct {
+	p atomic.Pointer[Scrubber]
 
-// Set replaces the scrubber.
+	mu sync.RWMutex
+	// byPrefix indexes the values by their first minScrubLen bytes; count
+	// is how many times each was added.
+	byPrefix map[string][]string
+	count    map[string]int
+	// first marks the bytes some value starts with, to skip the rest.
+	first [256]int
+}
+
+// Set replaces the prebuilt scrubber.
 func (r *Redactor) Set(s *Scrubber) { r.p.Store(s) }
 
-// Scrub applies the current scrubber to text.
+// Add makes v one of the values scrubbed (a nil Redactor ignores it, as
+// Remove does); values shorter than a secret can
+// be (minScrubLen) are ignored, as by NewScrubber.
+func (r *Redactor) Add(v string) {
+	if r == nil || len(v) < minScrubLen {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.count == nil {
+		r.count, r.byPrefix = map[string]int{}, map[string][]string{}
+	}
+	r.count[v]++
+	if r.count[v] > 1 {
+		return
+	}
+	k := v[:minScrubLen]
+	r.byPrefix[k] = append(r.byPrefix[k], v)
+	r.first[v[0]]++
+}
+
+// Remove undoes one Add of v.
+func (r *Redactor) Remove(v string) {
+	if r == nil || len(v) < minScrubLen {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, ok := r.count[v]
+	if !ok {
+		return
+	}
+	if n > 1 {
+		r.count[v] = n - 1
+		return
+	}
+	delete(r.count, v)
+	k := v[:minScrubLen]
+	vs := r.byPrefix[k]
+	for i, x := range vs {
+		if x == v {
+			vs = append(vs[:i:i], vs[i+1:]...)
+			break
+		}
+	}
+	if len(vs) == 0 {
+		delete(r.byPrefix, k)
+	} else {
+		r.byPrefix[k] = vs
+	}
+	r.first[v[0]]--
+}
+
+// Scrub returns text with every known secret value replaced by
+// "[redacted]": the prebuilt scrubber's, then the added values, the longest
+// that matches at each position first.
 func (r *Redactor) Scrub(text string) string {
 	if r == nil {
 		return text
 	}
 	if s := r.p.Load(); s != nil {
-		return s.Scrub(text)
+		text = s.Scrub(text)
 	}
-	return text
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.count) == 0 {
+		return text
+	}
+	var out strings.Builder
+	last := 0 // text[last:i] is not yet written
+	for i := 0; i+minScrubLen <= len(text); {
+		if r.first[text[i]] == 0 {
+			i++
+			continue
+		}
+		best := 0
+		for _, v := range r.byPrefix[text[i:i+minScrubLen]] {
+			if len(v) > best && strings.HasPrefix(text[i:], v) {
+				best = len(v)
+			}
+		}
+		if best == 0 {
+			i++
+			continue
+		}
+		if out.Len() == 0 {
+			out.Grow(len(text))
+		}
+		out.WriteString(text[last:i])
+		out.WriteString(redacted)
+		i += best
+		last = i
+	}
+	if last == 0 {
+		return text
+	}
+	out.WriteString(text[last:])
+	return out.String()
 }
 
 // Handler is a slog.Handler that redacts known secret values from the

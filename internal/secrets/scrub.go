@@ -11,12 +11,15 @@ type Scrubber struct{ r *strings.Replacer }
 // mangle every log line.
 const minScrubLen = 6
 
+// redacted is what a scrubbed value becomes.
+const redacted = "[redacted]"
+
 // NewScrubber returns a scrubber for values.
 func NewScrubber(values ...string) *Scrubber {
 	var pairs []string
 	for _, v := range values {
 		if len(v) >= minScrubLen {
-			pairs = append(pairs, v, "[redacted]")
+			pairs = append(pairs, v, redacted)
 		}
 	}
 	return &Scrubber{r: strings.NewReplacer(pairs...)}
