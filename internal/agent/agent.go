@@ -110,6 +110,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.replicas, 0o700); err != nil {
 		return fmt.Errorf("creating agent directory: %w", err)
 	}
+	// The agent's directory is its own: workloads must not even list it.
+	if a.isolated() {
+		if err := os.Chmod(a.cfg.Dir, 0o700); err != nil {
+			return fmt.Errorf("closing the agent directory to others: %w", err)
+		}
+	}
 	unlock, err := lockDir(a.cfg.Dir)
 	if err != nil {
 		return err

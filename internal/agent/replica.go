@@ -261,11 +261,24 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 			return observation{status: a.lostStatus(r.id, nil, "supervisor exited without recording its pid")}
 		case a.cfg.Clock.Now().Sub(r.since) > a.cfg.StartTimeout:
 			if r.launched != nil {
-				// It has not started the replica (pid.json comes first)
-				// and must not start it now that it counts as lost.
+				// It must not start the replica now that it counts as lost.
 				log.Warn("killing a supervisor that did not record its pid", "pid", r.launched.proc.Pid)
 				if err := r.launched.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 					log.Error("killing supervisor", "pid", r.launched.proc.Pid, "err", err)
+				}
+				// It may have recorded its pid, and started the child,
+				// since the look above: then end that child too, or the
+				// work runs on beside its retry. SIGKILL is prompt; the
+				// bound only guards against a wedged kernel.
+				select {
+				case <-r.launched.done:
+				case <-time.After(5 * time.Second):
+				}
+				if exit, ok, _ := supervisor.ReadExit(r.dir); ok {
+					return observation{status: exitedStatus(r.id, exit)}
+				}
+				if late, ok, _ := supervisor.ReadPIDs(r.dir); ok && late.Child != nil {
+					return observation{status: a.lostStatus(r.id, late.Child, a.endOrphan(r, late.Child, log))}
 				}
 			}
 			return observation{status: a.lostStatus(r.id, nil, fmt.Sprintf("supervisor did not record its pid within %v", a.cfg.StartTimeout))}
@@ -290,15 +303,21 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 	if exitErr != nil {
 		reason = fmt.Sprintf("%s: %v", model.ReasonLost, exitErr)
 	}
-	if c := pids.Child; c != nil && supervisor.Alive(c.PID, c.Start) {
-		// Nobody would record its end, and the server will run the work
-		// elsewhere: end it. The child leads its process group.
+	a.endOrphan(r, pids.Child, log)
+	return observation{status: a.lostStatus(r.id, pids.Child, reason)}
+}
+
+// endOrphan ends what is left of a replica whose supervisor is gone without
+// an exit record: nobody would record its end, and the server runs the work
+// elsewhere. The child leads its process group; a container outlives its
+// podman client and is removed too. It returns the reason to report.
+func (a *Agent) endOrphan(r *replica, child *supervisor.Process, log *slog.Logger) string {
+	if c := child; c != nil && supervisor.Alive(c.PID, c.Start) {
 		log.Warn("killing the processes of a replica whose supervisor is gone", "pgid", c.PID)
 		if err := syscall.Kill(-c.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			log.Error("killing the processes of a lost replica", "pgid", c.PID, "err", err)
 		}
 	}
-	// A container outlives its podman client: remove it too.
 	if sb, ok, _ := supervisor.ReadSandbox(r.dir); ok {
 		if rt, err := runtime.For(sb); err == nil {
 			if err := rt.Cleanup(context.Background(), sb); err != nil {
@@ -306,7 +325,7 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 			}
 		}
 	}
-	return observation{status: a.lostStatus(r.id, pids.Child, reason)}
+	return fmt.Sprintf("supervisor did not record its pid within %v; its replica was ended", a.cfg.StartTimeout)
 }
 
 func exitedStatus(id string, exit supervisor.Exit) agentapi.ReplicaStatus {
