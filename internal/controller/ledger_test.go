@@ -13,7 +13,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
 
 // TestLedgerIsTheBill: an 8-GPU spot node boots, runs one attempt for 15 s,
@@ -23,24 +22,15 @@ import (
 func TestLedgerIsTheBill(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(t0)
-	sp, err := sim.New(sim.Config{Clock: clk, Seed: 7, Providers: []string{"aws"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newScaleController(t, clk, sp, 10*time.Minute, model.Spot)
+	c, sp := newAWSScaleController(t, clk, model.Spot)
 	ms := c.cfg.Store.(*memStore)
 	if err := c.CostPass(ctx); err != nil { // starts the meter's clock
 		t.Fatal(err)
 	}
-	spec := model.JobSpec{Replicas: 1, Spot: model.SpotRequired}
-	spec.Resources.GPUs = 8
-	spec.Run.Command = []string{"train"}
-	spec.Estimate.Runtime = model.Duration(time.Hour)
-	spec.Default()
-	j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := submitTrain(t, c, func(s *model.JobSpec) {
+		s.Spot = model.SpotRequired
+		s.Estimate.Runtime = model.Duration(time.Hour)
+	})
 	if err := c.pass(ctx); err != nil {
 		t.Fatal(err)
 	}

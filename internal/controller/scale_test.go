@@ -355,15 +355,7 @@ func TestScaleLaunchesWhatThePoolAdmits(t *testing.T) {
 			tc.pool.CapacityTypes = []model.CapacityType{model.OnDemand}
 			c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: tc.pool}}
 			c.mu.Unlock()
-			spec := model.JobSpec{Replicas: 1}
-			spec.Resources.GPUs = 8
-			spec.Resources.GPU.Models = []string{"H100"}
-			spec.Run.Command = []string{"train"}
-			spec.Default()
-			j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
-			if err != nil {
-				t.Fatal(err)
-			}
+			j := submitTrain(t, c, func(s *model.JobSpec) { s.Resources.GPU.Models = []string{"H100"} })
 			if err := c.pass(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -397,20 +389,8 @@ func TestScaleLaunchesWhatThePoolAdmits(t *testing.T) {
 func TestExplainShowsLaunchBackoffs(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(t0)
-	sp, err := sim.New(sim.Config{Clock: clk, Seed: 7, Providers: []string{"aws"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newScaleController(t, clk, sp, 10*time.Minute, model.OnDemand)
-	spec := model.JobSpec{Replicas: 1}
-	spec.Resources.GPUs = 8
-	spec.Resources.GPU.Models = []string{"H100"}
-	spec.Run.Command = []string{"train"}
-	spec.Default()
-	j, _, err := c.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newAWSScaleController(t, clk, model.OnDemand)
+	j := submitTrain(t, c, func(s *model.JobSpec) { s.Resources.GPU.Models = []string{"H100"} })
 	mine := model.Offer{Provider: "aws", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "p5.48xlarge", CapacityType: model.Spot}
 	other := model.Offer{Provider: "aws", Region: "us-west-2", Zone: "us-west-2b", InstanceType: "p4d.24xlarge", CapacityType: model.OnDemand}
 	c.mu.Lock()
@@ -437,4 +417,30 @@ func TestExplainShowsLaunchBackoffs(t *testing.T) {
 	if e, _ = c.Explain(j.ID); len(e.LaunchBackoffs) != 0 {
 		t.Errorf("back-offs past their end: %+v", e.LaunchBackoffs)
 	}
+}
+
+// newAWSScaleController is newScaleController on a simulated AWS alone.
+func newAWSScaleController(t *testing.T, clk *clock.Fake, capacity ...model.CapacityType) (*Controller, *sim.Provider) {
+	t.Helper()
+	sp, err := sim.New(sim.Config{Clock: clk, Seed: 7, Providers: []string{"aws"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newScaleController(t, clk, sp, 10*time.Minute, capacity...), sp
+}
+
+// submitTrain submits a one-replica 8-GPU job running "train", changed by
+// edit before its defaults are filled in.
+func submitTrain(t *testing.T, c *Controller, edit func(*model.JobSpec)) *model.Job {
+	t.Helper()
+	spec := model.JobSpec{Replicas: 1}
+	spec.Resources.GPUs = 8
+	spec.Run.Command = []string{"train"}
+	edit(&spec)
+	spec.Default()
+	j, _, err := c.Submit(context.Background(), Submission{Project: "default", User: "test", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
