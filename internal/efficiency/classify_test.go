@@ -176,8 +176,8 @@ func TestIdleBeyondTheFineHour(t *testing.T) {
 func TestHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	size := unsafe.Sizeof(History{})
-	if size > 80<<10 {
-		t.Errorf("History is %d bytes, over the documented ~70 KB", size)
+	if size > 20<<10 {
+		t.Errorf("History is %d bytes, over the documented ~18 KB", size)
 	}
 	h := NewHistory()
 	now := feed(h, t0, 48*time.Hour, nil)

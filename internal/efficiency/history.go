@@ -13,49 +13,76 @@ const (
 	CoarseBuckets = 288              // … for the last 24 hours
 )
 
-// metric indexes a bucket's sums.
+// metric indexes what a bucket keeps of its observations: the values
+// Classify reads (SM occupancy and mean memory are not judged; peak memory
+// is kept for the whole attempt apart).
 type metric uint8
 
 const (
 	mSM metric = iota
-	mOccupancy
 	mTensor
 	mDRAM
 	mUtil
-	mMem
+	mIOWait
+	mSMSq // SM active squared, for the burstiness of SM activity
+	// Byte rates from here on; the ones above are fractions, 0–1.
 	mPCIeRX
 	mPCIeTX
 	mNVLink
-	mIOWait
 	numMetrics
 )
 
-// bucket aggregates the observations of one period. float32 sums keep it
-// small; a bucket sums at most a few hundred values in 0–1 or bytes/s, well
-// inside float32's precision for these judgements.
-type bucket struct {
-	period  int64 // period number since the epoch; 0 with n == 0 is empty
-	firstAt int64 // unix nanoseconds of its first observation
-	n       uint16
-	cnt     [numMetrics]uint16
-	sum     [numMetrics]float32
-	sumSqSM float32 // for the burstiness of SM activity
-	maxMem  float32
+// Each tier keeps its first-observation offsets in units small enough to
+// fit a bucket's width in a uint16 and exact for whole-second times.
+const (
+	fineUnit   = time.Millisecond
+	coarseUnit = 10 * time.Millisecond
+)
+
+// slot is one closed bucket of a ring: how many observations it took,
+// when the first came, and the mean of each value over them, quantised
+// to 16 bits (fractions linearly, byte rates on a log scale, see quant).
+// At 28 bytes it is what keeps a History small.
+type slot struct {
+	period  uint32 // period number minus the tier's base, plus one; 0 is empty
+	first   uint16 // first observation after the period's start, in tier units
+	n       uint16 // observations, saturating
+	present uint16 // bit m: mean[m] holds a value
+	mean    [numMetrics]uint16
 }
 
-// History is a bounded series of one attempt's observations: 360 buckets
-// of 10 s (the last hour) and 288 buckets of 5 min (the last 24 hours),
-// each holding sums and counts, not samples. Its size is fixed at
-// creation: about 70 KB however long the attempt runs (648 buckets of
-// ~104 bytes), whatever the sampling interval. It also keeps the peak
-// memory fraction and the first and last observation times over the
-// attempt's life.
+// acc is a tier's open bucket, the newest period, summed exactly; it is
+// quantised into a slot when an observation of a later period arrives.
+type acc struct {
+	period  int64
+	firstAt int64 // unix nanoseconds of its first observation
+	n       int
+	cnt     [numMetrics]uint32
+	sum     [numMetrics]float64
+}
+
+// tier is one resolution of a History: its open bucket and the period of
+// its first observation, which slots count from.
+type tier struct {
+	open acc
+	base int64
+}
+
+// History is a bounded series of one attempt's observations: a ring of
+// 360 buckets of 10 s (the last hour) and one of 288 buckets of 5 min (the
+// last 24 hours). A bucket keeps the count and quantised means of its
+// observations, not samples, so a History has a fixed size of about 18 KB
+// (648 buckets of 28 bytes) however long the attempt runs, whatever the
+// sampling interval. Each ring's newest bucket is summed exactly until its
+// period ends. It also keeps the peak memory fraction and the first and
+// last observation times over the attempt's life.
 //
 // Observations must arrive in time order; one older than the newest is
 // dropped. A History is not safe for concurrent use.
 type History struct {
-	fine    [FineBuckets]bucket
-	coarse  [CoarseBuckets]bucket
+	fine    [FineBuckets]slot
+	coarse  [CoarseBuckets]slot
+	tiers   [2]tier // fine, coarse
 	first   time.Time
 	last    time.Time
 	peakMem float64 // NaN until a memory fraction is seen
@@ -85,61 +112,150 @@ func (h *History) Add(o Observation) bool {
 	if !h.last.IsZero() && o.Time.Before(h.last) {
 		return false
 	}
+	t := o.Time.UnixNano()
 	if h.first.IsZero() {
 		h.first = o.Time
+		for i := range h.tiers {
+			_, width, _ := h.tier(i)
+			h.tiers[i].base = floorDiv(t, int64(width))
+			h.tiers[i].open = acc{period: h.tiers[i].base, firstAt: t}
+		}
 	}
 	h.last = o.Time
 	h.obs++
 	if !math.IsNaN(o.MemUsed) && (math.IsNaN(h.peakMem) || o.MemUsed > h.peakMem) {
 		h.peakMem = o.MemUsed
 	}
+	sq := o.SMActive * o.SMActive
 	vals := [numMetrics]float64{
-		mSM: o.SMActive, mOccupancy: o.SMOccupancy, mTensor: o.TensorActive, mDRAM: o.DRAMActive,
-		mUtil: o.GPUUtil, mMem: o.MemUsed, mPCIeRX: o.PCIeRX, mPCIeTX: o.PCIeTX, mNVLink: o.NVLink,
-		mIOWait: o.HostIOWait,
+		mSM: o.SMActive, mTensor: o.TensorActive, mDRAM: o.DRAMActive, mUtil: o.GPUUtil, mIOWait: o.HostIOWait,
+		mSMSq: sq, mPCIeRX: o.PCIeRX, mPCIeTX: o.PCIeTX, mNVLink: o.NVLink,
 	}
-	t := o.Time.UnixNano()
-	addTo(slot(h.fine[:], t, FineWidth), t, FineWidth, &vals)
-	addTo(slot(h.coarse[:], t, CoarseWidth), t, CoarseWidth, &vals)
+	for i := range h.tiers {
+		ring, width, unit := h.tier(i)
+		tr := &h.tiers[i]
+		if p := floorDiv(t, int64(width)); p != tr.open.period {
+			tr.close(ring, width, unit)
+			tr.open = acc{period: p, firstAt: t}
+		}
+		tr.open.add(&vals)
+	}
 	return true
 }
 
-func slot(ring []bucket, t int64, width time.Duration) *bucket {
-	p := floorDiv(t, int64(width))
-	return &ring[mod(p, int64(len(ring)))]
+// tier returns tier i's ring, bucket width and offset unit.
+func (h *History) tier(i int) (ring []slot, width, unit time.Duration) {
+	if i == 0 {
+		return h.fine[:], FineWidth, fineUnit
+	}
+	return h.coarse[:], CoarseWidth, coarseUnit
 }
 
-func addTo(b *bucket, t int64, width time.Duration, vals *[numMetrics]float64) {
-	p := floorDiv(t, int64(width))
-	if b.period != p || b.n == 0 {
-		*b = bucket{period: p, firstAt: t}
-	}
-	if b.n == math.MaxUint16 {
+func (a *acc) add(vals *[numMetrics]float64) {
+	if a.n == math.MaxUint16 {
 		return // a flood of observations in one bucket; the sums already speak
 	}
-	b.n++
+	a.n++
 	for m, v := range vals {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			continue
 		}
-		b.cnt[m]++
-		b.sum[m] += float32(v)
-		if metric(m) == mSM {
-			b.sumSqSM += float32(v * v)
-		}
-		if metric(m) == mMem && float32(v) > b.maxMem {
-			b.maxMem = float32(v)
+		a.cnt[m]++
+		a.sum[m] += v
+	}
+}
+
+// close quantises the open bucket into its slot of ring.
+func (tr *tier) close(ring []slot, width, unit time.Duration) {
+	a := &tr.open
+	if a.n == 0 {
+		return
+	}
+	s := slot{period: uint32(a.period - tr.base + 1), n: uint16(a.n),
+		first: uint16((a.firstAt - a.period*int64(width)) / int64(unit))}
+	for m := range numMetrics {
+		if a.cnt[m] > 0 {
+			s.present |= 1 << m
+			s.mean[m] = quant(m, a.sum[m]/float64(a.cnt[m]))
 		}
 	}
+	ring[mod(a.period, int64(len(ring)))] = s
+}
+
+// quant encodes a mean in 16 bits: a fraction linearly (steps of
+// 1/65535), a byte rate as the exponent and top 8 mantissa bits of its
+// float32 (within 0.2%: a threshold of 50 GB/s is judged to 100 MB/s).
+func quant(m metric, v float64) uint16 {
+	if m >= mPCIeRX {
+		bits := math.Float32bits(float32(min(max(v, 0), math.MaxFloat32)))
+		return uint16((bits + 1<<14) >> 15) // rounded; a sign bit of 0 is dropped
+	}
+	return uint16(math.Round(min(max(v, 0), 1) * math.MaxUint16))
+}
+
+// dequant is quant's inverse.
+func dequant(m metric, q uint16) float64 {
+	if m >= mPCIeRX {
+		return float64(math.Float32frombits(uint32(q) << 15))
+	}
+	return float64(q) / math.MaxUint16
+}
+
+// bucketRef is one period of a tier as a window reads it: the open
+// bucket (exact sums) or a closed slot (mean × count), decoded per value
+// on demand.
+type bucketRef struct {
+	n       int
+	firstAt int64
+	a       *acc
+	s       *slot
+}
+
+// cnt is how many observations had value m.
+func (b bucketRef) cnt(m metric) int {
+	if b.a != nil {
+		return int(b.a.cnt[m])
+	}
+	if b.s.present&(1<<m) != 0 {
+		return b.n
+	}
+	return 0
+}
+
+// sum is the sum of value m over the bucket's observations.
+func (b bucketRef) sum(m metric) float64 {
+	if b.a != nil {
+		return b.a.sum[m]
+	}
+	if b.s.present&(1<<m) == 0 {
+		return 0
+	}
+	return dequant(m, b.s.mean[m]) * float64(b.n)
+}
+
+// bucket returns period p of tier i; false when it holds nothing.
+func (h *History) bucket(i int, p int64) (bucketRef, bool) {
+	if h.obs == 0 {
+		return bucketRef{}, false
+	}
+	ring, width, unit := h.tier(i)
+	tr := &h.tiers[i]
+	if a := &tr.open; a.period == p {
+		return bucketRef{n: a.n, firstAt: a.firstAt, a: a}, a.n > 0
+	}
+	s := &ring[mod(p, int64(len(ring)))]
+	if s.period == 0 || int64(s.period) != p-tr.base+1 {
+		return bucketRef{}, false
+	}
+	return bucketRef{n: int(s.n), firstAt: p*int64(width) + int64(s.first)*int64(unit), s: s}, true
 }
 
 // stats aggregates buckets over a window.
 type stats struct {
-	n       int
-	cnt     [numMetrics]int
-	sum     [numMetrics]float64
-	sumSqSM float64
-	first   time.Time // first observation in the window
+	n     int
+	cnt   [numMetrics]int
+	sum   [numMetrics]float64
+	first time.Time // first observation in the window
 }
 
 func (s *stats) mean(m metric) float64 {
@@ -160,7 +276,7 @@ func (s *stats) smCV() float64 {
 	if mean <= 0 {
 		return 0
 	}
-	v := s.sumSqSM/n - mean*mean
+	v := s.sum[mSMSq]/n - mean*mean
 	return math.Sqrt(math.Max(v, 0)) / mean
 }
 
@@ -168,10 +284,11 @@ func (s *stats) smCV() float64 {
 // buckets when the window fits in the last hour, else the coarse ones. It
 // is exact to the width of a bucket.
 func (h *History) window(now time.Time, d time.Duration) stats {
-	ring, width := h.fine[:], FineWidth
+	ti := 0
 	if d > FineWidth*FineBuckets {
-		ring, width = h.coarse[:], CoarseWidth
+		ti = 1
 	}
+	ring, width, _ := h.tier(ti)
 	var s stats
 	hi := floorDiv(now.UnixNano(), int64(width))
 	lo := floorDiv(now.Add(-d).UnixNano(), int64(width)) + 1
@@ -179,19 +296,18 @@ func (h *History) window(now time.Time, d time.Duration) stats {
 		lo = hi - span + 1
 	}
 	for p := lo; p <= hi; p++ {
-		b := &ring[mod(p, int64(len(ring)))]
-		if b.n == 0 || b.period != p {
+		b, ok := h.bucket(ti, p)
+		if !ok {
 			continue
 		}
 		if s.n == 0 {
 			s.first = time.Unix(0, b.firstAt)
 		}
-		s.n += int(b.n)
+		s.n += b.n
 		for m := range numMetrics {
-			s.cnt[m] += int(b.cnt[m])
-			s.sum[m] += float64(b.sum[m])
+			s.cnt[m] += b.cnt(m)
+			s.sum[m] += b.sum(m)
 		}
-		s.sumSqSM += float64(b.sumSqSM)
 	}
 	return s
 }
@@ -206,25 +322,23 @@ func (h *History) lowSince(now time.Time, limit float64, maxGap time.Duration) t
 	var since time.Time
 	edge := now.UnixNano() // walk buckets that start before edge
 	gapFrom := h.last      // the newest observation not yet in a gap
-	for _, tier := range []struct {
-		ring  []bucket
-		width time.Duration
-	}{{h.fine[:], FineWidth}, {h.coarse[:], CoarseWidth}} {
-		w := int64(tier.width)
+	for ti := range h.tiers {
+		ring, width, _ := h.tier(ti)
+		w := int64(width)
 		hi := floorDiv(edge-1, w)
-		for p := hi; p > hi-int64(len(tier.ring)); p-- {
-			b := &tier.ring[mod(p, int64(len(tier.ring)))]
-			if b.n == 0 || b.period != p {
+		for p := hi; p > hi-int64(len(ring)); p-- {
+			b, ok := h.bucket(ti, p)
+			if !ok {
 				if gapFrom.Sub(time.Unix(0, p*w)) > maxGap {
 					return since
 				}
 				continue
 			}
 			m := mSM
-			if b.cnt[mSM] == 0 {
+			if b.cnt(mSM) == 0 {
 				m = mUtil
 			}
-			if b.cnt[m] == 0 || float64(b.sum[m])/float64(b.cnt[m]) >= limit {
+			if c := b.cnt(m); c == 0 || b.sum(m)/float64(c) >= limit {
 				return since
 			}
 			since = time.Unix(0, b.firstAt)
