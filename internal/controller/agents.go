@@ -87,7 +87,6 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 // Sync records the agent's observations, then returns the node's desired
 // replicas, waiting up to req.Wait for a change when the agent is current.
 func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
-	tel := convertTelemetry(req.Telemetry)
 	c.mu.Lock()
 	n, ok := c.st.Node(req.NodeID)
 	if !ok {
@@ -105,9 +104,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	for _, st := range req.Statuses {
 		c.observeLocked(req.NodeID, st, b)
 	}
-	if tel != nil {
-		c.observeTelemetryLocked(n, tel, b)
-	}
+	allocs := c.telemetryAllocsLocked(n, req.Telemetry)
 	var cm *commit
 	if !b.Empty() {
 		c.broadcastLocked()
@@ -115,6 +112,9 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	}
 	gen, changed := c.nodeGen[req.NodeID], c.changed
 	c.mu.Unlock()
+	if tcm := c.observeTelemetry(req.NodeID, req.Telemetry, allocs); tcm != nil {
+		cm = tcm // acknowledged after cm: waiting for it waits for both
+	}
 	if cm != nil {
 		if err := cm.wait(ctx); err != nil {
 			return agentapi.SyncResponse{}, fmt.Errorf("recording replica status: %w", err)

@@ -224,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		changed:    make(chan struct{}),
 		kick:       make(chan struct{}, 1),
 		outboxKick: make(chan struct{}, 1),
-		tel:        newTelemetryState(cfg.Alerts.Thresholds),
+		tel:        newTelemetryState(cfg.Alerts),
 	}
 	c.com = newCommitter(cfg.Store, c.fail)
 	dump, err := cfg.Store.Load(ctx)

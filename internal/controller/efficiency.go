@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/controller/telemetry"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -78,85 +78,33 @@ const (
 // import the controller.
 type Alert = model.Alert
 
-// maxAlerts bounds the recent alerts kept in memory.
-const maxAlerts = 200
-
-// telemetryState is what the controller keeps of GPU telemetry; guarded
-// by Controller.mu.
+// telemetryState is the telemetry component and what the alert rules
+// remember.
 type telemetryState struct {
-	tracker *efficiency.Tracker
-	// latest is each node's newest sample, and its source.
-	latest map[string]agentapi.TelemetrySample
-	source map[string]string
-	// lastXID is the last XID seen per node and GPU UUID, so one error
-	// raises one alert.
-	lastXID map[string]float64
-	// fired remembers alerts that fire once: rule + object.
+	// Tracker has its own lock (package telemetry); the controller may
+	// call it with c.mu held, never the reverse.
+	*telemetry.Tracker
+	// fired remembers alerts that fire once: rule + object; lastEval is
+	// the last evaluation. Both are guarded by Controller.mu.
 	fired    map[string]bool
-	alerts   []Alert
 	lastEval time.Time
-	// final is each job's last judged attempt once it has ended (the
-	// tracker forgets it): the job's efficiency stays readable, and the
-	// meter's last pass over the attempt still has its SM activity.
-	final map[string]finalVerdict
 }
 
-// finalVerdict is an ended attempt's last verdict.
-type finalVerdict struct {
-	attempt string
-	verdict efficiency.Verdict
-	source  string
-}
-
-func newTelemetryState(th efficiency.Thresholds) telemetryState {
-	return telemetryState{
-		tracker: efficiency.NewTracker(th),
-		latest:  map[string]agentapi.TelemetrySample{},
-		source:  map[string]string{},
-		lastXID: map[string]float64{},
-		fired:   map[string]bool{},
-		final:   map[string]finalVerdict{},
-	}
+func newTelemetryState(r AlertRules) telemetryState {
+	return telemetryState{Tracker: telemetry.New(r.Thresholds, r.DrainXIDs), fired: map[string]bool{}}
 }
 
 const (
-	fieldSMActive = "DCGM_FI_PROF_SM_ACTIVE"
-	fieldXID      = "DCGM_FI_DEV_XID_ERRORS"
+	fieldSMActive = telemetry.FieldSMActive
+	fieldXID      = telemetry.FieldXID
 )
 
-// nodeTelemetry is an agent's telemetry with its readings already in
-// efficiency's units, converted before the lock is taken.
-type nodeTelemetry struct {
-	t        *agentapi.Telemetry
-	readings [][]efficiency.Reading // per sample
-}
-
-// convertTelemetry converts t's readings (readings); it touches no shared
-// state, so Sync calls it before taking c.mu.
-func convertTelemetry(t *agentapi.Telemetry) *nodeTelemetry {
-	if t == nil {
+// telemetryAllocsLocked maps the attempts running on n to the UUIDs of
+// their GPUs there (through the state's per-node index), for attributing
+// n's telemetry; nil when tel carries no samples. Callers hold c.mu.
+func (c *Controller) telemetryAllocsLocked(n *model.Node, tel *agentapi.Telemetry) map[string][]string {
+	if tel == nil || len(tel.Samples) == 0 {
 		return nil
-	}
-	nt := &nodeTelemetry{t: t, readings: make([][]efficiency.Reading, len(t.Samples))}
-	for i, s := range t.Samples {
-		rs := make([]efficiency.Reading, len(s.GPUs))
-		for j, g := range s.GPUs {
-			rs[j] = reading(g)
-		}
-		nt.readings[i] = rs
-	}
-	return nt
-}
-
-// observeTelemetryLocked attributes a node's samples to the attempts
-// running on it (by the GPU UUIDs of their replicas there, found through
-// the state's per-node index) and checks XIDs. Callers hold c.mu.
-func (c *Controller) observeTelemetryLocked(n *model.Node, nt *nodeTelemetry, b *store.Batch) {
-	ts := &c.tel
-	t := nt.t
-	ts.source[n.ID] = t.Source
-	if len(t.Samples) == 0 {
-		return
 	}
 	uuidOf := make(map[int]string, len(n.GPUs))
 	for _, g := range n.GPUs {
@@ -176,55 +124,31 @@ func (c *Controller) observeTelemetryLocked(n *model.Node, nt *nodeTelemetry, b 
 		}
 		return true
 	})
-	for i, s := range t.Samples {
-		ts.tracker.Observe(s.Time, nt.readings[i], allocs, math.NaN())
-		c.checkXIDsLocked(n, s, b)
-	}
-	ts.latest[n.ID] = t.Samples[len(t.Samples)-1]
+	return allocs
 }
 
-// reading converts a wire reading to efficiency's units: percent
-// utilisation to a fraction, missing fields NaN.
-func reading(g agentapi.GPUTelemetry) efficiency.Reading {
-	v := func(name string, scale float64) float64 {
-		x, ok := g.Values[name]
-		if !ok {
-			return math.NaN()
-		}
-		return x * scale
+// observeTelemetry hands a node's telemetry to the tracker, outside c.mu,
+// with allocs from telemetryAllocsLocked; a new XID from the drain list
+// drains the node and raises an alert, in a batch it returns committed
+// (nil when there was none).
+func (c *Controller) observeTelemetry(nodeID string, tel *agentapi.Telemetry, allocs map[string][]string) *commit {
+	xids := c.tel.Observe(nodeID, tel, allocs)
+	if len(xids) == 0 {
+		return nil
 	}
-	return efficiency.Reading{
-		UUID:         g.UUID,
-		SMActive:     v(fieldSMActive, 1),
-		SMOccupancy:  v("DCGM_FI_PROF_SM_OCCUPANCY", 1),
-		TensorActive: v("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1),
-		DRAMActive:   v("DCGM_FI_PROF_DRAM_ACTIVE", 1),
-		GPUUtil:      v("DCGM_FI_DEV_GPU_UTIL", 0.01),
-		FBUsedMiB:    v("DCGM_FI_DEV_FB_USED", 1),
-		FBTotalMiB:   v("DCGM_FI_DEV_FB_TOTAL", 1),
-		PCIeTX:       v("DCGM_FI_PROF_PCIE_TX_BYTES", 1),
-		PCIeRX:       v("DCGM_FI_PROF_PCIE_RX_BYTES", 1),
-		NVLinkTX:     v("DCGM_FI_PROF_NVLINK_TX_BYTES", 1),
-		NVLinkRX:     v("DCGM_FI_PROF_NVLINK_RX_BYTES", 1),
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := &store.Batch{}
+	for _, x := range xids {
+		c.alertLocked(Alert{Rule: AlertNodeXID, Severity: "critical", At: x.At, Node: x.Node, GPU: x.UUID, XID: x.Code,
+			Summary: fmt.Sprintf("GPU %d (%s) of node %s reported XID %d; the node is drained", x.GPU, x.UUID, x.Node, x.Code)}, b)
+		c.cordonLocked(x.Node, fmt.Sprintf("XID %d on GPU %d", x.Code, x.GPU), b)
 	}
-}
-
-// checkXIDsLocked drains the node on a new XID from the drain list.
-func (c *Controller) checkXIDsLocked(n *model.Node, s agentapi.TelemetrySample, b *store.Batch) {
-	for _, g := range s.GPUs {
-		x, ok := g.Values[fieldXID]
-		key := n.ID + "/" + g.UUID
-		if !ok || x == 0 || c.tel.lastXID[key] == x {
-			continue
-		}
-		c.tel.lastXID[key] = x
-		if !slices.Contains(c.cfg.Alerts.DrainXIDs, int(x)) {
-			continue
-		}
-		c.alertLocked(Alert{Rule: AlertNodeXID, Severity: "critical", At: s.Time, Node: n.ID, GPU: g.UUID, XID: int(x),
-			Summary: fmt.Sprintf("GPU %d (%s) of node %s reported XID %d; the node is drained", g.Index, g.UUID, n.ID, int(x))}, b)
-		c.cordonLocked(n.ID, fmt.Sprintf("XID %d on GPU %d", int(x), g.Index), b)
+	if b.Empty() {
+		return nil
 	}
+	c.broadcastLocked()
+	return c.com.submit(b)
 }
 
 // cordonLocked drains a node gently: it takes no new work and its running
@@ -248,11 +172,7 @@ func (c *Controller) cordonLocked(nodeID, why string, b *store.Batch) {
 // durable, signed, retried). Callers hold c.mu and commit b.
 func (c *Controller) alertLocked(a Alert, b *store.Batch) {
 	a.ID = alertID(a)
-	ts := &c.tel
-	ts.alerts = append(ts.alerts, a)
-	if len(ts.alerts) > maxAlerts {
-		ts.alerts = slices.Delete(ts.alerts, 0, len(ts.alerts)-maxAlerts)
-	}
+	c.tel.Record(a)
 	c.cfg.Metrics.alert(a.Rule)
 	c.cfg.Log.Warn("alert", "rule", a.Rule, "alert_id", a.ID, "job_id", a.Job, "node_id", a.Node, "queue", a.Queue, "summary", a.Summary)
 	if c.alertWebhookURL() == "" {
@@ -295,14 +215,12 @@ func alertID(a Alert) string {
 }
 
 // Alerts returns the recent alerts, oldest first.
-func (c *Controller) Alerts() []Alert {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.tel.alerts)
-}
+func (c *Controller) Alerts() []Alert { return c.tel.Alerts() }
 
 // evaluate classifies every tracked attempt and applies the alert rules,
-// at most once per EvaluateEvery. The Run loop calls it on its tick.
+// at most once per EvaluateEvery. The Run loop calls it on its tick. The
+// classification runs outside c.mu: c.mu is held only to tell which
+// tracked attempts ended and to apply the rules' actions.
 func (c *Controller) evaluate(now time.Time) {
 	c.mu.Lock()
 	if now.Sub(c.tel.lastEval) < c.cfg.Alerts.EvaluateEvery {
@@ -310,8 +228,31 @@ func (c *Controller) evaluate(now time.Time) {
 		return
 	}
 	c.tel.lastEval = now
+	var ended []telemetry.Ended
+	for _, id := range c.tel.Tracked() {
+		a, ok := c.st.Attempt(id)
+		if ok {
+			if live, isLive := c.st.LiveAttempt(a.JobID); isLive && live.ID == id {
+				continue
+			}
+		}
+		e := telemetry.Ended{Attempt: id}
+		if ok {
+			e.Job = a.JobID
+			if len(a.Replicas) > 0 {
+				e.Node = a.Replicas[0].NodeID
+			}
+		}
+		ended = append(ended, e)
+		delete(c.tel.fired, AlertJobIdle+"/"+id)
+		delete(c.tel.fired, AlertJobIdleStopped+"/"+id)
+	}
+	c.mu.Unlock()
+	c.tel.End(ended)
+	judged := c.tel.Evaluate(now)
+	c.mu.Lock()
 	b := &store.Batch{}
-	c.evaluateLocked(now, b)
+	c.evaluateLocked(now, judged, b)
 	var cm *commit
 	if !b.Empty() {
 		c.broadcastLocked()
@@ -323,34 +264,23 @@ func (c *Controller) evaluate(now time.Time) {
 	}
 }
 
-func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
+// evaluateLocked applies the alert rules to the verdicts of the tracked
+// attempts (judged) and to the queues' waits. Callers hold c.mu.
+func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, b *store.Batch) {
 	ts := &c.tel
 	rules := c.cfg.Alerts
-	live := map[string]*model.Attempt{}
-	c.st.EachLiveAttempt(func(a *model.Attempt) { live[a.ID] = a })
-	for _, id := range ts.tracker.Attempts() {
-		if live[id] == nil {
-			if a, ok := c.st.Attempt(id); ok {
-				if v, _, ok := ts.tracker.Verdict(id); ok {
-					fv := finalVerdict{attempt: id, verdict: v}
-					if len(a.Replicas) > 0 {
-						fv.source = ts.source[a.Replicas[0].NodeID]
-					}
-					ts.final[a.JobID] = fv
-				}
-			}
-			ts.tracker.Forget(id)
-			delete(ts.fired, AlertJobIdle+"/"+id)
-			delete(ts.fired, AlertJobIdleStopped+"/"+id)
-		}
-	}
-	ts.tracker.Evaluate(now)
-	for _, id := range ts.tracker.Attempts() {
-		v, _, _ := ts.tracker.Verdict(id)
+	for _, jv := range judged {
+		id, v := jv.Attempt, jv.Verdict
 		if v.Class != efficiency.Idle || v.IdleSince.IsZero() {
 			continue
 		}
-		a := live[id]
+		a, ok := c.st.Attempt(id)
+		if !ok {
+			continue
+		}
+		if live, isLive := c.st.LiveAttempt(a.JobID); !isLive || live.ID != id {
+			continue // ended while it was judged; the next evaluation forgets it
+		}
 		idle := now.Sub(v.IdleSince)
 		if rules.IdleNotifyAfter > 0 && idle >= rules.IdleNotifyAfter && !ts.fired[AlertJobIdle+"/"+id] {
 			ts.fired[AlertJobIdle+"/"+id] = true
@@ -416,14 +346,14 @@ func (c *Controller) Efficiency(jobID string) (Efficiency, bool) {
 	if !ok {
 		return c.finalEfficiencyLocked(jobID)
 	}
-	v, _, ok := c.tel.tracker.Verdict(a.ID)
+	v, ok := c.tel.Verdict(a.ID)
 	if !ok {
 		return Efficiency{}, false
 	}
 	now := c.cfg.Clock.Now()
 	e := Efficiency{Attempt: a.ID, Verdict: v}
 	if len(a.Replicas) > 0 {
-		e.Source = c.tel.source[a.Replicas[0].NodeID]
+		e.Source = c.tel.Source(a.Replicas[0].NodeID)
 	}
 	sm := v.Summary.SMActive
 	if !math.IsNaN(sm) {
@@ -441,12 +371,12 @@ func (c *Controller) Efficiency(jobID string) (Efficiency, bool) {
 
 // finalEfficiencyLocked is Efficiency for a job without a live attempt.
 func (c *Controller) finalEfficiencyLocked(jobID string) (Efficiency, bool) {
-	fv, ok := c.tel.final[jobID]
+	fv, ok := c.tel.Final(jobID)
 	if !ok {
 		return Efficiency{}, false
 	}
-	e := Efficiency{Attempt: fv.attempt, Verdict: fv.verdict, Source: fv.source}
-	if sm := fv.verdict.Summary.SMActive; !math.IsNaN(sm) {
+	e := Efficiency{Attempt: fv.Attempt, Verdict: fv.Verdict, Source: fv.Source}
+	if sm := fv.Verdict.Summary.SMActive; !math.IsNaN(sm) {
 		e.SMActive = &sm
 	}
 	if jc, ok := c.cost.rollup.Job(jobID); ok {
@@ -463,19 +393,7 @@ func (c *Controller) finalEfficiencyLocked(jobID string) (Efficiency, bool) {
 // smActiveLocked is the mean SM activity the tracker measured for attempt
 // a (of its last verdict, also after it ended), for the meter.
 func (c *Controller) smActiveLocked(a *model.Attempt) (float64, bool) {
-	v, _, ok := c.tel.tracker.Verdict(a.ID)
-	if !ok {
-		fv, found := c.tel.final[a.JobID]
-		if !found || fv.attempt != a.ID {
-			return 0, false
-		}
-		v = fv.verdict
-	}
-	sm := v.Summary.SMActive
-	if math.IsNaN(sm) {
-		return 0, false
-	}
-	return sm, true
+	return c.tel.SMActive(a.JobID, a.ID)
 }
 
 // allocatedCostLocked is what an attempt's GPUs have cost since it

@@ -30,8 +30,8 @@ func (c *Controller) Nodes() []NodeInfo {
 	nodes := c.st.Nodes()
 	out := make([]NodeInfo, len(nodes))
 	for i, n := range nodes {
-		out[i] = NodeInfo{Node: n, TelemetrySource: c.tel.source[n.ID]}
-		if t, ok := c.tel.latest[n.ID]; ok {
+		out[i] = NodeInfo{Node: n, TelemetrySource: c.tel.Source(n.ID)}
+		if t, ok := c.tel.Latest(n.ID); ok {
 			out[i].Telemetry = &t
 		}
 		for _, g := range n.GPUs {

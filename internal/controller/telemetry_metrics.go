@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -38,12 +39,19 @@ func (t telemetryCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (t telemetryCollector) Collect(ch chan<- prometheus.Metric) {
 	c := t.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	for node, s := range c.tel.latest {
+	type nodeSample struct {
+		node string
+		s    agentapi.TelemetrySample
+	}
+	var samples []nodeSample
+	c.tel.EachLatest(func(node string, s agentapi.TelemetrySample) { samples = append(samples, nodeSample{node, s}) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ns := range samples {
+		node, s := ns.node, ns.s
 		if n, ok := c.st.Node(node); !ok || n.State == model.NodeLost {
 			continue
 		}
@@ -64,10 +72,10 @@ func (t telemetryCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	now := c.cfg.Clock.Now()
-	for _, a := range c.st.LiveAttempts() {
-		v, _, ok := c.tel.tracker.Verdict(a.ID)
+	c.st.EachLiveAttempt(func(a *model.Attempt) {
+		v, ok := c.tel.Verdict(a.ID)
 		if !ok {
-			continue
+			return
 		}
 		sm := v.Summary.SMActive
 		if !math.IsNaN(sm) {
@@ -84,5 +92,5 @@ func (t telemetryCollector) Collect(ch chan<- prometheus.Metric) {
 				gauge(jobEffCostDesc, float64(efficiency.EffectiveCost(cost, sm))/1e6, a.JobID)
 			}
 		}
-	}
+	})
 }
