@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/controller/notify"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -190,15 +191,13 @@ type Controller struct {
 	// (cost.go).
 	cost costState
 
-	kick chan struct{}
-	// outboxKick wakes the webhook delivery loop when a notification is
-	// queued; deliverMu makes deliveries one at a time, so a notification
-	// is never posted twice at once.
-	outboxKick chan struct{}
-	deliverMu  sync.Mutex
-	fatalOnce  sync.Once
-	stopCom    context.CancelFunc
-	comDone    chan struct{}
+	// outbox is the webhook outbox (package notify; its own lock).
+	outbox *notify.Outbox
+
+	kick      chan struct{}
+	fatalOnce sync.Once
+	stopCom   context.CancelFunc
+	comDone   chan struct{}
 }
 
 type idemKey struct{ subject, key string }
@@ -209,22 +208,21 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:        cfg,
-		st:         state.New(),
-		tokens:     map[string]*model.Token{},
-		tokenIDs:   map[string]*model.Token{},
-		jobTokens:  map[string]map[string]bool{},
-		idem:       map[idemKey]store.Idempotency{},
-		verdicts:   map[string]scheduler.Verdict{},
-		secrets:    map[string]string{},
-		lastSeen:   map[string]time.Time{},
-		nodeGen:    map[string]uint64{},
-		markers:    map[string]time.Time{},
-		grants:     map[grantKey]model.Grant{},
-		changed:    make(chan struct{}),
-		kick:       make(chan struct{}, 1),
-		outboxKick: make(chan struct{}, 1),
-		tel:        newTelemetryState(cfg.Alerts),
+		cfg:       cfg,
+		st:        state.New(),
+		tokens:    map[string]*model.Token{},
+		tokenIDs:  map[string]*model.Token{},
+		jobTokens: map[string]map[string]bool{},
+		idem:      map[idemKey]store.Idempotency{},
+		verdicts:  map[string]scheduler.Verdict{},
+		secrets:   map[string]string{},
+		lastSeen:  map[string]time.Time{},
+		nodeGen:   map[string]uint64{},
+		markers:   map[string]time.Time{},
+		grants:    map[grantKey]model.Grant{},
+		changed:   make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		tel:       newTelemetryState(cfg.Alerts),
 	}
 	c.com = newCommitter(cfg.Store, c.fail)
 	dump, err := cfg.Store.Load(ctx)
@@ -273,6 +271,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}
 	c.loadCost(dump)
+	c.outbox = c.newOutbox(dump.Notifications)
 	comCtx, stopCom := context.WithCancel(context.Background())
 	c.stopCom, c.comDone = stopCom, make(chan struct{})
 	go func() { c.com.run(comCtx); close(c.comDone) }()

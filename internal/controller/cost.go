@@ -62,7 +62,6 @@ type costState struct {
 	// stop-all fired this period, so requeued jobs wait (holdLocked).
 	stopSpot, stopAll []cost.Block
 	metrics           map[string][]store.MetricReport // by job id
-	outbox            map[string]*store.Notification
 	totals            map[costKey]model.Money
 	idle              model.Money
 	buf               []model.LedgerEntry
@@ -75,7 +74,6 @@ func (c *Controller) loadCost(d *store.Dump) {
 	cs.rollup = cost.NewRollup()
 	cs.fired = map[model.FiredKey]bool{}
 	cs.metrics = map[string][]store.MetricReport{}
-	cs.outbox = map[string]*store.Notification{}
 	cs.totals = map[costKey]model.Money{}
 	cs.rollup.Add(d.Ledger)
 	for i := range d.Ledger {
@@ -86,9 +84,6 @@ func (c *Controller) loadCost(d *store.Dump) {
 	}
 	for _, m := range d.Metrics {
 		cs.metrics[m.JobID] = append(cs.metrics[m.JobID], m)
-	}
-	for _, n := range d.Notifications {
-		cs.outbox[n.ID] = n
 	}
 	if v, ok := d.Meta[store.MeteredToKey]; ok {
 		if t, err := time.Parse(time.RFC3339, v); err == nil {
@@ -125,10 +120,8 @@ func (c *Controller) costLoop(ctx context.Context) {
 		// The webhook outbox (budget firings and alerts) is delivered
 		// after every pass, as soon as something is queued, and when
 		// the earliest retry is due.
-		c.deliverDue(ctx)
-		c.mu.Lock()
-		next, ok := c.nextDeliveryLocked()
-		c.mu.Unlock()
+		c.outbox.DeliverDue(ctx)
+		next, ok := c.outbox.Next()
 		var retry <-chan time.Time
 		if ok {
 			retry = c.cfg.Clock.After(max(next.Sub(c.cfg.Clock.Now()), time.Second))
@@ -138,7 +131,7 @@ func (c *Controller) costLoop(ctx context.Context) {
 			return
 		case <-tick.C():
 			meter = true
-		case <-c.outboxKick:
+		case <-c.outbox.Kicked():
 			meter = false
 		case <-retry:
 			meter = false

@@ -1,142 +1,65 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	neturl "net/url"
-	"slices"
-	"strings"
-	"time"
 
+	"github.com/gpufleet/gpufleet/internal/controller/notify"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// Webhook headers. The signature is "sha256=" and the hex HMAC-SHA256 of
-// the raw body under the receiver's signing key; receivers recompute it
-// and compare in constant time, and deduplicate by the id header (the
-// body's id): delivery is at least once.
+// Webhook headers (notify.HeaderSignature, notify.HeaderNotificationID).
 const (
-	HeaderSignature      = "X-Gpufleet-Signature"
-	HeaderNotificationID = "X-Gpufleet-Notification-Id"
+	HeaderSignature      = notify.HeaderSignature
+	HeaderNotificationID = notify.HeaderNotificationID
 )
 
 // Notification kinds: every webhook body carries its kind.
 const (
-	NotifyBudget = "budget"
-	NotifyAlert  = "alert"
+	NotifyBudget = notify.KindBudget
+	NotifyAlert  = notify.KindAlert
 )
 
-// Sign returns the signature header value of body under secret.
-func Sign(secret, body []byte) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+// Sign returns the signature header value of body under secret
+// (notify.Sign).
+func Sign(secret, body []byte) string { return notify.Sign(secret, body) }
+
+// Verify reports whether sig is body's signature under secret
+// (notify.Verify).
+func Verify(secret, body []byte, sig string) bool { return notify.Verify(secret, body, sig) }
+
+// newOutbox returns the webhook outbox holding the loaded notifications,
+// delivering through c's receivers and committing through c's committer.
+func (c *Controller) newOutbox(loaded []*store.Notification) *notify.Outbox {
+	return notify.New(notify.Config{Clock: c.cfg.Clock, Log: c.cfg.Log, HTTP: c.cfg.Cost.HTTP,
+		Receiver: c.receiver, Committer: outboxCommits{c}}, loaded)
 }
 
-// Verify reports whether sig is body's signature under secret.
-func Verify(secret, body []byte, sig string) bool {
-	return hmac.Equal([]byte(sig), []byte(Sign(secret, body)))
-}
+// outboxCommits commits the outbox's delivery outcomes in order with the
+// controller's own changes (notify.Committer).
+type outboxCommits struct{ c *Controller }
 
-// A notification is retried for webhookGiveUp after it was made, and at
-// least webhookMinTries times, then dropped (logged); retries back off from
-// 1s, doubling, to at most 10m.
-const (
-	webhookGiveUp   = 24 * time.Hour
-	webhookMinTries = 10
-)
-
-func backoff(attempts int) time.Duration {
-	d := time.Second << min(attempts-1, 20)
-	return min(d, 10*time.Minute)
+func (oc outboxCommits) Commit(ctx context.Context, build func() *store.Batch) error {
+	c := oc.c
+	c.mu.Lock()
+	cm := c.com.submit(build())
+	c.mu.Unlock()
+	return cm.wait(ctx)
 }
 
 // queueNotificationLocked puts n in the outbox and in b, unless a
 // notification with its id is already waiting (the same firing or alert
-// again), and wakes the delivery loop. Callers hold c.mu and commit b.
+// again). Callers hold c.mu and commit b.
 func (c *Controller) queueNotificationLocked(n *store.Notification, b *store.Batch) {
-	if _, dup := c.cost.outbox[n.ID]; dup {
-		return
-	}
-	c.cost.outbox[n.ID] = n
-	b.Notifications = append(b.Notifications, cloneNote(n))
-	select {
-	case c.outboxKick <- struct{}{}:
-	default:
-	}
+	c.outbox.Queue(n, b)
 }
 
-// nextDeliveryLocked returns when the earliest waiting notification is
-// due; false when none waits.
-func (c *Controller) nextDeliveryLocked() (time.Time, bool) {
-	var next time.Time
-	for _, n := range c.cost.outbox {
-		if next.IsZero() || n.NextAt.Before(next) {
-			next = n.NextAt
-		}
-	}
-	return next, !next.IsZero()
-}
-
-// deliverDue sends every notification whose time has come, one at a time,
-// and records each outcome durably: delivered (a tombstone) or the next
-// try. A receiver that answers 2xx has it; anything else, or a receiver
-// that cannot be resolved now, is retried.
-func (c *Controller) deliverDue(ctx context.Context) {
-	c.deliverMu.Lock()
-	defer c.deliverMu.Unlock()
-	now := c.cfg.Clock.Now()
-	c.mu.Lock()
-	var due []*store.Notification
-	for _, n := range c.cost.outbox {
-		if !n.NextAt.After(now) {
-			due = append(due, cloneNote(n))
-		}
-	}
-	c.mu.Unlock()
-	slices.SortFunc(due, func(a, b *store.Notification) int { return strings.Compare(a.ID, b.ID) })
-	client := c.cfg.Cost.HTTP
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	for _, n := range due {
-		if ctx.Err() != nil {
-			return
-		}
-		err := c.post(ctx, client, n)
-		now := c.cfg.Clock.Now()
-		n.Attempts++
-		switch {
-		case err == nil:
-			n.Delivered, n.LastError = true, ""
-		case n.Attempts >= webhookMinTries && now.Sub(n.Created) > webhookGiveUp:
-			n.Delivered, n.LastError = true, "gave up: "+err.Error()
-			c.cfg.Log.Error("webhook given up", "notification_id", n.ID, "kind", n.Kind, "attempts", n.Attempts, "err", err)
-		default:
-			n.LastError, n.NextAt = err.Error(), now.Add(backoff(n.Attempts))
-			c.cfg.Log.Warn("webhook failed; will retry", "notification_id", n.ID, "kind", n.Kind, "attempts", n.Attempts, "err", err)
-		}
-		c.mu.Lock()
-		if n.Delivered {
-			delete(c.cost.outbox, n.ID)
-		} else {
-			c.cost.outbox[n.ID] = n
-		}
-		cm := c.com.submit(&store.Batch{Cost: store.Cost{Notifications: []*store.Notification{cloneNote(n)}}})
-		c.mu.Unlock()
-		if err := cm.wait(ctx); err != nil {
-			return
-		}
-	}
-}
+// deliverDue sends every notification whose time has come
+// (notify.Outbox.DeliverDue).
+func (c *Controller) deliverDue(ctx context.Context) { c.outbox.DeliverDue(ctx) }
 
 // receiver resolves where n goes and the key that signs it: the sealed
 // secrets it names, else the server's receiver for its kind and the
@@ -215,34 +138,4 @@ func (c *Controller) openRefLocked(ref model.SecretRef) (string, error) {
 		return "", fmt.Errorf("secret %s does not open with this server's keys: %w", ref, errSecretUnavailable)
 	}
 	return "", fmt.Errorf("secret %s: %w", ref, ErrNotFound)
-}
-
-func (c *Controller) post(ctx context.Context, client *http.Client, n *store.Notification) error {
-	url, key, err := c.receiver(n)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(n.Body))
-	if err != nil {
-		return errors.New("building webhook request: the URL does not parse")
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderNotificationID, n.ID)
-	req.Header.Set(HeaderSignature, Sign(key, n.Body))
-	resp, err := client.Do(req)
-	if err != nil {
-		// A *url.Error quotes the URL, which may be a secret (it is kept
-		// in LastError and logged): keep only what went wrong.
-		var ue *neturl.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("posting webhook: %w", err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("posting webhook: status %d", resp.StatusCode)
-	}
-	return nil
 }

@@ -92,9 +92,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 		t.Errorf("deliveries (-want +got):\n%s", diff)
 	}
 	rc.mu.Unlock()
-	c.mu.Lock()
-	dead := cloneNote(c.cost.outbox["dead/0/2026-12-01"])
-	c.mu.Unlock()
+	dead, _ := c.outbox.Waiting("dead/0/2026-12-01")
 	if dead.LastError == "" || strings.Contains(dead.LastError, "T0KEN") {
 		t.Errorf("the dead webhook's last error = %q, want an error that does not quote the URL", dead.LastError)
 	}
