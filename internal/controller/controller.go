@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller/notify"
+	"github.com/gpufleet/gpufleet/internal/controller/revisions"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -152,6 +153,9 @@ type Controller struct {
 	verdicts  map[string]scheduler.Verdict
 	lastPlan  *scheduler.Plan
 	fleet     declared
+	// revs is the fleet's revision log (package revisions; its own
+	// lock), set once by New.
+	revs *revisions.Log
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.
 	secrets map[string]string

@@ -9,41 +9,36 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpufleet/gpufleet/internal/controller/revisions"
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// declared is the fleet as the current revision declares it. Guarded by
-// Controller.mu; every value is replaced, never modified.
+// declared is the fleet as the current revision declares it, the
+// controller's copy of revisions.Log.Current for its own passes. Guarded
+// by Controller.mu; every value is replaced, never modified.
 type declared struct {
-	revisions []*model.Revision // by number, from 1
-	set       *manifest.Set
-	pools     []*model.NodePool // by name
-	projects  []*model.Project  // by name
+	set      *manifest.Set
+	pools    []*model.NodePool // by name
+	projects []*model.Project  // by name
 }
 
-func (d *declared) current() *model.Revision {
-	if len(d.revisions) == 0 {
-		return nil
-	}
-	return d.revisions[len(d.revisions)-1]
+// adopt makes d what the log's current revision declares.
+func (d *declared) adopt(cur revisions.Declared) {
+	d.set, d.pools, d.projects = cur.Set, cur.Pools, cur.Projects
 }
 
-// loadRevisions rebuilds the declared fleet from the stored revisions.
+// loadRevisions rebuilds the revision log and the declared fleet from the
+// stored revisions.
 func (c *Controller) loadRevisions(revs []*model.Revision) error {
-	c.fleet = declared{set: &manifest.Set{}}
-	for i, r := range revs {
-		if r.Number != i+1 {
-			return fmt.Errorf("fleet revisions: want number %d, found %d", i+1, r.Number)
-		}
-		set, err := manifest.ParseStored(r.Documents)
-		if err != nil {
-			return fmt.Errorf("fleet revision %d: %w", r.Number, err)
-		}
-		c.fleet.advance(r, set)
+	log, err := revisions.Load(revs)
+	if err != nil {
+		return err
 	}
+	c.revs = log
+	c.fleet.adopt(log.Current())
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	c.warnInlineWebhooksLocked()
@@ -56,7 +51,7 @@ func (c *Controller) loadRevisions(revs []*model.Revision) error {
 // database, and apply refuses the form, so the budget must be moved before
 // it can be changed. The URL itself is not logged.
 func (c *Controller) warnInlineWebhooksLocked() {
-	cur := c.fleet.current()
+	cur := c.revs.Current().Revision
 	for _, b := range c.fleet.set.Budgets {
 		if !b.Spec.Webhook.Legacy() {
 			continue
@@ -69,37 +64,6 @@ func (c *Controller) warnInlineWebhooksLocked() {
 		}
 		c.cfg.Log.Warn("budget webhook is an inline URL written by an earlier version; move it into a secret and re-apply", args...)
 	}
-}
-
-// advance makes r, whose documents are set, the current revision. A pool
-// or project keeps the revision that last changed its spec.
-func (d *declared) advance(r *model.Revision, set *manifest.Set) {
-	oldPools := map[string]*model.NodePool{}
-	for _, p := range d.pools {
-		oldPools[p.Name] = p
-	}
-	oldProjects := map[string]*model.Project{}
-	for _, p := range d.projects {
-		oldProjects[p.Name] = p
-	}
-	pools := make([]*model.NodePool, 0, len(set.NodePools))
-	for _, doc := range set.NodePools {
-		p := &model.NodePool{Name: doc.Metadata.Name, Spec: doc.Spec, Revision: r.Number}
-		if old, ok := oldPools[p.Name]; ok && sameJSON(old.Spec, p.Spec) {
-			p.Revision = old.Revision
-		}
-		pools = append(pools, p)
-	}
-	projects := make([]*model.Project, 0, len(set.Projects))
-	for _, doc := range set.Projects {
-		p := &model.Project{Name: doc.Metadata.Name, Spec: doc.Spec, Revision: r.Number}
-		if old, ok := oldProjects[p.Name]; ok && sameJSON(old.Spec, p.Spec) {
-			p.Revision = old.Revision
-		}
-		projects = append(projects, p)
-	}
-	d.revisions = append(slices.Clip(d.revisions), r)
-	d.set, d.pools, d.projects = set, pools, projects
 }
 
 // projectQuotas is the scheduler's view of the projects' GPU quotas
@@ -159,17 +123,14 @@ func (c *Controller) NodePool(name string) (*model.NodePool, bool) {
 // Projects returns the projects the current fleet revision declares, by
 // name, as immutable snapshots. Enforcing their limits is admission's job.
 func (c *Controller) Projects() []*model.Project {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.fleet.projects)
+	return slices.Clone(c.revs.Current().Projects)
 }
 
 // Declared returns the current revision (nil before the first apply) and
 // its documents. Both are immutable.
 func (c *Controller) Declared() (*model.Revision, *manifest.Set) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fleet.current(), c.fleet.set
+	cur := c.revs.Current()
+	return cur.Revision, cur.Set
 }
 
 // PlanBase returns the current revision and the documents a plan of
@@ -183,7 +144,7 @@ func (c *Controller) Declared() (*model.Revision, *manifest.Set) {
 func (c *Controller) PlanBase(desired *manifest.Set) (*model.Revision, *manifest.Set) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := c.fleet.current()
+	cur := c.revs.Current().Revision
 	base := manifest.Set{}
 	if c.fleet.set != nil {
 		base = *c.fleet.set
@@ -208,26 +169,10 @@ func (c *Controller) PlanBase(desired *manifest.Set) (*model.Revision, *manifest
 }
 
 // Revisions returns every revision, oldest first, without their documents.
-func (c *Controller) Revisions() []model.Revision {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]model.Revision, len(c.fleet.revisions))
-	for i, r := range c.fleet.revisions {
-		out[i] = *r
-		out[i].Documents = nil
-	}
-	return out
-}
+func (c *Controller) Revisions() []model.Revision { return c.revs.Revisions() }
 
 // Revision returns revision n with its documents.
-func (c *Controller) Revision(n int) (*model.Revision, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n < 1 || n > len(c.fleet.revisions) {
-		return nil, fmt.Errorf("fleet revision %d: %w", n, ErrNotFound)
-	}
-	return c.fleet.revisions[n-1], nil
-}
+func (c *Controller) Revision(n int) (*model.Revision, error) { return c.revs.Revision(n) }
 
 // ApplyOptions is model.ApplyOptions, declared there so the API and its
 // client need not import the controller.
@@ -248,7 +193,7 @@ type ApplyResult = model.ApplyResult
 func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts ApplyOptions) (ApplyResult, error) {
 	docs, digest := desired.Documents()
 	c.mu.Lock()
-	cur := c.fleet.current()
+	cur := c.revs.Current().Revision
 	curNum := 0
 	if cur != nil {
 		curNum = cur.Number
@@ -305,7 +250,12 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	if rev.Documents == nil {
 		rev.Documents = []json.RawMessage{}
 	}
-	c.fleet.advance(rev, desired)
+	decl, err := c.revs.Append(rev, desired)
+	if err != nil {
+		c.mu.Unlock() // not reached: c.mu orders every apply
+		return ApplyResult{}, err
+	}
+	c.fleet.adopt(decl)
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	b.Revisions = []*model.Revision{rev}
