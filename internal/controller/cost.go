@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/controller/ledger"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -48,9 +49,12 @@ type CostConfig struct {
 	ForecastHistoryDays int
 }
 
-// costState is the controller's cost side, guarded by Controller.mu.
+// costState is the controller's cost side, guarded by Controller.mu but
+// for book.
 type costState struct {
-	rollup    *cost.Rollup
+	// book is the ledger's views (package ledger; its own lock), set once
+	// at load.
+	book      *ledger.Book
 	meteredTo time.Time
 	// ended are attempts that ended since the last pass: they are metered
 	// up to their end once more, then dropped.
@@ -62,23 +66,14 @@ type costState struct {
 	// stop-all fired this period, so requeued jobs wait (holdLocked).
 	stopSpot, stopAll []cost.Block
 	metrics           map[string][]store.MetricReport // by job id
-	totals            map[costKey]model.Money
-	idle              model.Money
 	buf               []model.LedgerEntry
 }
 
-type costKey struct{ project, queue, capacity string }
-
 func (c *Controller) loadCost(d *store.Dump) {
 	cs := &c.cost
-	cs.rollup = cost.NewRollup()
+	cs.book = ledger.New(d.Ledger)
 	cs.fired = map[model.FiredKey]bool{}
 	cs.metrics = map[string][]store.MetricReport{}
-	cs.totals = map[costKey]model.Money{}
-	cs.rollup.Add(d.Ledger)
-	for i := range d.Ledger {
-		cs.count(&d.Ledger[i])
-	}
 	for _, k := range d.BudgetFired {
 		cs.fired[k] = true
 	}
@@ -90,14 +85,6 @@ func (c *Controller) loadCost(d *store.Dump) {
 			cs.meteredTo = t
 		}
 	}
-}
-
-func (cs *costState) count(e *model.LedgerEntry) {
-	if e.Kind == model.LedgerIdle {
-		cs.idle += e.Cost
-		return
-	}
-	cs.totals[costKey{e.Project, e.Queue, string(e.CapacityType)}] += e.Cost
 }
 
 func (c *Controller) costLoop(ctx context.Context) {
@@ -184,10 +171,7 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 		}
 		entries := cost.AppendMeter(cs.buf[:0], c.nodeUsageLocked(from, to), from, to)
 		cs.buf = entries
-		cs.rollup.Add(entries)
-		for i := range entries {
-			cs.count(&entries[i])
-		}
+		cs.book.Add(entries)
 		b.Ledger = append(b.Ledger, entries...)
 		from = to
 	}
@@ -341,7 +325,7 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 	}
 	spend := make(map[string]cost.Spend, len(budgets))
 	for _, bu := range budgets {
-		sp, _ := cost.ForecastSpend(cs.rollup, bu, now, c.historyDays(), 0)
+		sp, _ := cs.book.Forecast(bu, now, c.historyDays())
 		spend[bu.Name] = sp
 	}
 	var running []cost.Running
@@ -510,17 +494,13 @@ func (c *Controller) CatalogOffers(ctx context.Context) []model.Offer { return c
 
 // CostReport answers a report query from the rollups.
 func (c *Controller) CostReport(q cost.Query) (cost.Report, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cost.rollup.Report(q)
+	return c.cost.book.Report(q)
 }
 
 // JobCost is a job's cost across all its attempts; ok is false before its
 // first metered second.
 func (c *Controller) JobCost(id string) (cost.JobCost, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cost.rollup.Job(id)
+	return c.cost.book.Job(id)
 }
 
 // BudgetStatus is model.BudgetStatus, declared there so the API and its
@@ -542,7 +522,7 @@ func (c *Controller) Budgets(days int) []BudgetStatus {
 	out := make([]BudgetStatus, 0, len(budgets))
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
-		sp, f := cost.ForecastSpend(c.cost.rollup, bu, now, c.historyDays(), 0)
+		sp, f := c.cost.book.Forecast(bu, now, c.historyDays())
 		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
 			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
 		for i := range bu.Thresholds {
@@ -584,9 +564,7 @@ func (c *Controller) Budget(name string, days int) (BudgetStatus, error) {
 func (c *Controller) HourlyGPUUsage(days int) (usage, spot map[string][]float64) {
 	now := c.cfg.Clock.Now().UTC().Truncate(time.Hour)
 	from := now.Add(-time.Duration(days) * 24 * time.Hour)
-	c.mu.Lock()
-	rep, err := c.cost.rollup.Report(cost.Query{From: from, To: now, Step: time.Hour, GroupBy: []string{"kind", "gpuModel", "capacityType"}, Idle: cost.IdleShown})
-	c.mu.Unlock()
+	rep, err := c.cost.book.Report(cost.Query{From: from, To: now, Step: time.Hour, GroupBy: []string{"kind", "gpuModel", "capacityType"}, Idle: cost.IdleShown})
 	usage, spot = map[string][]float64{}, map[string][]float64{}
 	if err != nil {
 		return usage, spot
@@ -616,18 +594,19 @@ func (c *Controller) HourlyGPUUsage(days int) (usage, spot map[string][]float64)
 // type, the idle total, and each budget's spend ratio this period, for
 // metrics.
 func (c *Controller) CostTotals() (byKey map[[3]string]model.Money, idle model.Money, ratios map[string]float64) {
+	totals, idle := c.cost.book.Totals()
+	byKey = make(map[[3]string]model.Money, len(totals))
+	for k, v := range totals {
+		byKey[[3]string{k.Project, k.Queue, k.Capacity}] = v
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	byKey = make(map[[3]string]model.Money, len(c.cost.totals))
-	for k, v := range c.cost.totals {
-		byKey[[3]string{k.project, k.queue, k.capacity}] = v
-	}
 	budgets, _ := c.declaredBudgetsLocked()
 	ratios = map[string]float64{}
 	for _, b := range budgets {
 		ratios[b.Name] = c.cost.spend[b.Name].Actual.Dollars() / b.Amount.Dollars()
 	}
-	return byKey, c.cost.idle, ratios
+	return byKey, idle, ratios
 }
 
 // firingBody is what a webhook receives for a budget firing.

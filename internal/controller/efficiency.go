@@ -379,7 +379,7 @@ func (c *Controller) finalEfficiencyLocked(jobID string) (Efficiency, bool) {
 	if sm := fv.Verdict.Summary.SMActive; !math.IsNaN(sm) {
 		e.SMActive = &sm
 	}
-	if jc, ok := c.cost.rollup.Job(jobID); ok {
+	if jc, ok := c.cost.book.Job(jobID); ok {
 		total := int64(jc.Total)
 		e.CostMicros = &total
 		if jc.MeasuredCost > 0 {
