@@ -11,4 +11,16 @@
 // prefix of the changes memory has seen, and nothing is shown to an agent
 // before it is durable. A store failure stops the controller: memory would
 // otherwise be ahead of the truth on disk.
+//
+// Concerns that need not share the scheduling state's mutex are components
+// in packages of their own, each guarding its state with its own lock:
+// telemetry (GPU samples, efficiency verdicts, recent alerts), notify (the
+// webhook outbox and its delivery), revisions (the fleet's revision log)
+// and ledger (the cost ledger's views). The lock order is the
+// controller's mutex first, then a component's; components never call
+// back into the controller, so readers of a component (the API's revision
+// list, cost reports, alerts) never wait on a scheduling pass or an agent
+// sync. Components keep memory only: what they change reaches the store in
+// the controller's batches, through the one committer, so the ordering and
+// crash guarantees above hold for them too.
 package controller
