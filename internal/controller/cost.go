@@ -13,7 +13,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/state"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -392,46 +391,25 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 	return stopped
 }
 
-// holdLocked removes from snap.Pending the queued jobs a budget holds and
-// returns their verdicts (for explain): jobs in a blocked (block-new,
+// holdsLocked returns the budgets' holds on queued jobs, for the
+// scheduler (state.Snapshot.Holds): jobs in a blocked (block-new,
 // stop-all) scope, and jobs that may run on spot in a stop-spot scope,
-// until the period ends.
-func (c *Controller) holdLocked(snap *state.Snapshot, now time.Time) map[string]scheduler.Verdict {
+// wait until the period ends.
+func (c *Controller) holdsLocked() []state.Hold {
 	cs := &c.cost
-	if len(cs.blocks)+len(cs.stopSpot)+len(cs.stopAll) == 0 || len(snap.Pending) == 0 {
+	if len(cs.blocks)+len(cs.stopSpot)+len(cs.stopAll) == 0 {
 		return nil
 	}
-	why := func(j *model.Job) string {
-		for _, lists := range [][]cost.Block{cs.blocks, cs.stopAll} {
-			for _, bl := range lists {
-				if now.Before(bl.Until) && bl.Scope.Matches(j.Project, j.Spec.Queue, j.Tags) {
-					return "held by " + bl.Reason
-				}
-			}
+	holds := make([]state.Hold, 0, len(cs.blocks)+len(cs.stopAll)+len(cs.stopSpot))
+	for _, lists := range [][]cost.Block{cs.blocks, cs.stopAll} {
+		for _, bl := range lists {
+			holds = append(holds, state.Hold{Scope: bl.Scope, Until: bl.Until, Reason: bl.Reason})
 		}
-		if j.Spec.Spot != model.SpotNever {
-			for _, bl := range cs.stopSpot {
-				if now.Before(bl.Until) && bl.Scope.Matches(j.Project, j.Spec.Queue, j.Tags) {
-					return "held by " + bl.Reason + " (the job may run on spot)"
-				}
-			}
-		}
-		return ""
 	}
-	held := map[string]scheduler.Verdict{}
-	pending := make([]*model.Job, 0, len(snap.Pending))
-	for _, j := range snap.Pending {
-		if w := why(j); w != "" {
-			held[j.ID] = scheduler.Verdict{Queue: j.Spec.Queue, Reasons: []scheduler.Reason{{Scope: "job", Message: w}}}
-			if c.verdicts != nil {
-				c.verdicts[j.ID] = held[j.ID]
-			}
-			continue
-		}
-		pending = append(pending, j)
+	for _, bl := range cs.stopSpot {
+		holds = append(holds, state.Hold{Scope: bl.Scope, Until: bl.Until, Reason: bl.Reason, SpotOnly: true})
 	}
-	snap.Pending = pending
-	return held
+	return holds
 }
 
 // budgetAdmitLocked applies budgets to a submission (cost.Admit): a blocked scope

@@ -26,7 +26,7 @@ func (c *Controller) pass(ctx context.Context) error {
 	offers = c.buyableLocked(offers, c.cfg.Clock.Now())
 	c.st.ExpireNominations(c.cfg.Clock.Now())
 	snap := c.st.Snapshot()
-	held := c.holdLocked(snap, c.cfg.Clock.Now()) // budgets: jobs that wait for a new period
+	snap.Holds = c.holdsLocked() // budgets: jobs that wait for a new period
 	c.mu.Unlock()
 	if len(snap.Pending) == 0 {
 		return nil
@@ -56,12 +56,6 @@ func (c *Controller) pass(ctx context.Context) error {
 		}
 	}
 	c.verdicts = plan.Verdicts
-	if len(held) > 0 && c.verdicts == nil {
-		c.verdicts = map[string]scheduler.Verdict{}
-	}
-	for id, v := range held {
-		c.verdicts[id] = v
-	}
 	c.lastPlan = &plan
 	if bound == 0 && preempted == 0 {
 		c.mu.Unlock()

@@ -70,6 +70,8 @@ type sched struct {
 // One snapshot, offers, time and seed always give the same Plan.
 //
 // The pass, in order:
+//  0. Set aside the jobs a budget holds (snap.Holds), each with the hold's
+//     reason as its verdict.
 //  1. Build the working cluster: node classes and free-count buckets.
 //  2. Build queues: quota, cohort lending, current use, decayed usage; sort
 //     each queue's pending jobs by aged priority, then age. Withhold GPUs
@@ -93,6 +95,7 @@ type sched struct {
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
+	snap = applyHolds(snap, now, plan.Verdicts) // budgets: jobs that wait for a new period
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
 	s.c = newCluster(snap)
 	s.projects = buildProjects(snap)

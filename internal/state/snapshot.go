@@ -46,6 +46,9 @@ type Snapshot struct {
 	// Nominations are GPUs preemption is freeing for queued jobs, by job
 	// id; the scheduler gives them to no other job until they expire.
 	Nominations []Nomination
+	// Holds are the budgets' holds on queued jobs; the state leaves it
+	// empty, the controller sets it from its budget passes.
+	Holds []Hold
 }
 
 // NodeView is a node and what is free on it.
