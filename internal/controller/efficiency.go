@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
@@ -247,12 +247,17 @@ func (c *Controller) evaluate(now time.Time) {
 		delete(c.tel.fired, AlertJobIdle+"/"+id)
 		delete(c.tel.fired, AlertJobIdleStopped+"/"+id)
 	}
+	var waits map[string][]time.Duration
+	if c.cfg.Alerts.QueueWaitP95 > 0 {
+		waits = c.queueWaitsLocked(now)
+	}
 	c.mu.Unlock()
 	c.tel.End(ended)
 	judged := c.tel.Evaluate(now)
+	p95s := waitP95(waits)
 	c.mu.Lock()
 	b := &store.Batch{}
-	c.evaluateLocked(now, judged, b)
+	c.evaluateLocked(now, judged, p95s, b)
 	var cm *commit
 	if !b.Empty() {
 		c.broadcastLocked()
@@ -265,8 +270,9 @@ func (c *Controller) evaluate(now time.Time) {
 }
 
 // evaluateLocked applies the alert rules to the verdicts of the tracked
-// attempts (judged) and to the queues' waits. Callers hold c.mu.
-func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, b *store.Batch) {
+// attempts (judged) and to the queues' waits (p95s, waitP95). Callers
+// hold c.mu.
+func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, p95s map[string]time.Duration, b *store.Batch) {
 	ts := &c.tel
 	rules := c.cfg.Alerts
 	for _, jv := range judged {
@@ -297,7 +303,7 @@ func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, b 
 		}
 	}
 	if rules.QueueWaitP95 > 0 {
-		for q, p95 := range c.queueWaitP95Locked(now) {
+		for q, p95 := range p95s {
 			key := AlertQueueWait + "/" + q
 			switch {
 			case p95 > rules.QueueWaitP95 && !ts.fired[key]:
@@ -311,19 +317,22 @@ func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, b 
 	}
 }
 
-// queueWaitP95Locked returns, per queue with waiting jobs, the 95th
-// percentile of how long they have waited (nearest rank).
-func (c *Controller) queueWaitP95Locked(now time.Time) map[string]time.Duration {
+// queueWaitsLocked returns how long each queue's waiting jobs have
+// waited, from the pending index (not every job). Callers hold c.mu.
+func (c *Controller) queueWaitsLocked(now time.Time) map[string][]time.Duration {
 	waits := map[string][]time.Duration{}
-	c.st.Jobs(func(j *model.Job) bool {
-		if j.State == model.JobQueued {
-			waits[j.Spec.Queue] = append(waits[j.Spec.Queue], now.Sub(j.SubmittedAt))
-		}
-		return true
+	c.st.EachPending(func(j *model.Job) {
+		waits[j.Spec.Queue] = append(waits[j.Spec.Queue], now.Sub(j.SubmittedAt))
 	})
+	return waits
+}
+
+// waitP95 returns, per queue with waiting jobs, the 95th percentile of
+// how long they have waited (nearest rank). It sorts waits in place.
+func waitP95(waits map[string][]time.Duration) map[string]time.Duration {
 	out := make(map[string]time.Duration, len(waits))
 	for q, w := range waits {
-		sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+		slices.Sort(w)
 		rank := int(math.Ceil(0.95*float64(len(w)))) - 1
 		out[q] = w[max(rank, 0)]
 	}

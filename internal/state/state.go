@@ -603,3 +603,11 @@ func (s *State) sortedPending() []*model.Job {
 	}
 	return out
 }
+
+// EachPending calls fn for every queued job, in no particular order: the
+// pending index, not every job. fn must not change s.
+func (s *State) EachPending(fn func(*model.Job)) {
+	for _, j := range s.pending {
+		fn(j)
+	}
+}
