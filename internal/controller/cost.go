@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/controller/budgets"
 	"github.com/gpufleet/gpufleet/internal/controller/ledger"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -57,25 +58,19 @@ type costState struct {
 	meteredTo time.Time
 	// ended are attempts that ended since the last pass: they are metered
 	// up to their end once more, then dropped.
-	ended  []*model.Attempt
-	fired  map[model.FiredKey]bool
-	blocks []cost.Block
-	spend  map[string]cost.Spend
-	// holds are running-job stops still in force: scopes whose stop-spot or
-	// stop-all fired this period, so requeued jobs wait (holdLocked).
-	stopSpot, stopAll []cost.Block
-	metrics           map[string][]store.MetricReport // by job id
-	buf               []model.LedgerEntry
+	ended []*model.Attempt
+	// budgets is what the budget passes decided (package budgets; its
+	// own lock), set once at load.
+	budgets *budgets.State
+	metrics map[string][]store.MetricReport // by job id
+	buf     []model.LedgerEntry
 }
 
 func (c *Controller) loadCost(d *store.Dump) {
 	cs := &c.cost
 	cs.book = ledger.New(d.Ledger)
-	cs.fired = map[model.FiredKey]bool{}
+	cs.budgets = budgets.New(d.BudgetFired)
 	cs.metrics = map[string][]store.MetricReport{}
-	for _, k := range d.BudgetFired {
-		cs.fired[k] = true
-	}
 	for _, m := range d.Metrics {
 		cs.metrics[m.JobID] = append(cs.metrics[m.JobID], m)
 	}
@@ -283,13 +278,18 @@ func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
 // declaredBudgetsLocked returns the declared budgets and their webhooks
 // (nil: the server's default receiver), by name.
 func (c *Controller) declaredBudgetsLocked() ([]model.Budget, map[string]*manifest.WebhookRef) {
-	if c.fleet.set == nil {
+	return declaredBudgets(c.fleet.set)
+}
+
+// declaredBudgets returns the budgets set declares and their webhooks.
+func declaredBudgets(set *manifest.Set) ([]model.Budget, map[string]*manifest.WebhookRef) {
+	if set == nil {
 		return nil, nil
 	}
-	out := make([]model.Budget, 0, len(c.fleet.set.Budgets))
+	out := make([]model.Budget, 0, len(set.Budgets))
 	hooks := map[string]*manifest.WebhookRef{}
-	for i := range c.fleet.set.Budgets {
-		d := &c.fleet.set.Budgets[i]
+	for i := range set.Budgets {
+		d := &set.Budgets[i]
 		out = append(out, d.Budget())
 		hooks[d.Metadata.Name] = d.Spec.Webhook
 	}
@@ -319,7 +319,7 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 	cs := &c.cost
 	budgets, hooks := c.declaredBudgetsLocked()
 	if len(budgets) == 0 {
-		cs.blocks, cs.stopSpot, cs.stopAll, cs.spend = nil, nil, nil, nil
+		cs.budgets.Record(nil, nil, nil, nil, now)
 		return nil
 	}
 	spend := make(map[string]cost.Spend, len(budgets))
@@ -342,9 +342,10 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		running = append(running, cost.Running{JobID: j.ID, Project: j.Project, Queue: j.Spec.Queue, Tags: j.Tags, CapacityType: ct})
 	}
 	slices.SortFunc(running, func(x, y cost.Running) int { return strings.Compare(x.JobID, y.JobID) })
-	ev := cost.Evaluate(cost.EvaluateInput{Budgets: budgets, Spend: spend, Fired: cs.fired, Running: running, Now: now})
+	ev := cost.Evaluate(cost.EvaluateInput{Budgets: budgets, Spend: spend, Fired: cs.budgets.Fired(), Running: running, Now: now})
+	fired := make([]model.FiredKey, 0, len(ev.Firings))
 	for _, f := range ev.Firings {
-		cs.fired[f.Key] = true
+		fired = append(fired, f.Key)
 		b.BudgetFired = append(b.BudgetFired, f.Key)
 		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
 			"basis", string(f.Basis), "spent", f.Spent.USD(), "limit", f.Limit.USD())
@@ -354,8 +355,9 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		}
 		c.queueNotificationLocked(newNotification(f, hook, now), b)
 	}
-	cs.blocks, cs.spend = ev.Blocks, spend
-	cs.stopSpot, cs.stopAll = nil, nil
+	// Remember the pass: fired keys, blocks, spend, and which scopes are
+	// held (every active stop threshold).
+	cs.budgets.Record(budgets, fired, ev.Blocks, spend, now)
 	var stopped []string
 	for _, s := range ev.Stops {
 		a, ok := live[s.JobID]
@@ -371,46 +373,12 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		stopped = append(stopped, s.JobID)
 		c.cfg.Log.Info("stopping job for budget", "job_id", s.JobID, "budget", s.Budget)
 	}
-	// Remember which scopes are held: every active stop threshold.
-	for _, bu := range budgets {
-		start, end := bu.Period.Bounds(now)
-		for i, t := range bu.Thresholds {
-			if !cs.fired[model.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
-				continue
-			}
-			bl := cost.Block{Budget: bu.Name, Scope: bu.Scope, Until: end,
-				Reason: fmt.Sprintf("budget %s (%s): %s fired at %g%% this period; held until %s", bu.Name, bu.Scope, t.Action, t.Percent, end.Format(time.DateOnly))}
-			switch t.Action {
-			case model.ActionStopSpot:
-				cs.stopSpot = append(cs.stopSpot, bl)
-			case model.ActionStopAll:
-				cs.stopAll = append(cs.stopAll, bl)
-			}
-		}
-	}
 	return stopped
 }
 
 // holdsLocked returns the budgets' holds on queued jobs, for the
-// scheduler (state.Snapshot.Holds): jobs in a blocked (block-new,
-// stop-all) scope, and jobs that may run on spot in a stop-spot scope,
-// wait until the period ends.
-func (c *Controller) holdsLocked() []state.Hold {
-	cs := &c.cost
-	if len(cs.blocks)+len(cs.stopSpot)+len(cs.stopAll) == 0 {
-		return nil
-	}
-	holds := make([]state.Hold, 0, len(cs.blocks)+len(cs.stopAll)+len(cs.stopSpot))
-	for _, lists := range [][]cost.Block{cs.blocks, cs.stopAll} {
-		for _, bl := range lists {
-			holds = append(holds, state.Hold{Scope: bl.Scope, Until: bl.Until, Reason: bl.Reason})
-		}
-	}
-	for _, bl := range cs.stopSpot {
-		holds = append(holds, state.Hold{Scope: bl.Scope, Until: bl.Until, Reason: bl.Reason, SpotOnly: true})
-	}
-	return holds
-}
+// scheduler (state.Snapshot.Holds; budgets.State.Holds).
+func (c *Controller) holdsLocked() []state.Hold { return c.cost.budgets.Holds() }
 
 // budgetAdmitLocked applies budgets to a submission (cost.Admit): a blocked scope
 // refuses it, and so does a hard budget its worst case would exceed. The
@@ -442,7 +410,8 @@ func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []mod
 		}
 		r.PricePerGPUHour = dearest
 	}
-	ad := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: c.cost.blocks, Spend: c.cost.spend, Now: now})
+	blocks, spend := c.cost.budgets.Admission()
+	ad := cost.Admit(r, cost.AdmissionState{Budgets: budgets, Blocks: blocks, Spend: spend, Now: now})
 	switch {
 	case ad.OK:
 	case ad.Field != "":
@@ -494,23 +463,14 @@ type DailyPoint = model.DailyPoint
 // a budget's forecast is of its period, never of the next.
 func (c *Controller) Budgets(days int) []BudgetStatus {
 	now := c.cfg.Clock.Now().UTC()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	budgets, hooks := c.declaredBudgetsLocked()
+	budgets, hooks := declaredBudgets(c.revs.Current().Set)
 	out := make([]BudgetStatus, 0, len(budgets))
 	for _, bu := range budgets {
 		start, end := bu.Period.Bounds(now)
 		sp, f := c.cost.book.Forecast(bu, now, c.historyDays())
 		st := BudgetStatus{Budget: bu, Webhook: webhookName(hooks[bu.Name]), PeriodStart: start, PeriodEnd: end, Actual: sp.Actual, Forecast: sp.Forecast,
-			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Fired: []int{}, Method: f.Method, Note: f.Note}
-		for i := range bu.Thresholds {
-			if c.cost.fired[model.FiredKey{Budget: bu.Name, Threshold: i, PeriodStart: start}] {
-				st.Fired = append(st.Fired, i)
-			}
-		}
-		for _, bl := range c.cost.blocks {
-			st.Blocked = st.Blocked || bl.Budget == bu.Name && now.Before(bl.Until)
-		}
+			Ratio: sp.Actual.Dollars() / bu.Amount.Dollars(), Method: f.Method, Note: f.Note}
+		st.Fired, st.Blocked = c.cost.budgets.Status(bu, start, now)
 		if days > 0 {
 			today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 			for _, p := range f.Points {
@@ -577,12 +537,10 @@ func (c *Controller) CostTotals() (byKey map[[3]string]model.Money, idle model.M
 	for k, v := range totals {
 		byKey[[3]string{k.Project, k.Queue, k.Capacity}] = v
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	budgets, _ := c.declaredBudgetsLocked()
+	budgets, _ := declaredBudgets(c.revs.Current().Set)
 	ratios = map[string]float64{}
 	for _, b := range budgets {
-		ratios[b.Name] = c.cost.spend[b.Name].Actual.Dollars() / b.Amount.Dollars()
+		ratios[b.Name] = c.cost.budgets.Spend(b.Name).Actual.Dollars() / b.Amount.Dollars()
 	}
 	return byKey, idle, ratios
 }

@@ -222,15 +222,15 @@ func TestCostMonth(t *testing.T) {
 	rc.mu.Unlock()
 
 	// More passes in the same period fire nothing again.
-	fired := len(h.c.cost.fired)
+	fired := h.c.cost.budgets.Len()
 	for i := 0; i < 5; i++ {
 		clk.Advance(time.Hour)
 		if err := h.c.CostPass(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if len(h.c.cost.fired) != fired {
-		t.Errorf("fired keys grew from %d to %d within one period", fired, len(h.c.cost.fired))
+	if n := h.c.cost.budgets.Len(); n != fired {
+		t.Errorf("fired keys grew from %d to %d within one period", fired, n)
 	}
 
 	// The period rolls over: nlp is admitted again, thresholds re-arm.

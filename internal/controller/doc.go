@@ -15,8 +15,9 @@
 // Concerns that need not share the scheduling state's mutex are components
 // in packages of their own, each guarding its state with its own lock:
 // telemetry (GPU samples, efficiency verdicts, recent alerts), notify (the
-// webhook outbox and its delivery), revisions (the fleet's revision log)
-// and ledger (the cost ledger's views). The lock order is the
+// webhook outbox and its delivery), revisions (the fleet's revision log),
+// ledger (the cost ledger's views) and budgets (what the budget passes
+// decided). The lock order is the
 // controller's mutex first, then a component's; components never call
 // back into the controller, so readers of a component (the API's revision
 // list, cost reports, alerts) never wait on a scheduling pass or an agent
