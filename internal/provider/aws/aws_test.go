@@ -370,13 +370,18 @@ func TestSettingsValidate(t *testing.T) {
 		edit func(*Settings)
 		want []string // field paths
 	}{
-		"valid":            {func(*Settings) {}, nil},
-		"nothing":          {func(s *Settings) { *s = Settings{} }, []string{"spec.aws.ami", "spec.aws.bootstrap.binaryURL", "spec.aws.bootstrap.server", "spec.aws.bootstrap.sha256", "spec.aws.region", "spec.aws.securityGroups", "spec.aws.subnets"}},
-		"bad ids":          {func(s *Settings) { s.Subnets = []string{"subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60001", "sub"}; s.SecurityGroups = []string{"group"} }, []string{"spec.aws.securityGroups[0]", "spec.aws.subnets[1]", "spec.aws.subnets[2]"}},
-		"http binary":      {func(s *Settings) { s.Bootstrap.BinaryURL = "http://x/gpufleet" }, []string{"spec.aws.bootstrap.binaryURL"}},
-		"both sources":     {func(s *Settings) { s.Bootstrap.BinaryS3 = "s3://b/k" }, []string{"spec.aws.bootstrap.binaryS3"}},
-		"s3 needs a role":  {func(s *Settings) { s.Bootstrap.BinaryURL, s.Bootstrap.BinaryS3 = "", "s3://bucket/gpufleet" }, []string{"spec.aws.bootstrap.binaryS3"}},
-		"s3 with a role":   {func(s *Settings) { s.Bootstrap.BinaryURL, s.Bootstrap.BinaryS3, s.InstanceProfile = "", "s3://bucket/gpufleet", "gpufleet-node" }, nil},
+		"valid":   {func(*Settings) {}, nil},
+		"nothing": {func(s *Settings) { *s = Settings{} }, []string{"spec.aws.ami", "spec.aws.bootstrap.binaryURL", "spec.aws.bootstrap.server", "spec.aws.bootstrap.sha256", "spec.aws.region", "spec.aws.securityGroups", "spec.aws.subnets"}},
+		"bad ids": {func(s *Settings) {
+			s.Subnets = []string{"subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60001", "sub"}
+			s.SecurityGroups = []string{"group"}
+		}, []string{"spec.aws.securityGroups[0]", "spec.aws.subnets[1]", "spec.aws.subnets[2]"}},
+		"http binary":     {func(s *Settings) { s.Bootstrap.BinaryURL = "http://x/gpufleet" }, []string{"spec.aws.bootstrap.binaryURL"}},
+		"both sources":    {func(s *Settings) { s.Bootstrap.BinaryS3 = "s3://b/k" }, []string{"spec.aws.bootstrap.binaryS3"}},
+		"s3 needs a role": {func(s *Settings) { s.Bootstrap.BinaryURL, s.Bootstrap.BinaryS3 = "", "s3://bucket/gpufleet" }, []string{"spec.aws.bootstrap.binaryS3"}},
+		"s3 with a role": {func(s *Settings) {
+			s.Bootstrap.BinaryURL, s.Bootstrap.BinaryS3, s.InstanceProfile = "", "s3://bucket/gpufleet", "gpufleet-node"
+		}, nil},
 		"bad profile ARN":  {func(s *Settings) { s.InstanceProfile = "arn:aws:iam::1:role/x" }, []string{"spec.aws.instanceProfile"}},
 		"bad endpoint":     {func(s *Settings) { s.Endpoint = "ec2.local" }, []string{"spec.aws.endpoint"}},
 		"root volume":      {func(s *Settings) { s.RootVolumeGiB = -1 }, []string{"spec.aws.rootVolumeGiB"}},
