@@ -91,8 +91,9 @@ type Provider struct {
 	subnets   []subnet // the pool's subnets, in Settings order, once read
 	offers    []model.Offer
 	offersAt  time.Time
-	typeFacts map[string]model.Offer // instance type → GPU facts (no zone, price)
-	launches  map[string]*launch     // LaunchRequest.Token → its launch
+	typeFacts map[string]model.Offer     // instance type → GPU facts (no zone, price)
+	launches  map[string]*launch         // LaunchRequest.Token → its launch
+	notices   map[string]provider.Notice // by instance id (ReportNotice)
 }
 
 // subnet is one of the pool's subnets.

@@ -460,3 +460,58 @@ func TestUserData(t *testing.T) {
 		}
 	}
 }
+
+func TestReportedNotices(t *testing.T) {
+	f := newFakeEC2(t)
+	p, _ := newTestProvider(t, f, "gpu", nil)
+	ctx := context.Background()
+	o := findOffer(t, p, "g5.xlarge", "use1-az6", model.Spot)
+	a, err := p.Launch(ctx, provider.LaunchRequest{Offer: o, Token: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Launch(ctx, provider.LaunchRequest{Offer: o, Token: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.callCount("DescribeInstances")
+	if got, err := p.Notices(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("Notices with none reported = %v, %v", got, err)
+	}
+	if n := f.callCount("DescribeInstances"); n != before {
+		t.Errorf("Notices called EC2 with nothing reported")
+	}
+	issued := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	na := provider.Notice{InstanceID: a.ID, IssuedAt: issued, Deadline: issued.Add(2 * time.Minute)}
+	nb := provider.Notice{InstanceID: b.ID, IssuedAt: issued, Deadline: issued.Add(90 * time.Second), Reason: "rebalance-drill"}
+	for _, n := range []provider.Notice{na, nb, {InstanceID: "i-00000000000000001", IssuedAt: issued, Deadline: issued.Add(time.Minute)}} {
+		if err := p.ReportNotice(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A later report does not move the first deadline.
+	if err := p.ReportNotice(provider.Notice{InstanceID: a.ID, IssuedAt: issued, Deadline: issued.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ReportNotice(provider.Notice{InstanceID: "node-1", IssuedAt: issued, Deadline: issued}); err == nil {
+		t.Errorf("a notice without an instance id was recorded")
+	}
+	na.Reason = ReasonSpotInterruption
+	got, err := p.Notices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]provider.Notice{nb, na}, got); diff != "" {
+		t.Errorf("Notices (-want +got):\n%s", diff)
+	}
+	if err := p.Terminate(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = p.Notices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]provider.Notice{na}, got); diff != "" {
+		t.Errorf("Notices after terminating %s (-want +got):\n%s", b.ID, diff)
+	}
+}

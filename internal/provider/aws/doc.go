@@ -24,6 +24,7 @@
 //   - Credentials come from the SDK's default chain (environment, shared
 //     config, IMDS role); nothing here stores a secret.
 //
-// Subpackage imds reads spot and rebalance notices from the instance
-// metadata service, for the agent on the instance.
+// Spot notices: EC2 has no API that lists them, so the driver is an
+// InterruptionWatcher fed by ReportNotice with what each instance's agent
+// read from instance metadata (subpackage imds) and carried on its sync.
 package aws
