@@ -99,7 +99,8 @@ type Provider struct {
 // subnet is one of the pool's subnets.
 type subnet struct{ id, zone, zoneID string }
 
-// launch serialises the launches of one token and remembers the result.
+// launch serialises the launches of one token; done and in, its result,
+// are guarded by Provider.mu.
 type launch struct {
 	mu   sync.Mutex
 	done bool
@@ -188,14 +189,19 @@ func (p *Provider) Launch(ctx context.Context, req provider.LaunchRequest) (prov
 	p.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done {
-		return cloneInstance(l.in), nil
+	p.mu.Lock()
+	done, prev := l.done, l.in
+	p.mu.Unlock()
+	if done {
+		return cloneInstance(prev), nil
 	}
 	in, err := p.launchOnce(ctx, req)
 	if err != nil {
 		return provider.Instance{}, err
 	}
+	p.mu.Lock()
 	l.done, l.in = true, in
+	p.mu.Unlock()
 	return cloneInstance(in), nil
 }
 
@@ -297,16 +303,16 @@ func (p *Provider) Terminate(ctx context.Context, id string) error {
 	return nil
 }
 
-// forget marks a remembered launch of id terminated, so a replay of its
-// token reports it gone rather than launching again.
+// forget drops the remembered launch of id, so memory holds live launches
+// only. A replay of its token then finds the instance terminated by its
+// tag, for as long as EC2 shows terminated instances (about an hour).
 func (p *Provider) forget(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, l := range p.launches {
-		// l.mu may be held by a launch in flight; its in is then still
-		// empty and cannot match.
+	for tok, l := range p.launches {
 		if l.done && l.in.ID == id {
-			l.in.State = provider.StateTerminated
+			l.in.State = provider.StateTerminated // for a replay already waiting on l.mu
+			delete(p.launches, tok)
 		}
 	}
 }
