@@ -14,9 +14,9 @@
 //     Terminate touch only instances whose cluster and pool tags match, so
 //     two pools (or two fleets) in one account never see each other's.
 //   - Launch is idempotent per LaunchRequest.Token: in this process by a
-//     per-token lock and memory of live launches, across restarts (and after
-//     a terminate) by the launch-token tag
-//     (looked up before launching) and the fleet's ClientToken.
+//     per-token lock and memory of live launches; across restarts, and after
+//     a terminate, by the launch-token tag (looked up before launching) and
+//     the fleet's ClientToken.
 //   - Errors are the provider's typed kinds: InsufficientInstanceCapacity
 //     is *provider.InsufficientCapacityError for the offer asked for,
 //     vCPU and spot-count limits match provider.ErrQuotaExceeded,
