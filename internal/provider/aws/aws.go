@@ -70,6 +70,8 @@ type Options struct {
 	// OffersTTL is how long listed offers (and spot prices) are reused.
 	// Default 5m.
 	OffersTTL time.Duration
+	// TypesTTL is how long the GPU instance types are reused. Default 1h.
+	TypesTTL time.Duration
 	// Credentials override the SDK's default chain (tests); nil uses it.
 	Credentials sdkaws.CredentialsProvider
 	// HTTPClient carries the EC2 calls; nil is the SDK's.
@@ -94,6 +96,11 @@ type Provider struct {
 	typeFacts map[string]model.Offer     // instance type → GPU facts (no zone, price)
 	launches  map[string]*launch         // LaunchRequest.Token → its launch
 	notices   map[string]provider.Notice // by instance id (ReportNotice)
+	// gpuFacts are the GPU types DescribeInstanceTypes gave at typesAt;
+	// they change with AWS launches, not by the minute, so they are read
+	// again only after TypesTTL.
+	gpuFacts map[string]model.Offer
+	typesAt  time.Time
 }
 
 // subnet is one of the pool's subnets.
@@ -140,6 +147,9 @@ func New(ctx context.Context, s Settings, opts Options) (*Provider, error) {
 	}
 	if opts.OffersTTL <= 0 {
 		opts.OffersTTL = 5 * time.Minute
+	}
+	if opts.TypesTTL <= 0 {
+		opts.TypesTTL = time.Hour
 	}
 	if opts.Retryer == nil {
 		opts.Retryer = func() sdkaws.Retryer {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/providertest"
@@ -72,14 +73,14 @@ func testSettings(endpoint string) Settings {
 	}
 }
 
-func newTestProvider(t *testing.T, f *fakeEC2, pool string, edit func(*Settings)) (*Provider, *joins) {
+func newTestProvider(t *testing.T, f *fakeEC2, pool string, edit func(*Settings), opts ...func(*Options)) (*Provider, *joins) {
 	t.Helper()
 	s := testSettings(f.srv.URL)
 	if edit != nil {
 		edit(&s)
 	}
 	j := &joins{}
-	p, err := New(context.Background(), s, Options{
+	o := Options{
 		Cluster: "test-fleet", Pool: pool, Catalog: testCatalog(t), JoinTokens: j,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", "secret", ""),
 		Retryer: func() sdkaws.Retryer {
@@ -87,7 +88,11 @@ func newTestProvider(t *testing.T, f *fakeEC2, pool string, edit func(*Settings)
 				o.MaxAttempts, o.Backoff, o.RateLimiter = testAttempts, noBackoff{}, ratelimit.None
 			})
 		},
-	})
+	}
+	for _, edit := range opts {
+		edit(&o)
+	}
+	p, err := New(context.Background(), s, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,12 +201,31 @@ func TestOffers(t *testing.T) {
 	if n := f.callCount("DescribeInstanceTypes"); n != 2 {
 		t.Errorf("DescribeInstanceTypes calls = %d; want 2 (two pages)", n)
 	}
-	// Within the TTL the list is reused.
-	if _, err := p.Offers(context.Background()); err != nil {
-		t.Fatal(err)
+}
+
+func TestOffersRefresh(t *testing.T) {
+	f := newFakeEC2(t)
+	clk := clock.NewFake(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	p, _ := newTestProvider(t, f, "gpu", nil, func(o *Options) { o.Clock = clk })
+	calls := func() [2]int {
+		return [2]int{f.callCount("DescribeInstanceTypes"), f.callCount("DescribeSpotPriceHistory")}
 	}
-	if n := f.callCount("DescribeSpotPriceHistory"); n != 1 {
-		t.Errorf("DescribeSpotPriceHistory calls = %d; want 1 within the TTL", n)
+	for _, step := range []struct {
+		advance time.Duration
+		want    [2]int // instance type pages, spot price reads, so far
+	}{
+		{0, [2]int{2, 1}},
+		{4 * time.Minute, [2]int{2, 1}},  // within OffersTTL: reused
+		{2 * time.Minute, [2]int{2, 2}},  // spot prices again, types cached
+		{55 * time.Minute, [2]int{4, 3}}, // an hour on: types again too
+	} {
+		clk.Advance(step.advance)
+		if _, err := p.Offers(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := calls(); got != step.want {
+			t.Errorf("after %v more: calls (types, spot) = %v, want %v", step.advance, got, step.want)
+		}
 	}
 }
 

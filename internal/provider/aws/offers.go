@@ -86,7 +86,8 @@ func (p *Provider) readSubnets(ctx context.Context) ([]subnet, error) {
 }
 
 // readOffers asks EC2 what is offered and prices it. It returns the offers
-// sorted by type, zone and capacity type, and each GPU type's facts.
+// sorted by type, zone and capacity type, and each GPU type's facts (not
+// to be modified: they may be the cached ones).
 func (p *Provider) readOffers(ctx context.Context, now time.Time) ([]model.Offer, map[string]model.Offer, error) {
 	subnets, err := p.readSubnets(ctx)
 	if err != nil {
@@ -94,9 +95,19 @@ func (p *Provider) readOffers(ctx context.Context, now time.Time) ([]model.Offer
 	}
 	// 1. GPU instance types and their facts (the catalog's where it knows
 	// the type, so offers use the catalog's GPU names).
-	facts, err := p.gpuTypes(ctx)
-	if err != nil {
-		return nil, nil, err
+	p.mu.Lock()
+	facts := p.gpuFacts
+	if facts != nil && now.Sub(p.typesAt) >= p.opts.TypesTTL {
+		facts = nil
+	}
+	p.mu.Unlock()
+	if facts == nil {
+		if facts, err = p.gpuTypes(ctx); err != nil {
+			return nil, nil, err
+		}
+		p.mu.Lock()
+		p.gpuFacts, p.typesAt = facts, now
+		p.mu.Unlock()
 	}
 	if len(facts) == 0 {
 		return []model.Offer{}, facts, nil
