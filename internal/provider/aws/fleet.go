@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -46,7 +47,7 @@ func (p *Provider) createFleet(ctx context.Context, o model.Offer, digest, userD
 		// The template only carried this launch; the instance keeps its
 		// copy of the user-data. A leftover is harmless and is replaced by
 		// the next launch with this token.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, err := p.ec2.DeleteLaunchTemplate(cctx, &ec2.DeleteLaunchTemplateInput{LaunchTemplateName: sdkaws.String(name)}); err != nil {
 			p.log.Warn("deleting launch template", "template", name, "err", err)
@@ -186,7 +187,7 @@ var (
 	}
 	transientCodes = map[string]bool{
 		"RequestLimitExceeded": true, "Throttling": true, "InternalError": true, "Unavailable": true,
-		"ServiceUnavailable": true, "InternalFailure": true, "IdempotentParameterMismatch": false,
+		"ServiceUnavailable": true, "InternalFailure": true,
 	}
 	goneCodes = map[string]bool{"InvalidInstanceID.NotFound": true, "InvalidInstanceID.Malformed": true}
 )
