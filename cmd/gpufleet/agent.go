@@ -19,6 +19,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/aws/imds"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/server"
 )
@@ -39,6 +40,10 @@ type agentConfig struct {
 	LogLevel string
 	// Isolation is how the node isolates jobs.
 	Isolation agent.IsolationOptions
+	// IMDS watches the EC2 instance metadata service for spot notices;
+	// IMDSEndpoint overrides its address (tests).
+	IMDS         bool
+	IMDSEndpoint string
 }
 
 // Validate reports every problem at once, by flag name.
@@ -109,6 +114,8 @@ back. The agent's state is in DATA_DIR/agent.`,
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	addIsolationFlags(fl, &c.Isolation, "agent")
+	fl.BoolVar(&c.IMDS, "imds", false, "on EC2: watch instance metadata (IMDSv2) for spot interruption and rebalance notices and report them to the server")
+	fl.StringVar(&c.IMDSEndpoint, "imds-endpoint", imds.DefaultEndpoint, "the instance metadata service's URL, for --imds")
 	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
@@ -173,7 +180,12 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		}
 	}
 	src, sim := server.TelemetrySource(ctx, inv, log)
+	var notices agent.NoticeSource
+	if c.IMDS {
+		notices = imds.NewWatcher(imds.New(imds.Options{Endpoint: c.IMDSEndpoint}), imds.WatcherOptions{Logger: log})
+	}
 	ag, err := agent.New(agent.Config{
+		Notices:      notices,
 		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),

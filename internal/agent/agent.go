@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +51,10 @@ type Agent struct {
 	mu      sync.Mutex
 	tracked map[string]*replica        // by id; guarded by mu
 	samples []agentapi.TelemetrySample // queued for the next sync; guarded by mu
-	busy    map[int]bool               // GPU indexes of desired replicas; guarded by mu
+	// notices are the cloud's outstanding notices about this machine, sent
+	// on every sync; guarded by mu.
+	notices []agentapi.Notice
+	busy    map[int]bool // GPU indexes of desired replicas; guarded by mu
 	// starting holds the replicas being launched, not yet tracked; guarded
 	// by mu.
 	starting map[string]*pendingLaunch
@@ -67,7 +71,9 @@ type Agent struct {
 	heartbeat  time.Duration
 	generation uint64
 	delivered  map[string]agentapi.ReplicaStatus // as the server last received them
-	draining   bool
+	// noticesDelivered are the notices the server last received.
+	noticesDelivered []agentapi.Notice
+	draining         bool
 }
 
 // New checks cfg and returns an agent; it touches nothing until Run.
@@ -135,6 +141,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel() // before the Wait above: stop tending on any return
 	if err := a.adoptAll(ctx); err != nil {
 		return err
+	}
+	if a.cfg.Notices != nil {
+		a.tending.Go(func() { a.cfg.Notices.Watch(ctx, a.setNotices) })
 	}
 	if a.cfg.Telemetry != nil {
 		a.tending.Go(func() { a.sampleTelemetry(ctx) })
@@ -267,6 +276,21 @@ func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
 func ring(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// setNotices records the cloud's outstanding notices and cuts the long poll
+// short, so the server hears of an interruption within a sync.
+func (a *Agent) setNotices(ns []agentapi.Notice) {
+	a.mu.Lock()
+	a.notices = slices.Clone(ns)
+	a.mu.Unlock()
+	for _, n := range ns {
+		a.log.Warn("cloud notice", "kind", n.Kind, "source", n.Source, "instance_id", n.InstanceID, "deadline", n.Deadline, "action", n.Action)
+	}
+	select {
+	case a.changed <- struct{}{}:
 	default:
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -66,6 +67,20 @@ type Config struct {
 	// Isolation keeps replicas from the node's control-plane files and
 	// from each other. Its zero value runs them as the agent's own user.
 	Isolation Isolation
+
+	// Notices, when set, watches the machine's cloud for warnings that it
+	// will take the machine back (spot interruption); the agent carries
+	// the outstanding ones on every sync from then on. The agent runs it
+	// from Run on.
+	Notices NoticeSource
+}
+
+// NoticeSource watches for the cloud's notices about this machine (for
+// EC2, package provider/aws/imds).
+type NoticeSource interface {
+	// Watch runs until ctx ends, calling report with the complete set of
+	// outstanding notices each time it changes.
+	Watch(ctx context.Context, report func([]agentapi.Notice))
 }
 
 // Isolation says how the agent isolates replicas (package runtime).

@@ -46,6 +46,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 				a.delivered[s.ID] = s
 			}
 			a.telemetryDelivered(req.Telemetry)
+			a.noticesDelivered = req.Notices
 			a.apply(ctx, resp, endedIDs)
 		case ctx.Err() != nil:
 			return
@@ -81,12 +82,16 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		}
 	}
 	starting := len(a.starting)
+	notices := slices.Clone(a.notices)
 	a.mu.Unlock()
 	slices.SortFunc(statuses, func(x, y agentapi.ReplicaStatus) int { return strings.Compare(x.ID, y.ID) })
 
 	wait := a.cfg.SyncWait
 	if a.heartbeat > 0 {
 		wait = min(wait, a.heartbeat)
+	}
+	if !slices.Equal(notices, a.noticesDelivered) {
+		wait = 0
 	}
 	endedIDs := map[string]bool{}
 	for _, s := range statuses {
@@ -104,6 +109,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		Wait:       model.Duration(wait),
 		Telemetry:  a.telemetryRequest(),
 		Starting:   starting,
+		Notices:    notices,
 	}, endedIDs
 }
 

@@ -178,6 +178,40 @@ type SyncRequest struct {
 	// launching (a large set starts over many syncs): not yet reported,
 	// neither running nor lost. Informational; every sync is a heartbeat.
 	Starting int `json:"starting,omitempty"`
+	// Notices are the cloud's outstanding warnings about this machine
+	// (spot interruption, rebalance recommendation), as the agent reads
+	// them on the machine (instance metadata). Level-triggered: repeated
+	// on every sync while they stand. Optional: servers ignore what they do
+	// not track.
+	Notices []Notice `json:"notices,omitempty"`
+}
+
+// Notice kinds.
+const (
+	// NoticeInterruption: the cloud stops the machine at Deadline.
+	NoticeInterruption = "interruption"
+	// NoticeRebalance: the cloud recommends moving work off the machine,
+	// which is at elevated risk of interruption; no deadline yet.
+	NoticeRebalance = "rebalance"
+)
+
+// Notice is a warning from the machine's cloud that it will take the
+// machine back.
+type Notice struct {
+	// Kind is NoticeInterruption or NoticeRebalance.
+	Kind string `json:"kind"`
+	// Source names what reported it, e.g. "aws-imds".
+	Source string `json:"source"`
+	// InstanceID is the cloud's id of the machine.
+	InstanceID string `json:"instanceId,omitempty"`
+	// IssuedAt is when the cloud issued the notice (or when the agent first
+	// saw it, where the cloud does not say).
+	IssuedAt time.Time `json:"issuedAt"`
+	// Deadline is when the machine stops; zero for a rebalance.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Action is what the cloud will do at Deadline: terminate, stop or
+	// hibernate.
+	Action string `json:"action,omitempty"`
 }
 
 // SyncResponse is the complete desired set for the node. A replica the agent

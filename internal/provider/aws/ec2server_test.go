@@ -1,0 +1,399 @@
+package aws
+
+import (
+	"bytes"
+	"embed"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+)
+
+// The EC2 endpoint of the tests: an httptest server that speaks EC2's Query
+// protocol (form-encoded Action=… requests, XML answers) to the SDK's real
+// serializers, deserializers and retryer. Its answers are the documents in
+// testdata (see testdata/PROVENANCE.md): the static ones served as they
+// are, the stateful ones (launches, inventory) rendered from templates of
+// the same shape.
+
+//go:embed testdata
+var testdata embed.FS
+
+// The pool's subnets, as testdata/describe-subnets.xml describes them.
+var fakeSubnets = map[string][2]string{ // subnet → zone name, zone id
+	"subnet-0a1b2c3d4e5f60001": {"us-east-1a", "use1-az6"},
+	"subnet-0a1b2c3d4e5f60002": {"us-east-1b", "use1-az1"},
+}
+
+type fakeTag struct{ Key, Value string }
+
+type fakeInstance struct {
+	ID, Reservation, AMI, InstanceType, Lifecycle string
+	SubnetID, Zone, ZoneID                        string
+	State                                         string
+	StateCode                                     int
+	LaunchTime                                    string
+	Tags                                          []fakeTag
+	ZoneIDInDescribe                              bool
+	// UserData is what the launch template gave the instance.
+	UserData string
+}
+
+type fakeFleetError struct{ InstanceType, SubnetID, Lifecycle, Code, Message string }
+
+// fakeEC2 is the test's EC2. Its fields after mu are guarded by mu.
+type fakeEC2 struct {
+	t    *testing.T
+	srv  *httptest.Server
+	tmpl *template.Template
+
+	mu        sync.Mutex
+	seq       int
+	instances map[string]*fakeInstance
+	templates map[string]string // launch template name → user-data
+	fleets    map[string][]byte // client token → the answer given
+	calls     map[string]int    // by action
+	// capacity is the most live instances per "type/zone id/lifecycle";
+	// absent: unlimited.
+	capacity map[string]int
+	// spotQuota is the most live spot instances; -1: unlimited.
+	spotQuota int
+	// throttle answers the next N calls of an action RequestLimitExceeded.
+	throttle map[string]int
+	// fail answers every call of an action with this error code.
+	fail map[string]string
+	// pageSize is DescribeInstances' page size, to exercise paging.
+	pageSize int
+	// noZoneID leaves availabilityZoneId out of DescribeInstances, as
+	// older answers do.
+	noZoneID bool
+}
+
+func newFakeEC2(t *testing.T) *fakeEC2 {
+	t.Helper()
+	tmpl, err := template.ParseFS(testdata, "testdata/*.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeEC2{t: t, tmpl: tmpl, instances: map[string]*fakeInstance{}, templates: map[string]string{},
+		fleets: map[string][]byte{}, calls: map[string]int{}, capacity: map[string]int{}, spotQuota: -1,
+		throttle: map[string]int{}, fail: map[string]string{}, pageSize: 2}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeEC2) callCount(action string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[action]
+}
+
+func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
+		f.apiError(w, http.StatusUnauthorized, "AuthFailure", "request is not signed")
+		return
+	}
+	action := r.Form.Get("Action")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[action]++
+	f.seq++
+	if f.throttle[action] > 0 {
+		f.throttle[action]--
+		f.apiError(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
+		return
+	}
+	if c := f.fail[action]; c != "" {
+		f.apiError(w, http.StatusBadRequest, c, "injected by the test")
+		return
+	}
+	switch action {
+	case "DescribeSubnets":
+		f.static(w, "describe-subnets.xml")
+	case "DescribeInstanceTypes":
+		if r.Form.Get("NextToken") == "page-2" {
+			f.static(w, "describe-instance-types-2.xml")
+		} else {
+			f.static(w, "describe-instance-types-1.xml")
+		}
+	case "DescribeInstanceTypeOfferings":
+		if r.Form.Get("LocationType") != "availability-zone-id" {
+			f.apiError(w, http.StatusBadRequest, "InvalidParameterValue", "test expects zone ids")
+			return
+		}
+		f.static(w, "describe-instance-type-offerings.xml")
+	case "DescribeSpotPriceHistory":
+		if r.Form.Get("ProductDescription.1") != spotProduct || r.Form.Get("StartTime") == "" {
+			f.apiError(w, http.StatusBadRequest, "InvalidParameterValue", "test expects Linux/UNIX prices from now")
+			return
+		}
+		f.static(w, "describe-spot-price-history.xml")
+	case "CreateLaunchTemplate":
+		f.createLaunchTemplate(w, r.Form)
+	case "DeleteLaunchTemplate":
+		name := r.Form.Get("LaunchTemplateName")
+		if _, ok := f.templates[name]; !ok {
+			f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.NotFoundException", "no template "+name)
+			return
+		}
+		delete(f.templates, name)
+		f.render(w, "delete-launch-template.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Time": time.Now().UTC().Format(time.RFC3339), "ID": "lt-0abcdef1234567890", "Name": name})
+	case "CreateFleet":
+		f.createFleet(w, r.Form)
+	case "DescribeInstances":
+		f.describeInstances(w, r.Form)
+	case "TerminateInstances":
+		f.terminateInstances(w, r.Form)
+	default:
+		f.apiError(w, http.StatusBadRequest, "InvalidAction", "the test's EC2 does not answer "+action)
+	}
+}
+
+func (f *fakeEC2) requestID() string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", f.seq) }
+
+func (f *fakeEC2) static(w http.ResponseWriter, name string) {
+	b, err := testdata.ReadFile("testdata/" + name)
+	if err != nil {
+		f.t.Error(err)
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	_, _ = w.Write(b)
+}
+
+func (f *fakeEC2) render(w http.ResponseWriter, name string, data any) {
+	var b bytes.Buffer
+	if err := f.tmpl.ExecuteTemplate(&b, name, data); err != nil {
+		f.t.Errorf("rendering %s: %v", name, err)
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	_, _ = w.Write(b.Bytes())
+}
+
+func (f *fakeEC2) apiError(w http.ResponseWriter, status int, code, msg string) {
+	var b bytes.Buffer
+	if err := f.tmpl.ExecuteTemplate(&b, "error.xml.tmpl", map[string]string{"Code": code, "Message": msg, "RequestID": f.requestID()}); err != nil {
+		f.t.Error(err)
+	}
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b.Bytes())
+}
+
+// list returns the values of a Query list: prefix.1, prefix.2, …
+func list(form url.Values, prefix string) []string {
+	var out []string
+	for i := 1; ; i++ {
+		v, ok := form[prefix+"."+strconv.Itoa(i)]
+		if !ok {
+			return out
+		}
+		out = append(out, v[0])
+	}
+}
+
+// tags reads prefix.Tag.N.Key/Value.
+func tags(form url.Values, prefix string) []fakeTag {
+	var out []fakeTag
+	for i := 1; ; i++ {
+		k := form.Get(fmt.Sprintf("%s.Tag.%d.Key", prefix, i))
+		if k == "" {
+			return out
+		}
+		out = append(out, fakeTag{k, form.Get(fmt.Sprintf("%s.Tag.%d.Value", prefix, i))})
+	}
+}
+
+func (f *fakeEC2) createLaunchTemplate(w http.ResponseWriter, form url.Values) {
+	name := form.Get("LaunchTemplateName")
+	if _, ok := f.templates[name]; ok {
+		f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.AlreadyExistsException", "Launch template name already in use.")
+		return
+	}
+	if form.Get("LaunchTemplateData.MetadataOptions.HttpTokens") != "required" {
+		f.t.Errorf("launch template %s does not require IMDSv2 tokens", name)
+	}
+	if !regexp.MustCompile(`^ami-[0-9a-f]+$`).MatchString(form.Get("LaunchTemplateData.ImageId")) || form.Get("LaunchTemplateData.SecurityGroupId.1") == "" {
+		f.apiError(w, http.StatusBadRequest, "MissingParameter", "image and security group required")
+		return
+	}
+	ud, err := base64.StdEncoding.DecodeString(form.Get("LaunchTemplateData.UserData"))
+	if err != nil {
+		f.apiError(w, http.StatusBadRequest, "InvalidUserData.Malformed", err.Error())
+		return
+	}
+	f.templates[name] = string(ud)
+	f.render(w, "create-launch-template.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Time": time.Now().UTC().Format(time.RFC3339), "ID": "lt-0abcdef1234567890", "Name": name})
+}
+
+func (f *fakeEC2) live(match func(*fakeInstance) bool) int {
+	n := 0
+	for _, in := range f.instances {
+		if in.State != "terminated" && in.State != "shutting-down" && match(in) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeEC2) createFleet(w http.ResponseWriter, form url.Values) {
+	token := form.Get("ClientToken")
+	if b, ok := f.fleets[token]; ok {
+		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+		_, _ = w.Write(b)
+		return
+	}
+	if form.Get("Type") != "instant" || form.Get("TargetCapacitySpecification.TotalTargetCapacity") != "1" {
+		f.apiError(w, http.StatusBadRequest, "InvalidParameterValue", "the test's EC2 takes instant fleets of one")
+		return
+	}
+	lifecycle := form.Get("TargetCapacitySpecification.DefaultTargetCapacityType")
+	if lifecycle == "spot" && form.Get("SpotOptions.AllocationStrategy") != "price-capacity-optimized" {
+		f.t.Errorf("spot fleet allocation strategy = %q", form.Get("SpotOptions.AllocationStrategy"))
+	}
+	ltName := form.Get("LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName")
+	ud, ok := f.templates[ltName]
+	if !ok {
+		f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.NotFoundException", "no template "+ltName)
+		return
+	}
+	var instTags []fakeTag
+	for i := 1; form.Get(fmt.Sprintf("TagSpecification.%d.ResourceType", i)) != ""; i++ {
+		if form.Get(fmt.Sprintf("TagSpecification.%d.ResourceType", i)) == "instance" {
+			instTags = tags(form, fmt.Sprintf("TagSpecification.%d", i))
+		}
+	}
+	data := map[string]any{"RequestID": f.requestID(), "FleetID": fmt.Sprintf("fleet-%08x-0000-4000-8000-%012x", f.seq, f.seq), "Template": ltName}
+	var errs []fakeFleetError
+	var launched []*fakeInstance
+	for i := 1; ; i++ {
+		p := fmt.Sprintf("LaunchTemplateConfigs.1.Overrides.%d.", i)
+		typ, sub := form.Get(p+"InstanceType"), form.Get(p+"SubnetId")
+		if typ == "" {
+			break
+		}
+		z, ok := fakeSubnets[sub]
+		if !ok {
+			f.apiError(w, http.StatusBadRequest, "InvalidSubnetID.NotFound", "no subnet "+sub)
+			return
+		}
+		key := typ + "/" + z[1] + "/" + lifecycle
+		if n, limited := f.capacity[key]; limited && f.live(func(in *fakeInstance) bool { return in.InstanceType+"/"+in.ZoneID+"/"+in.Lifecycle == key }) >= n {
+			errs = append(errs, fakeFleetError{typ, sub, lifecycle, "InsufficientInstanceCapacity",
+				fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s).", typ, z[0])})
+			continue
+		}
+		if lifecycle == "spot" && f.spotQuota >= 0 && f.live(func(in *fakeInstance) bool { return in.Lifecycle == "spot" }) >= f.spotQuota {
+			errs = append(errs, fakeFleetError{typ, sub, lifecycle, "MaxSpotInstanceCountExceeded", "Max spot instance count exceeded"})
+			continue
+		}
+		in := &fakeInstance{
+			ID: fmt.Sprintf("i-%017x", 0x0a000000+f.seq), Reservation: fmt.Sprintf("r-%017x", f.seq), AMI: "ami-0123456789abcdef0",
+			InstanceType: typ, Lifecycle: lifecycle, SubnetID: sub, Zone: z[0], ZoneID: z[1],
+			State: "pending", StateCode: 0, LaunchTime: time.Now().UTC().Truncate(time.Second).Format("2006-01-02T15:04:05.000Z"),
+			Tags: instTags, UserData: ud,
+		}
+		f.instances[in.ID] = in
+		launched = append(launched, in)
+		break // capacity 1: the first pool with room fills it
+	}
+	data["Errors"], data["Instances"] = errs, launched
+	var b bytes.Buffer
+	if err := f.tmpl.ExecuteTemplate(&b, "create-fleet.xml.tmpl", data); err != nil {
+		f.t.Error(err)
+	}
+	f.fleets[token] = b.Bytes()
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	_, _ = w.Write(b.Bytes())
+}
+
+var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8,17}$`)
+
+func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
+	ids := list(form, "InstanceId")
+	for _, id := range ids {
+		if !instanceIDRE.MatchString(id) {
+			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.Malformed", fmt.Sprintf("Invalid id: %q", id))
+			return
+		}
+		if f.instances[id] == nil {
+			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+			return
+		}
+	}
+	type filter struct {
+		name   string
+		values []string
+	}
+	var filters []filter
+	for i := 1; form.Get(fmt.Sprintf("Filter.%d.Name", i)) != ""; i++ {
+		filters = append(filters, filter{form.Get(fmt.Sprintf("Filter.%d.Name", i)), list(form, fmt.Sprintf("Filter.%d.Value", i))})
+	}
+	var match []*fakeInstance
+	for _, in := range f.instances {
+		ok := len(ids) == 0 || slices.Contains(ids, in.ID)
+		for _, fl := range filters {
+			switch {
+			case fl.name == "instance-state-name":
+				ok = ok && slices.Contains(fl.values, in.State)
+			case strings.HasPrefix(fl.name, "tag:"):
+				key := strings.TrimPrefix(fl.name, "tag:")
+				i := slices.IndexFunc(in.Tags, func(t fakeTag) bool { return t.Key == key })
+				ok = ok && i >= 0 && slices.Contains(fl.values, in.Tags[i].Value)
+			default:
+				f.t.Errorf("the test's EC2 does not filter by %s", fl.name)
+			}
+		}
+		if ok {
+			match = append(match, in)
+		}
+	}
+	slices.SortFunc(match, func(a, b *fakeInstance) int { return strings.Compare(a.ID, b.ID) })
+	start, _ := strconv.Atoi(form.Get("NextToken"))
+	end := min(start+f.pageSize, len(match))
+	page := make([]fakeInstance, 0, end-start)
+	for _, in := range match[start:end] {
+		c := *in
+		c.ZoneIDInDescribe = !f.noZoneID
+		page = append(page, c)
+	}
+	next := ""
+	if end < len(match) {
+		next = strconv.Itoa(end)
+	}
+	f.render(w, "describe-instances.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Instances": page, "NextToken": next})
+	// An instance is running from the first time it is seen.
+	for _, in := range match[start:end] {
+		if in.State == "pending" {
+			in.State, in.StateCode = "running", 16
+		}
+	}
+}
+
+func (f *fakeEC2) terminateInstances(w http.ResponseWriter, form url.Values) {
+	ids := list(form, "InstanceId")
+	var out []fakeInstance
+	for _, id := range ids {
+		in := f.instances[id]
+		if in == nil {
+			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+			return
+		}
+		out = append(out, *in)
+		in.State, in.StateCode = "terminated", 48
+	}
+	f.render(w, "terminate-instances.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Instances": out})
+}
