@@ -17,6 +17,10 @@ import (
 
 func newJobsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet jobs list
+  gpufleet jobs get j-abcdefghij
+  gpufleet jobs logs j-abcdefghij --follow
+  gpufleet jobs cancel j-abcdefghij`,
 		Use:     "jobs",
 		Aliases: []string{"job"},
 		Short:   "List, inspect, follow and cancel jobs",
@@ -46,7 +50,7 @@ func newJobsListCmd(g *globals) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -171,7 +175,7 @@ func newJobsLogsCmd(g *globals) *cobra.Command {
   gpufleet jobs logs --attempt 1 --rank 2 j-abcdefghij`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -255,7 +259,7 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

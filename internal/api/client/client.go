@@ -55,7 +55,10 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("calling gpufleet server at %s (is it running? start it with `gpufleet up`): %w", c.base, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("calling gpufleet server at %s: %w", c.base, err)
+		}
+		return nil, &UnreachableError{Server: c.base, Err: err}
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
@@ -79,6 +82,19 @@ func decodeProblem(resp *http.Response) error {
 	}
 	return p
 }
+
+// UnreachableError says the server could not be reached at all (refused,
+// unresolvable, timed out) — no HTTP answer came back.
+type UnreachableError struct {
+	Server string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("calling gpufleet server at %s (is it running? start one here with `gpufleet up`, or check the context with `gpufleet config get-contexts`): %v", e.Server, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // StatusOf returns the HTTP status of an API error, or 0.
 func StatusOf(err error) int {
