@@ -265,14 +265,19 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 			}
 			var views []*api.JobView
 			var failed []string
+			var last error
 			for _, id := range args {
 				v, err := c.Cancel(cmd.Context(), id)
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: cancelling %s: %v\n", id, err)
-					failed = append(failed, id)
+					failed, last = append(failed, id), err
 					continue
 				}
 				views = append(views, v)
+			}
+			if len(views) == 0 && out == "table" {
+				// Nothing to show: the error says why (and sets the exit code).
+				return fmt.Errorf("could not cancel %s: %w", strings.Join(failed, ", "), last)
 			}
 			err = render(cmd.OutOrStdout(), out, views, func(tw *tabwriter.Writer) {
 				row(tw, "ID", "STATE", "NOTE")
@@ -285,7 +290,7 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 				}
 			})
 			if err == nil && len(failed) > 0 {
-				err = fmt.Errorf("could not cancel %s", strings.Join(failed, ", "))
+				err = fmt.Errorf("could not cancel %s: %w", strings.Join(failed, ", "), last)
 			}
 			return err
 		},

@@ -74,7 +74,7 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 	}
 
 	// run goes to the context's project without --project.
-	out, code = cli("", "run", "--gpus", "0", "-o", "json", "--", "true")
+	out, code = cli("", "run", "--gpus", "0", "--upload-workdir", "-o", "json", "--", "true")
 	if code != 0 {
 		t.Fatalf("run as alice through the context: exit %d\n%s", code, out)
 	}
@@ -83,7 +83,7 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 		t.Fatalf("submitted job = %s (%v); want project vision", out, err)
 	}
 	// A project alice holds no role in: forbidden, 4.
-	if out, code := cli("", "run", "--gpus", "0", "--project", "other", "--", "true"); code != exitForbidden {
+	if out, code := cli("", "run", "--gpus", "0", "--upload-workdir", "--project", "other", "--", "true"); code != exitForbidden {
 		t.Errorf("run in a project without a role: exit %d, want %d\n%s", code, exitForbidden, out)
 	}
 	// Usage 2, not found 3.
