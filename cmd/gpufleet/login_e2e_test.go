@@ -82,6 +82,18 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &job); err != nil || job.Project != "vision" {
 		t.Fatalf("submitted job = %s (%v); want project vision", out, err)
 	}
+	// Filters: by user and queue across projects, wide columns; a bad
+	// state lists the valid ones.
+	wide := s.gpufleet("jobs", "list", "-a", "-A", "--user", "alice", "--queue", "default", "-o", "wide")
+	if !strings.Contains(wide, job.ID) || !strings.Contains(wide, "PROJECT") || !strings.Contains(wide, "vision") {
+		t.Errorf("jobs list --user alice -o wide:\n%s", wide)
+	}
+	if none := s.gpufleet("jobs", "list", "-a", "-A", "--user", "bob"); strings.Contains(none, job.ID) {
+		t.Errorf("jobs list --user bob shows alice's job:\n%s", none)
+	}
+	if out, code := cli("", "jobs", "list", "--state", "runing"); code != exitUsage || !strings.Contains(out, "succeeded") {
+		t.Errorf("jobs list --state runing: exit %d, want %d listing the valid states\n%s", code, exitUsage, out)
+	}
 	// A project alice holds no role in: forbidden, 4.
 	if out, code := cli("", "run", "--gpus", "0", "--upload-workdir", "--project", "other", "--", "true"); code != exitForbidden {
 		t.Errorf("run in a project without a role: exit %d, want %d\n%s", code, exitForbidden, out)

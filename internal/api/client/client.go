@@ -141,7 +141,9 @@ type ListOptions struct {
 	States []string
 	// Array selects the tasks of one array job.
 	Array string
-	Limit int
+	// Project, User and Queue select jobs of that project, submitter, queue.
+	Project, User, Queue string
+	Limit                int
 }
 
 // ListJobs returns matching jobs, newest first.
@@ -152,6 +154,11 @@ func (c *Client) ListJobs(ctx context.Context, o ListOptions) ([]*model.Job, err
 	}
 	if o.Array != "" {
 		q.Set("array", o.Array)
+	}
+	for k, v := range map[string]string{"project": o.Project, "user": o.User, "queue": o.Queue} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
