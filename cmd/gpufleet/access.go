@@ -21,6 +21,8 @@ import (
 
 func newProjectsCmd(g *globals) *cobra.Command {
 	return readCommand(g, &cobra.Command{
+		Example: `  gpufleet projects list
+  gpufleet projects list -o json`,
 		Use:     "projects",
 		Aliases: []string{"project"},
 		Short:   "List the projects you hold a role in, with the role and the project's policy",
@@ -42,6 +44,9 @@ func newProjectsCmd(g *globals) *cobra.Command {
 
 func newRolesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet roles list
+  gpufleet roles grant alice vision member
+  gpufleet roles revoke alice vision`,
 		Use:   "roles",
 		Short: "Grant and revoke users' roles per project (admin, project-admin, member, viewer)",
 		Long: `A user is the subject of user tokens. A new user holds nothing until granted a role:
@@ -50,6 +55,8 @@ project-admin also manages the project's secrets; admin, granted on project "*",
 does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 	}
 	list := readCommand(g, &cobra.Command{
+		Example: `  gpufleet roles list
+  gpufleet roles list -o yaml`,
 		Use: "list", Aliases: []string{"ls"}, Short: "List every grant", Args: cobra.NoArgs,
 	}, func(ctx context.Context, c *client.Client, _ []string) (api.GrantList, error) {
 		gs, err := c.Grants(ctx)
@@ -66,7 +73,7 @@ does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 		Example: "  gpufleet roles grant alice nlp member\n  gpufleet roles grant ops '*' admin",
 		Args:    cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -82,9 +89,10 @@ does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 		},
 	}
 	revoke := &cobra.Command{
-		Use: "revoke USER PROJECT", Short: "Remove a user's role in a project", Args: cobra.ExactArgs(2),
+		Example: `  gpufleet roles revoke alice vision`,
+		Use:     "revoke USER PROJECT", Short: "Remove a user's role in a project", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -109,6 +117,8 @@ type userView struct {
 func newUsersCmd(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
+		Example: `  gpufleet users
+  gpufleet users -o json`,
 		Use:   "users",
 		Short: "List users (subjects of user tokens or grants) with their roles and live tokens",
 		Long:  "Users are the subjects of user tokens: create one with `gpufleet tokens create NAME`, give it a role with `gpufleet roles grant`.",
@@ -117,7 +127,7 @@ func newUsersCmd(g *globals) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -178,6 +188,9 @@ func newAuditCmd(g *globals) *cobra.Command {
 		limit int
 	)
 	cmd := &cobra.Command{
+		Example: `  gpufleet audit --limit 20
+  gpufleet audit --since 1h -o json
+  gpufleet audit verify`,
 		Use:   "audit",
 		Short: "Show the audit log: every mutation and every refused request (admins only)",
 		Args:  cobra.NoArgs,
@@ -196,7 +209,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 					from = time.Now().Add(-d.D())
 				}
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -226,8 +239,9 @@ func newAuditCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "only entries since a time (RFC 3339) or for a duration back (1h)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "show only the newest N entries")
 	verify := &cobra.Command{
-		Use:   "verify",
-		Short: "Check the audit log's hash chain: any edited, deleted or reordered entry is reported",
+		Example: `  gpufleet audit verify`,
+		Use:     "verify",
+		Short:   "Check the audit log's hash chain: any edited, deleted or reordered entry is reported",
 		Long: `Reads the whole audit log through the API and recomputes its hash chain.
 Each entry's hash is SHA-256(previous hash || the entry's canonical JSON), so an
 entry edited or deleted in the database breaks the chain from there on. Exits
@@ -236,7 +250,7 @@ Truncating the newest entries can only be detected against a head hash noted
 earlier: the command prints the head so you can keep it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -268,6 +282,8 @@ func nonNilEntries(es []*model.AuditEntry) []*model.AuditEntry {
 
 func newRotateAdminCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
+		Example: `  gpufleet tokens rotate-admin
+  GPUFLEET_TOKEN=gfu_… gpufleet tokens rotate-admin`,
 		Use:   "rotate-admin",
 		Short: "Replace the admin token `up` created: the old one stops working at once",
 		Long: `Mints a new token like the one in use (GPUFLEET_TOKEN, or the data dir's admin.token),
@@ -275,7 +291,7 @@ revokes the old one, and writes the new secret to admin.token (mode 0600). When 
 token came from GPUFLEET_TOKEN, the new secret is printed instead: it is shown only once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/cliconfig"
 	"github.com/gpufleet/gpufleet/internal/server"
 )
 
@@ -41,40 +42,119 @@ func defaultDataDir() string {
 	return filepath.Join(home, ".gpufleet")
 }
 
-// newClient finds the server and token: GPUFLEET_SERVER and GPUFLEET_TOKEN
-// first (inside a job, its own GPUFLEET_JOB_TOKEN), then the files a local
-// server wrote into the data dir.
-func newClient(dataDir string) (*client.Client, error) {
-	server, token := os.Getenv("GPUFLEET_SERVER"), cmpOr(os.Getenv("GPUFLEET_TOKEN"), os.Getenv("GPUFLEET_JOB_TOKEN"))
-	if server == "" {
-		data, err := os.ReadFile(filepath.Join(dataDir, serverFile))
+// target is where client commands go and as whom.
+type target struct {
+	server, token, project, ca string
+	// context is the CLI context the server came from ("" for none).
+	context string
+}
+
+// target resolves the server, token and default project: flags first
+// (--server, --token, --project, --context), then the environment
+// (GPUFLEET_SERVER, GPUFLEET_TOKEN, inside a job its GPUFLEET_JOB_TOKEN,
+// GPUFLEET_PROJECT), then the CLI config's current context (`gpufleet
+// login`), then the files a local server wrote into the data dir. A
+// context's token is only ever sent to that context's server.
+func (g *globals) target() (target, error) {
+	var t target
+	cfg, err := cliconfig.Load(g.configPath())
+	if err != nil {
+		return t, err
+	}
+	ctxName := g.contextName
+	if ctxName == "" {
+		ctxName = os.Getenv("GPUFLEET_CONTEXT")
+	}
+	var cx *cliconfig.Context
+	switch {
+	case g.server != "":
+		t.server = g.server
+	case g.contextName != "":
+		// An explicit --context beats the environment.
+	case os.Getenv("GPUFLEET_SERVER") != "":
+		t.server = os.Getenv("GPUFLEET_SERVER")
+	}
+	if cx, err = cfg.Current(ctxName); err != nil {
+		return t, err
+	}
+	if cx != nil && ctxName == "" && t.server == "" && g.localFirst && fileExists(filepath.Join(g.dataDir, serverFile)) {
+		cx = nil // the named data dir's own server
+	}
+	if cx != nil && (t.server == "" || strings.TrimRight(t.server, "/") == strings.TrimRight(cx.Server, "/")) {
+		t.server, t.context, t.ca = cx.Server, cx.Name, cx.CA
+	} else {
+		cx = nil
+	}
+	t.token = cmpOr(g.token, cmpOr(os.Getenv("GPUFLEET_TOKEN"), os.Getenv("GPUFLEET_JOB_TOKEN")))
+	if t.token == "" && cx != nil {
+		t.token = cx.Token
+	}
+	t.project = cmpOr(g.project, os.Getenv("GPUFLEET_PROJECT"))
+	if t.project == "" && cx != nil {
+		t.project = cx.Project
+	}
+	if t.server == "" {
+		data, err := os.ReadFile(filepath.Join(g.dataDir, serverFile))
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no gpufleet server found: start one with `gpufleet up` (data dir %s), or set GPUFLEET_SERVER and GPUFLEET_TOKEN", dataDir)
+			return t, fmt.Errorf("no gpufleet server found: log in to one with `gpufleet login SERVER`, start one here with `gpufleet up` (data dir %s), or set GPUFLEET_SERVER and GPUFLEET_TOKEN", g.dataDir)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading server address: %w", err)
+			return t, fmt.Errorf("reading server address: %w", err)
 		}
 		var info serverInfo
 		if err := json.Unmarshal(data, &info); err != nil || info.URL == "" {
-			return nil, fmt.Errorf("%s is damaged; restart the server with `gpufleet up`", filepath.Join(dataDir, serverFile))
+			return t, fmt.Errorf("%s is damaged; restart the server with `gpufleet up`", filepath.Join(g.dataDir, serverFile))
 		}
-		server = info.URL
+		t.server = info.URL
 	}
-	if token == "" {
-		data, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
+	if t.token == "" {
+		data, err := os.ReadFile(filepath.Join(g.dataDir, tokenFile))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("reading admin token: %w", err)
+			return t, fmt.Errorf("reading admin token: %w", err)
 		}
-		token = strings.TrimSpace(string(data))
-		if token == "" {
-			return nil, fmt.Errorf("no token: set GPUFLEET_TOKEN, or run `gpufleet up` once to create %s", filepath.Join(dataDir, tokenFile))
+		t.token = strings.TrimSpace(string(data))
+		if t.token == "" {
+			return t, fmt.Errorf("no token for %s: log in with `gpufleet login %s`, set GPUFLEET_TOKEN, or run `gpufleet up` once to create %s", t.server, t.server, filepath.Join(g.dataDir, tokenFile))
 		}
 	}
-	hc, err := httpClientFor(server, dataDir)
+	return t, nil
+}
+
+// client returns an API client for the resolved target.
+func (g *globals) client() (*client.Client, error) {
+	t, err := g.target()
 	if err != nil {
 		return nil, err
 	}
-	return client.New(server, token, hc), nil
+	return clientFor(t, g.dataDir)
+}
+
+// defaultProject is the project commands use when none is named: --project,
+// GPUFLEET_PROJECT, then the current context's ("" lets the server decide).
+func (g *globals) defaultProject() string {
+	if p := cmpOr(g.project, os.Getenv("GPUFLEET_PROJECT")); p != "" {
+		return p
+	}
+	if t, err := g.target(); err == nil {
+		return t.project
+	}
+	return ""
+}
+
+func (g *globals) configPath() string { return cmpOr(g.config, cliconfig.DefaultPath()) }
+
+func clientFor(t target, dataDir string) (*client.Client, error) {
+	var hc *http.Client
+	var err error
+	if t.ca != "" && strings.HasPrefix(t.server, "https://") {
+		hc, err = pinnedClient(t.ca, 64)
+	} else {
+		hc, err = httpClientFor(t.server, dataDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return client.New(t.server, t.token, hc), nil
 }
 
 // httpClientFor returns the HTTP client for server: for https, one that

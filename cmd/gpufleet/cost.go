@@ -58,7 +58,7 @@ idle cost over the jobs that ran on it.`,
 			if err != nil {
 				return fmt.Errorf("--tz %q: not a time zone; use an IANA name such as UTC, Europe/Berlin or America/New_York", tz)
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -174,7 +174,7 @@ on a scope's first day, its run rate so far with a wider one.`,
 			if days < 0 || days > 366 {
 				return fmt.Errorf("--days %d: want 0–366", days)
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -225,7 +225,7 @@ utilisation, coverage, savings and the share of the rest that could run on spot.
 			if err != nil || days != 7 && days != 30 && days != 60 {
 				return fmt.Errorf("--lookback %q: want 7d, 30d or 60d", lookback)
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

@@ -49,6 +49,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "making the CLI's folder:", err)
 		os.Exit(1)
 	}
+	// No CLI context of the machine's user may leak into the tests.
+	if err := os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	build := exec.Command("go", "build", "-race", "-o", binary, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {

@@ -27,7 +27,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -92,11 +92,13 @@ func newEventsCmd(g *globals) *cobra.Command {
 
 func newNodesInterruptCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
+		Example: `  gpufleet nodes list
+  gpufleet nodes interrupt n-abcdefghij`,
 		Use:   "interrupt NODE",
 		Short: "Inject a spot notice for a node's instance (sim clouds; a drill or demo)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

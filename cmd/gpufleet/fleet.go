@@ -73,7 +73,7 @@ included when allowed); a static pool's, its machines' declared prices
 			if err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -164,7 +164,7 @@ current manifests again records nothing.
 				return err
 			}
 			req.Message = message
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -235,7 +235,7 @@ func newRollbackCmd(g *globals) *cobra.Command {
 			if to < 1 {
 				return fmt.Errorf("give the revision to roll back to with --to N (see gpufleet history)")
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -269,7 +269,7 @@ or deleted through the queue API. Exits 0 either way.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

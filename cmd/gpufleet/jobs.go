@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +18,10 @@ import (
 
 func newJobsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet jobs list
+  gpufleet jobs get j-abcdefghij
+  gpufleet jobs logs j-abcdefghij --follow
+  gpufleet jobs cancel j-abcdefghij`,
 		Use:     "jobs",
 		Aliases: []string{"job"},
 		Short:   "List, inspect, follow and cancel jobs",
@@ -27,49 +32,100 @@ func newJobsCmd(g *globals) *cobra.Command {
 
 func newJobsListCmd(g *globals) *cobra.Command {
 	var (
-		out    string
-		states []string
-		limit  int
-		all    bool
-		array  string
+		out, array, user, queue string
+		states                  []string
+		limit                   int
+		all, allProjects, watch bool
 	)
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List jobs, newest first",
+		Long: `List jobs, newest first: by default the unfinished jobs of the context's default
+project (every project the token may read when there is none, or with -A).
+-o wide adds project, user, queue and priority; -w keeps watching and prints a
+line for each job whose state or reason changes.`,
 		Example: `  gpufleet jobs list
   gpufleet jobs list --state running,queued -o json
-  gpufleet jobs list --all --limit 50
+  gpufleet jobs list --all --limit 50 --user alice --queue research
+  gpufleet jobs list -A -o wide
+  gpufleet jobs list -w
   gpufleet jobs list --all --array j-abcdefghij     # the tasks of an array job`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
+			if out != "wide" {
+				if err := checkOutput(out); err != nil {
+					return usageError{fmt.Errorf("%w (or wide)", err)}
+				}
 			}
-			c, err := newClient(g.dataDir)
+			for _, st := range states {
+				if !slices.Contains(model.JobStates, model.JobState(st)) {
+					var valid []string
+					for _, v := range model.JobStates {
+						valid = append(valid, string(v))
+					}
+					return usageError{fmt.Errorf("--state %q: not a job state; valid states: %s", st, strings.Join(valid, ", "))}
+				}
+			}
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			if len(states) == 0 && !all {
 				states = []string{"queued", "admitted", "provisioning", "running"}
 			}
-			jobs, err := c.ListJobs(cmd.Context(), client.ListOptions{States: states, Array: array, Limit: limit})
+			opts := client.ListOptions{States: states, Array: array, Limit: limit, User: user, Queue: queue}
+			if !allProjects {
+				opts.Project = g.defaultProject()
+			}
+			jobs, err := c.ListJobs(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, api.JobList{Jobs: jobs}, func(tw *tabwriter.Writer) {
-				row(tw, "ID", "NAME", "STATE", "GPUS", "ATTEMPTS", "AGE", "REASON")
-				for _, j := range jobs {
-					row(tw, j.ID, dash(j.Name), j.State, gpuSummary(j), j.Attempts, age(j.SubmittedAt), dash(truncate(j.Reason, 60)))
+			wide := out == "wide"
+			header := func(tw *tabwriter.Writer) {
+				if wide {
+					row(tw, "ID", "NAME", "PROJECT", "USER", "QUEUE", "PRIORITY", "STATE", "GPUS", "ATTEMPTS", "AGE", "REASON")
+				} else {
+					row(tw, "ID", "NAME", "STATE", "GPUS", "ATTEMPTS", "AGE", "REASON")
 				}
-			})
+			}
+			line := func(tw *tabwriter.Writer, j *model.Job) {
+				reason := dash(truncate(j.Reason, 60))
+				if wide {
+					row(tw, j.ID, dash(j.Name), j.Project, dash(j.User), j.Spec.Queue, dash(j.Spec.Priority), j.State, gpuSummary(j), j.Attempts, age(j.SubmittedAt), reason)
+				} else {
+					row(tw, j.ID, dash(j.Name), j.State, gpuSummary(j), j.Attempts, age(j.SubmittedAt), reason)
+				}
+			}
+			format := out
+			if wide {
+				format = "table"
+			}
+			if err := render(cmd.OutOrStdout(), format, api.JobList{Jobs: jobs}, func(tw *tabwriter.Writer) {
+				header(tw)
+				for _, j := range jobs {
+					line(tw, j)
+				}
+			}); err != nil || !watch {
+				return err
+			}
+			return watchJobs(cmd, c, opts, jobs, format, func(tw *tabwriter.Writer, j *model.Job) { line(tw, j) })
 		},
 	}
-	outputFlag(cmd, &out)
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these states (default: unfinished jobs)")
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "include finished jobs")
-	cmd.Flags().IntVar(&limit, "limit", 100, "most jobs to show")
-	cmd.Flags().StringVar(&array, "array", "", "only the tasks of this array job")
+	fl := cmd.Flags()
+	fl.StringVarP(&out, "output", "o", "table", "output format: table, wide, json or yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp
+	})
+	fl.StringSliceVar(&states, "state", nil, "only jobs in these states (default: unfinished jobs)")
+	fl.BoolVarP(&all, "all", "a", false, "include finished jobs")
+	fl.BoolVarP(&allProjects, "all-projects", "A", false, "every project the token may read, not only the default project")
+	fl.StringVar(&user, "user", "", "only jobs this user submitted")
+	fl.StringVar(&queue, "queue", "", "only jobs of this queue")
+	fl.BoolVarP(&watch, "watch", "w", false, "after the list, print each job whose state or reason changes (every 2s) until interrupted")
+	fl.IntVar(&limit, "limit", 100, "most jobs to show")
+	fl.StringVar(&array, "array", "", "only the tasks of this array job")
 	_ = cmd.RegisterFlagCompletionFunc("state", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		var s []string
 		for _, st := range model.JobStates {
@@ -78,6 +134,55 @@ func newJobsListCmd(g *globals) *cobra.Command {
 		return s, cobra.ShellCompDirectiveNoFileComp
 	})
 	return cmd
+}
+
+// watchJobs polls the list and prints each job whose state or reason
+// changed since it was last shown (a JSON or YAML document per change in
+// those formats), until the command's context ends.
+func watchJobs(cmd *cobra.Command, c *client.Client, opts client.ListOptions, first []*model.Job, format string, line func(*tabwriter.Writer, *model.Job)) error {
+	// Finished jobs must stay visible to report their end.
+	opts.States = nil
+	seen := map[string]string{}
+	key := func(j *model.Job) string { return string(j.State) + "\x00" + j.Reason }
+	for _, j := range first {
+		seen[j.ID] = key(j)
+	}
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-cmd.Context().Done():
+			return nil
+		case <-tick.C:
+		}
+		jobs, err := c.ListJobs(cmd.Context(), opts)
+		if err != nil {
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for i := len(jobs) - 1; i >= 0; i-- { // oldest change first
+			j := jobs[i]
+			k := key(j)
+			old, known := seen[j.ID]
+			if old == k || (!known && j.State.Terminal() && len(first) > 0 && j.SubmittedAt.Before(first[len(first)-1].SubmittedAt)) {
+				continue
+			}
+			seen[j.ID] = k
+			if format != "table" {
+				if err := render(cmd.OutOrStdout(), format, j, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			line(tw, j)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 func newJobsGetCmd(g *globals) *cobra.Command {
@@ -171,7 +276,7 @@ func newJobsLogsCmd(g *globals) *cobra.Command {
   gpufleet jobs logs --attempt 1 --rank 2 j-abcdefghij`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -255,20 +360,25 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
 			var views []*api.JobView
 			var failed []string
+			var last error
 			for _, id := range args {
 				v, err := c.Cancel(cmd.Context(), id)
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: cancelling %s: %v\n", id, err)
-					failed = append(failed, id)
+					failed, last = append(failed, id), err
 					continue
 				}
 				views = append(views, v)
+			}
+			if len(views) == 0 && out == "table" {
+				// Nothing to show: the error says why (and sets the exit code).
+				return fmt.Errorf("could not cancel %s: %w", strings.Join(failed, ", "), last)
 			}
 			err = render(cmd.OutOrStdout(), out, views, func(tw *tabwriter.Writer) {
 				row(tw, "ID", "STATE", "NOTE")
@@ -281,7 +391,7 @@ func newJobsCancelCmd(g *globals) *cobra.Command {
 				}
 			})
 			if err == nil && len(failed) > 0 {
-				err = fmt.Errorf("could not cancel %s", strings.Join(failed, ", "))
+				err = fmt.Errorf("could not cancel %s: %w", strings.Join(failed, ", "), last)
 			}
 			return err
 		},

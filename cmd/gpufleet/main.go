@@ -25,6 +25,11 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // globals are the flags every command shares.
 type globals struct {
 	dataDir string
+	// Client target overrides (see target in clientcfg.go).
+	server, token, project, contextName, config string
+	// localFirst: --data-dir or GPUFLEET_DATA_DIR was given, so its local
+	// server beats the current context (not an explicit --context).
+	localFirst bool
 }
 
 func newRoot() *cobra.Command {
@@ -45,13 +50,26 @@ GPUFLEET_TOKEN, or else through the data dir that 'gpufleet up' wrote.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", defaultDataDir(), "gpufleet's state directory (env GPUFLEET_DATA_DIR)")
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.dataDir, "data-dir", defaultDataDir(), "gpufleet's state directory (env GPUFLEET_DATA_DIR)")
+	pf.StringVar(&g.server, "server", "", "the server's URL (default: env GPUFLEET_SERVER, the current context, or the local server in --data-dir)")
+	pf.StringVar(&g.token, "token", "", "bearer token (default: env GPUFLEET_TOKEN, the context's token, or the local admin token); prefer 'gpufleet login', which keeps it out of ps")
+	pf.StringVar(&g.project, "project", "", "default project (env GPUFLEET_PROJECT, else the context's; see 'gpufleet config set-project')")
+	pf.StringVar(&g.contextName, "context", "", "the CLI context to use (env GPUFLEET_CONTEXT; see 'gpufleet config get-contexts')")
+	pf.StringVar(&g.config, "config", "", "the CLI config file (env GPUFLEET_CONFIG, default ~/.config/gpufleet/config.yaml)")
 	root.AddCommand(
 		newUpCmd(g), newServerCmd(g), newRunCmd(g), newJobsCmd(g), newNodesCmd(g),
 		newOffersCmd(), newTokensCmd(g), newProjectsCmd(g), newRolesCmd(g), newUsersCmd(g), newAuditCmd(g), newQueuesCmd(g), newPlanCmd(g), newApplyCmd(g), newHistoryCmd(g), newRollbackCmd(g), newDriftCmd(g), newExplainCmd(g), newVersionCmd(g), newSuperviseCmd(), newAgentCmd(g), newEventsCmd(g), newAdviseCmd(g), newBenchCmd(g),
 		newCostCmd(g), newBudgetsCmd(g), newMetricCmd(), newSecretsCmd(g), newImagesCmd(),
-		newStoreCmd(g),
+		newStoreCmd(g), newLoginCmd(g), newLogoutCmd(g), newConfigCmd(g),
 	)
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		g.localFirst = cmd.Flags().Changed("data-dir") || os.Getenv("GPUFLEET_DATA_DIR") != ""
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w\nSee '%s --help'.", err, c.CommandPath())}
+	})
+	strictGroups(root)
 	return root
 }
 
@@ -60,11 +78,12 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	var ee exitError
-	switch {
-	case errors.As(err, &ee):
+	if errors.As(err, &ee) {
 		os.Exit(ee.code)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "gpufleet:", err)
-		os.Exit(1)
+	}
+	if err != nil {
+		code, msg := classify(err)
+		fmt.Fprintln(os.Stderr, "gpufleet:", msg)
+		os.Exit(code)
 	}
 }

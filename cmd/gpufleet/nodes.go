@@ -15,6 +15,8 @@ import (
 
 func newNodesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet nodes list
+  gpufleet nodes list -o json`,
 		Use:     "nodes",
 		Aliases: []string{"node"},
 		Short:   "Inspect the machines that run jobs",

@@ -71,7 +71,7 @@ func readCommand[T any](g *globals, cmd *cobra.Command, get func(ctx context.Con
 		if err := checkOutput(out); err != nil {
 			return err
 		}
-		c, err := newClient(g.dataDir)
+		c, err := g.client()
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,8 @@ import (
 
 func newQueuesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet queues list
+  gpufleet queues get research`,
 		Use:     "queues",
 		Aliases: []string{"queue"},
 		Short:   "List, inspect, apply and delete queues (quota, cohort, fair-share weight)",
@@ -146,7 +148,7 @@ running work is reclaimed only when a lender in the cohort needs its GPUs.`,
 			if err := yaml.Unmarshal(data, &head); err != nil || head.Metadata.Name == "" {
 				return fmt.Errorf("%s: the manifest needs metadata.name (see gpufleet queues apply --help)", file)
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -170,7 +172,7 @@ func newQueuesDeleteCmd(g *globals) *cobra.Command {
 		Example: `  gpufleet queues delete research`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

@@ -25,33 +25,35 @@ import (
 
 // runFlags are the job fields `run` takes as flags.
 type runFlags struct {
-	file       string
-	follow     bool
-	out        string
-	name       string
-	project    string
-	queue      string
-	priority   string
-	replicas   int
-	array      int
-	gpus       float64
-	gpuModels  []string
-	minGPUMem  string
-	cpu        float64
-	memory     string
-	spot       string
-	env        []string
-	secrets    []string
-	tags       []string
-	workdir    string
-	image      string
-	cuda       string
-	upload     bool
-	runtime    string
-	grace      string
-	signal     string
-	retries    int
-	idempotent string
+	file    string
+	follow  bool
+	out     string
+	name    string
+	project string
+	// defaultProject is the context's, for a job that names none.
+	defaultProject string
+	queue          string
+	priority       string
+	replicas       int
+	array          int
+	gpus           float64
+	gpuModels      []string
+	minGPUMem      string
+	cpu            float64
+	memory         string
+	spot           string
+	env            []string
+	secrets        []string
+	tags           []string
+	workdir        string
+	image          string
+	cuda           string
+	upload         bool
+	runtime        string
+	grace          string
+	signal         string
+	retries        int
+	idempotent     string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -71,11 +73,18 @@ output until it ends and exit with its exit code.`,
 			if err := checkOutput(f.out); err != nil {
 				return err
 			}
+			f.defaultProject = g.defaultProject()
 			body, yamlBody, err := f.manifest(cmd, args)
 			if err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			if f.file != "" && f.defaultProject != "" {
+				if body, err = withDefaultProject(body, f.defaultProject); err != nil {
+					return err
+				}
+				yamlBody = false
+			}
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -169,7 +178,7 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	}
 	var fe model.FieldErrors
 	job := manifest.Job{APIVersion: manifest.APIVersion, Kind: "Job"}
-	job.Metadata = manifest.Metadata{Name: f.name, Project: f.project, Tags: keyValues("--tag", f.tags, &fe)}
+	job.Metadata = manifest.Metadata{Name: f.name, Project: cmpOr(f.project, f.defaultProject), Tags: keyValues("--tag", f.tags, &fe)}
 	spec := &job.Spec
 	spec.Queue, spec.Priority, spec.Replicas, spec.Array = f.queue, f.priority, f.replicas, f.array
 	spec.Resources.GPUs, spec.Resources.CPU = f.gpus, f.cpu
@@ -311,4 +320,27 @@ func jobExit(cmd *cobra.Command, v *api.JobView) error {
 		return exitError{*v.ExitCode}
 	}
 	return exitError{1}
+}
+
+// withDefaultProject sets metadata.project of a manifest that names none
+// (the CLI context's default project) and returns it as JSON.
+func withDefaultProject(body []byte, project string) ([]byte, error) {
+	js, err := yaml.YAMLToJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifest: %w", err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js, &doc); err != nil || doc == nil {
+		return body, nil // the server names what is wrong with it
+	}
+	meta, _ := doc["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	if p, _ := meta["project"].(string); p != "" {
+		return js, nil
+	}
+	meta["project"] = project
+	doc["metadata"] = meta
+	return json.Marshal(doc)
 }

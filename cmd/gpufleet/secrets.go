@@ -17,6 +17,9 @@ import (
 
 func newSecretsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  echo -n "$HF_TOKEN" | gpufleet secrets set vision HF_TOKEN
+  gpufleet secrets list vision
+  gpufleet run --secret HF_TOKEN --project vision -- python train.py`,
 		Use:     "secrets",
 		Aliases: []string{"secret"},
 		Short:   "Manage a project's job secrets (sealed at rest, never shown again)",
@@ -54,7 +57,7 @@ reseal', then remove the old line and restart again.`,
 			if len(value) == 0 {
 				return errors.New("empty secret: pipe the value to stdin or use --from-file")
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -68,6 +71,8 @@ reseal', then remove the old line and restart again.`,
 	}
 	set.Flags().StringVar(&fromFile, "from-file", "", "read the value from this file (one trailing newline is dropped)")
 	list := &cobra.Command{
+		Example: `  gpufleet secrets list vision
+  gpufleet secrets list vision -o json`,
 		Use:   "list PROJECT",
 		Short: "List a project's secrets: names and versions, never values",
 		Args:  cobra.ExactArgs(1),
@@ -75,7 +80,7 @@ reseal', then remove the old line and restart again.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -93,11 +98,12 @@ reseal', then remove the old line and restart again.`,
 	}
 	outputFlag(list, &out)
 	del := &cobra.Command{
-		Use:   "delete PROJECT NAME",
-		Short: "Delete a secret (running jobs keep the value they started with)",
-		Args:  cobra.ExactArgs(2),
+		Example: `  gpufleet secrets delete vision HF_TOKEN`,
+		Use:     "delete PROJECT NAME",
+		Short:   "Delete a secret (running jobs keep the value they started with)",
+		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -105,11 +111,13 @@ reseal', then remove the old line and restart again.`,
 		},
 	}
 	reseal := &cobra.Command{
+		Example: `  gpufleet secrets new-key
+  gpufleet secrets reseal`,
 		Use:   "reseal",
 		Short: "Re-seal every secret with the newest key in the server's key file (admins)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -122,6 +130,8 @@ reseal', then remove the old line and restart again.`,
 		},
 	}
 	newKey := &cobra.Command{
+		Example: `  gpufleet secrets new-key
+  gpufleet secrets reseal`,
 		Use:   "new-key",
 		Short: "Print a fresh sealing key, to append to secrets.key when rotating",
 		Args:  cobra.NoArgs,

@@ -12,7 +12,8 @@ import (
 )
 
 func newStoreCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "store", Short: "Examine the data dir's database"}
+	cmd := &cobra.Command{Use: "store", Short: "Examine the data dir's database", Example: `  gpufleet store check
+  gpufleet store check --data-dir /var/lib/gpufleet`}
 	var output string
 	check := &cobra.Command{
 		Use:   "check",

@@ -13,6 +13,10 @@ import (
 
 func newTokensCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
+		Example: `  gpufleet tokens create alice --ttl 30d
+  gpufleet tokens create node-7 --kind agent
+  gpufleet tokens list
+  gpufleet tokens revoke TOKEN-ID`,
 		Use:     "tokens",
 		Aliases: []string{"token"},
 		Short:   "Create, list and revoke API tokens",
@@ -39,7 +43,7 @@ func newTokensCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--ttl: %w", err)
 			}
 			req.Subject, req.Kind, req.TTL = args[0], model.TokenKind(kind), d
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -62,6 +66,8 @@ func newTokensCmd(g *globals) *cobra.Command {
 	create.Flags().BoolVar(&req.Admin, "admin", false, "let a user token manage tokens")
 
 	list := &cobra.Command{
+		Example: `  gpufleet tokens list
+  gpufleet tokens list -o json`,
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List tokens that have not expired (never their secrets)",
@@ -70,7 +76,7 @@ func newTokensCmd(g *globals) *cobra.Command {
 			if err := checkOutput(lsOut); err != nil {
 				return err
 			}
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}
@@ -94,7 +100,7 @@ func newTokensCmd(g *globals) *cobra.Command {
 		Example: `  gpufleet tokens revoke tok-0123456789ab`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

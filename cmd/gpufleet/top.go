@@ -66,7 +66,7 @@ func newJobsTopCmd(g *globals) *cobra.Command {
   gpufleet jobs top --once     # one table, for scripts`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(g.dataDir)
+			c, err := g.client()
 			if err != nil {
 				return err
 			}

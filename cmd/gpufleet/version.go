@@ -20,6 +20,8 @@ type versions struct {
 func newVersionCmd(g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
+		Example: `  gpufleet version
+  gpufleet version -o json`,
 		Use:   "version",
 		Short: "Print the client's version and, when one is reachable, the server's",
 		Args:  cobra.NoArgs,
@@ -28,7 +30,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 				return err
 			}
 			v := versions{Client: api.VersionInfo{Version: version, GoVersion: runtime.Version(), APIVersion: "v1"}}
-			if c, err := newClient(g.dataDir); err != nil {
+			if c, err := g.client(); err != nil {
 				v.ServerError = err.Error()
 			} else if sv, err := c.Version(cmd.Context()); err != nil {
 				v.ServerError = err.Error()

@@ -155,6 +155,10 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		problems.Add("query.project", "must be a project name: lower-case letters, digits and dashes (at most 63)")
 	}
 	f.Array = q.Get("array")
+	f.User, f.Queue = q.Get("user"), q.Get("queue")
+	if f.Queue != "" && !model.ValidName(f.Queue) {
+		problems.Add("query.queue", "must be a queue name: lower-case letters, digits and dashes (at most 63)")
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

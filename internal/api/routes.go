@@ -118,7 +118,7 @@ func Routes() []Route {
 			Request: JobManifest{}, Response: JobView{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.submitJob }},
 		{Method: "GET", Pattern: "/v1/jobs", Project: projectOfQuery, Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
-			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"limit", "integer", "most jobs to return (default 1000)"}},
+			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"user", "string", "only jobs this user submitted"}, {"queue", "string", "only jobs of this queue"}, {"limit", "integer", "most jobs to return (default 1000)"}},
 			Response: JobList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listJobs }},
 		{Method: "GET", Pattern: "/v1/jobs/{id}", Project: projectOfJob, Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",

@@ -187,7 +187,7 @@ func (s *Server) wrap(rt Route) http.Handler {
 			if problem != 0 {
 				if problem == http.StatusUnauthorized {
 					rec.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
-					writeProblem(rec, r, problem, "a valid bearer token is required: set GPUFLEET_TOKEN or run `gpufleet up` to create one", nil)
+					writeProblem(rec, r, problem, "a valid bearer token is required: this one is missing, unknown, revoked or expired", nil)
 				} else {
 					writeProblem(rec, r, problem, "this token may not "+string(rt.Perm)+forProject(project), nil)
 				}

@@ -194,7 +194,8 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 	var out []*model.Job
 	c.mu.Lock()
 	c.st.Jobs(func(j *model.Job) bool {
-		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Projects == nil || f.Projects[j.Project]) && (f.Array == "" || j.ArrayID == f.Array) {
+		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Projects == nil || f.Projects[j.Project]) && (f.Array == "" || j.ArrayID == f.Array) &&
+			(f.User == "" || j.User == f.User) && (f.Queue == "" || j.Spec.Queue == f.Queue) {
 			out = append(out, c.withWaitReasonLocked(j))
 		}
 		return true

@@ -44,6 +44,8 @@ type JobFilter struct {
 	Projects map[string]bool
 	// Array, when set, selects the tasks of that array job.
 	Array string
+	// User and Queue, when set, select the jobs of that submitter or queue.
+	User, Queue string
 	// Limit bounds the result to the newest jobs; 0 means 1000.
 	Limit int
 }

@@ -99,3 +99,22 @@ func TestGPUDevices(t *testing.T) {
 		t.Errorf("with a CDI spec (-want +got):\n%s", diff)
 	}
 }
+
+// The claim folder's parent is the work root's too (/var/lib/gpufleet):
+// creating the claims first must not close it to workload users.
+func TestClaimFolderLeavesItsParentPassable(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "var-lib-gpufleet")
+	claims := filepath.Join(parent, "uids")
+	if _, err := NewUsers(5000, 1, claims, "agent-a"); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]os.FileMode{parent: 0o711, claims: 0o700} {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %v, want %v", dir, got, want)
+		}
+	}
+}

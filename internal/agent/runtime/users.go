@@ -52,7 +52,13 @@ const DefaultClaimDir = "/var/lib/gpufleet/uids"
 // them in claimDir as owner. It drops the claims owner left from an
 // earlier run; a replica that is adopted claims its uid again (Hold).
 func NewUsers(first, count int, claimDir, owner string) (*Users, error) {
-	if err := os.MkdirAll(claimDir, 0o700); err != nil {
+	// The parent (/var/lib/gpufleet) also holds the work root, which
+	// workload users must pass through: a parent MkdirAll made would be
+	// 0700, so make it 0711 first; the claims themselves stay private.
+	if err := os.MkdirAll(filepath.Dir(claimDir), 0o711); err != nil {
+		return nil, fmt.Errorf("creating the uid claim folder: %w", err)
+	}
+	if err := os.Mkdir(claimDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("creating the uid claim folder: %w", err)
 	}
 	entries, err := os.ReadDir(claimDir)

@@ -55,7 +55,10 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("calling gpufleet server at %s (is it running? start it with `gpufleet up`): %w", c.base, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("calling gpufleet server at %s: %w", c.base, err)
+		}
+		return nil, &UnreachableError{Server: c.base, Err: err}
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()
@@ -79,6 +82,19 @@ func decodeProblem(resp *http.Response) error {
 	}
 	return p
 }
+
+// UnreachableError says the server could not be reached at all (refused,
+// unresolvable, timed out) — no HTTP answer came back.
+type UnreachableError struct {
+	Server string
+	Err    error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("calling gpufleet server at %s (is it running? start one here with `gpufleet up`, or check the context with `gpufleet config get-contexts`): %v", e.Server, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // StatusOf returns the HTTP status of an API error, or 0.
 func StatusOf(err error) int {
@@ -125,7 +141,9 @@ type ListOptions struct {
 	States []string
 	// Array selects the tasks of one array job.
 	Array string
-	Limit int
+	// Project, User and Queue select jobs of that project, submitter, queue.
+	Project, User, Queue string
+	Limit                int
 }
 
 // ListJobs returns matching jobs, newest first.
@@ -136,6 +154,11 @@ func (c *Client) ListJobs(ctx context.Context, o ListOptions) ([]*model.Job, err
 	}
 	if o.Array != "" {
 		q.Set("array", o.Array)
+	}
+	for k, v := range map[string]string{"project": o.Project, "user": o.User, "queue": o.Queue} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
