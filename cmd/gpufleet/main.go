@@ -70,6 +70,7 @@ GPUFLEET_TOKEN, or else through the data dir that 'gpufleet up' wrote.`,
 		return usageError{fmt.Errorf("%w\nSee '%s --help'.", err, c.CommandPath())}
 	})
 	strictGroups(root)
+	addCompletions(root, g)
 	return root
 }
 
