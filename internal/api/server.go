@@ -28,6 +28,10 @@ var (
 // Config wires a Server.
 type Config struct {
 	Controller Backend          // required
+	Identity   Identity         // required
+	Roles      Roles            // required
+	Auditor    Auditor          // required
+	Secrets    Secrets          // required
 	Catalog    *catalog.Catalog // required
 	Logs       *logstore.Store  // required
 	// Archives stores uploaded working directories; nil refuses uploads.
@@ -65,8 +69,8 @@ type Server struct {
 
 // New builds the server and its mux from the route table.
 func New(cfg Config) (*Server, error) {
-	if cfg.Controller == nil || cfg.Catalog == nil || cfg.Logs == nil {
-		return nil, errors.New("api config: Controller, Catalog and Logs are required")
+	if cfg.Controller == nil || cfg.Identity == nil || cfg.Roles == nil || cfg.Auditor == nil || cfg.Secrets == nil || cfg.Catalog == nil || cfg.Logs == nil {
+		return nil, errors.New("api config: Controller, Identity, Roles, Auditor, Secrets, Catalog and Logs are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

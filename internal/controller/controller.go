@@ -13,6 +13,9 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/controller/auditlog"
+	"github.com/gpufleet/gpufleet/internal/controller/identity"
+	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -140,20 +143,20 @@ type Controller struct {
 	cfg Config
 	com *committer
 
+	// id (tokens, job tokens, grants), audit (the audit chain) and vault
+	// (sealed secrets) are components with their own locks, never held
+	// while taking c.mu: the order is c.mu, then a component's.
+	id    *identity.Identity
+	audit *auditlog.Log
+	vault *vault.Vault
+
 	mu       sync.Mutex
 	st       *state.State
 	seq      uint64
-	tokens   map[string]*model.Token // by hex hash
-	tokenIDs map[string]*model.Token
-	// jobTokens indexes the unrevoked job tokens by job id.
-	jobTokens map[string]map[string]bool
-	idem      map[idemKey]store.Idempotency
-	verdicts  map[string]scheduler.Verdict
-	lastPlan  *scheduler.Plan
-	fleet     declared
-	// secrets holds the job-token secret minted for each live attempt; it
-	// never reaches the store.
-	secrets map[string]string
+	idem     map[idemKey]store.Idempotency
+	verdicts map[string]scheduler.Verdict
+	lastPlan *scheduler.Plan
+	fleet    declared
 	// specs caches each live replica's spec (cachedReplicaSpec) and
 	// ckptMade the attempts whose checkpoint folder exists; both are
 	// dropped when the attempt ends.
@@ -172,13 +175,6 @@ type Controller struct {
 	events   []*model.Event
 	eventSeq uint64
 	scaleSt  scaleState
-	// grants are every user's roles; auditSeq and auditHash are the audit
-	// log's head, to chain the next entry to.
-	grants map[grantKey]model.Grant
-	// vault holds the projects' sealed job secrets (secrets.go).
-	vault     vault
-	auditSeq  uint64
-	auditHash string
 	// changed is closed and replaced at every job, attempt or node change,
 	// so watchers (log followers, long-polling agents) wake up.
 	changed chan struct{}
@@ -211,16 +207,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:        cfg,
 		st:         state.New(),
-		tokens:     map[string]*model.Token{},
-		tokenIDs:   map[string]*model.Token{},
-		jobTokens:  map[string]map[string]bool{},
 		idem:       map[idemKey]store.Idempotency{},
 		verdicts:   map[string]scheduler.Verdict{},
-		secrets:    map[string]string{},
 		lastSeen:   map[string]time.Time{},
 		nodeGen:    map[string]uint64{},
 		markers:    map[string]time.Time{},
-		grants:     map[grantKey]model.Grant{},
 		changed:    make(chan struct{}),
 		kick:       make(chan struct{}, 1),
 		outboxKick: make(chan struct{}, 1),
@@ -264,11 +255,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if n := len(dump.Events); n > 0 {
 		c.eventSeq = dump.Events[n-1].Seq
 	}
-	for _, t := range dump.Tokens {
-		c.putToken(t)
-	}
-	c.loadAccess(dump.AccessDump)
-	c.loadSecrets(dump.AccessDump.Secrets)
+	c.id = identity.New(identity.Config{Committer: c.com, Clock: cfg.Clock, Redactor: cfg.Redactor}, dump.Tokens, dump.Grants)
+	c.audit = auditlog.New(c.com, cfg.Clock, dump.AuditHead)
+	c.vault = vault.New(vault.Config{
+		Committer: c.com, Keyring: cfg.Keyring, Redactor: cfg.Redactor, Clock: cfg.Clock, Log: cfg.Log, Guard: c.guardSecret,
+	}, dump.Secrets)
 	for _, r := range dump.Idempotency {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}
