@@ -75,7 +75,10 @@ func TestComponentsDoNotWaitForTheSchedulingLock(t *testing.T) {
 			_, err := h.c.AuditLog().Audit(ctx, model.AuditEntry{Actor: "ada", Action: "GET /v1/jobs", Result: 200})
 			return err
 		}},
-		{"PutSecret", func() error { _, err := vault.PutSecret(ctx, "ml", "HF_TOKEN", []byte("hf_0123456789abcdef")); return err }},
+		{"PutSecret", func() error {
+			_, err := vault.PutSecret(ctx, "ml", "HF_TOKEN", []byte("hf_0123456789abcdef"))
+			return err
+		}},
 		{"Secrets", func() error {
 			if n := len(vault.Secrets("ml")); n != 1 {
 				return fmt.Errorf("%d secrets, want 1", n)
