@@ -174,6 +174,75 @@ func TestAuditChainOrderAcrossComponents(t *testing.T) {
 	}
 }
 
+// What identity and the vault answered is on disk: after a restart the
+// token, the revocation, the grant and the secret are as they were, and a
+// job's token minted at bind time is revoked with the job's end.
+func TestComponentsSurviveRestart(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gpufleet.db")
+	h, shutdown, err := startSQLiteController(t, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := h.c.Identity()
+	kept, keptSecret, err := id.CreateToken(ctx, model.TokenRequest{Kind: model.TokenUser, Subject: "ada", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, goneSecret, err := id.CreateToken(ctx, model.TokenRequest{Kind: model.TokenAgent, Subject: "node", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.RevokeToken(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := id.Grant(ctx, model.Grant{User: "ada", Project: "ml", Role: model.RoleMember}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.Vault().PutSecret(ctx, "ml", "HF_TOKEN", []byte("hf_0123456789abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	h.registerNode("n1", 1, model.Owned)
+	spec := cmdSpec(1)
+	spec.Default()
+	j, _, err := h.c.Submit(ctx, Submission{Project: "ml", User: "ada", Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node = "n1"
+	rs := h.waitDesired(1).Replicas[0]
+	jobSecret := rs.Env["GPUFLEET_JOB_TOKEN"]
+	if _, err := id.Authenticate(jobSecret); err != nil {
+		t.Fatalf("job token: %v", err)
+	}
+	h.sync(running(rs.ID))
+	h.waitJob(j.ID, model.JobRunning)
+	h.sync(exited(rs.ID, 0, ""))
+	h.waitJob(j.ID, model.JobSucceeded)
+	shutdown()
+
+	h, shutdown, err = startSQLiteController(t, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown()
+	id = h.c.Identity()
+	if tok, err := id.Authenticate(keptSecret); err != nil || tok.ID != kept.ID {
+		t.Fatalf("token after restart: %+v, %v", tok, err)
+	}
+	for name, s := range map[string]string{"revoked token": goneSecret, "finished job's token": jobSecret} {
+		if _, err := id.Authenticate(s); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%s authenticates after restart: %v", name, err)
+		}
+	}
+	if r := id.RoleIn(kept, "ml"); r != model.RoleMember {
+		t.Errorf("role after restart %q, want member", r)
+	}
+	if env, err := h.c.Vault().Env("ml", []string{"HF_TOKEN"}); err != nil || env["HF_TOKEN"] != "hf_0123456789abcdef" {
+		t.Errorf("secret after restart: %v, %v", env, err)
+	}
+}
+
 // BenchmarkAuthenticate times authentications arriving at random moments
 // (one every 200 µs, as API requests arrive independently of passes), with
 // the scheduling lock idle, and while another goroutine holds it 20 ms at a
