@@ -28,10 +28,13 @@ var (
 // Config wires a Server.
 type Config struct {
 	Controller Backend          // required
-	Identity   Identity         // required
-	Roles      Roles            // required
-	Auditor    Auditor          // required
-	Secrets    Secrets          // required
+	// Identity, Roles, Auditor and Secrets are required; the server
+	// passes the controller's components (identity, auditlog, vault), so
+	// authenticating a request never waits for the scheduling lock.
+	Identity Identity
+	Roles    Roles
+	Auditor  Auditor
+	Secrets  Secrets
 	Catalog    *catalog.Catalog // required
 	Logs       *logstore.Store  // required
 	// Archives stores uploaded working directories; nil refuses uploads.
