@@ -28,6 +28,8 @@ var (
 // Config wires a Server.
 type Config struct {
 	Controller Backend          // required
+	Catalog    *catalog.Catalog // required
+	Logs       *logstore.Store  // required
 	// Identity, Roles, Auditor and Secrets are required; the server
 	// passes the controller's components (identity, auditlog, vault), so
 	// authenticating a request never waits for the scheduling lock.
@@ -35,8 +37,6 @@ type Config struct {
 	Roles    Roles
 	Auditor  Auditor
 	Secrets  Secrets
-	Catalog    *catalog.Catalog // required
-	Logs       *logstore.Store  // required
 	// Archives stores uploaded working directories; nil refuses uploads.
 	Archives *archive.Store
 	Log      *slog.Logger
