@@ -103,8 +103,7 @@ func (s *Server) authorizeUser(rt Route, r *http.Request, tok *model.Token) (str
 	if !declared {
 		return "", false // an undeclared permission is nobody's
 	}
-	ctrl := s.cfg.Controller
-	roles, global := ctrl.Roles(tok)
+	roles, global := s.cfg.Roles.Roles(tok)
 	if global {
 		return s.requestProject(rt, r), true
 	}
@@ -154,7 +153,7 @@ func (s *Server) allowProject(w http.ResponseWriter, r *http.Request, project st
 		return false
 	}
 	a.project = project
-	if roleAtLeast(s.cfg.Controller.RoleIn(a.tok, project), MinRole[a.route.Perm]) {
+	if roleAtLeast(s.cfg.Roles.RoleIn(a.tok, project), MinRole[a.route.Perm]) {
 		return true
 	}
 	writeProblem(w, r, http.StatusForbidden, fmt.Sprintf("this token may not %s in project %s", a.route.Perm, project), nil)
@@ -164,7 +163,7 @@ func (s *Server) allowProject(w http.ResponseWriter, r *http.Request, project st
 // visibleProjects returns the projects in which the caller holds at least
 // min, or nil for a global admin (every project).
 func (s *Server) visibleProjects(r *http.Request, min model.Role) map[string]bool {
-	roles, global := s.cfg.Controller.Roles(caller(r))
+	roles, global := s.cfg.Roles.Roles(caller(r))
 	if global {
 		return nil
 	}
@@ -219,7 +218,7 @@ func (s *Server) record(ctx context.Context, rt Route, r *http.Request, a *acces
 	if a.recorded {
 		return
 	}
-	if _, err := s.cfg.Controller.Audit(ctx, auditEntry(rt, r, a, code)); err != nil {
+	if _, err := s.cfg.Auditor.Audit(ctx, auditEntry(rt, r, a, code)); err != nil {
 		s.cfg.Log.Error("recording audit entry", "request_id", a.reqID, "err", err)
 	}
 }
@@ -264,7 +263,7 @@ type AuditReader interface {
 // project the caller holds a role in, each with the caller's role; a user
 // sees only the projects they hold a role in.
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
-	roles, global := s.cfg.Controller.Roles(caller(r))
+	roles, global := s.cfg.Roles.Roles(caller(r))
 	specs := map[string]*model.ProjectSpec{}
 	names := map[string]bool{model.DefaultProject: true}
 	for _, p := range s.cfg.Controller.Projects() {
@@ -297,7 +296,7 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listGrants(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, GrantList{Grants: nonNil(s.cfg.Controller.Grants())})
+	writeJSON(w, http.StatusOK, GrantList{Grants: nonNil(s.cfg.Roles.Grants())})
 }
 
 func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +314,7 @@ func (s *Server) putGrant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	accessOf(r).project = g.Project
-	g, err := s.cfg.Controller.Grant(r.Context(), g)
+	g, err := s.cfg.Roles.Grant(r.Context(), g)
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
@@ -343,7 +342,7 @@ func (s *Server) undeclaredProject(project string) []string {
 func (s *Server) deleteGrant(w http.ResponseWriter, r *http.Request) {
 	project := r.PathValue("project")
 	accessOf(r).project = project
-	if err := s.cfg.Controller.RevokeGrant(r.Context(), r.PathValue("user"), project); err != nil {
+	if err := s.cfg.Roles.RevokeGrant(r.Context(), r.PathValue("user"), project); err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
@@ -391,7 +390,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 // rotate-admin` uses it on the admin token that `up` made.
 func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) {
 	tok := caller(r)
-	created, secret, err := s.cfg.Controller.RotateToken(r.Context(), tok.ID)
+	created, secret, err := s.cfg.Identity.RotateToken(r.Context(), tok.ID)
 	if err != nil {
 		if errors.Is(err, model.ErrConflict) {
 			writeProblem(w, r, http.StatusConflict, err.Error(), nil)

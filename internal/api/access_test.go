@@ -20,7 +20,7 @@ import (
 // grant gives user role in project through the controller.
 func (e *testEnv) grant(tb testing.TB, user, project string, role model.Role) {
 	tb.Helper()
-	if _, err := e.ctrl.Grant(context.Background(), model.Grant{User: user, Project: project, Role: role}); err != nil {
+	if _, err := e.ctrl.Identity().Grant(context.Background(), model.Grant{User: user, Project: project, Role: role}); err != nil {
 		tb.Fatalf("granting %s %s in %s: %v", user, role, project, err)
 	}
 }

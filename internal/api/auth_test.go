@@ -102,7 +102,7 @@ func TestTokenKindsAndScopes(t *testing.T) {
 	if diff := cmp.Diff(2, len(e.ctrl.Jobs(model.JobFilter{}))); diff != "" {
 		t.Errorf("jobs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(1, countKind(e.ctrl.Tokens(), model.TokenAgent)); diff != "" {
+	if diff := cmp.Diff(1, countKind(e.ctrl.Identity().Tokens(), model.TokenAgent)); diff != "" {
 		t.Errorf("agent tokens (-want +got):\n%s", diff)
 	}
 }

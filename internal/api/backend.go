@@ -15,8 +15,10 @@ import (
 )
 
 // The API's view of the control plane, one small interface per concern.
-// The server in cmd passes *controller.Controller, which has them all; the
-// API never imports the controller. Every method is safe for concurrent
+// The server (internal/server) passes *controller.Controller as the
+// Backend, and the controller's components, which keep their own locks,
+// as Identity, Roles, Auditor and Secrets; the API never imports the
+// controller. Every method is safe for concurrent
 // use. Lookups of a missing object fail with model.ErrNotFound, requests
 // that contradict an object's state with model.ErrConflict, and a budget's
 // refusal with model.ErrBudget; handlers map them to 404, 409 and 403.
@@ -153,15 +155,13 @@ type Agents interface {
 	FetchArchiveFor(ctx context.Context, nodeID, digest string) (io.ReadCloser, error)
 }
 
-// Backend is every concern the API serves; Config.Controller holds one.
+// Backend is every concern the API serves from the scheduling state;
+// Config.Controller holds one. Identity, Roles, Auditor and Secrets are
+// Config fields of their own.
 type Backend interface {
 	Jobs
 	Explainer
 	Queues
-	Identity
-	Roles
-	Auditor
-	Secrets
 	FleetRevisions
 	FleetState
 	Nodes

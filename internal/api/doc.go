@@ -9,7 +9,9 @@
 // declaration: the mux is built from the table.
 //
 // The API reaches the control plane only through the small interfaces in
-// backend.go (Backend gathers them; cmd passes the controller) and speaks in
+// backend.go (Backend gathers the scheduling state's, which internal/server
+// serves from the controller; Identity, Roles, Auditor and Secrets come
+// from the controller's components, which keep their own locks) and speaks in
 // wire types from this package and model, so it and its client import
 // neither the controller nor the scheduler (TestDependencyDirections).
 package api

@@ -21,6 +21,9 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/controller/auditlog"
+	"github.com/gpufleet/gpufleet/internal/controller/identity"
+	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
@@ -59,8 +62,15 @@ type testEnv struct {
 // newEnv starts a server and stops it at cleanup, in the order serve does:
 // HTTP first, then the controller loop, then the commit acknowledger, then
 // the store.
-// The controller is what cmd passes as the API's Backend.
-var _ api.Backend = (*controller.Controller)(nil)
+// The controller is what the server passes as the API's Backend, and its
+// components as the rest.
+var (
+	_ api.Backend  = (*controller.Controller)(nil)
+	_ api.Identity = (*identity.Identity)(nil)
+	_ api.Roles    = (*identity.Identity)(nil)
+	_ api.Auditor  = (*auditlog.Log)(nil)
+	_ api.Secrets  = (*vault.Vault)(nil)
+)
 
 func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	tb.Helper()
@@ -112,7 +122,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 		tb.Fatalf("loading catalog: %v", err)
 	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
+		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {
@@ -134,7 +144,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 			tb.Errorf("closing store: %v", err)
 		}
 	})
-	_, admin, err := ctrl.CreateToken(ctx, model.TokenRequest{Kind: model.TokenUser, Subject: "admin", Admin: true, TTL: time.Hour})
+	_, admin, err := ctrl.Identity().CreateToken(ctx, model.TokenRequest{Kind: model.TokenUser, Subject: "admin", Admin: true, TTL: time.Hour})
 	if err != nil {
 		tb.Fatalf("creating admin token: %v", err)
 	}
@@ -148,7 +158,7 @@ func (e *testEnv) token(tb testing.TB, r model.TokenRequest) (id, secret string)
 	if r.TTL == 0 {
 		r.TTL = time.Hour
 	}
-	tok, secret, err := e.ctrl.CreateToken(context.Background(), r)
+	tok, secret, err := e.ctrl.Identity().CreateToken(context.Background(), r)
 	if err != nil {
 		tb.Fatalf("creating token: %v", err)
 	}

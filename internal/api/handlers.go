@@ -99,7 +99,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if !s.allowProject(w, r, project) {
 		return
 	}
-	admin := s.cfg.Controller.RoleIn(caller(r), project) == model.RoleAdmin
+	admin := s.cfg.Roles.RoleIn(caller(r), project) == model.RoleAdmin
 	if fe := job.Spec.HostPaths("spec"); len(fe) > 0 && !admin {
 		writeProblem(w, r, http.StatusBadRequest, "the job asks for host access, which only admins may grant", fe)
 		return
@@ -435,7 +435,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", fe)
 		return
 	}
-	tok, secret, err := s.cfg.Controller.CreateToken(r.Context(), model.TokenRequest{
+	tok, secret, err := s.cfg.Identity.CreateToken(r.Context(), model.TokenRequest{
 		Kind: req.Kind, Subject: req.Subject, Name: req.Name, Admin: req.Admin, TTL: req.TTL.D(),
 	})
 	if err != nil {
@@ -446,11 +446,11 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, TokenList{Tokens: nonNil(s.cfg.Controller.Tokens())})
+	writeJSON(w, http.StatusOK, TokenList{Tokens: nonNil(s.cfg.Identity.Tokens())})
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Controller.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.cfg.Identity.RevokeToken(r.Context(), r.PathValue("id")); err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}

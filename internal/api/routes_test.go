@@ -237,7 +237,7 @@ func TestEveryRouteIsProtected(t *testing.T) {
 
 	_, expired := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "eve", Admin: true, TTL: time.Minute})
 	revokedID, revoked := e.token(t, model.TokenRequest{Kind: model.TokenUser, Subject: "mallory", Admin: true})
-	if err := e.ctrl.RevokeToken(ctx, revokedID); err != nil {
+	if err := e.ctrl.Identity().RevokeToken(ctx, revokedID); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // the admin token has an hour

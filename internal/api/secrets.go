@@ -55,7 +55,7 @@ type ResealResult struct {
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, SecretList{Secrets: s.cfg.Controller.Secrets(r.PathValue("project"))})
+	writeJSON(w, http.StatusOK, SecretList{Secrets: s.cfg.Secrets.Secrets(r.PathValue("project"))})
 }
 
 func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +74,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "path.project", Message: "must be a project name: lower-case letters, digits and dashes (at most 63)"}})
 		return
 	}
-	info, err := s.cfg.Controller.PutSecret(r.Context(), project, r.PathValue("name"), []byte(sw.Value))
+	info, err := s.cfg.Secrets.PutSecret(r.Context(), project, r.PathValue("name"), []byte(sw.Value))
 	var fe model.FieldErrors
 	if errors.As(err, &fe) {
 		writeProblem(w, r, http.StatusBadRequest, "", fe)
@@ -88,7 +88,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
-	if err := s.cfg.Controller.DeleteSecret(r.Context(), r.PathValue("project"), r.PathValue("name")); err != nil {
+	if err := s.cfg.Secrets.DeleteSecret(r.Context(), r.PathValue("project"), r.PathValue("name")); err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
 	}
@@ -96,7 +96,7 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) resealSecrets(w http.ResponseWriter, r *http.Request) {
-	n, err := s.cfg.Controller.ResealSecrets(r.Context())
+	n, err := s.cfg.Secrets.ResealSecrets(r.Context())
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return

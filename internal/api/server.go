@@ -30,6 +30,13 @@ type Config struct {
 	Controller Backend          // required
 	Catalog    *catalog.Catalog // required
 	Logs       *logstore.Store  // required
+	// Identity, Roles, Auditor and Secrets are required; the server
+	// passes the controller's components (identity, auditlog, vault), so
+	// authenticating a request never waits for the scheduling lock.
+	Identity Identity
+	Roles    Roles
+	Auditor  Auditor
+	Secrets  Secrets
 	// Archives stores uploaded working directories; nil refuses uploads.
 	Archives *archive.Store
 	Log      *slog.Logger
@@ -65,8 +72,8 @@ type Server struct {
 
 // New builds the server and its mux from the route table.
 func New(cfg Config) (*Server, error) {
-	if cfg.Controller == nil || cfg.Catalog == nil || cfg.Logs == nil {
-		return nil, errors.New("api config: Controller, Catalog and Logs are required")
+	if cfg.Controller == nil || cfg.Identity == nil || cfg.Roles == nil || cfg.Auditor == nil || cfg.Secrets == nil || cfg.Catalog == nil || cfg.Logs == nil {
+		return nil, errors.New("api config: Controller, Identity, Roles, Auditor, Secrets, Catalog and Logs are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

@@ -22,7 +22,7 @@ var errNoCredentials = errors.New("no bearer token or session")
 // an Authorization header, else the dashboard session.
 func (s *Server) authenticate(r *http.Request) (*model.Token, error) {
 	if secret, ok := auth.Bearer(r.Header.Get("Authorization")); ok {
-		return s.cfg.Controller.Authenticate(secret)
+		return s.cfg.Identity.Authenticate(secret)
 	}
 	if r.Header.Get("Authorization") == "" && s.cfg.Sessions != nil {
 		return s.cfg.Sessions.Authenticate(r)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
-	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -149,7 +148,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	if !b2.Empty() {
 		c.com.submit(b2)
 	}
-	seq := c.com.next
+	seq := c.com.last()
 	c.mu.Unlock()
 	if err := c.makeCheckpointDirs(mk); err != nil {
 		return agentapi.SyncResponse{}, err
@@ -181,18 +180,10 @@ func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store
 			if r.NodeID != nodeID || r.State.Terminal() {
 				continue
 			}
-			secret, ok := c.secrets[a.ID]
-			if !ok {
-				tok, s, err := auth.New(model.TokenJob, a.JobID, a.ID, c.cfg.Clock.Now(), c.jobTokenTTL(job))
-				if err != nil {
-					failed = fmt.Errorf("minting job token: %w", err)
-					return false
-				}
-				c.putToken(tok)
-				b.Tokens = append(b.Tokens, tok)
-				c.secrets[a.ID] = s
-				secret = s
-				c.cfg.Redactor.Add(s)
+			secret, err := c.id.MintJobToken(a.JobID, a.ID, c.jobTokenTTL(job), b)
+			if err != nil {
+				failed = err
+				return false
 			}
 			spec, err := c.cachedReplicaSpec(job, a, r, secret, &mk)
 			if errors.Is(err, errSecretUnavailable) {
@@ -459,10 +450,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	a.EndedAt = &now
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
-	if s, ok := c.secrets[a.ID]; ok {
-		c.cfg.Redactor.Remove(s)
-		delete(c.secrets, a.ID)
-	}
+	c.id.EndAttempt(a.ID)
 	c.forgetSpecsLocked(a)
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
@@ -539,7 +527,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 		}
 	} else {
 		j.FinishedAt = &now
-		c.revokeJobTokensLocked(j.ID, b)
+		c.id.RevokeJob(j.ID, b)
 	}
 	c.st.PutJob(j)
 	b.Jobs = append(b.Jobs, j)

@@ -32,8 +32,12 @@ type committer struct {
 	queue chan *commit
 	fatal func(error)
 
+	// subMu orders submissions: the controller's and its components'
+	// (identity, audit, vault), each of which submits under its own lock.
+	subMu sync.Mutex
+	next  uint64 // guarded by subMu
+
 	mu       sync.Mutex
-	next     uint64 // guarded by the controller's mutex, not mu
 	durable  uint64
 	advanced chan struct{}
 }
@@ -42,13 +46,29 @@ func newCommitter(st store.Store, fatal func(error)) *committer {
 	return &committer{st: st, queue: make(chan *commit, 1<<16), fatal: fatal, advanced: make(chan struct{})}
 }
 
-// submit queues b. Callers hold the controller's mutex, so sequence numbers
-// follow the order changes reached memory.
+// submit queues b. Callers hold the lock of the state b records (the
+// controller's mutex, or a component's), so within each the sequence
+// numbers follow the order changes reached memory.
 func (c *committer) submit(b *store.Batch) *commit {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
 	c.next++
 	cm := &commit{seq: c.next, ch: c.st.Submit(b), done: make(chan struct{})}
 	c.queue <- cm
 	return cm
+}
+
+// last is the sequence number of the latest batch submitted, for barrier.
+func (c *committer) last() uint64 {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return c.next
+}
+
+// Commit is submit for the components that share the committer; it makes
+// the committer a store.Committer.
+func (c *committer) Commit(b *store.Batch) func(context.Context) error {
+	return c.submit(b).wait
 }
 
 // run acknowledges commits in order until ctx ends and the queue drains.

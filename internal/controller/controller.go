@@ -13,8 +13,11 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/controller/auditlog"
+	"github.com/gpufleet/gpufleet/internal/controller/identity"
 	"github.com/gpufleet/gpufleet/internal/controller/notify"
 	"github.com/gpufleet/gpufleet/internal/controller/revisions"
+	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
@@ -142,23 +145,23 @@ type Controller struct {
 	cfg Config
 	com *committer
 
+	// id (tokens, job tokens, grants), audit (the audit chain) and vault
+	// (sealed secrets) are components with their own locks, never held
+	// while taking c.mu: the order is c.mu, then a component's.
+	id    *identity.Identity
+	audit *auditlog.Log
+	vault *vault.Vault
+
 	mu       sync.Mutex
 	st       *state.State
 	seq      uint64
-	tokens   map[string]*model.Token // by hex hash
-	tokenIDs map[string]*model.Token
-	// jobTokens indexes the unrevoked job tokens by job id.
-	jobTokens map[string]map[string]bool
-	idem      map[idemKey]store.Idempotency
-	verdicts  map[string]scheduler.Verdict
-	lastPlan  *scheduler.Plan
-	fleet     declared
+	idem     map[idemKey]store.Idempotency
+	verdicts map[string]scheduler.Verdict
+	lastPlan *scheduler.Plan
+	fleet    declared
 	// revs is the fleet's revision log (package revisions; its own
 	// lock), set once by New.
 	revs *revisions.Log
-	// secrets holds the job-token secret minted for each live attempt; it
-	// never reaches the store.
-	secrets map[string]string
 	// specs caches each live replica's spec (cachedReplicaSpec) and
 	// ckptMade the attempts whose checkpoint folder exists; both are
 	// dropped when the attempt ends.
@@ -177,13 +180,6 @@ type Controller struct {
 	events   []*model.Event
 	eventSeq uint64
 	scaleSt  scaleState
-	// grants are every user's roles; auditSeq and auditHash are the audit
-	// log's head, to chain the next entry to.
-	grants map[grantKey]model.Grant
-	// vault holds the projects' sealed job secrets (secrets.go).
-	vault     vault
-	auditSeq  uint64
-	auditHash string
 	// changed is closed and replaced at every job, attempt or node change,
 	// so watchers (log followers, long-polling agents) wake up.
 	changed chan struct{}
@@ -212,21 +208,16 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:       cfg,
-		st:        state.New(),
-		tokens:    map[string]*model.Token{},
-		tokenIDs:  map[string]*model.Token{},
-		jobTokens: map[string]map[string]bool{},
-		idem:      map[idemKey]store.Idempotency{},
-		verdicts:  map[string]scheduler.Verdict{},
-		secrets:   map[string]string{},
-		lastSeen:  map[string]time.Time{},
-		nodeGen:   map[string]uint64{},
-		markers:   map[string]time.Time{},
-		grants:    map[grantKey]model.Grant{},
-		changed:   make(chan struct{}),
-		kick:      make(chan struct{}, 1),
-		tel:       newTelemetryState(cfg.Alerts),
+		cfg:      cfg,
+		st:       state.New(),
+		idem:     map[idemKey]store.Idempotency{},
+		verdicts: map[string]scheduler.Verdict{},
+		lastSeen: map[string]time.Time{},
+		nodeGen:  map[string]uint64{},
+		markers:  map[string]time.Time{},
+		changed:  make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		tel:      newTelemetryState(cfg.Alerts),
 	}
 	c.com = newCommitter(cfg.Store, c.fail)
 	dump, err := cfg.Store.Load(ctx)
@@ -266,11 +257,11 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	if n := len(dump.Events); n > 0 {
 		c.eventSeq = dump.Events[n-1].Seq
 	}
-	for _, t := range dump.Tokens {
-		c.putToken(t)
-	}
-	c.loadAccess(dump.AccessDump)
-	c.loadSecrets(dump.AccessDump.Secrets)
+	c.id = identity.New(identity.Config{Committer: c.com, Clock: cfg.Clock, Redactor: cfg.Redactor}, dump.Tokens, dump.Grants)
+	c.audit = auditlog.New(c.com, cfg.Clock, dump.AuditHead)
+	c.vault = vault.New(vault.Config{
+		Committer: c.com, Keyring: cfg.Keyring, Redactor: cfg.Redactor, Clock: cfg.Clock, Log: cfg.Log, Guard: c.guardSecret,
+	}, dump.Secrets)
 	for _, r := range dump.Idempotency {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}

@@ -39,7 +39,7 @@ func TestJobRunsToSuccess(t *testing.T) {
 		}
 	}
 	secret := rs.Env["GPUFLEET_JOB_TOKEN"]
-	tok, err := h.c.Authenticate(secret)
+	tok, err := h.c.Identity().Authenticate(secret)
 	if err != nil || tok.Kind != model.TokenJob || tok.Subject != j.ID {
 		t.Fatalf("job token does not authenticate as the job: %v %+v", err, tok)
 	}
@@ -68,7 +68,7 @@ func TestJobRunsToSuccess(t *testing.T) {
 	if len(h.sync().Replicas) != 0 {
 		t.Fatal("finished replica still desired")
 	}
-	if _, err := h.c.Authenticate(secret); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := h.c.Identity().Authenticate(secret); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("job token still valid after the job ended: %v", err)
 	}
 }

@@ -24,4 +24,20 @@
 // sync. Components keep memory only: what they change reaches the store in
 // the controller's batches, through the one committer, so the ordering and
 // crash guarantees above hold for them too.
+//
+// Identity (tokens, job tokens, sessions, grants; package identity), the
+// audit chain (auditlog) and the sealed secrets (vault) are components with
+// their own locks, so authenticating a request, appending an audit entry or
+// reading a secret never waits for a scheduling pass, a plan commit or an
+// agent sync. The lock order is the controller's mutex first, then a
+// component's; a component never calls back into the controller while it
+// holds its own (the vault's delete guard runs without it). The components
+// share the controller's committer: each submits its batches under its own
+// lock, so within each the store's order is the order of memory, and the
+// committer numbers all of them in one sequence, so a barrier covers them
+// too. Where the scheduler needs them it calls them with its mutex held: a
+// replica's job token is minted into the sync's batch, a finished job's
+// tokens are revoked in the batch that ends it, and a submission's audit
+// entry is chained while the job's batch is submitted (auditlog.Chain), so
+// each is one commit with the change it belongs to.
 package controller

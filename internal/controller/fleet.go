@@ -338,7 +338,7 @@ func (c *Controller) checkWebhooksLocked(set *manifest.Set) model.FieldErrors {
 				continue
 			}
 			if project, name, ok := ref.Split(); ok {
-				if _, held := c.vault.sealed[store.SecretKey{Project: project, Name: name}]; !held {
+				if !c.vault.Has(project, name) {
 					fe.Add(p+"."+field, fmt.Sprintf("project %s has no secret %s (gpufleet secrets set %s %s)", project, name, project, name))
 				}
 			}

@@ -69,7 +69,9 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 		}
 	}
 	for _, t := range b.Tokens {
-		m.tokens[t.ID] = t
+		if old, ok := m.tokens[t.ID]; !ok || !old.Revoked { // as sqlite: a revoked token stays revoked
+			m.tokens[t.ID] = t
+		}
 	}
 	m.idem = append(m.idem, b.Idempotency...)
 	m.revs = append(m.revs, b.Revisions...)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/audit"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -68,7 +67,7 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 		k := idemKey{s.User, s.IdempotencyKey}
 		if rec, ok := c.idem[k]; ok && now.Before(rec.Expires) {
 			prev, found := c.st.Job(rec.JobID)
-			seq := c.com.next
+			seq := c.com.last()
 			c.mu.Unlock()
 			if !bytes.Equal(rec.BodyHash, s.BodyHash) {
 				return nil, false, fmt.Errorf("idempotency key %q was used for a different request: %w", s.IdempotencyKey, ErrConflict)
@@ -117,15 +116,17 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 		c.st.PutJob(j)
 	}
 	b := &store.Batch{Jobs: jobs, Idempotency: idem}
+	c.broadcastLocked()
+	var cm *commit
 	if s.Audit != nil {
+		// The entry is chained and committed with the job, in one batch.
 		e := *s.Audit
 		e.Time = now
-		audit.Link(c.auditSeq, c.auditHash, &e)
-		c.auditSeq, c.auditHash = e.Seq, e.Hash
 		b.Access.Audit = []*model.AuditEntry{&e}
+		c.audit.Chain(&e, func() { cm = c.com.submit(b) })
+	} else {
+		cm = c.com.submit(b)
 	}
-	c.broadcastLocked()
-	cm := c.com.submit(b)
 	c.mu.Unlock()
 	c.trigger()
 	if err := cm.wait(ctx); err != nil {

@@ -127,7 +127,7 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 
 	// 5. The way out: the URL into a secret, the budget re-applied with
 	// a reference. The warning's advice works.
-	if _, err := c.PutSecret(ctx, "ops", "BUDGET_HOOK", []byte(hookURL)); err != nil {
+	if _, err := c.Vault().PutSecret(ctx, "ops", "BUDGET_HOOK", []byte(hookURL)); err != nil {
 		t.Fatal(err)
 	}
 	moved := strings.Replace(budgetDoc, `"webhook":"`+hookURL+`"`, `"webhook":{"secretRef":"ops/BUDGET_HOOK"}`, 1)

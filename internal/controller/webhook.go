@@ -128,13 +128,11 @@ func (c *Controller) openRefLocked(ref model.SecretRef) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%q is not project/NAME", string(ref))
 	}
-	k := store.SecretKey{Project: project, Name: name}
-	if v, ok := c.vault.open[k]; ok {
-		if _, live := c.vault.sealed[k]; live {
-			return v, nil
-		}
+	v, held, opened := c.vault.Value(project, name)
+	if opened {
+		return v, nil
 	}
-	if _, ok := c.vault.sealed[k]; ok {
+	if held {
 		return "", fmt.Errorf("secret %s does not open with this server's keys: %w", ref, errSecretUnavailable)
 	}
 	return "", fmt.Errorf("secret %s: %w", ref, ErrNotFound)

@@ -59,7 +59,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 	}
 	unsigned := &manifest.Set{Budgets: []manifest.Budget{budget("unsigned", &manifest.WebhookRef{SecretRef: "ops/BUDGET_HOOK"})}}
 	for name, v := range map[string]string{"BUDGET_HOOK": hookURL, "DEAD_HOOK": deadURL, "BUDGET_KEY": signingKey} {
-		if _, err := c.PutSecret(ctx, "ops", name, []byte(v)); err != nil {
+		if _, err := c.Vault().PutSecret(ctx, "ops", name, []byte(v)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -70,7 +70,7 @@ func TestWebhookSecretsSealedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A secret a budget's webhook names cannot be deleted from under it.
-	if err := c.DeleteSecret(ctx, "ops", "BUDGET_HOOK"); !errors.Is(err, ErrConflict) {
+	if err := c.Vault().DeleteSecret(ctx, "ops", "BUDGET_HOOK"); !errors.Is(err, ErrConflict) {
 		t.Fatalf("deleting a webhook's secret: %v, want ErrConflict", err)
 	}
 

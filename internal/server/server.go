@@ -382,8 +382,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if calNote != "" {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
-	ui := web.New(web.Config{ByHash: ctrl.AuthenticateHash, Log: log.With("component", "web")})
-	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
+	srv, err := api.New(api.Config{
+		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
+		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
 	if err != nil {
 		return err
 	}
@@ -513,11 +515,11 @@ func TotalMemory() model.Bytes {
 func ensureAdminToken(ctx context.Context, ctrl *controller.Controller, c *Config) error {
 	path := filepath.Join(c.DataDir, TokenFile)
 	if data, err := os.ReadFile(path); err == nil {
-		if _, err := ctrl.Authenticate(strings.TrimSpace(string(data))); err == nil {
+		if _, err := ctrl.Identity().Authenticate(strings.TrimSpace(string(data))); err == nil {
 			return nil
 		}
 	}
-	_, secret, err := ctrl.CreateToken(ctx, controller.TokenRequest{
+	_, secret, err := ctrl.Identity().CreateToken(ctx, controller.TokenRequest{
 		Kind: model.TokenUser, Subject: "admin", Name: "created by gpufleet up", Admin: true, TTL: c.AdminTokenTTL,
 	})
 	if err != nil {

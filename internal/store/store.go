@@ -29,10 +29,21 @@ type Store interface {
 	// channel yields nil once b is durable (synced to disk), or the error
 	// that stopped it, and is then closed. An upsert whose Version is lower
 	// than the stored row's is ignored, so a late write never rolls an
-	// object back.
+	// object back; likewise a revoked token stays revoked.
 	Submit(b *Batch) <-chan error
 	// Close commits what was submitted, then releases the database.
 	Close() error
+}
+
+// Committer puts batches onto the one Store that several components of the
+// control plane share (the scheduler's state, identity, audit, vault), in one
+// order: a component calls Commit while it holds its own lock, so its
+// batches reach the store in the order its changes reached memory. Commit
+// returns at once; wait blocks until b is durable or ctx ends. A batch that
+// fails to commit stops the process (the committer reports it), so a caller
+// only answers its own request with wait's error.
+type Committer interface {
+	Commit(b *Batch) (wait func(ctx context.Context) error)
 }
 
 // Commit submits b and waits until it is durable or ctx ends.

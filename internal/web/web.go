@@ -53,7 +53,7 @@ var (
 // Config wires the dashboard.
 type Config struct {
 	// ByHash returns the valid token whose secret has this hash
-	// (controller.AuthenticateHash). Required.
+	// (identity.Identity.AuthenticateHash). Required.
 	ByHash func(hash []byte) (*model.Token, error)
 	// SessionTTL bounds a session (12h).
 	SessionTTL time.Duration

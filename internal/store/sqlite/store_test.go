@@ -125,6 +125,21 @@ func TestUnversionedLastWriteWins(t *testing.T) {
 	}
 }
 
+// A token's revocation is never undone, whichever of two batches that write
+// the token lands last.
+func TestRevokedTokenStaysRevoked(t *testing.T) {
+	t.Parallel()
+	s, _ := openTest(t, Options{})
+	tok := testToken("tok-1")
+	revoked := *tok
+	revoked.Revoked = true
+	commit(t, s, &store.Batch{Tokens: []*model.Token{&revoked}})
+	commit(t, s, &store.Batch{Tokens: []*model.Token{tok}})
+	if diff := cmp.Diff([]*model.Token{&revoked}, load(t, s).Tokens); diff != "" {
+		t.Errorf("tokens (-want +got):\n%s", diff)
+	}
+}
+
 func TestConcurrentSubmitters(t *testing.T) {
 	t.Parallel()
 	const writers, perWriter = 16, 50

@@ -44,8 +44,11 @@ const (
 
 // The object upserts are version-guarded: a row is replaced only by the same
 // or a higher version, so a late or retried write never rolls an object
-// back. Tokens, idempotency records and meta carry no version; the last
-// write wins.
+// back. Idempotency records and meta carry no version; the last write wins.
+// Tokens carry none either, but change only by being revoked, which is never
+// undone: a revoked token's row is kept as it is, so two batches that write
+// one token (its mint and a revocation, committed by different components)
+// agree whatever their order.
 var stmtSQL = [numStmts]string{
 	upsertJob: `INSERT INTO jobs (id, seq, state, project, version, data) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, state = excluded.state, project = excluded.project,
@@ -58,7 +61,8 @@ var stmtSQL = [numStmts]string{
 		ON CONFLICT (id) DO UPDATE SET version = excluded.version, data = excluded.data
 		WHERE excluded.version >= nodes.version`,
 	upsertToken: `INSERT INTO tokens (id, hash, data) VALUES (?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, data = excluded.data`,
+		ON CONFLICT (id) DO UPDATE SET hash = excluded.hash, data = excluded.data
+		WHERE json_extract(tokens.data, '$.revoked') IS NOT 1`,
 	upsertIdempotency: `INSERT INTO idempotency (subject, key, job_id, body_hash, expires) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (subject, key) DO UPDATE SET job_id = excluded.job_id, body_hash = excluded.body_hash,
 			expires = excluded.expires`,
