@@ -94,6 +94,13 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 	if out, code := cli("", "jobs", "list", "--state", "runing"); code != exitUsage || !strings.Contains(out, "succeeded") {
 		t.Errorf("jobs list --state runing: exit %d, want %d listing the valid states\n%s", code, exitUsage, out)
 	}
+	// Completion of a job id comes from the server, with name and state.
+	if out, _ := cli("", "__complete", "jobs", "get", ""); !strings.Contains(out, job.ID+"\t") {
+		t.Errorf("completing `jobs get` does not offer %s:\n%s", job.ID, out)
+	}
+	if out, _ := cli("", "__complete", "run", "--gpu", "H1"); !strings.Contains(out, "H100") {
+		t.Errorf("completing --gpu does not offer H100:\n%s", out)
+	}
 	// A project alice holds no role in: forbidden, 4.
 	if out, code := cli("", "run", "--gpus", "0", "--upload-workdir", "--project", "other", "--", "true"); code != exitForbidden {
 		t.Errorf("run in a project without a role: exit %d, want %d\n%s", code, exitForbidden, out)
