@@ -123,6 +123,9 @@ type row struct {
 // that refer to them. Submit calls it on the caller's goroutine, so JSON
 // encoding runs in parallel and the committer's serial work is only SQL.
 func encode(b *store.Batch) ([]row, error) {
+	if b != nil && b.Fence != nil {
+		return nil, fmt.Errorf("lease %s: %w", b.Fence.Lease, store.ErrNoLeases)
+	}
 	if b.Empty() {
 		return nil, nil
 	}
@@ -223,7 +226,7 @@ func encode(b *store.Batch) ([]row, error) {
 // duplicate token hash) is rolled back alone and reported to its own caller
 // while the rest of the group commits. err is set when the transaction as a
 // whole failed; then no batch in group is durable.
-func (s *Store) write(group []pending, m mark) (errs []error, err error) {
+func (s *Store) write(group [][]row, m mark) (errs []error, err error) {
 	tx, err := s.db.Begin()
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction: %w", err)
@@ -235,7 +238,7 @@ func (s *Store) write(group []pending, m mark) (errs []error, err error) {
 		if _, err := st[savepoint].Exec(); err != nil {
 			return nil, fmt.Errorf("opening savepoint: %w", err)
 		}
-		if errs[i] = st.run(p.rows); errs[i] != nil {
+		if errs[i] = st.run(p); errs[i] != nil {
 			// This fails when SQLite has already rolled back the whole
 			// transaction (a full disk, an I/O error); then the group fails.
 			if _, err := st[rollbackToSavepoint].Exec(); err != nil {
