@@ -95,7 +95,7 @@ func BenchmarkEncodeSubmission(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		rows, err := encode(batch)
+		rows, err := encodeBatch(batch)
 		if err != nil || len(rows) != 3 {
 			b.Fatalf("encode = %d rows, %v; want 3", len(rows), err)
 		}

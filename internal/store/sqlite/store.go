@@ -215,7 +215,7 @@ func start(ctx context.Context, db *sql.DB, path string, opts Options) (*Store, 
 // Close, and an encoding error (such as a NaN price) at once, without
 // queueing b.
 func (s *Store) Submit(b *store.Batch) <-chan error {
-	rows, err := encode(b)
+	rows, err := encodeBatch(b)
 	if err != nil {
 		return groupcommit.Failed(err)
 	}
