@@ -47,6 +47,10 @@ type Options struct {
 	MaxConns int32
 	// CommitTimeout bounds one transaction; 0 means one minute.
 	CommitTimeout time.Duration
+	// LockWait is how long Open waits for the writer lock before failing
+	// with ErrInUse (a crashed predecessor's session ends a moment after
+	// its process); 0 means 5s.
+	LockWait time.Duration
 }
 
 // Stats are cumulative counters of a Store's committer.
@@ -141,6 +145,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pcfg.MaxConns = 4
 	}
 	s := &Store{cfg: pcfg.ConnConfig.Copy(), log: opts.Logger, clock: opts.Clock, opts: opts, desc: desc}
+	// The server drops a session whose client vanished (a machine that
+	// died, a partition) after about 25s instead of the kernel's two
+	// hours, releasing its writer lock.
+	for k, v := range map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"} {
+		if _, set := s.cfg.RuntimeParams[k]; !set {
+			s.cfg.RuntimeParams[k] = v
+		}
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -149,6 +161,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if s.opts.CommitTimeout <= 0 {
 		s.opts.CommitTimeout = time.Minute
+	}
+	if s.opts.LockWait <= 0 {
+		s.opts.LockWait = 5 * time.Second
 	}
 	if err := s.connect(ctx); err != nil {
 		return nil, err
@@ -178,12 +193,22 @@ func (s *Store) connect(ctx context.Context) error {
 		return err
 	}
 	if !s.opts.Shared {
-		var got bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(writerLock)).Scan(&got); err != nil {
-			return fail(fmt.Errorf("locking %s for this server: %w", s.desc, err))
-		}
-		if !got {
-			return fail(s.inUse(ctx, conn))
+		for deadline := time.Now().Add(s.opts.LockWait); ; {
+			var got bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(writerLock)).Scan(&got); err != nil {
+				return fail(fmt.Errorf("locking %s for this server: %w", s.desc, err))
+			}
+			if got {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fail(s.inUse(ctx, conn))
+			}
+			select {
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	var syncCommit, fsync string

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -99,7 +100,7 @@ func TestSecondWriterRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Open(ctx, dsn, Options{})
+	_, err = Open(ctx, dsn, Options{LockWait: 300 * time.Millisecond})
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "gpufleet from") {
 		t.Fatalf("second Open: got %v, want %v naming the holder", err, ErrInUse)
 	}
