@@ -48,10 +48,10 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if d.Queues, err = loadObjects[model.Queue](ctx, tx, "queue", `SELECT name, data FROM queues ORDER BY name COLLATE "C"`); err != nil {
 		return nil, err
 	}
-	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number::text, data FROM revisions ORDER BY number`); err != nil {
+	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number::text AS key, data FROM revisions ORDER BY number`); err != nil {
 		return nil, err
 	}
-	if d.Events, err = loadObjects[model.Event](ctx, tx, "event", fmt.Sprintf(`SELECT seq::text, data FROM (SELECT seq, data FROM events ORDER BY seq DESC LIMIT %d) e ORDER BY seq`, store.MaxLoadedEvents)); err != nil {
+	if d.Events, err = loadObjects[model.Event](ctx, tx, "event", fmt.Sprintf(`SELECT seq::text AS key, data FROM (SELECT seq, data FROM events ORDER BY seq DESC LIMIT %d) e ORDER BY seq`, store.MaxLoadedEvents)); err != nil {
 		return nil, err
 	}
 	if d.Tokens, err = loadTokens(ctx, tx); err != nil {
@@ -74,7 +74,7 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	for _, sec := range secrets {
 		d.Secrets = append(d.Secrets, *sec)
 	}
-	head, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq::text, data FROM audit ORDER BY seq DESC LIMIT 1`)
+	head, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq::text AS key, data FROM audit ORDER BY seq DESC LIMIT 1`)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func loadIdempotency(ctx context.Context, tx pgx.Tx) ([]store.Idempotency, error
 // loadCost reads the ledger in append order, the fired keys, every metric
 // report and the undelivered notifications.
 func loadCost(ctx context.Context, tx pgx.Tx, d *store.Dump) error {
-	ledger, err := loadObjects[model.LedgerEntry](ctx, tx, "ledger entry", `SELECT id::text, data FROM ledger_entries ORDER BY id`)
+	ledger, err := loadObjects[model.LedgerEntry](ctx, tx, "ledger entry", `SELECT id::text AS key, data FROM ledger_entries ORDER BY id`)
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (s *Store) Audit(ctx context.Context, after uint64, limit int) ([]*model.Au
 		return nil, fmt.Errorf("reading audit log: %w", err)
 	}
 	defer tx.Rollback(ctx) // read-only
-	out, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq::text, data FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), lim)
+	out, err := loadObjects[model.AuditEntry](ctx, tx, "audit entry", `SELECT seq::text AS key, data FROM audit WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), lim)
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
 	}

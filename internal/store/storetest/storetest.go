@@ -460,7 +460,8 @@ func testAccessRoundTrip(t *testing.T, newDB NewFunc) {
 	admin := model.Grant{User: "root", Project: "*", Role: model.RoleAdmin, CreatedAt: T0}
 	member := model.Grant{User: "ada", Project: "nlp", Role: model.RoleMember, CreatedAt: T0}
 	gone := model.Grant{User: "bob", Project: "nlp", Role: model.RoleViewer, CreatedAt: T0}
-	audit := make([]*model.AuditEntry, 5)
+	// More than 9, so a backend ordering sequence numbers as text fails.
+	audit := make([]*model.AuditEntry, 12)
 	for i := range audit {
 		audit[i] = &model.AuditEntry{Seq: uint64(i + 1), Time: T0.Add(time.Duration(i) * time.Second), Actor: "ada", Action: "POST /v1/jobs",
 			Object: fmt.Sprintf("/v1/jobs/j-%d", i), Result: 201, PrevHash: fmt.Sprintf("h%d", i), Hash: fmt.Sprintf("h%d", i+1)}
@@ -480,7 +481,7 @@ func testAccessRoundTrip(t *testing.T, newDB NewFunc) {
 
 	s = open(Options{})
 	got := load(t, s)
-	want := store.AccessDump{Grants: []model.Grant{promoted, admin}, AuditHead: audit[4], Secrets: []model.Secret{secret2}}
+	want := store.AccessDump{Grants: []model.Grant{promoted, admin}, AuditHead: audit[11], Secrets: []model.Secret{secret2}}
 	if diff := cmp.Diff(want, got.AccessDump); diff != "" {
 		t.Errorf("access after reopen (-want +got):\n%s", diff)
 	}
