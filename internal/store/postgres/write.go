@@ -59,16 +59,20 @@ const (
 	// checkFence reads a lease's term and share-locks its row until the
 	// transaction ends, so a takeover waits for this commit.
 	checkFence = `SELECT holder, epoch FROM leases WHERE name = $1 FOR SHARE`
+	// fenceOrFail does the same inside a pipeline, failing it when the term
+	// is over (0001_init.sql).
+	fenceOrFail = `SELECT gpufleet_fence($1, $2, $3)`
 )
 
-// errIsolate says a row failed in a group's shared pipeline: the group is
-// written again with each batch in its own savepoint.
+// errIsolate says a statement failed in a group's shared pipeline: the
+// group is written again with each batch in its own savepoint.
 var errIsolate = errors.New("a row failed; isolating batches")
 
 // commit writes group in one transaction and returns each batch's error;
 // see groupcommit.WriteFunc. The common case is one pipeline for the whole
-// group; when a row in it fails, the group is written again with each
-// batch in its own savepoint, so the failing batch fails alone.
+// group, one round trip; when a statement in it fails (a row, a stale
+// fence), the group is written again with each batch in its own savepoint,
+// so the failing batch fails alone.
 func (s *Store) commit(group []batch) ([]error, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
 	defer cancel()
@@ -80,18 +84,58 @@ func (s *Store) commit(group []batch) ([]error, error) {
 		}
 		s.log.Warn("reconnected the committer to PostgreSQL", "store", s.desc)
 	}
-	errs, err := s.write(ctx, group, false)
-	if errors.Is(err, errIsolate) {
-		errs, err = s.write(ctx, group, true)
+	err := s.writeFast(ctx, group)
+	if err == nil {
+		return make([]error, len(group)), nil
 	}
-	return errs, err
+	if !errors.Is(err, errIsolate) {
+		return nil, err
+	}
+	return s.writeIsolated(ctx, group)
 }
 
-// write runs group in one transaction: first the fences, then the rows of
-// every batch whose fence holds. Without isolate, all rows go in one
-// pipeline, and a failing row aborts the attempt with errIsolate; with
-// isolate, each batch runs in its own savepoint.
-func (s *Store) write(ctx context.Context, group []batch, isolate bool) (errs []error, err error) {
+// writeFast writes group as one pipeline in one round trip: each fenced
+// batch's fence check, every row, the commit count. Without an explicit
+// BEGIN the statements up to the pipeline's Sync are one implicit
+// transaction, committed (and flushed, per synchronous_commit) before the
+// server answers the Sync. A statement that fails, a stale fence included,
+// aborts all of it and returns errIsolate.
+func (s *Store) writeFast(ctx context.Context, group []batch) error {
+	pb := &pgx.Batch{}
+	for _, b := range group {
+		if b.fence != nil {
+			pb.Queue(fenceOrFail, b.fence.Lease, b.fence.Holder, int64(b.fence.Epoch))
+		}
+		for _, r := range b.rows {
+			pb.Queue(stmtSQL[r.Stmt], r.Args...)
+		}
+	}
+	pb.Queue(markCommit, encode.Time(time.Now()))
+	br := s.conn.SendBatch(ctx, pb)
+	for range pb.Len() {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				return errIsolate
+			}
+			return fmt.Errorf("writing: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return errIsolate // the commit itself failed (a deferred constraint)
+		}
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+// writeIsolated runs group in one transaction, the slow path after writeFast
+// failed: first the fences, then the rows of every batch whose fence holds,
+// each batch in its own savepoint, so each gets its own error.
+func (s *Store) writeIsolated(ctx context.Context, group []batch) (errs []error, err error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction: %w", err)
@@ -100,18 +144,12 @@ func (s *Store) write(ctx context.Context, group []batch, isolate bool) (errs []
 	if errs, err = fences(ctx, tx, group); err != nil {
 		return nil, err
 	}
-	if !isolate {
-		if err := pipeline(ctx, tx, group, errs); err != nil {
-			return nil, err
+	for i, b := range group {
+		if errs[i] != nil || len(b.rows) == 0 {
+			continue
 		}
-	} else {
-		for i, b := range group {
-			if errs[i] != nil || len(b.rows) == 0 {
-				continue
-			}
-			if errs[i], err = savepoint(ctx, tx, b.rows); err != nil {
-				return nil, err
-			}
+		if errs[i], err = savepoint(ctx, tx, b.rows); err != nil {
+			return nil, err
 		}
 	}
 	if _, err := tx.Exec(ctx, markCommit, encode.Time(time.Now())); err != nil {
@@ -172,38 +210,6 @@ func fences(ctx context.Context, tx pgx.Tx, group []batch) ([]error, error) {
 		}
 	}
 	return errs, nil
-}
-
-// pipeline sends the rows of every batch not refused yet in one round
-// trip.
-func pipeline(ctx context.Context, tx pgx.Tx, group []batch, errs []error) error {
-	pb := &pgx.Batch{}
-	for i, b := range group {
-		if errs[i] != nil {
-			continue
-		}
-		for _, r := range b.rows {
-			pb.Queue(stmtSQL[r.Stmt], r.Args...)
-		}
-	}
-	if pb.Len() == 0 {
-		return nil
-	}
-	br := tx.SendBatch(ctx, pb)
-	for range pb.Len() {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
-				return errIsolate
-			}
-			return fmt.Errorf("writing: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("writing: %w", err)
-	}
-	return nil
 }
 
 // savepoint writes rows in a savepoint and returns the batch's own error

@@ -154,6 +154,20 @@ CREATE TABLE leases (
 	expires_at  timestamptz NOT NULL
 );
 
+-- gpufleet_fence is a fenced batch's first statement in a commit's
+-- pipeline: it share-locks the lease row until the transaction ends (so a
+-- takeover waits for this commit) and raises when the lease is no longer at
+-- the batch's holder and epoch, aborting the pipeline before any of the
+-- batch's rows commit.
+CREATE FUNCTION gpufleet_fence(p_lease text, p_holder text, p_epoch bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM 1 FROM leases WHERE name = p_lease AND holder = p_holder AND epoch = p_epoch FOR SHARE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'lease % is no longer at epoch % of %', p_lease, p_epoch, p_holder USING ERRCODE = 'GF001';
+	END IF;
+END
+$$;
+
 -- Audit and ledger rows are inserted once and never changed: these
 -- triggers refuse UPDATE, DELETE and TRUNCATE from any role, gpufleet's
 -- own included, so only someone who drops the triggers (the tables' owner
