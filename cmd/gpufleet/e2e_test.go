@@ -17,6 +17,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store/postgres/pgtest"
 	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
@@ -60,7 +61,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building gpufleet:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // m.Run, then stops PostgreSQL if a test started it
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -87,10 +88,17 @@ func freePort(t *testing.T) string {
 // startServer runs `gpufleet up` with 4 fake H100s and any extra flags.
 func startServer(t *testing.T, dataDir, listen string, extra ...string) *serverProc {
 	t.Helper()
+	return startServerEnv(t, nil, dataDir, listen, extra...)
+}
+
+// startServerEnv is startServer with env added to the server's
+// environment (GPUFLEET_* variables included).
+func startServerEnv(t *testing.T, env []string, dataDir, listen string, extra ...string) *serverProc {
+	t.Helper()
 	s := &serverProc{t: t, dataDir: dataDir, listen: listen, out: &testutil.SyncBuffer{}}
 	s.cmd = exec.Command(binary, append([]string{"up", "--data-dir", dataDir, "--listen", listen, "--fake-gpus", "4xH100"}, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	s.cmd.Env = cleanEnv()
+	s.cmd.Env = append(cleanEnv(), env...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,9 @@ func addServerFlags(cmd *cobra.Command, c *server.Config) {
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")
 	fl.Float64Var(&c.Sim.TimeScale, "time-scale", 0, "divide simulated boot delays and notice leads by this (60: a 2-minute boot takes 2 s)")
 	fl.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "longest a shutdown takes: it stops launching at once, stops --sim workloads, and exits when this passes even if parts are still stopping")
+	// No default from the environment here: --help prints defaults, and
+	// a DSN holds a password. withStoreEnv reads GPUFLEET_STORE instead.
+	fl.StringVar(&c.Store, "store", "", "where state lives: sqlite (the data dir's database, the default) or a postgres://user:password@host/db URL; prefer env "+server.StoreEnv+", which keeps the password out of the process list (docs/postgres.md)")
 	fl.BoolVar(&c.AcceptLostWrites, "accept-lost-writes", false, "start even when the database lacks acknowledged commits (a damaged WAL, an older copy restored; see `gpufleet store check`), logging what was lost")
 	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {
 		c.Sim.Clouds = parseClouds(v)
@@ -62,6 +65,7 @@ finds it. Jobs keep running if the server stops; a restart re-adopts them.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
 			c.Version = version
+			withStoreEnv(c)
 			return server.Run(cmd.Context(), *c)
 		},
 	}
@@ -84,11 +88,19 @@ structured JSON logs and no banner, for systemd and containers.`,
 			c.DataDir = g.dataDir
 			c.LogJSON = true
 			c.Version = version
+			withStoreEnv(c)
 			return server.Run(cmd.Context(), *c)
 		},
 	}
 	addServerFlags(cmd, c)
 	return cmd
+}
+
+// withStoreEnv fills an unset --store from GPUFLEET_STORE.
+func withStoreEnv(c *server.Config) {
+	if c.Store == "" {
+		c.Store = os.Getenv(server.StoreEnv)
+	}
 }
 
 // addIsolationFlags adds the flags of how jobs are isolated on a node.

@@ -38,7 +38,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
-	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
 
@@ -83,6 +82,11 @@ type Config struct {
 	WebhookSecret string
 	// Isolation is how the local (and simulated) nodes isolate jobs.
 	Isolation agent.IsolationOptions
+	// Store is where the control plane's state lives: "" or "sqlite" for
+	// the data dir's SQLite file, or a postgres:// URL (--store, env
+	// GPUFLEET_STORE). It holds a password: log it only through
+	// describeStore.
+	Store string
 	// AcceptLostWrites starts on a database that lost acknowledged
 	// writes (sqlite.LostWritesError), logging the loss.
 	AcceptLostWrites bool
@@ -111,6 +115,7 @@ func (c *Config) Validate() error {
 	default:
 		fe.Add("--log-level", "must be debug, info, warn or error")
 	}
+	validateStore(&fe, c)
 	if c.ShutdownTimeout < 0 {
 		fe.Add("--shutdown-timeout", "must not be negative (0: the default, 30s)")
 	}
@@ -237,17 +242,15 @@ func Run(ctx context.Context, cfg Config) error {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 13),
 	})
 	reg.MustRegister(commitSeconds, commitBatches)
-	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, DBFile), sqlite.Options{
-		Logger: log, AcceptLostWrites: c.AcceptLostWrites,
-		CommitObserver: func(d time.Duration, batches int) {
-			commitSeconds.Observe(d.Seconds())
-			commitBatches.Observe(float64(batches))
-		},
+	st, err := openStore(ctx, c, log, func(d time.Duration, batches int) {
+		commitSeconds.Observe(d.Seconds())
+		commitBatches.Observe(float64(batches))
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	log.Info("store open", "store", describeStore(c))
 	logs, err := logstore.New(filepath.Join(c.DataDir, "logs"))
 	if err != nil {
 		return err

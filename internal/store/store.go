@@ -82,6 +82,11 @@ type Batch struct {
 	Cost
 	// Access holds grants and audit entries (see access.go).
 	Access
+	// Fence, when set, ties the batch to a lease term (see Leaser): it is
+	// committed only while that term is current, and fails with a
+	// *FencedError otherwise. A store without leases refuses fenced
+	// batches. A fence alone writes nothing.
+	Fence *Fence
 }
 
 // Empty reports whether b writes nothing.

@@ -91,6 +91,7 @@ func TestDependencyDirections(t *testing.T) {
 		{in("api"), []string{in("controller"), in("scheduler"), in("autoscaler"), in("store")}},
 		{in("store"), []string{in("advisor"), in("autoscaler"), in("cost"), in("scheduler"), in("controller")}},
 		{in("store/sqlite"), []string{in("advisor"), in("autoscaler"), in("cost"), in("scheduler"), in("controller")}},
+		{in("store/postgres"), []string{in("advisor"), in("autoscaler"), in("cost"), in("scheduler"), in("controller")}},
 	}
 	for _, r := range rules {
 		var bad []string

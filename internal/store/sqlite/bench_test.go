@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/storetest"
 )
 
 // jobBatch is one submitted job, as the API server writes it.
@@ -95,9 +96,23 @@ func BenchmarkEncodeSubmission(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		rows, err := encode(batch)
+		rows, err := encodeBatch(batch)
 		if err != nil || len(rows) != 3 {
 			b.Fatalf("encode = %d rows, %v; want 3", len(rows), err)
 		}
 	}
+}
+
+// BenchmarkSubmissions1 and BenchmarkSubmissions64 are the conformance
+// suite's submission benchmarks, which the PostgreSQL store runs too.
+func BenchmarkSubmissions1(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	storetest.BenchSubmissions(b, s, 1)
+}
+
+func BenchmarkSubmissions64(b *testing.B) {
+	s, _ := openTest(b, Options{})
+	storetest.BenchSubmissions(b, s, 64)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
 }

@@ -11,48 +11,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// encodeCost turns the cost side of a batch into rows (see store.Cost).
-func encodeCost(c *store.Cost) ([]row, error) {
-	if len(c.Ledger)+len(c.BudgetFired)+len(c.Metrics)+len(c.Notifications) == 0 {
-		return nil, nil
-	}
-	rows := make([]row, 0, len(c.Ledger)+len(c.BudgetFired)+len(c.Metrics)+len(c.Notifications))
-	for i := range c.Ledger {
-		e := &c.Ledger[i]
-		data, err := json.Marshal(e)
-		if err != nil {
-			return nil, fmt.Errorf("encoding ledger entry for node %s: %w", e.NodeID, err)
-		}
-		rows = append(rows, row{stmt: insertLedger, kind: "ledger entry", id: e.NodeID + "/" + e.JobID,
-			args: []any{e.From.Unix(), e.To.Unix(), string(e.Kind), e.JobID, e.Project, int64(e.Cost), string(data)}})
-	}
-	for _, k := range c.BudgetFired {
-		rows = append(rows, row{stmt: insertFired, kind: "budget firing", id: k.Budget,
-			args: []any{k.Budget, k.Threshold, k.PeriodStart.UTC().Format(time.RFC3339)}})
-	}
-	for _, m := range c.Metrics {
-		data, err := json.Marshal(m)
-		if err != nil {
-			return nil, fmt.Errorf("encoding metric report %s/%d: %w", m.JobID, m.Seq, err)
-		}
-		rows = append(rows, row{stmt: insertMetric, kind: "metric report", id: fmt.Sprintf("%s/%d", m.JobID, m.Seq),
-			args: []any{m.JobID, m.Seq, string(data)}})
-	}
-	for _, n := range c.Notifications {
-		data, err := json.Marshal(n)
-		if err != nil {
-			return nil, fmt.Errorf("encoding notification %s: %w", n.ID, err)
-		}
-		delivered := 0
-		if n.Delivered {
-			delivered = 1
-		}
-		rows = append(rows, row{stmt: upsertNotification, kind: "notification", id: n.ID,
-			args: []any{n.ID, delivered, string(data)}})
-	}
-	return rows, nil
-}
-
 // loadCost reads the ledger in append order, the fired keys, every metric
 // report and the undelivered notifications.
 func loadCost(ctx context.Context, tx *sql.Tx, d *store.Dump) error {

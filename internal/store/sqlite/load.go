@@ -1,17 +1,14 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"runtime"
-	"sync"
-	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/encode"
 )
 
 // Load reads every stored object in one transaction, so it sees a single
@@ -127,22 +124,16 @@ func each(ctx context.Context, tx *sql.Tx, query string, scan func(*sql.Rows) er
 // CPU; chunks bound the raw rows held for it.
 const decodeChunk = 1024
 
-// rawRow is an undecoded (id, data) row.
-type rawRow struct {
-	id   string
-	data []byte
-}
-
 // loadObjects decodes the data column of query's (id, data) rows as Ts,
 // in query order.
 func loadObjects[T any](ctx context.Context, tx *sql.Tx, kind, query string) ([]*T, error) {
 	var (
 		out   []*T
-		chunk = make([]rawRow, 0, decodeChunk)
+		chunk = make([]encode.Raw, 0, decodeChunk)
 		raw   sql.RawBytes // the driver's memory, valid until the next row
 	)
 	decode := func() error {
-		objs, err := decodeParallel[T](kind, chunk)
+		objs, err := encode.Decode[T](kind, chunk)
 		out = append(out, objs...)
 		chunk = chunk[:0]
 		return err
@@ -152,10 +143,10 @@ func loadObjects[T any](ctx context.Context, tx *sql.Tx, kind, query string) ([]
 		// in this slot from the previous chunk.
 		chunk = chunk[:len(chunk)+1]
 		next := &chunk[len(chunk)-1]
-		if err := r.Scan(&next.id, &raw); err != nil {
+		if err := r.Scan(&next.ID, &raw); err != nil {
 			return fmt.Errorf("reading %s: %w", kind, err)
 		}
-		next.data = append(next.data[:0], raw...)
+		next.Data = append(next.Data[:0], raw...)
 		if len(chunk) == cap(chunk) {
 			return decode()
 		}
@@ -168,27 +159,6 @@ func loadObjects[T any](ctx context.Context, tx *sql.Tx, kind, query string) ([]
 		return nil, err
 	}
 	return out, nil
-}
-
-// decodeParallel decodes rows on every CPU, keeping their order, and
-// reports the first row that fails.
-func decodeParallel[T any](kind string, rows []rawRow) ([]*T, error) {
-	out := make([]*T, len(rows))
-	errs := make([]error, len(rows))
-	per := max(1, (len(rows)+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(rows); lo += per {
-		wg.Go(func() {
-			for i := lo; i < min(lo+per, len(rows)); i++ {
-				out[i] = new(T)
-				if err := json.Unmarshal(rows[i].data, out[i]); err != nil {
-					errs[i] = fmt.Errorf("decoding %s %s: %w", kind, rows[i].id, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return out, cmp.Or(errs...)
 }
 
 // loadTokens is loadObjects for tokens, whose hash is kept out of JSON.
@@ -225,7 +195,7 @@ func loadIdempotency(ctx context.Context, tx *sql.Tx) ([]store.Idempotency, erro
 			return fmt.Errorf("reading idempotency record: %w", err)
 		}
 		var err error
-		if rec.Expires, err = time.Parse(expiresLayout, expires); err != nil {
+		if rec.Expires, err = encode.ParseTime(expires); err != nil {
 			return fmt.Errorf("decoding idempotency key %s/%s: %w", rec.Subject, rec.Key, err)
 		}
 		out = append(out, rec)

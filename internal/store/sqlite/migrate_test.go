@@ -8,50 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestReadMigrations(t *testing.T) {
-	t.Parallel()
-	file := func(sql string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(sql)} }
-	tests := map[string]struct {
-		files   fstest.MapFS
-		want    []int
-		wantErr string
-	}{
-		"in order":      {files: fstest.MapFS{"0002_b.sql": file("B"), "0001_a.sql": file("A"), "README": file("")}, want: []int{1, 2}},
-		"none":          {files: fstest.MapFS{}, want: []int{}},
-		"gap":           {files: fstest.MapFS{"0001_a.sql": file("A"), "0003_c.sql": file("C")}, wantErr: "migration 0003_c.sql: want number 2"},
-		"repeat":        {files: fstest.MapFS{"0001_a.sql": file("A"), "0001_b.sql": file("B")}, wantErr: "migration 0001_b.sql: want number 2"},
-		"zero":          {files: fstest.MapFS{"0000_a.sql": file("A")}, wantErr: "migration 0000_a.sql: name must be"},
-		"not numbered":  {files: fstest.MapFS{"init.sql": file("A")}, wantErr: "migration init.sql: name must be"},
-		"no underscore": {files: fstest.MapFS{"0001.sql": file("A")}, wantErr: "migration 0001.sql: name must be"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			migs, err := readMigrations(tc.files)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("readMigrations error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("readMigrations: %v", err)
-			}
-			got := []int{}
-			for _, m := range migs {
-				got = append(got, m.version)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("versions (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func TestEmbeddedMigrationsApply(t *testing.T) {
 	t.Parallel()
@@ -64,7 +23,7 @@ func TestEmbeddedMigrationsApply(t *testing.T) {
 	}
 	var want []int
 	for _, m := range migs {
-		want = append(want, m.version)
+		want = append(want, m.Version)
 	}
 	s, path := openTest(t, Options{})
 	if diff := cmp.Diff(want, appliedVersions(t, s.db)); diff != "" {
@@ -104,9 +63,9 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 // each knowing a different set of migrations.
 func TestMigrateSteps(t *testing.T) {
 	t.Parallel()
-	m1 := migration{version: 1, name: "0001_a.sql", sql: `CREATE TABLE a (x INTEGER)`}
-	m2 := migration{version: 2, name: "0002_b.sql", sql: `CREATE TABLE b (x INTEGER); INSERT INTO a VALUES (1)`}
-	broken := migration{version: 2, name: "0002_broken.sql", sql: `CREATE TABLE b (x INTEGER); INSERT INTO nowhere VALUES (1)`}
+	m1 := migration{Version: 1, Name: "0001_a.sql", SQL: `CREATE TABLE a (x INTEGER)`}
+	m2 := migration{Version: 2, Name: "0002_b.sql", SQL: `CREATE TABLE b (x INTEGER); INSERT INTO a VALUES (1)`}
+	broken := migration{Version: 2, Name: "0002_broken.sql", SQL: `CREATE TABLE b (x INTEGER); INSERT INTO nowhere VALUES (1)`}
 
 	db := openRaw(t)
 	ctx, log := context.Background(), slog.New(slog.DiscardHandler)

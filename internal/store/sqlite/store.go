@@ -16,12 +16,12 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/groupcommit"
 )
 
 // DefaultMaxBatch is the most batches one transaction takes when
-// Options.MaxBatch is zero. It bounds how long the first caller of a group
-// waits behind the others and how much one transaction holds in memory.
-const DefaultMaxBatch = 4096
+// Options.MaxBatch is zero.
+const DefaultMaxBatch = groupcommit.DefaultMaxBatch
 
 // Options tune a Store. The zero value means defaults.
 type Options struct {
@@ -47,36 +47,18 @@ type Options struct {
 }
 
 // Stats are cumulative counters of a Store's committer.
-type Stats struct {
-	// Commits counts transactions committed.
-	Commits uint64
-	// Failures counts transactions that failed as a whole, failing every
-	// batch in them.
-	Failures uint64
-	// Batches and Rows count the batches made durable and the rows they
-	// submitted (rows the version guard skipped included).
-	Batches uint64
-	Rows    uint64
-	// LastCommit is the latency of the latest successful commit.
-	LastCommit time.Duration
-}
+type Stats = groupcommit.Stats
 
 // Store is the SQLite store.Store. It is safe for concurrent use.
 type Store struct {
-	db       *sql.DB
-	stmts    *statements
-	log      *slog.Logger
-	clock    clock.Clock
-	observe  func(time.Duration, int)
-	maxBatch int
+	db    *sql.DB
+	stmts *statements
+	log   *slog.Logger
+	clock clock.Clock
+	opts  Options
 
-	mu     sync.Mutex
-	wake   *sync.Cond // signalled when queue grows or closed is set
-	queue  []pending
-	closed bool
-	stats  Stats
-
-	stopped   chan struct{} // closed when the committer returns
+	// gc is the committer, started once Open succeeded.
+	gc        *groupcommit.Committer[[]row]
 	closeOnce sync.Once
 	closeErr  error
 
@@ -84,18 +66,9 @@ type Store struct {
 	// the last commit; only the committer touches them once started.
 	mark *markFile
 	seq  uint64
-	// running says the committer was started (Open succeeded).
-	running bool
 }
 
 var _ store.Store = (*Store)(nil)
-
-// pending is a submitted batch, encoded, and the channel its caller waits
-// on.
-type pending struct {
-	rows []row
-	done chan error
-}
 
 // Open opens the database at path, creating it with mode 0600 if it does
 // not exist (its directory must), brings its schema up to date, and starts
@@ -136,8 +109,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("opening %s: %w", abs, err)
 	}
-	s.running = true
-	go s.run()
+	s.gc = groupcommit.Start(s.commit, func(rows []row) int { return len(rows) },
+		groupcommit.Options{MaxBatch: opts.MaxBatch, Logger: s.log, Observer: opts.CommitObserver})
 	return s, nil
 }
 
@@ -213,24 +186,13 @@ func readOnlyDSN(path string) string {
 // prepares the committer's statements. On error the returned Store, if
 // any, holds only what must be closed.
 func start(ctx context.Context, db *sql.DB, path string, opts Options) (*Store, error) {
-	s := &Store{
-		db:       db,
-		log:      opts.Logger,
-		clock:    opts.Clock,
-		observe:  opts.CommitObserver,
-		maxBatch: opts.MaxBatch,
-		stopped:  make(chan struct{}),
-	}
+	s := &Store{db: db, log: opts.Logger, clock: opts.Clock, opts: opts}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
 	}
-	if s.maxBatch <= 0 {
-		s.maxBatch = DefaultMaxBatch
-	}
-	s.wake = sync.NewCond(&s.mu)
 	if err := s.checkMark(ctx, path, opts.AcceptLostWrites); err != nil {
 		return s, err
 	}
@@ -253,23 +215,11 @@ func start(ctx context.Context, db *sql.DB, path string, opts Options) (*Store, 
 // Close, and an encoding error (such as a NaN price) at once, without
 // queueing b.
 func (s *Store) Submit(b *store.Batch) <-chan error {
-	done := make(chan error, 1)
-	rows, err := encode(b)
-	s.mu.Lock()
-	switch {
-	case s.closed:
-		err = store.ErrClosed
-	case err == nil:
-		s.queue = append(s.queue, pending{rows: rows, done: done})
-	}
-	s.mu.Unlock()
+	rows, err := encodeBatch(b)
 	if err != nil {
-		done <- err
-		close(done)
-		return done
+		return groupcommit.Failed(err)
 	}
-	s.wake.Signal()
-	return done
+	return s.gc.Submit(rows)
 }
 
 // Close stops accepting batches, waits until every batch already submitted
@@ -278,12 +228,8 @@ func (s *Store) Submit(b *store.Batch) <-chan error {
 // call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
-		s.wake.Signal()
-		if s.running {
-			<-s.stopped
+		if s.gc != nil {
+			s.gc.Close()
 		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("closing database: %w", err)
@@ -298,87 +244,21 @@ func (s *Store) Close() error {
 }
 
 // Stats returns the committer's counters so far.
-func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats
-}
+func (s *Store) Stats() Stats { return s.gc.Stats() }
 
-// run is the committer, the only goroutine that writes. It takes whatever
-// is queued and makes it durable in one transaction, so concurrent callers
-// share one fsync instead of paying one each; under load, batches arriving
-// during a commit form the next group.
-func (s *Store) run() {
-	defer close(s.stopped)
-	for {
-		group := s.next()
-		if len(group) == 0 {
-			return
-		}
-		s.commit(group)
-	}
-}
-
-// next waits for queued batches and takes up to maxBatch of them, oldest
-// first. It returns nothing once the store is closed and drained.
-func (s *Store) next() []pending {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.queue) == 0 && !s.closed {
-		s.wake.Wait()
-	}
-	group := s.queue
-	if len(group) > s.maxBatch {
-		group, s.queue = group[:s.maxBatch:s.maxBatch], group[s.maxBatch:]
-	} else {
-		s.queue = nil
-	}
-	return group
-}
-
-// commit writes group, then reports to the metrics and to every waiter, in
-// that order, so that whoever sees its batch acknowledged also sees it
-// counted.
-func (s *Store) commit(group []pending) {
-	begin := time.Now()
-	errs, err := s.write(group, mark{seq: s.seq + 1, at: begin.UTC()})
-	if err == nil {
-		s.seq++
-		// Before any batch is acknowledged: the mark is never below an
-		// acknowledged commit. A failure only weakens detection (the
-		// mark lags), so the durable batches are still acknowledged.
-		if merr := s.mark.write(mark{seq: s.seq, at: begin.UTC()}); merr != nil {
-			s.log.Error("commit mark not updated: lost writes after this commit may go undetected", "err", merr)
-		}
-	}
-	took := time.Since(begin)
-
-	s.mu.Lock()
+// commit writes group in one transaction with the next commit count, then
+// moves the mark to it before any batch is acknowledged: the mark is never
+// below an acknowledged commit. A mark that fails to move only weakens
+// detection (the mark lags), so the durable batches are still acknowledged.
+func (s *Store) commit(group [][]row) ([]error, error) {
+	at := time.Now().UTC()
+	errs, err := s.write(group, mark{seq: s.seq + 1, at: at})
 	if err != nil {
-		s.stats.Failures++
-	} else {
-		s.stats.Commits++
-		s.stats.LastCommit = took
-		for i, p := range group {
-			if errs[i] == nil {
-				s.stats.Batches++
-				s.stats.Rows += uint64(len(p.rows))
-			}
-		}
+		return nil, err
 	}
-	s.mu.Unlock()
-
-	if err != nil {
-		s.log.Error("commit failed", "batches", len(group), "err", err)
-	} else if s.observe != nil {
-		s.observe(took, len(group))
+	s.seq++
+	if merr := s.mark.write(mark{seq: s.seq, at: at}); merr != nil {
+		s.log.Error("commit mark not updated: lost writes after this commit may go undetected", "err", merr)
 	}
-	for i, p := range group {
-		if err != nil {
-			p.done <- err
-		} else {
-			p.done <- errs[i]
-		}
-		close(p.done)
-	}
+	return errs, nil
 }

@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/postgres"
+	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+)
+
+// StoreEnv names the environment variable --store defaults to, which keeps
+// a DSN's password out of the process list.
+const StoreEnv = "GPUFLEET_STORE"
+
+// backingStore is what the server needs of a store: the controller writes
+// through it and the API reads the audit log from it.
+type backingStore interface {
+	store.Store
+	api.AuditReader
+}
+
+// validateStore checks --store: empty or "sqlite" for the data dir's
+// SQLite file, or a postgres:// URL. The value is never echoed, since a
+// DSN holds a password.
+func validateStore(fe *model.FieldErrors, c *Config) {
+	switch {
+	case c.Store == "" || c.Store == "sqlite":
+	case postgres.IsDSN(c.Store):
+		if c.AcceptLostWrites {
+			fe.Add("--accept-lost-writes", "applies to the SQLite store only: PostgreSQL keeps its own durability")
+		}
+	default:
+		fe.Add("--store", fmt.Sprintf("must be sqlite (the data dir's database, the default) or a postgres:// URL, not %s", postgres.Describe(c.Store)))
+	}
+}
+
+// describeStore names the store for logs and banners, without a password.
+func describeStore(c *Config) string {
+	if postgres.IsDSN(c.Store) {
+		return postgres.Describe(c.Store)
+	}
+	return "sqlite:" + filepath.Join(c.DataDir, DBFile)
+}
+
+// openStore opens the store --store names. With PostgreSQL this server is
+// the database's only writer (it holds its writer lock), as with SQLite:
+// several replicas need leader election, which is not wired yet
+// (docs/postgres.md).
+func openStore(ctx context.Context, c *Config, log *slog.Logger, observe func(time.Duration, int)) (backingStore, error) {
+	if postgres.IsDSN(c.Store) {
+		st, err := postgres.Open(ctx, c.Store, postgres.Options{Logger: log, CommitObserver: observe})
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(c.DataDir, DBFile), sqlite.Options{
+		Logger: log, AcceptLostWrites: c.AcceptLostWrites, CommitObserver: observe,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}

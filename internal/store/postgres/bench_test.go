@@ -1,0 +1,23 @@
+package postgres
+
+import (
+	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/store/postgres/pgtest"
+	"github.com/gpufleet/gpufleet/internal/store/storetest"
+)
+
+// BenchmarkSubmissions1 is one caller waiting for each submission: every
+// commit carries one batch, so this is PostgreSQL's commit latency.
+func BenchmarkSubmissions1(b *testing.B) {
+	storetest.BenchSubmissions(b, openTest(b, pgtest.DSN(b), Options{}), 1)
+}
+
+// BenchmarkSubmissions64 is the API server's pattern: 64 callers each
+// submitting one job and waiting for it to be durable.
+func BenchmarkSubmissions64(b *testing.B) {
+	s := openTest(b, pgtest.DSN(b), Options{})
+	storetest.BenchSubmissions(b, s, 64)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
+}

@@ -1,0 +1,290 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/encode"
+	"github.com/gpufleet/gpufleet/internal/store/groupcommit"
+)
+
+//go:embed migrations/*.sql
+var embedded embed.FS
+
+// Options tune a Store. The zero value means defaults.
+type Options struct {
+	// MaxBatch is the most batches grouped into one transaction; 0 or less
+	// means groupcommit.DefaultMaxBatch.
+	MaxBatch int
+	// Logger receives migration, connection and commit-failure records;
+	// nil discards them.
+	Logger *slog.Logger
+	// Clock decides which idempotency records have expired at Load; nil
+	// means the wall clock. Leases use the database's clock.
+	Clock clock.Clock
+	// CommitObserver, if set, is called after every successful commit with
+	// its latency and the number of batches it held (see
+	// groupcommit.Options.Observer).
+	CommitObserver func(d time.Duration, batches int)
+	// Shared lets several Stores (server replicas) open the database at
+	// once. They must then fence their writes with leases; without Shared
+	// a second Store is refused with ErrInUse.
+	Shared bool
+	// MaxConns bounds the connections for Load, Audit and leases (the
+	// committer has its own); 0 means 4.
+	MaxConns int32
+	// CommitTimeout bounds one transaction; 0 means one minute.
+	CommitTimeout time.Duration
+	// LockWait is how long Open waits for the writer lock before failing
+	// with ErrInUse (a crashed predecessor's session ends a moment after
+	// its process); 0 means 5s.
+	LockWait time.Duration
+}
+
+// Stats are cumulative counters of a Store's committer.
+type Stats = groupcommit.Stats
+
+// ErrInUse says another Store writes the database (see Options.Shared).
+var ErrInUse = errors.New("the database is in use by another gpufleet server")
+
+// writerLock is the advisory lock key a non-shared Store's committer holds:
+// "gpufleet" in ASCII.
+const writerLock = 0x67707566_6c656574
+
+// migrateLock serialises migrations among replicas starting together.
+const migrateLock = writerLock + 1
+
+// Store is the PostgreSQL store.Store and store.Leaser. It is safe for
+// concurrent use.
+type Store struct {
+	cfg   *pgx.ConnConfig // the committer's connection settings
+	pool  *pgxpool.Pool   // Load, Audit, leases
+	log   *slog.Logger
+	clock clock.Clock
+	opts  Options
+	desc  string // the DSN without its password
+
+	// conn is the committer's own connection; only the committer uses it
+	// once started.
+	conn *pgx.Conn
+
+	gc        *groupcommit.Committer[batch]
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Leaser = (*Store)(nil)
+)
+
+// batch is a submitted batch, encoded.
+type batch struct {
+	rows  []encode.Row
+	fence *store.Fence
+}
+
+// IsDSN reports whether s names a PostgreSQL database (postgres:// or
+// postgresql://).
+func IsDSN(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// Describe returns dsn fit for a log: its password, and any password
+// parameter, replaced by "xxxxx". A DSN that does not parse is described
+// only by its scheme.
+func Describe(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(dsn, "://"); ok && !strings.ContainsAny(scheme, "@:/") {
+			return scheme + "://(unparsable)"
+		}
+		return "(unparsable DSN)"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.EqualFold(k, "password") {
+			q.Set(k, "xxxxx")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Open connects to the database dsn names, brings its schema up to date,
+// and starts the committer. A database migrated by a newer gpufleet is
+// refused with schema.ErrTooNew; one another Store writes, with ErrInUse
+// (unless Options.Shared). Errors never carry the DSN's password.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	desc := Describe(dsn)
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgconn redacts the password in its parse errors.
+		return nil, fmt.Errorf("parsing the PostgreSQL DSN %s: %w", desc, err)
+	}
+	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "gpufleet"
+	}
+	pcfg.MaxConns = opts.MaxConns
+	if pcfg.MaxConns <= 0 {
+		pcfg.MaxConns = 4
+	}
+	s := &Store{cfg: pcfg.ConnConfig.Copy(), log: opts.Logger, clock: opts.Clock, opts: opts, desc: desc}
+	// The server drops a session whose client vanished (a machine that
+	// died, a partition) after about 25s instead of the kernel's two
+	// hours, releasing its writer lock.
+	for k, v := range map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"} {
+		if _, set := s.cfg.RuntimeParams[k]; !set {
+			s.cfg.RuntimeParams[k] = v
+		}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	if s.opts.CommitTimeout <= 0 {
+		s.opts.CommitTimeout = time.Minute
+	}
+	if s.opts.LockWait <= 0 {
+		s.opts.LockWait = 5 * time.Second
+	}
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.conn.Close(context.Background())
+		return nil, fmt.Errorf("migrating %s: %w", desc, err)
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		s.conn.Close(context.Background())
+		return nil, fmt.Errorf("connecting to %s: %w", desc, err)
+	}
+	s.gc = groupcommit.Start(s.commit, func(b batch) int { return len(b.rows) },
+		groupcommit.Options{MaxBatch: opts.MaxBatch, Logger: s.log, Observer: opts.CommitObserver})
+	return s, nil
+}
+
+// connect opens the committer's connection, takes the writer lock unless
+// shared, and makes sure its commits are durable.
+func (s *Store) connect(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, s.cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", s.desc, err)
+	}
+	fail := func(err error) error {
+		conn.Close(context.Background())
+		return err
+	}
+	if !s.opts.Shared {
+		for deadline := time.Now().Add(s.opts.LockWait); ; {
+			var got bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(writerLock)).Scan(&got); err != nil {
+				return fail(fmt.Errorf("locking %s for this server: %w", s.desc, err))
+			}
+			if got {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fail(s.inUse(ctx, conn))
+			}
+			select {
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	var syncCommit, fsync string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync); err != nil {
+		return fail(fmt.Errorf("reading %s's settings: %w", s.desc, err))
+	}
+	if syncCommit == "off" {
+		if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
+			return fail(fmt.Errorf("setting synchronous_commit on: %w", err))
+		}
+		s.log.Warn("synchronous_commit was off for gpufleet's session; set on, so an acknowledged write survives a crash", "store", s.desc)
+	}
+	if fsync == "off" {
+		s.log.Warn("PostgreSQL runs with fsync=off: acknowledged writes may be lost if its machine crashes", "store", s.desc)
+	}
+	s.conn = conn
+	return nil
+}
+
+// inUse describes the session holding the writer lock.
+func (s *Store) inUse(ctx context.Context, conn *pgx.Conn) error {
+	var (
+		pid  int32
+		app  string
+		addr string
+	)
+	err := conn.QueryRow(ctx, `SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local')
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND (l.classid::bigint << 32) | l.objid::bigint = $1 LIMIT 1`, int64(writerLock)).Scan(&pid, &app, &addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w: stop that server first (or run replicas with leases)", s.desc, ErrInUse)
+	}
+	return fmt.Errorf("%s: %w (%s from %s, backend pid %d): stop that server first (or run replicas with leases)", s.desc, ErrInUse, app, addr, pid)
+}
+
+// Submit encodes b, queues it for the committer and returns; see
+// store.Store. It yields store.ErrClosed after Close, and an encoding error
+// at once, without queueing b.
+func (s *Store) Submit(b *store.Batch) <-chan error {
+	rows, err := encode.Batch(b)
+	if err != nil {
+		return groupcommit.Failed(err)
+	}
+	var f *store.Fence
+	if b != nil && b.Fence != nil {
+		c := *b.Fence
+		f = &c
+	}
+	return s.gc.Submit(batch{rows: rows, fence: f})
+}
+
+// Close stops accepting batches, waits until every batch already submitted
+// is committed (or has failed), and closes the connections, releasing the
+// writer lock. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.gc.Close()
+		if s.conn != nil {
+			// Unlocked here rather than by the session's end, which the
+			// server notices only after the connection closes: a Store
+			// opened right after this one returns must find it free.
+			if !s.opts.Shared && !s.conn.IsClosed() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if _, err := s.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(writerLock)); err != nil {
+					s.closeErr = fmt.Errorf("unlocking %s: %w", s.desc, err)
+				}
+				cancel()
+			}
+			if err := s.conn.Close(context.Background()); err != nil && s.closeErr == nil {
+				s.closeErr = fmt.Errorf("closing connection to %s: %w", s.desc, err)
+			}
+		}
+		s.pool.Close()
+	})
+	return s.closeErr
+}
+
+// Stats returns the committer's counters so far.
+func (s *Store) Stats() Stats { return s.gc.Stats() }
