@@ -121,7 +121,9 @@ func (s *S3) String() string { return s.desc }
 // Check makes one request to the bucket, so that wrong settings are
 // reported before any work depends on them.
 func (s *S3) Check(ctx context.Context) error {
-	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(s.cfg.Bucket)})
+	// A listing, not HeadBucket: its error has a body whose code tells a
+	// missing bucket from an unknown access key (both 404 on some servers).
+	_, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(s.cfg.Bucket), Prefix: aws.String(s.cfg.Prefix), MaxKeys: aws.Int32(1)})
 	if err != nil {
 		return s.fail("check", "", err)
 	}
@@ -141,11 +143,9 @@ func (s *S3) fail(op, key string, err error) error {
 		kind = ErrNoBucket
 	case errors.As(err, &api) && (api.ErrorCode() == "NoSuchKey" || api.ErrorCode() == "NotFound"):
 		kind = ErrNotFound
-		if op == "check" {
-			kind = ErrNoBucket // HeadBucket has no body: a 404 is the bucket
-		}
 	case errors.As(err, &api) && (api.ErrorCode() == "AccessDenied" || api.ErrorCode() == "InvalidAccessKeyId" ||
-		api.ErrorCode() == "SignatureDoesNotMatch" || api.ErrorCode() == "Forbidden"):
+		api.ErrorCode() == "SignatureDoesNotMatch" || api.ErrorCode() == "Forbidden" ||
+		api.ErrorCode() == "XAdminUserNotFound"): // versitygw: no such access key
 		kind = ErrAccessDenied
 	case errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusForbidden:
 		kind = ErrAccessDenied
