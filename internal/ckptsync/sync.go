@@ -82,7 +82,7 @@ func New(cfg Config) (*Syncer, error) {
 // Prefix is the job's folder in the store (opaque), for tests and tools.
 func (s *Syncer) Prefix() string { return s.prefix }
 
-func (s *Syncer) latestKey() string          { return s.prefix + "latest" }
+func (s *Syncer) latestKey() string            { return s.prefix + "latest" }
 func (s *Syncer) objectKey(name string) string { return s.prefix + "o/" + name }
 
 // Latest returns the job's latest complete checkpoint; ok is false when it

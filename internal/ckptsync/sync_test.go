@@ -114,9 +114,9 @@ func TestRoundTrip(t *testing.T) {
 			b := mk(t)
 			a := t.TempDir()
 			files := map[string]string{
-				"model.pt":         "PLAINTEXT-WEIGHTS " + strings.Repeat("w", 3<<20),
-				"optim/state.bin":  "PLAINTEXT-OPTIMIZER",
-				ckptsync.Marker:    "step=1200 time=2026-12-01T10:00:00Z",
+				"model.pt":          "PLAINTEXT-WEIGHTS " + strings.Repeat("w", 3<<20),
+				"optim/state.bin":   "PLAINTEXT-OPTIMIZER",
+				ckptsync.Marker:     "step=1200 time=2026-12-01T10:00:00Z",
 				".gpufleet-scratch": "not uploaded",
 			}
 			write(t, a, files)
