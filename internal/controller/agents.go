@@ -251,7 +251,7 @@ type cachedSpec struct {
 // change in the vault. The spec's maps and slices are shared between
 // answers: callers must not change them. Callers hold c.mu.
 func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
-	if len(job.Spec.Run.Secrets) > 0 {
+	if len(job.Spec.Run.Secrets) > 0 || c.checkpointStorageLocked(r) != nil {
 		return c.replicaSpec(job, a, r, secret, mk)
 	}
 	master, _ := c.st.Node(a.Replicas[0].NodeID)
@@ -348,6 +348,9 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		Tags:      job.Tags,
 		CPU:       job.Spec.Resources.CPU,
 		Memory:    job.Spec.Resources.Memory,
+	}
+	if spec.Checkpoint, err = c.checkpointSyncLocked(job, r); err != nil {
+		return agentapi.ReplicaSpec{}, fmt.Errorf("%w: %w", errSecretUnavailable, err)
 	}
 	return spec, nil
 }

@@ -92,6 +92,9 @@ func (c *Controller) PutSecret(ctx context.Context, project, name string, value 
 // DeleteSecret removes a secret. Running jobs keep the value they were
 // started with; queued jobs that name it fail to start.
 func (c *Controller) DeleteSecret(ctx context.Context, project, name string) error {
+	if name == model.DataKeySecret {
+		return fmt.Errorf("secret %s of project %s is the key of its stored checkpoints; deleting it would lose them: %w", name, project, ErrConflict)
+	}
 	k := store.SecretKey{Project: project, Name: name}
 	c.mu.Lock()
 	if _, ok := c.vault.sealed[k]; !ok {

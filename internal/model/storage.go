@@ -125,3 +125,9 @@ func (s *Storage) Validate(prefix string) FieldErrors {
 	}
 	return fe
 }
+
+// DataKeySecret is the reserved secret of a project that holds its data
+// key (hex), which seals the project's checkpoints in object storage. The
+// server creates it on first use; it is sealed, listed and resealed like
+// every secret, and cannot be deleted (its checkpoints would be lost).
+const DataKeySecret = "GPUFLEET_DATA_KEY"

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +41,8 @@ type S3Config struct {
 	// BUCKET.ENDPOINT/KEY (gateways and most self-hosted servers need it).
 	PathStyle bool
 	// AccessKeyID and SecretAccessKey are the static credentials (opened
-	// from a sealed secret by the caller; never from a manifest).
+	// from a sealed secret by the caller; never from a manifest). Empty:
+	// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
 	AccessKeyID, SecretAccessKey, SessionToken string
 	// PartSize is the size of a multipart upload's parts, and the largest
 	// object sent in one PutObject (default 16 MiB, at least 5 MiB).
@@ -103,6 +105,11 @@ func NewS3(cfg S3Config) (*S3, error) {
 			o.MaxAttempts = cfg.MaxAttempts
 			o.MaxBackoff = 5 * time.Second
 		}),
+	}
+	if cfg.AccessKeyID == "" {
+		// The node's own credentials, from the environment (instance
+		// roles are not read).
+		cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN")
 	}
 	if cfg.AccessKeyID != "" {
 		opts.Credentials = credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)

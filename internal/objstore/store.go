@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // Errors callers branch on; every error of a Store wraps one of these where
@@ -66,3 +68,23 @@ func (e *ObjectError) Error() string {
 }
 
 func (e *ObjectError) Unwrap() error { return e.Err }
+
+// Credentials are static S3 credentials; empty fields mean the
+// environment's (AWS_ACCESS_KEY_ID…, or an instance role).
+type Credentials struct {
+	AccessKeyID, SecretAccessKey string
+}
+
+// Open returns the Store that s declares.
+func Open(ctx context.Context, s model.Storage, creds Credentials) (Store, error) {
+	switch {
+	case s.S3 != nil:
+		return NewS3(S3Config{
+			Endpoint: s.S3.Endpoint, Region: s.S3.Region, Bucket: s.S3.Bucket, Prefix: s.S3.Prefix, PathStyle: s.S3.PathStyle,
+			AccessKeyID: creds.AccessKeyID, SecretAccessKey: creds.SecretAccessKey,
+		})
+	case s.Path != "":
+		return NewDir(s.Path)
+	}
+	return nil, errors.New("storage declares neither s3 nor path")
+}

@@ -1,0 +1,109 @@
+package controller
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
+)
+
+// checkpointStorageLocked is the checkpoint storage of the pool of the
+// node that runs r, when r is rank 0 (the rank that syncs checkpoints):
+// nil when there is none. Callers hold c.mu.
+func (c *Controller) checkpointStorageLocked(r model.Replica) *model.Storage {
+	if r.Rank != 0 {
+		return nil
+	}
+	n, ok := c.st.Node(r.NodeID)
+	if !ok || n.Pool == "" {
+		return nil
+	}
+	for _, p := range c.fleet.pools {
+		if p.Name == n.Pool {
+			return p.Spec.CheckpointStorage
+		}
+	}
+	return nil
+}
+
+// checkpointSyncLocked is what the agent of r's node needs to sync the
+// job's checkpoints with its pool's storage (docs/storage.md), or nil: the
+// storage, the credentials opened from its credentialsRef, and the job's
+// project's data key, created (sealed, in the vault, committed before the
+// desired set is sent) on first use. Callers hold c.mu.
+func (c *Controller) checkpointSyncLocked(job *model.Job, r model.Replica) (*agentapi.CheckpointSync, error) {
+	st := c.checkpointStorageLocked(r)
+	if st == nil {
+		return nil, nil
+	}
+	if c.cfg.Keyring == nil {
+		return nil, fmt.Errorf("checkpoint storage %s: sealing checkpoints needs a data key: %w", st, ErrNoKeyring)
+	}
+	ck := &agentapi.CheckpointSync{Storage: *st}
+	if st.S3 != nil && st.S3.CredentialsRef != "" {
+		project, name, _ := st.S3.CredentialsRef.Split()
+		v, err := c.openSecretLocked(project, name)
+		if err != nil {
+			return nil, fmt.Errorf("credentials of checkpoint storage %s: %w", st, err)
+		}
+		id, secret, ok := strings.Cut(strings.TrimSpace(v), ":")
+		if !ok || id == "" || secret == "" {
+			return nil, fmt.Errorf("credentials of checkpoint storage %s: secret %s must be ACCESS_KEY_ID:SECRET_ACCESS_KEY", st, st.S3.CredentialsRef)
+		}
+		ck.AccessKeyID, ck.SecretAccessKey = id, secret
+	}
+	key, err := c.dataKeyLocked(job.Project)
+	if err != nil {
+		return nil, err
+	}
+	ck.DataKey = key
+	return ck, nil
+}
+
+// openSecretLocked opens a project's secret. Callers hold c.mu.
+func (c *Controller) openSecretLocked(project, name string) (string, error) {
+	s, ok := c.vault.sealed[store.SecretKey{Project: project, Name: name}]
+	if !ok {
+		return "", fmt.Errorf("secret %s of project %s: %w", name, project, ErrNotFound)
+	}
+	v, err := c.cfg.Keyring.Open(s.Sealed, model.SecretAAD(s.Project, s.Name))
+	if err != nil {
+		return "", fmt.Errorf("opening secret %s of project %s: %w", name, project, err)
+	}
+	return string(v), nil
+}
+
+// dataKeyLocked returns project's data key, creating it when it has none:
+// the new key is submitted for commit, and Sync's barrier makes it durable
+// before any agent receives it. Callers hold c.mu.
+func (c *Controller) dataKeyLocked(project string) ([]byte, error) {
+	if v, err := c.openSecretLocked(project, model.DataKeySecret); err == nil {
+		key, err := hex.DecodeString(v)
+		if err != nil || len(key) != 32 {
+			return nil, fmt.Errorf("data key of project %s is not 32 hex-encoded bytes", project)
+		}
+		return key, nil
+	} else if _, ok := c.vault.sealed[store.SecretKey{Project: project, Name: model.DataKeySecret}]; ok {
+		return nil, err // it exists and does not open: never replace it
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("creating a data key: %w", err)
+	}
+	v := hex.EncodeToString(key)
+	sealed, err := c.cfg.Keyring.Seal([]byte(v), model.SecretAAD(project, model.DataKeySecret))
+	if err != nil {
+		return nil, fmt.Errorf("sealing the data key of project %s: %w", project, err)
+	}
+	k := store.SecretKey{Project: project, Name: model.DataKeySecret}
+	s := model.Secret{Project: project, Name: model.DataKeySecret, Sealed: sealed, Version: 1, UpdatedAt: c.cfg.Clock.Now()}
+	c.vault.sealed[k] = s
+	c.vault.open[k] = v
+	c.cfg.Redactor.Add(v)
+	c.com.submit(&store.Batch{Access: store.Access{Secrets: []model.Secret{s}}})
+	return key, nil
+}
