@@ -159,3 +159,15 @@ func (a *Agent) adoptCheckpoints(ctx context.Context, r *replica, spec agentapi.
 	}
 	a.setCheckpoints(r, ck)
 }
+
+// withCheckpoint adds the time of the last uploaded checkpoint to s.
+func withCheckpoint(s agentapi.ReplicaStatus, ck *ckptState) agentapi.ReplicaStatus {
+	if ck == nil {
+		return s
+	}
+	if m, ok := ck.sync.Uploaded(); ok {
+		t := m.Time
+		s.Checkpoint = &t
+	}
+	return s
+}

@@ -53,6 +53,10 @@ echo weights-100 > $d/model.pt; echo step=100 > $d/LATEST; echo ready; sleep 30 
 	dirA := agentDir(t)
 	startAgent(t, newTestAgent(t, cpA, dirA))
 	waitFor(t, "step 100 uploaded", func() bool { return latest().Step == 100 })
+	waitFor(t, "the upload reported", func() bool {
+		s, _ := cpA.status(a.ID)
+		return s.Checkpoint != nil && s.Checkpoint.Equal(latest().Time)
+	})
 	a.Stop = true
 	cpA.setDesired(a)
 	waitPhase(t, cpA, a.ID, agentapi.PhaseExited)

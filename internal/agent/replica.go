@@ -183,11 +183,11 @@ func (a *Agent) tend(ctx context.Context, r *replica) {
 			// reported: the attempt that resumes the job must find it.
 			watch.end()
 			a.finalUpload(ctx, a.checkpointsOf(r), log)
-			a.finish(ctx, r, obs.status, ship, log)
+			a.finish(ctx, r, withCheckpoint(obs.status, a.checkpointsOf(r)), ship, log)
 			return
 		}
 		if obs.status.Phase != "" {
-			a.publish(r, obs.status)
+			a.publish(r, withCheckpoint(obs.status, a.checkpointsOf(r)))
 		}
 		a.mu.Lock()
 		stop := r.stop

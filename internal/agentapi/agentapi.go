@@ -181,6 +181,10 @@ type ReplicaStatus struct {
 	Reason    string     `json:"reason,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// Checkpoint is the time of the last checkpoint the agent uploaded
+	// for the replica (ReplicaSpec.Checkpoint), the time its LATEST
+	// marker names: work lost by preempting the job is measured from it.
+	Checkpoint *time.Time `json:"checkpoint,omitempty"`
 }
 
 // Reasons a supervisor records.

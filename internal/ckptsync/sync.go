@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/clock"
@@ -54,9 +55,12 @@ type Syncer struct {
 	// last is the marker (content and modification time) of the
 	// checkpoint last uploaded or restored, so an unchanged marker costs
 	// a stat.
-	last     marker
-	stored   map[string]bool // objects known to be in the store
-	uploaded *Manifest
+	last   marker
+	stored map[string]bool // objects known to be in the store
+
+	// uploaded is the last checkpoint this Syncer uploaded; read without
+	// mu, which an upload holds for long.
+	uploaded atomic.Pointer[Manifest]
 }
 
 type marker struct {
@@ -84,6 +88,15 @@ func (s *Syncer) Prefix() string { return s.prefix }
 
 func (s *Syncer) latestKey() string            { return s.prefix + "latest" }
 func (s *Syncer) objectKey(name string) string { return s.prefix + "o/" + name }
+
+// Uploaded returns the last checkpoint this Syncer uploaded; ok is false
+// before the first. It does not wait for an upload in flight.
+func (s *Syncer) Uploaded() (m Manifest, ok bool) {
+	if p := s.uploaded.Load(); p != nil {
+		return *p, true
+	}
+	return Manifest{}, false
+}
 
 // Latest returns the job's latest complete checkpoint; ok is false when it
 // has none.
@@ -295,7 +308,7 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 		}
 	}
 	s.last = mk
-	s.uploaded = &m
+	s.uploaded.Store(&m)
 	return m, true, nil
 }
 

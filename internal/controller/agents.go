@@ -281,7 +281,17 @@ func (c *Controller) forgetSpecsLocked(a *model.Attempt) {
 }
 
 func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
-	ckpt := c.checkpointDirFor(a, mk)
+	ck, err := c.checkpointSyncLocked(job, r)
+	if err != nil {
+		return agentapi.ReplicaSpec{}, fmt.Errorf("%w: %w", errSecretUnavailable, err)
+	}
+	// On a pool with checkpoint storage the folder is the node's own
+	// (the agent's work root), synced with the storage; elsewhere it is
+	// the server's.
+	ckpt := ""
+	if c.poolStorageLocked(r.NodeID) == nil {
+		ckpt = c.checkpointDirFor(a, mk)
+	}
 	env := make(map[string]string, len(job.Spec.Run.Env)+len(job.Spec.Run.Secrets)+12)
 	for k, v := range job.Spec.Run.Env {
 		env[k] = v
@@ -349,9 +359,7 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		CPU:       job.Spec.Resources.CPU,
 		Memory:    job.Spec.Resources.Memory,
 	}
-	if spec.Checkpoint, err = c.checkpointSyncLocked(job, r); err != nil {
-		return agentapi.ReplicaSpec{}, fmt.Errorf("%w: %w", errSecretUnavailable, err)
-	}
+	spec.Checkpoint = ck
 	return spec, nil
 }
 
@@ -382,6 +390,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	if r.State.Terminal() {
 		return
 	}
+	c.observeCheckpointLocked(a.JobID, st.Checkpoint, b)
 	now := c.cfg.Clock.Now()
 	a = a.Clone()
 	r = a.Replicas[rank]

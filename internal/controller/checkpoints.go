@@ -5,20 +5,17 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
-// checkpointStorageLocked is the checkpoint storage of the pool of the
-// node that runs r, when r is rank 0 (the rank that syncs checkpoints):
-// nil when there is none. Callers hold c.mu.
-func (c *Controller) checkpointStorageLocked(r model.Replica) *model.Storage {
-	if r.Rank != 0 {
-		return nil
-	}
-	n, ok := c.st.Node(r.NodeID)
+// poolStorageLocked is the checkpoint storage of the pool of node id, or
+// nil. Callers hold c.mu.
+func (c *Controller) poolStorageLocked(nodeID string) *model.Storage {
+	n, ok := c.st.Node(nodeID)
 	if !ok || n.Pool == "" {
 		return nil
 	}
@@ -28,6 +25,40 @@ func (c *Controller) checkpointStorageLocked(r model.Replica) *model.Storage {
 		}
 	}
 	return nil
+}
+
+// checkpointStorageLocked is the storage r syncs its job's checkpoints
+// with: its pool's, when r is rank 0 (the rank that writes checkpoints);
+// nil otherwise. Callers hold c.mu.
+func (c *Controller) checkpointStorageLocked(r model.Replica) *model.Storage {
+	if r.Rank != 0 {
+		return nil
+	}
+	return c.poolStorageLocked(r.NodeID)
+}
+
+// observeCheckpointLocked records the checkpoint an agent reports
+// uploaded for job id (ReplicaStatus.Checkpoint), so that work lost by
+// preempting the job is measured from its last uploaded checkpoint. The
+// changed job joins b. Callers hold c.mu.
+func (c *Controller) observeCheckpointLocked(id string, at *time.Time, b *store.Batch) {
+	if at == nil {
+		return
+	}
+	j, ok := c.st.Job(id)
+	if !ok || j.State.Terminal() || (j.LastCheckpoint != nil && !at.After(*j.LastCheckpoint)) {
+		return
+	}
+	if now := c.cfg.Clock.Now(); at.After(now) {
+		t := now
+		at = &t
+	}
+	j = j.Clone()
+	t := *at
+	j.LastCheckpoint = &t
+	j.Version++
+	c.st.PutJob(j)
+	b.Jobs = append(b.Jobs, j)
 }
 
 // checkpointSyncLocked is what the agent of r's node needs to sync the

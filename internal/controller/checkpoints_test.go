@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"time"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -77,6 +78,15 @@ func TestDesiredSetCarriesCheckpointSync(t *testing.T) {
 	}
 	if again := h.sync().Replicas[0].Checkpoint; again == nil || !bytes.Equal(again.DataKey, ck.DataKey) {
 		t.Error("the project's data key changed between syncs")
+	}
+	if dir := rs.Env["GPUFLEET_CHECKPOINT_DIR"]; dir != "" {
+		t.Errorf("GPUFLEET_CHECKPOINT_DIR = %q, want empty: the node's own folder, synced with the storage", dir)
+	}
+	// An uploaded checkpoint the agent reports is the job's last.
+	at := h.clk.Now().Add(-time.Minute)
+	h.sync(agentapi.ReplicaStatus{ID: rs.ID, Phase: agentapi.PhaseRunning, StartedAt: h.clk.Now(), Checkpoint: &at})
+	if j := mustJob(t, h.c, rs.JobID); j.LastCheckpoint == nil || !j.LastCheckpoint.Equal(at) {
+		t.Errorf("job's last checkpoint %v, want the uploaded one's %v", j.LastCheckpoint, at)
 	}
 	if info := h.c.Secrets("default"); len(info) != 2 || info[0].Name != model.DataKeySecret {
 		t.Errorf("project secrets %+v, want the data key beside S3_CKPT", info)
