@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
