@@ -227,18 +227,29 @@ func checkPath(p string) error {
 	return nil
 }
 
+// readMarker reads the LATEST marker of dir, never through a link that
+// leaves dir.
 func readMarker(dir string) (marker, error) {
-	p := filepath.Join(dir, Marker)
-	info, err := os.Stat(p)
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return marker{}, err
 	}
-	data, err := os.ReadFile(p)
+	defer root.Close()
+	f, err := root.Open(Marker)
 	if err != nil {
 		return marker{}, err
 	}
-	if len(data) > maxMarker {
-		data = data[:maxMarker]
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return marker{}, err
+	}
+	if !info.Mode().IsRegular() {
+		return marker{}, fmt.Errorf("%s is not a file", Marker)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxMarker))
+	if err != nil {
+		return marker{}, err
 	}
 	return marker{content: string(data), mtime: info.ModTime()}, nil
 }
@@ -262,7 +273,12 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 	}
 	step, at := parseMarker([]byte(mk.content), mk.mtime)
 	m = Manifest{Version: 1, JobID: s.cfg.JobID, Attempt: s.cfg.Attempt, Step: step, Time: at, Marker: mk.content}
-	err = filepath.WalkDir(s.cfg.Dir, func(p string, e fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(s.cfg.Dir)
+	if err != nil {
+		return Manifest{}, false, fmt.Errorf("opening the checkpoint folder: %w", err)
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(rel string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // removed meanwhile
@@ -278,8 +294,7 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 		if !e.Type().IsRegular() {
 			return nil // folders are implied; links and devices are not checkpoints
 		}
-		rel, _ := filepath.Rel(s.cfg.Dir, p)
-		f, err := s.putFile(ctx, p, filepath.ToSlash(rel))
+		f, err := s.putFile(ctx, root, rel)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -312,17 +327,30 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 	return m, true, nil
 }
 
-// putFile stores the file at p (rel in the folder) unless its content is
-// stored already, and describes it.
-func (s *Syncer) putFile(ctx context.Context, p, rel string) (File, error) {
-	info, err := os.Stat(p)
+// putFile stores the file rel of the folder unless its content is stored
+// already, and describes it. The file is opened through root, so that a
+// job swapping a file or folder for a link cannot make the agent read
+// anything outside its checkpoint folder, and read twice from the same
+// descriptor (to name it, then to send it).
+func (s *Syncer) putFile(ctx context.Context, root *os.Root, rel string) (File, error) {
+	in, err := root.Open(filepath.FromSlash(rel))
 	if err != nil {
 		return File{}, err
 	}
-	sum, n, err := hashFile(p)
+	defer in.Close()
+	info, err := in.Stat()
 	if err != nil {
 		return File{}, err
 	}
+	if !info.Mode().IsRegular() {
+		return File{}, fmt.Errorf("%s: %w", rel, ErrChanged) // replaced by a link or folder meanwhile
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, in)
+	if err != nil {
+		return File{}, err
+	}
+	sum := h.Sum(nil)
 	f := File{Path: rel, Size: n, SHA256: hex.EncodeToString(sum), Object: s.cfg.Sealer.Name(sum), Mode: uint32(info.Mode().Perm())}
 	key := s.objectKey(f.Object)
 	if s.stored[f.Object] {
@@ -334,12 +362,10 @@ func (s *Syncer) putFile(ctx context.Context, p, rel string) (File, error) {
 	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return File{}, err
 	}
-	in, err := os.Open(p)
-	if err != nil {
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
 		return File{}, err
 	}
-	defer in.Close()
-	h := sha256.New()
+	h.Reset()
 	src := io.TeeReader(io.LimitReader(in, n), h)
 	if _, err := s.cfg.Store.Put(ctx, key, s.cfg.Sealer.Seal(src, key), objstore.SealedSize(n)); err != nil {
 		return File{}, err
@@ -354,20 +380,6 @@ func (s *Syncer) putFile(ctx context.Context, p, rel string) (File, error) {
 	}
 	s.stored[f.Object] = true
 	return f, nil
-}
-
-func hashFile(p string) ([]byte, int64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return nil, 0, err
-	}
-	return h.Sum(nil), n, nil
 }
 
 // Watch uploads a new checkpoint whenever the job rewrites its marker,

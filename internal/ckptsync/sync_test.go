@@ -417,3 +417,32 @@ func (s *slowReader) Read(p []byte) (int, error) {
 	time.Sleep(4 * time.Millisecond) // 64 KiB per 4 ms
 	return s.r.Read(p)
 }
+
+// TestLinksOutOfTheFolderAreNotFollowed: a job cannot make the agent upload
+// a file outside its checkpoint folder by linking to it.
+func TestLinksOutOfTheFolderAreNotFollowed(t *testing.T) {
+	t.Parallel()
+	b := dirBackend(t)
+	outside := filepath.Join(t.TempDir(), "host-secret")
+	write(t, filepath.Dir(outside), map[string]string{"host-secret": "HOST-ONLY"})
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"model.pt": "w", ckptsync.Marker: "3"})
+	os.Symlink(outside, filepath.Join(dir, "stolen"))
+	os.Mkdir(filepath.Join(dir, "sub"), 0o700)
+	os.Symlink(filepath.Dir(outside), filepath.Join(dir, "sub", "escape"))
+	m := upload(t, syncer(t, b.store, dir))
+	var paths []string
+	for _, f := range m.Files {
+		paths = append(paths, f.Path)
+	}
+	if d := cmp.Diff([]string{ckptsync.Marker, "model.pt"}, paths); d != "" {
+		t.Errorf("uploaded files (-want +got):\n%s", d)
+	}
+	// A marker that is a link out of the folder is no marker.
+	dir2 := t.TempDir()
+	write(t, dir2, map[string]string{"model.pt": "w"})
+	os.Symlink(outside, filepath.Join(dir2, ckptsync.Marker))
+	if _, ok, err := syncer(t, b.store, dir2).Upload(context.Background()); ok || err == nil {
+		t.Errorf("upload with a linked marker: uploaded %v, %v; want an error", ok, err)
+	}
+}

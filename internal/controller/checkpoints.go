@@ -20,7 +20,9 @@ func (c *Controller) poolStorageLocked(nodeID string) *model.Storage {
 		return nil
 	}
 	for _, p := range c.fleet.pools {
-		if p.Name == n.Pool {
+		// The Kubernetes runner does not sync checkpoints (yet): its
+		// jobs keep the server's folder (docs/kubernetes.md).
+		if p.Name == n.Pool && p.Spec.Provider != model.ProviderKubernetes {
 			return p.Spec.CheckpointStorage
 		}
 	}

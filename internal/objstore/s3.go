@@ -216,21 +216,17 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) (Info
 		}
 		return Info{Key: key, Size: int64(n), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 	}
-	total, err := s.multipart(ctx, key, first, tr)
+	total, err := s.multipart(ctx, key, first, tr, size)
 	if err != nil {
 		return Info{}, err
-	}
-	if size >= 0 && total != size {
-		// Completed with the wrong length: the reader lied; remove it.
-		s.Delete(context.WithoutCancel(ctx), key)
-		return Info{}, s.fail("put", key, fmt.Errorf("read %d bytes, want %d", total, size))
 	}
 	return Info{Key: key, Size: total, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // multipart uploads first and the rest of r as the parts of one object,
-// Concurrency parts at a time.
-func (s *S3) multipart(ctx context.Context, key string, first []byte, r io.Reader) (int64, error) {
+// Concurrency parts at a time. A length other than size (when size >= 0)
+// aborts the upload before it completes.
+func (s *S3) multipart(ctx context.Context, key string, first []byte, r io.Reader, size int64) (int64, error) {
 	up, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(s.cfg.Bucket), Key: s.key(key)})
 	if err != nil {
 		return 0, s.fail("put", key, err)
@@ -306,6 +302,9 @@ func (s *S3) multipart(ctx context.Context, key string, first []byte, r io.Reade
 	wg.Wait()
 	if firstErr == nil {
 		firstErr = ctx.Err()
+	}
+	if firstErr == nil && size >= 0 && total != size {
+		firstErr = fmt.Errorf("read %d bytes, want %d", total, size)
 	}
 	if firstErr != nil {
 		return 0, s.fail("put", key, firstErr)
