@@ -64,6 +64,14 @@ echo weights-100 > $d/model.pt; echo step=100 > $d/LATEST; echo ready; sleep 30 
 		t.Fatalf("when A reported the end, the latest checkpoint was step %d of %q; want 150 of job1-a1", m.Step, m.Attempt)
 	}
 
+	// Once the server has A's end, A removes the attempt's folder.
+	ckDir := filepath.Join(dirA, "work", workCheckpoints, "job1-a1")
+	if _, err := os.Stat(filepath.Join(ckDir, "LATEST")); err != nil {
+		t.Fatalf("the attempt's checkpoint folder: %v", err)
+	}
+	cpA.setDesired()
+	waitFor(t, "A's checkpoint folder removed", func() bool { _, err := os.Stat(ckDir); return os.IsNotExist(err) })
+
 	// Node B resumes from it.
 	cpB := newFakeControlPlane()
 	b := shell("job1-a2-r0", `cat $GPUFLEET_CHECKPOINT_DIR/LATEST $GPUFLEET_CHECKPOINT_DIR/model.pt`)
