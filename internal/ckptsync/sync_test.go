@@ -446,3 +446,31 @@ func TestLinksOutOfTheFolderAreNotFollowed(t *testing.T) {
 		t.Errorf("upload with a linked marker: uploaded %v, %v; want an error", ok, err)
 	}
 }
+
+// TestRestoreOntoAFullDisk: a checkpoint larger than the node's free space
+// fails with the file named and no space error hidden, and leaves nothing
+// in place (no LATEST the job would trust).
+func TestRestoreOntoAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	b := dirBackend(t)
+	src := t.TempDir()
+	big := make([]byte, 3<<20)
+	rand.Read(big)
+	write(t, src, map[string]string{"model.pt": string(big), ckptsync.Marker: "step=5"})
+	upload(t, syncer(t, b.store, src))
+
+	small := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
+		t.Skipf("mounting a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", small).Run() })
+	_, _, err := syncer(t, b.store, small).Restore(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "model.pt") || !strings.Contains(err.Error(), "no space left") {
+		t.Errorf("restore onto a full disk: %v; want the file and the space error", err)
+	}
+	if got := tree(t, small); len(got) != 0 {
+		t.Errorf("a failed restore left files: %v", got)
+	}
+}
