@@ -44,7 +44,7 @@ func (a *Agent) openCheckpoints(ctx context.Context, spec agentapi.ReplicaSpec, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint data key: %w", err)
 	}
-	s, err := ckptsync.New(ckptsync.Config{Store: st, Sealer: sl, JobID: spec.JobID, Attempt: spec.AttemptID, Dir: dir,
+	s, err := ckptsync.New(ckptsync.Config{Store: st, Sealer: sl, JobID: spec.JobID, Attempt: spec.AttemptID, AttemptNumber: spec.Attempt, Dir: dir,
 		Clock: a.cfg.Clock, Log: a.log.With("job_id", spec.JobID, "replica_id", spec.ID)})
 	if err != nil {
 		return nil, err

@@ -18,8 +18,9 @@ const maxMarker = 4096
 type Manifest struct {
 	Version int    `json:"version"`
 	JobID   string `json:"jobId"`
-	// Attempt is the attempt that uploaded it.
-	Attempt string `json:"attempt,omitempty"`
+	// Attempt is the attempt that uploaded it, and its number.
+	Attempt       string `json:"attempt,omitempty"`
+	AttemptNumber int    `json:"attemptNumber,omitempty"`
 	// Step is the training step the marker names (0 when it names none).
 	Step int64 `json:"step"`
 	// Time is the checkpoint's time: the marker's, else its modification

@@ -23,6 +23,10 @@ import (
 	"github.com/gpufleet/gpufleet/internal/objstore"
 )
 
+// ErrSuperseded: a later attempt of the job has published a checkpoint;
+// this (older) attempt's upload is not made latest.
+var ErrSuperseded = errors.New("a later attempt of the job has published a checkpoint")
+
 // ErrChanged: a file changed while it was uploaded; the checkpoint was not
 // published (the previous one stays latest) and the next round retries.
 var ErrChanged = errors.New("a checkpoint file changed while it was uploaded")
@@ -38,8 +42,11 @@ type Config struct {
 	// Sealer holds the job's project's data key.
 	Sealer *objstore.Sealer
 	JobID  string
-	// Attempt is recorded in the manifests it uploads.
-	Attempt string
+	// Attempt is recorded in the manifests it uploads; AttemptNumber
+	// orders attempts, so that a late upload of an older attempt (a node
+	// cut off and still running it) never replaces a newer one's latest.
+	Attempt       string
+	AttemptNumber int
 	// Dir is the attempt's local checkpoint folder.
 	Dir   string
 	Clock clock.Clock // default real
@@ -272,7 +279,7 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 		return Manifest{}, false, nil
 	}
 	step, at := parseMarker([]byte(mk.content), mk.mtime)
-	m = Manifest{Version: 1, JobID: s.cfg.JobID, Attempt: s.cfg.Attempt, Step: step, Time: at, Marker: mk.content}
+	m = Manifest{Version: 1, JobID: s.cfg.JobID, Attempt: s.cfg.Attempt, AttemptNumber: s.cfg.AttemptNumber, Step: step, Time: at, Marker: mk.content}
 	root, err := os.OpenRoot(s.cfg.Dir)
 	if err != nil {
 		return Manifest{}, false, fmt.Errorf("opening the checkpoint folder: %w", err)
@@ -315,6 +322,14 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 	}
 	sum := sha256.Sum256(data)
 	hist := s.prefix + "m/" + s.cfg.Sealer.Name(sum[:])
+	// A newer attempt's latest stays latest. (Read, then write: not atomic,
+	// but an older attempt uploads only while its node has not yet heard
+	// that the attempt ended, a short window.)
+	if cur, ok, err := s.Latest(ctx); err != nil {
+		return Manifest{}, false, fmt.Errorf("publishing the checkpoint of step %d: %w", step, err)
+	} else if ok && cur.AttemptNumber > s.cfg.AttemptNumber {
+		return Manifest{}, false, fmt.Errorf("checkpoint of step %d of attempt %d: attempt %d published step %d: %w", step, s.cfg.AttemptNumber, cur.AttemptNumber, cur.Step, ErrSuperseded)
+	}
 	// The history copy first, latest last: until latest is replaced, the
 	// previous checkpoint is the latest.
 	for _, key := range []string{hist, s.latestKey()} {

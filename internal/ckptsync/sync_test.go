@@ -474,3 +474,28 @@ func TestRestoreOntoAFullDisk(t *testing.T) {
 		t.Errorf("a failed restore left files: %v", got)
 	}
 }
+
+// TestOlderAttemptDoesNotReplaceNewerLatest: a node still running attempt 1
+// after attempt 2 started elsewhere cannot make its checkpoint latest.
+func TestOlderAttemptDoesNotReplaceNewerLatest(t *testing.T) {
+	t.Parallel()
+	b := dirBackend(t)
+	sl, _ := objstore.NewSealer(dataKey)
+	attempt := func(n int, dir string) *ckptsync.Syncer {
+		s, err := ckptsync.New(ckptsync.Config{Store: b.store, Sealer: sl, JobID: "job-1", Attempt: fmt.Sprintf("a%d", n), AttemptNumber: n, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	old, cur := t.TempDir(), t.TempDir()
+	write(t, cur, map[string]string{"model.pt": "new", ckptsync.Marker: "step=50"})
+	upload(t, attempt(2, cur))
+	write(t, old, map[string]string{"model.pt": "stale", ckptsync.Marker: "step=60"})
+	if _, ok, err := attempt(1, old).Upload(context.Background()); ok || !errors.Is(err, ckptsync.ErrSuperseded) {
+		t.Errorf("attempt 1 after attempt 2: uploaded %v, %v; want ErrSuperseded", ok, err)
+	}
+	if m, _, _ := attempt(3, t.TempDir()).Latest(context.Background()); m.Step != 50 || m.AttemptNumber != 2 {
+		t.Errorf("latest is step %d of attempt %d, want 50 of 2", m.Step, m.AttemptNumber)
+	}
+}
