@@ -44,6 +44,7 @@ type replica struct {
 	// Guarded by Agent.mu.
 	status agentapi.ReplicaStatus // Phase empty while there is nothing to report
 	stop   bool
+	ckpt   *ckptState // its checkpoint sync, set at most once (setCheckpoints)
 }
 
 // launched is a supervisor process this agent started.
@@ -102,6 +103,8 @@ func (a *Agent) trackEnded(ctx context.Context, id, dir string, phase agentapi.P
 
 // launch writes the spec and sandbox and starts a detached supervisor on dir.
 func (a *Agent) launch(dir string, spec agentapi.ReplicaSpec, sb runtime.Sandbox) (*launched, error) {
+	// The checkpoint sync's credentials and data key stay in memory.
+	spec.Checkpoint = nil
 	if err := supervisor.WriteSpec(dir, spec); err != nil {
 		return nil, fmt.Errorf("writing replica spec: %w", err)
 	}
@@ -168,14 +171,23 @@ func (a *Agent) tend(ctx context.Context, r *replica) {
 	tick := a.cfg.Clock.NewTicker(a.cfg.PollInterval)
 	defer tick.Stop()
 	signalled := false
+	var watch *watcher
+	defer func() { watch.end() }()
 	for ctx.Err() == nil {
+		if ck := a.checkpointsOf(r); ck != nil && watch == nil {
+			watch = startWatch(ctx, ck)
+		}
 		obs := a.observe(r, log)
 		if ended(obs.status.Phase) {
-			a.finish(ctx, r, obs.status, ship, log)
+			// The last checkpoint is uploaded before the end is
+			// reported: the attempt that resumes the job must find it.
+			watch.end()
+			a.finalUpload(ctx, a.checkpointsOf(r), log)
+			a.finish(ctx, r, withCheckpoint(obs.status, a.checkpointsOf(r)), ship, log)
 			return
 		}
 		if obs.status.Phase != "" {
-			a.publish(r, obs.status)
+			a.publish(r, withCheckpoint(obs.status, a.checkpointsOf(r)))
 		}
 		a.mu.Lock()
 		stop := r.stop

@@ -94,9 +94,19 @@ func (a *Agent) prepareSandbox(ctx context.Context, spec agentapi.ReplicaSpec) (
 			return sb, fmt.Errorf("writing %s: %w", ServerCAFile, err)
 		}
 	}
-	if dir := spec.Env["GPUFLEET_CHECKPOINT_DIR"]; filepath.IsAbs(dir) {
+	switch dir := spec.Env["GPUFLEET_CHECKPOINT_DIR"]; {
+	case spec.Checkpoint != nil:
+		// Synced with object storage: a folder of the attempt's own,
+		// filled by the restore, so that what it starts from is the
+		// uploaded checkpoint, never a leftover of an earlier attempt.
+		sb.CheckpointDir = filepath.Join(iso.WorkRoot, workCheckpoints, spec.AttemptID)
+		sb.CheckpointSynced = true
+		if err := os.RemoveAll(sb.CheckpointDir); err != nil {
+			return sb, fmt.Errorf("clearing the attempt's checkpoint folder: %w", err)
+		}
+	case filepath.IsAbs(dir):
 		sb.CheckpointDir = dir
-	} else {
+	default:
 		sb.CheckpointDir = filepath.Join(iso.WorkRoot, workCheckpoints, spec.JobID)
 	}
 	if err := mkdirPassable(filepath.Dir(sb.CheckpointDir)); err != nil {
@@ -286,6 +296,12 @@ func (a *Agent) release(ctx context.Context, r *replica) {
 	}
 	if err := os.RemoveAll(sb.Home); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		a.log.Warn("removing replica folder", "replica_id", r.id, "err", err)
+	}
+	if sb.CheckpointSynced {
+		// Its last checkpoint was uploaded before its end was reported.
+		if err := os.RemoveAll(sb.CheckpointDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			a.log.Warn("removing the attempt's checkpoint folder", "replica_id", r.id, "err", err)
+		}
 	}
 	a.putUser(r.attempt, sb)
 }

@@ -154,6 +154,9 @@ func (a *Agent) apply(ctx context.Context, resp agentapi.SyncResponse, reportedE
 			if spec.Stop {
 				a.requestStop(r)
 			}
+			if spec.Checkpoint != nil && r.dir != "" && a.checkpointsOf(r) == nil {
+				a.adoptCheckpoints(ctx, r, spec)
+			}
 		case p != nil:
 			// Being launched; it is stopped once tracked if asked to be.
 		case ctx.Err() != nil:
@@ -357,6 +360,20 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 		log.Info("not starting a replica the server wants stopped")
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
 	}
+	var ck *ckptState
+	if spec.Checkpoint != nil {
+		if ck, err = a.restoreCheckpoint(ctx, spec, sb, log); err != nil {
+			log.Error("restoring the job's checkpoint", "err", err)
+			a.putUser(spec.AttemptID, sb)
+			// Storage that may answer next time: lost, retried; wrong
+			// credentials, no bucket or a corrupt checkpoint: failed.
+			phase := agentapi.PhaseLost
+			if permanentCheckpointError(err) {
+				phase = agentapi.PhaseExited
+			}
+			return a.trackEnded(ctx, spec.ID, dir, phase, "agent could not restore the job's checkpoint: "+err.Error())
+		}
+	}
 	sb.EnvOverrides = a.envOverrides(spec, sb)
 	l, err := a.launch(dir, spec, sb)
 	if err != nil {
@@ -366,6 +383,7 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 	}
 	log.Info("started replica", "gpus", spec.GPUs, "runtime", sb.Runtime, "uid", uidOf(sb))
 	r := a.newReplica(spec.ID, spec.AttemptID, dir, l)
+	r.ckpt = ck
 	// As track, but not once Run has stopped waiting for launches (the
 	// check and the Add under one lock, before Run's Wait): a replica
 	// started as the agent stopped runs on, and the next run adopts it.

@@ -132,6 +132,29 @@ type ReplicaSpec struct {
 	Tags    map[string]string `json:"tags,omitempty"`
 	CPU     float64           `json:"cpu,omitempty"`
 	Memory  model.Bytes       `json:"memory,omitempty"`
+	// Checkpoint, when set, has the agent sync the job's checkpoint
+	// folder with object storage (docs/storage.md): restore the latest
+	// complete checkpoint before the replica starts, upload each new one
+	// the job marks with LATEST and once more when it ends. Only rank 0
+	// carries it. It holds credentials and the data key: the agent keeps
+	// it in memory for the attempt's life and never writes it to disk.
+	Checkpoint *CheckpointSync `json:"checkpoint,omitempty"`
+}
+
+// CheckpointSync is where and how a replica's checkpoints are kept.
+type CheckpointSync struct {
+	// Storage is the pool's storage (no secrets in it).
+	Storage model.Storage `json:"storage"`
+	// AccessKeyID and SecretAccessKey are opened by the server from the
+	// storage's credentialsRef; empty: the node's own credentials.
+	AccessKeyID     string `json:"accessKeyId,omitempty"`
+	SecretAccessKey string `json:"secretAccessKey,omitempty"`
+	// DataKey is the job's project's 32-byte data key, which seals every
+	// object client-side.
+	DataKey []byte `json:"dataKey"`
+	// Interval is how often the agent looks for a new LATEST marker
+	// (0: 5s).
+	Interval model.Duration `json:"interval,omitempty"`
 }
 
 // Phase is what an agent observes of a replica.
@@ -158,6 +181,10 @@ type ReplicaStatus struct {
 	Reason    string     `json:"reason,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// Checkpoint is the time of the last checkpoint the agent uploaded
+	// for the replica (ReplicaSpec.Checkpoint), the time its LATEST
+	// marker names: work lost by preempting the job is measured from it.
+	Checkpoint *time.Time `json:"checkpoint,omitempty"`
 }
 
 // Reasons a supervisor records.

@@ -242,7 +242,7 @@ type cachedSpec struct {
 // change in the vault. The spec's maps and slices are shared between
 // answers: callers must not change them. Callers hold c.mu.
 func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
-	if len(job.Spec.Run.Secrets) > 0 {
+	if len(job.Spec.Run.Secrets) > 0 || c.checkpointStorageLocked(r) != nil {
 		return c.replicaSpec(job, a, r, secret, mk)
 	}
 	master, _ := c.st.Node(a.Replicas[0].NodeID)
@@ -272,7 +272,17 @@ func (c *Controller) forgetSpecsLocked(a *model.Attempt) {
 }
 
 func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
-	ckpt := c.checkpointDirFor(a, mk)
+	ck, err := c.checkpointSyncLocked(job, r)
+	if err != nil {
+		return agentapi.ReplicaSpec{}, fmt.Errorf("%w: %w", errSecretUnavailable, err)
+	}
+	// On a pool with checkpoint storage the folder is the node's own
+	// (the agent's work root), synced with the storage; elsewhere it is
+	// the server's.
+	ckpt := ""
+	if c.poolStorageLocked(r.NodeID) == nil {
+		ckpt = c.checkpointDirFor(a, mk)
+	}
 	env := make(map[string]string, len(job.Spec.Run.Env)+len(job.Spec.Run.Secrets)+12)
 	for k, v := range job.Spec.Run.Env {
 		env[k] = v
@@ -340,6 +350,7 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		CPU:       job.Spec.Resources.CPU,
 		Memory:    job.Spec.Resources.Memory,
 	}
+	spec.Checkpoint = ck
 	return spec, nil
 }
 
@@ -370,6 +381,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	if r.State.Terminal() {
 		return
 	}
+	c.observeCheckpointLocked(a.JobID, st.Checkpoint, b)
 	now := c.cfg.Clock.Now()
 	a = a.Clone()
 	r = a.Replicas[rank]

@@ -64,9 +64,10 @@ type NodePoolSpec struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Tags are set on the provider's instances and in cost reports.
 	Tags map[string]string `json:"tags,omitempty"`
-	// CheckpointStorage is where jobs on this pool keep checkpoints (a
-	// path or URL such as s3://bucket/prefix).
-	CheckpointStorage string `json:"checkpointStorage,omitempty"`
+	// CheckpointStorage is where jobs on this pool keep checkpoints
+	// (docs/storage.md); nil keeps them on the node (and, for nodes of the
+	// server's machine, in the data dir).
+	CheckpointStorage *Storage `json:"checkpointStorage,omitempty"`
 	// SharedGPUs marks the pool's GPUs shareable (see Node.SharedGPUs).
 	SharedGPUs bool `json:"sharedGPUs,omitempty"`
 	// RestartTime is how long a job on this pool's spot capacity takes to
@@ -369,6 +370,9 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 	}
 	if s.RestartTime < 0 || s.RestartTime > Duration(maxRestart) {
 		fe.Add(p("restartTime"), "must be between 0 (5m) and 24h")
+	}
+	if s.CheckpointStorage != nil {
+		fe = append(fe, s.CheckpointStorage.Validate(p("checkpointStorage"))...)
 	}
 	fe = append(fe, validateLabels(p("labels"), s.Labels)...)
 	fe = append(fe, validateLabels(p("tags"), s.Tags)...)

@@ -40,6 +40,10 @@ type Sandbox struct {
 	Workdir string `json:"workdir"`
 	// CheckpointDir is the job's checkpoint folder on the host, or empty.
 	CheckpointDir string `json:"checkpointDir,omitempty"`
+	// CheckpointSynced marks CheckpointDir as the attempt's own copy of
+	// checkpoints kept in object storage: the agent removes it when it
+	// releases the replica, after its last upload.
+	CheckpointSynced bool `json:"checkpointSynced,omitempty"`
 	// EnvOverrides replace variables of the server's environment for this
 	// replica: its own folders, and paths and addresses as a container
 	// sees them. They hold no secret (the spec's values stay in spec.json).

@@ -12,6 +12,8 @@ package vault
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,6 +135,9 @@ func (v *Vault) PutSecret(ctx context.Context, project, name string, value []byt
 // DeleteSecret removes a secret, unless Guard refuses. Running jobs keep
 // the value they were started with; queued jobs that name it fail to start.
 func (v *Vault) DeleteSecret(ctx context.Context, project, name string) error {
+	if name == model.DataKeySecret {
+		return fmt.Errorf("secret %s of project %s is the key of its stored checkpoints; deleting it would lose them: %w", name, project, model.ErrConflict)
+	}
 	k := store.SecretKey{Project: project, Name: name}
 	notFound := fmt.Errorf("secret %s in project %s: %w", name, project, model.ErrNotFound)
 	v.mu.Lock()
@@ -262,4 +267,49 @@ func (v *Vault) Value(project, name string) (value string, held, opened bool) {
 	}
 	value, opened = v.open[k]
 	return value, true, opened
+}
+
+// DataKey returns project's data key (model.DataKeySecret: 32 random bytes,
+// hex-encoded, sealed like any secret), creating it when the project has
+// none. A new key is submitted to the committer before DataKey returns
+// but not waited for: the caller sends it to a node only after a barrier
+// (the agent sync's), which covers it. A held key that does not open is
+// never replaced: checkpoints sealed with it would be lost.
+func (v *Vault) DataKey(project string) ([]byte, error) {
+	if v.cfg.Keyring == nil {
+		return nil, ErrNoKeyring
+	}
+	k := store.SecretKey{Project: project, Name: model.DataKeySecret}
+	decode := func(s string) ([]byte, error) {
+		key, err := hex.DecodeString(s)
+		if err != nil || len(key) != 32 {
+			return nil, fmt.Errorf("data key of project %s is not 32 hex-encoded bytes", project)
+		}
+		return key, nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if val, ok := v.open[k]; ok {
+		if _, held := v.sealed[k]; held {
+			return decode(val)
+		}
+	}
+	if _, held := v.sealed[k]; held {
+		return nil, fmt.Errorf("data key of project %s: %w", project, ErrUnavailable)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("creating a data key: %w", err)
+	}
+	val := hex.EncodeToString(key)
+	sealed, err := v.cfg.Keyring.Seal([]byte(val), model.SecretAAD(project, model.DataKeySecret))
+	if err != nil {
+		return nil, fmt.Errorf("sealing the data key of project %s: %w", project, err)
+	}
+	s := model.Secret{Project: project, Name: model.DataKeySecret, Sealed: sealed, Version: 1, UpdatedAt: v.cfg.Clock.Now()}
+	v.sealed[k] = s
+	v.open[k] = val
+	v.cfg.Redactor.Add(val)
+	v.cfg.Committer.Commit(&store.Batch{Access: store.Access{Secrets: []model.Secret{s}}})
+	return key, nil
 }
