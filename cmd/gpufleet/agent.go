@@ -37,6 +37,12 @@ type agentConfig struct {
 	Zone     string
 	FakeGPUs string
 	LogLevel string
+	// Provider, Pool and PricePerHour are what an installer that started
+	// this agent (an SSH fleet) says of it; by default the node is an
+	// owned machine of provider static that the fleet places.
+	Provider     string
+	Pool         string
+	PricePerHour float64
 	// Isolation is how the node isolates jobs.
 	Isolation agent.IsolationOptions
 }
@@ -63,6 +69,12 @@ func (c *agentConfig) Validate() error {
 		if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
 			fe.Add("--label", fmt.Sprintf("%q is not key=value", l))
 		}
+	}
+	if c.Pool != "" && !model.ValidName(c.Pool) {
+		fe.Add("--pool", fmt.Sprintf("%q is not a pool name", c.Pool))
+	}
+	if c.PricePerHour < 0 || c.PricePerHour != c.PricePerHour {
+		fe.Add("--price-per-hour", "must not be negative")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -109,6 +121,12 @@ back. The agent's state is in DATA_DIR/agent.`,
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	addIsolationFlags(fl, &c.Isolation, "agent")
+	fl.StringVar(&c.Provider, "provider", static.Name, "the provider the node registers with (set by an SSH fleet's installer)")
+	fl.StringVar(&c.Pool, "pool", "", "the NodePool the node registers in, with --price-per-hour (set by an SSH fleet's installer)")
+	fl.Float64Var(&c.PricePerHour, "price-per-hour", 0, "the node's amortised price in USD per hour, with --pool")
+	for _, f := range []string{"provider", "pool", "price-per-hour"} {
+		_ = fl.MarkHidden(f)
+	}
 	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
@@ -178,7 +196,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),
 		Registration: agentapi.Registration{
-			Name: name, Provider: static.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
+			Name: name, Provider: c.Provider, Pool: c.Pool, PricePerHour: c.PricePerHour, GPUs: inv.GPUs, GPUSource: inv.Source,
 			CPU: float64(runtime.NumCPU()), Memory: server.TotalMemory(), Labels: labels,
 			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
 		},
