@@ -26,6 +26,9 @@ type SSHPoolSettings struct {
 	// private key (OpenSSH or PEM) gpufleet logs in with, for every host
 	// that names none.
 	IdentityRef SecretRef `json:"identityRef,omitempty"`
+	// IdentityFile, instead of IdentityRef, is a private key file on the
+	// server (mode 0600), as a kubernetes pool names its kubeconfig.
+	IdentityFile string `json:"identityFile,omitempty"`
 	// KnownHostsFile is a known_hosts file on the server that vouches for
 	// the hosts' keys (hashed entries and @revoked work); a host with a
 	// hostKey is checked against that instead.
@@ -51,8 +54,10 @@ type SSHHost struct {
 	Address string `json:"address"`
 	User    string `json:"user,omitempty"`
 	Port    int    `json:"port,omitempty"`
-	// IdentityRef overrides the pool's key for this host.
-	IdentityRef SecretRef `json:"identityRef,omitempty"`
+	// IdentityRef or IdentityFile overrides the pool's key for this
+	// host.
+	IdentityRef  SecretRef `json:"identityRef,omitempty"`
+	IdentityFile string    `json:"identityFile,omitempty"`
 	// HostKey pins the host's public key, as a line of known_hosts or
 	// authorized_keys form without the host: "ssh-ed25519 AAAA…".
 	HostKey   string   `json:"hostKey,omitempty"`
@@ -85,6 +90,7 @@ func (s *SSHPoolSettings) Validate(prefix string) FieldErrors {
 	checkUser(&fe, p("user"), s.User)
 	checkPort(&fe, p("port"), s.Port)
 	checkRef(&fe, p("identityRef"), s.IdentityRef)
+	checkIdentity(&fe, p, s.IdentityRef, s.IdentityFile)
 	if s.KnownHostsFile != "" && !path.IsAbs(s.KnownHostsFile) {
 		fe.Add(p("knownHostsFile"), fmt.Sprintf("%q must be an absolute path on the server", s.KnownHostsFile))
 	}
@@ -112,8 +118,9 @@ func (s *SSHPoolSettings) Validate(prefix string) FieldErrors {
 		checkUser(&fe, hp+".user", h.User)
 		checkPort(&fe, hp+".port", h.Port)
 		checkRef(&fe, hp+".identityRef", h.IdentityRef)
-		if h.IdentityRef == "" && s.IdentityRef == "" {
-			fe.Add(hp+".identityRef", "is required here or as the pool's identityRef: the secret (project/NAME) holding the private key")
+		checkIdentity(&fe, func(f string) string { return hp + "." + f }, h.IdentityRef, h.IdentityFile)
+		if h.IdentityRef == "" && h.IdentityFile == "" && s.IdentityRef == "" && s.IdentityFile == "" {
+			fe.Add(hp+".identityRef", "is required here or as the pool's identityRef: the secret (project/NAME) holding the private key (or identityFile, a key file on the server)")
 		}
 		switch {
 		case h.HostKey != "":
@@ -144,6 +151,15 @@ func (j *SSHJump) validate(fe *FieldErrors, prefix string, knownHosts bool) {
 		checkHostKey(fe, prefix+".hostKey", j.HostKey)
 	case !knownHosts:
 		fe.Add(prefix+".hostKey", "is required when the pool has no knownHostsFile")
+	}
+}
+
+func checkIdentity(fe *FieldErrors, p func(string) string, ref SecretRef, file string) {
+	if ref != "" && file != "" {
+		fe.Add(p("identityFile"), "names a key file, but identityRef names a secret: give one")
+	}
+	if file != "" && !path.IsAbs(file) {
+		fe.Add(p("identityFile"), fmt.Sprintf("%q must be an absolute path on the server", file))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -43,14 +44,14 @@ type Dialer struct {
 // host key. The caller closes the client.
 func (d *Dialer) Dial(ctx context.Context, h Host) (*ssh.Client, error) {
 	if h.Jump == nil {
-		return d.dial(ctx, nil, endpoint{addr: h.Addr(), user: h.User, key: h.Identity, hostKey: h.HostKey, knownHosts: h.KnownHosts})
+		return d.dial(ctx, nil, endpoint{addr: h.Addr(), user: h.User, key: h.Identity, keyFile: h.IdentityFile, hostKey: h.HostKey, knownHosts: h.KnownHosts})
 	}
 	j := h.Jump
-	jump, err := d.dial(ctx, nil, endpoint{addr: net.JoinHostPort(j.Address, strconv.Itoa(j.Port)), user: j.User, key: j.Identity, hostKey: j.HostKey, knownHosts: h.KnownHosts})
+	jump, err := d.dial(ctx, nil, endpoint{addr: net.JoinHostPort(j.Address, strconv.Itoa(j.Port)), user: j.User, key: j.Identity, keyFile: j.IdentityFile, hostKey: j.HostKey, knownHosts: h.KnownHosts})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to bastion: %w", err)
 	}
-	c, err := d.dial(ctx, jump, endpoint{addr: h.Addr(), user: h.User, key: h.Identity, hostKey: h.HostKey, knownHosts: h.KnownHosts})
+	c, err := d.dial(ctx, jump, endpoint{addr: h.Addr(), user: h.User, key: h.Identity, keyFile: h.IdentityFile, hostKey: h.HostKey, knownHosts: h.KnownHosts})
 	if err != nil {
 		jump.Close()
 		return nil, err
@@ -63,21 +64,45 @@ func (d *Dialer) Dial(ctx context.Context, h Host) (*ssh.Client, error) {
 }
 
 type endpoint struct {
-	addr, user, hostKey, knownHosts string
-	key                             model.SecretRef
+	addr, user, hostKey, knownHosts, keyFile string
+	key                                      model.SecretRef
 }
 
-func (d *Dialer) dial(ctx context.Context, via *ssh.Client, e endpoint) (*ssh.Client, error) {
+// privateKey reads e's key: its file (private to the server's user) or its
+// secret.
+func (d *Dialer) privateKey(ctx context.Context, e endpoint) ([]byte, string, error) {
+	if e.keyFile != "" {
+		st, err := os.Stat(e.keyFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the private key for %s: %w", e.addr, err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return nil, "", fmt.Errorf("private key file %s has mode %v: make it private with chmod 600 %s", e.keyFile, st.Mode().Perm(), e.keyFile)
+		}
+		b, err := os.ReadFile(e.keyFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the private key for %s: %w", e.addr, err)
+		}
+		return b, "file " + e.keyFile, nil
+	}
 	if d.Keys == nil {
-		return nil, fmt.Errorf("connecting to %s: no key source", e.addr)
+		return nil, "", fmt.Errorf("connecting to %s: the key is secret %s, but this server cannot open secrets for ssh pools", e.addr, e.key)
 	}
 	raw, err := d.Keys.OpenSecret(ctx, e.key)
 	if err != nil {
-		return nil, fmt.Errorf("opening the private key %s for %s: %w", e.key, e.addr, err)
+		return nil, "", fmt.Errorf("opening the private key %s for %s: %w", e.key, e.addr, err)
+	}
+	return raw, "secret " + string(e.key), nil
+}
+
+func (d *Dialer) dial(ctx context.Context, via *ssh.Client, e endpoint) (*ssh.Client, error) {
+	raw, from, err := d.privateKey(ctx, e)
+	if err != nil {
+		return nil, err
 	}
 	signer, err := ssh.ParsePrivateKey(raw)
 	if err != nil {
-		return nil, fmt.Errorf("secret %s is not an unencrypted private key (OpenSSH or PEM): %w", e.key, err)
+		return nil, fmt.Errorf("%s is not an unencrypted private key (OpenSSH or PEM): %w", from, err)
 	}
 	check, err := hostKeyCallback(e)
 	if err != nil {
@@ -113,7 +138,7 @@ func (d *Dialer) dial(ctx context.Context, via *ssh.Client, e endpoint) (*ssh.Cl
 	stop()
 	if err != nil {
 		conn.Close()
-		return nil, classify(e, err)
+		return nil, classify(e, from, err)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(cc, chans, reqs), nil
@@ -121,12 +146,12 @@ func (d *Dialer) dial(ctx context.Context, via *ssh.Client, e endpoint) (*ssh.Cl
 
 // classify turns handshake failures into ErrHostKey or ErrAuth with a
 // message that says what to fix.
-func classify(e endpoint, err error) error {
+func classify(e endpoint, from string, err error) error {
 	if errors.Is(err, ErrHostKey) {
 		return err
 	}
 	if strings.Contains(err.Error(), "unable to authenticate") {
-		return fmt.Errorf("logging in to %s as %s with the key in secret %s: %w (is its public key in ~%s/.ssh/authorized_keys?): %v", e.addr, e.user, e.key, ErrAuth, e.user, err)
+		return fmt.Errorf("logging in to %s as %s with the key in %s: %w (is its public key in ~%s/.ssh/authorized_keys?): %v", e.addr, e.user, from, ErrAuth, e.user, err)
 	}
 	return fmt.Errorf("ssh handshake with %s: %w", e.addr, err)
 }

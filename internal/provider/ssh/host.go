@@ -22,15 +22,18 @@ const (
 type Host struct {
 	Pool string `json:"pool"`
 	// Name is the node id.
-	Name       string          `json:"name"`
-	Address    string          `json:"address"`
-	Port       int             `json:"port"`
-	User       string          `json:"user"`
-	Identity   model.SecretRef `json:"identityRef"`
-	HostKey    string          `json:"hostKey,omitempty"`
-	KnownHosts string          `json:"knownHostsFile,omitempty"`
-	Jump       *Jump           `json:"proxyJump,omitempty"`
-	InstallDir string          `json:"installDir"`
+	Name     string          `json:"name"`
+	Address  string          `json:"address"`
+	Port     int             `json:"port"`
+	User     string          `json:"user"`
+	Identity model.SecretRef `json:"identityRef,omitempty"`
+	// IdentityFile, when set, is the key file on the server used
+	// instead of Identity.
+	IdentityFile string `json:"identityFile,omitempty"`
+	HostKey      string `json:"hostKey,omitempty"`
+	KnownHosts   string `json:"knownHostsFile,omitempty"`
+	Jump         *Jump  `json:"proxyJump,omitempty"`
+	InstallDir   string `json:"installDir"`
 
 	PricePerHour float64 `json:"pricePerHour,omitempty"`
 	Region       string  `json:"region"`
@@ -39,11 +42,12 @@ type Host struct {
 
 // Jump is a resolved bastion.
 type Jump struct {
-	Address  string          `json:"address"`
-	Port     int             `json:"port"`
-	User     string          `json:"user"`
-	Identity model.SecretRef `json:"identityRef"`
-	HostKey  string          `json:"hostKey,omitempty"`
+	Address      string          `json:"address"`
+	Port         int             `json:"port"`
+	User         string          `json:"user"`
+	Identity     model.SecretRef `json:"identityRef,omitempty"`
+	IdentityFile string          `json:"identityFile,omitempty"`
+	HostKey      string          `json:"hostKey,omitempty"`
 }
 
 // Addr is host:port.
@@ -83,13 +87,23 @@ func resolve(pool string, s *model.SSHPoolSettings, h model.SSHHost) Host {
 	r := Host{
 		Pool: pool, Name: h.Name, Address: h.Address,
 		Port: first(h.Port, s.Port, DefaultPort), User: first(h.User, s.User, DefaultUser),
-		Identity: first(h.IdentityRef, s.IdentityRef), HostKey: h.HostKey, KnownHosts: s.KnownHostsFile,
+		HostKey: h.HostKey, KnownHosts: s.KnownHostsFile,
 		InstallDir: first(s.InstallDir, DefaultInstallDir), PricePerHour: h.PricePerHour,
 		Region: first(h.Region, Region), Zone: h.Zone,
 	}
+	// A host's own key wins over the pool's, whichever form each has.
+	if h.IdentityRef != "" || h.IdentityFile != "" {
+		r.Identity, r.IdentityFile = h.IdentityRef, h.IdentityFile
+	} else {
+		r.Identity, r.IdentityFile = s.IdentityRef, s.IdentityFile
+	}
 	if j := first(h.ProxyJump, s.ProxyJump); j != nil {
-		r.Jump = &Jump{Address: j.Address, Port: first(j.Port, DefaultPort), User: first(j.User, r.User),
-			Identity: first(j.IdentityRef, r.Identity), HostKey: j.HostKey}
+		r.Jump = &Jump{Address: j.Address, Port: first(j.Port, DefaultPort), User: first(j.User, r.User), HostKey: j.HostKey}
+		if j.IdentityRef != "" {
+			r.Jump.Identity = j.IdentityRef
+		} else {
+			r.Jump.Identity, r.Jump.IdentityFile = r.Identity, r.IdentityFile
+		}
 	}
 	return r
 }

@@ -428,3 +428,23 @@ func TestFleetFixedCapacity(t *testing.T) {
 		t.Errorf("Launch: %v", err)
 	}
 }
+
+func TestIdentityFile(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(path, f.srv.ClientKey, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inst := &ssh.Installer{Dialer: &ssh.Dialer{}, Binary: f.agent}
+	h := f.host
+	h.Identity, h.IdentityFile = "", path
+	if _, err := inst.Probe(ctxT(t), h); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("Probe with a key file others can read: %v, want a refusal saying chmod 600", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.Probe(ctxT(t), h); err != nil {
+		t.Errorf("Probe with a private key file: %v", err)
+	}
+}
