@@ -31,7 +31,7 @@ func TestSSHPoolSettingsValidate(t *testing.T) {
 		}, want: []string{"spec.ssh.hosts[2].address", "spec.ssh.hosts[2].hostKey", "spec.ssh.hosts[2].name", "spec.ssh.hosts[2].port", "spec.ssh.hosts[2].pricePerHour", "spec.ssh.hosts[2].user"}},
 		"no key anywhere": {edit: func(s *SSHPoolSettings) { s.IdentityRef = "" },
 			want: []string{"spec.ssh.hosts[0].identityRef", "spec.ssh.hosts[1].identityRef"}},
-		"both key forms": {edit: func(s *SSHPoolSettings) { s.IdentityFile = "/k" }, want: []string{"spec.ssh.identityFile"}},
+		"both key forms":    {edit: func(s *SSHPoolSettings) { s.IdentityFile = "/k" }, want: []string{"spec.ssh.identityFile"}},
 		"relative key file": {edit: func(s *SSHPoolSettings) { s.Hosts[1].IdentityFile = "id_ed25519" }, want: []string{"spec.ssh.hosts[1].identityFile"}},
 		"bad ref":           {edit: func(s *SSHPoolSettings) { s.IdentityRef = "nokey" }, want: []string{"spec.ssh.identityRef"}},
 		"no blind trust": {edit: func(s *SSHPoolSettings) {
