@@ -22,7 +22,7 @@ import (
 func TestSSHFleet(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	dataDir, listen := t.TempDir(), freePort(t)
-	s := startControlPlane(t, dataDir, listen, "--heartbeat-timeout", "5s")
+	s := startControlPlane(t, dataDir, listen, "--heartbeat-timeout", "5s", "--work-root", filepath.Join(sharedDir(t), "work"))
 
 	keyFile := filepath.Join(t.TempDir(), "id_ed25519")
 	if err := os.WriteFile(keyFile, srv.ClientKey, 0o600); err != nil {
@@ -61,13 +61,14 @@ spec:
 		t.Errorf("the agent's token file: %v (want mode 0600)", err)
 	}
 
-	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "0", "--", "sh", "-c", `echo "hello from $(pwd)"`))
+	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "0", "--", "sh", "-c", `echo "hello, home $HOME"`))
 	v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
 	if v.State != model.JobSucceeded || v.AttemptDetails[0].Replicas[0].NodeID != "ssh-box" {
 		t.Fatalf("job = %s (%s) on %+v, want succeeded on ssh-box", v.State, v.Reason, v.AttemptDetails)
 	}
-	if got := s.gpufleet("jobs", "logs", id); !strings.HasPrefix(got, "hello from "+nodeDir+"/work/") {
-		t.Errorf("job log %q: want it run in the node's work folder under %s", got, nodeDir)
+	// The replica's home is in the installed agent's work root.
+	if got := s.gpufleet("jobs", "logs", id); !strings.HasPrefix(got, "hello, home "+nodeDir+"/work/") {
+		t.Errorf("job log %q: want the replica's home under %s/work", got, nodeDir)
 	}
 
 	// The pool goes: the next revision declares only a project.
