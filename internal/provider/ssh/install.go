@@ -410,20 +410,22 @@ if [ -f "$unit" ]; then
   systemctl daemon-reload >/dev/null 2>&1 || true
 fi
 %[3]s
+# One ls lists every process's executable and working directory; a deleted
+# binary reads "PATH (deleted)".
+under() {
+  ls -l /proc/[0-9]*/exe /proc/[0-9]*/cwd 2>/dev/null | awk -v d=%[1]s/ -v self=$$ '{
+    line = $0; sub(/ \(deleted\)$/, "", line)
+    i = index(line, " -> "); if (i == 0) next
+    n = split(substr(line, 1, i - 1), f, " "); split(f[n], p, "/")
+    if (index(substr(line, i + 4) "/", d) == 1 && p[3] != self) print p[3]
+  }' | sort -u
+}
 n=0
-while [ $n -lt 20 ]; do
-  found=
-  for p in /proc/[0-9]*; do
-    pid=${p#/proc/}
-    [ "$pid" = "$$" ] && continue
-    exe=$(readlink "$p/exe" 2>/dev/null) || exe=
-    cwd=$(readlink "$p/cwd" 2>/dev/null) || cwd=
-    case "$exe/" in %[1]s/*) ;; *) case "$cwd/" in %[1]s/*) ;; *) continue;; esac;; esac
-    found=1
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  [ -z "$found" ] && break
+found=$(under)
+while [ -n "$found" ] && [ $n -lt 20 ]; do
+  kill -KILL $found 2>/dev/null || true
   n=$((n+1)); sleep 0.2
+  found=$(under)
 done
 [ -z "$found" ] || { echo "processes of %[1]s survive SIGKILL" >&2; exit 1; }
 rm -rf %[1]s
