@@ -55,6 +55,10 @@ type FleetOptions struct {
 	Interval time.Duration
 	// Parallel bounds the hosts worked on at once (default 4).
 	Parallel int
+	// HostTimeout bounds the work on one host in one pass, the binary's
+	// upload included, so a host that hangs does not stall the others'
+	// next pass (default 10m).
+	HostTimeout time.Duration
 	// Log receives progress and failures (default: discarded).
 	Log *slog.Logger
 }
@@ -108,6 +112,9 @@ func NewFleet(opts FleetOptions) (*Fleet, error) {
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 4
+	}
+	if opts.HostTimeout <= 0 {
+		opts.HostTimeout = 10 * time.Minute
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -174,8 +181,8 @@ func (f *Fleet) Reconcile(ctx context.Context) {
 	install := slices.Clone(f.declared)
 	f.mu.Unlock()
 
-	f.each(ctx, len(remove), func(i int) { f.remove(ctx, remove[i], want) })
-	f.each(ctx, len(install), func(i int) { f.install(ctx, install[i]) })
+	f.each(ctx, len(remove), func(ctx context.Context, i int) { f.remove(ctx, remove[i], want) })
+	f.each(ctx, len(install), func(ctx context.Context, i int) { f.install(ctx, install[i]) })
 }
 
 // moved says the node now lives elsewhere: the old place must be cleaned.
@@ -184,8 +191,9 @@ func moved(old, h Host) bool {
 		old.Jump != nil && *old.Jump != *h.Jump
 }
 
-// each runs fn(0..n-1) with at most Parallel at once.
-func (f *Fleet) each(ctx context.Context, n int, fn func(int)) {
+// each runs fn(0..n-1) with at most Parallel at once, each within
+// HostTimeout.
+func (f *Fleet) each(ctx context.Context, n int, fn func(context.Context, int)) {
 	sem := make(chan struct{}, f.opts.Parallel)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -196,7 +204,9 @@ func (f *Fleet) each(ctx context.Context, n int, fn func(int)) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			fn(i)
+			hctx, cancel := context.WithTimeout(ctx, f.opts.HostTimeout)
+			defer cancel()
+			fn(hctx, i)
 		}()
 	}
 	wg.Wait()

@@ -448,3 +448,33 @@ func TestIdentityFile(t *testing.T) {
 		t.Errorf("Probe with a private key file: %v", err)
 	}
 }
+
+func TestFleetMovedHostCleansItsOldPlace(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	en := &enroller{}
+	fl, err := ssh.NewFleet(ssh.FleetOptions{Installer: f.inst, Enroller: en, Server: "http://127.0.0.1:7777"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.SetPools([]*model.NodePool{pool("lab", f.root, f.srv, "box-1")}, time.Now())
+	fl.Reconcile(ctx)
+	old := filepath.Join(f.root, "box-1")
+	waitFor(t, "the agent in its first folder", func() bool { _, err := os.Stat(old + "/args"); return err == nil })
+
+	// The pool moves its hosts' files elsewhere: in one pass the old
+	// folder goes and the new one is installed; the node stays enrolled.
+	root2 := filepath.Join(t.TempDir(), "elsewhere")
+	fl.SetPools([]*model.NodePool{pool("lab", root2, f.srv, "box-1")}, time.Now())
+	fl.Reconcile(ctx)
+	if _, err := os.Stat(old); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old folder after the move: %v, want gone", err)
+	}
+	waitFor(t, "the agent in its new folder", func() bool { _, err := os.Stat(filepath.Join(root2, "box-1", "args")); return err == nil })
+	if len(en.retired) != 0 || en.enrolled["lab/box-1"] != 2 {
+		t.Errorf("after a move: retired %v, %d tokens; want none retired, a token per install", en.retired, en.enrolled["lab/box-1"])
+	}
+	h := f.host
+	h.InstallDir = root2
+	t.Cleanup(func() { _ = f.inst.Uninstall(context.Background(), h) })
+}
