@@ -85,6 +85,9 @@ type record struct {
 	Since time.Time `json:"since"`
 	// Error is the last failure, "" when the last check passed.
 	Error string `json:"error,omitempty"`
+	// LoggedIn is set once gpufleet has logged in to the host for this
+	// record: before that nothing of it can be on the host.
+	LoggedIn bool `json:"loggedIn,omitempty"`
 }
 
 var (
@@ -224,7 +227,18 @@ func (f *Fleet) remove(ctx context.Context, r *record, want map[string]Host) {
 			return
 		}
 	}
-	if err := f.opts.Installer.Uninstall(ctx, h); err != nil {
+	err := f.opts.Installer.Uninstall(ctx, h)
+	f.mu.Lock()
+	loggedIn := r.LoggedIn
+	f.mu.Unlock()
+	if err != nil && !loggedIn && NotLoggedIn(err) {
+		// A host gpufleet never got into (a wrong address, key or
+		// host key) holds nothing of it: forget it rather than retry
+		// forever.
+		log.Warn("forgetting a host that left its ssh pool (or moved) without gpufleet ever logging in to it", "err", err)
+		err = nil
+	}
+	if err != nil {
 		log.Error("removing the agent from a host that left its ssh pool; retrying", "err", err)
 		f.mu.Lock()
 		r.Error = err.Error()
@@ -236,7 +250,7 @@ func (f *Fleet) remove(ctx context.Context, r *record, want map[string]Host) {
 	if f.hosts[h.Name] == r {
 		delete(f.hosts, h.Name)
 	}
-	err := f.saveLocked()
+	err = f.saveLocked()
 	f.mu.Unlock()
 	if err != nil {
 		log.Error("recording the ssh fleet's state", "err", err)
@@ -274,6 +288,7 @@ func (f *Fleet) install(ctx context.Context, h Host) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r.Host = h
+	r.LoggedIn = r.LoggedIn || err == nil || !NotLoggedIn(err)
 	if err != nil {
 		r.Error = err.Error()
 		log.Error("installing the agent on an ssh host; retrying", "err", err, "retry_in", f.opts.Interval)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -92,10 +93,24 @@ func (k *conn) run(ctx context.Context, what, script string, in io.Reader) ([]by
 	return out, nil
 }
 
+// notLoggedIn marks an error that happened before gpufleet could run
+// anything on the host (unreachable, untrusted key, refused login).
+type notLoggedIn struct{ err error }
+
+func (e notLoggedIn) Error() string { return e.err.Error() }
+func (e notLoggedIn) Unwrap() error { return e.err }
+
+// NotLoggedIn reports whether err says gpufleet never logged in to the
+// host, so it cannot have changed anything there.
+func NotLoggedIn(err error) bool {
+	var e notLoggedIn
+	return errors.As(err, &e)
+}
+
 func (in *Installer) connect(ctx context.Context, h Host) (*conn, error) {
 	c, err := in.Dialer.Dial(ctx, h)
 	if err != nil {
-		return nil, err
+		return nil, notLoggedIn{err}
 	}
 	k := &conn{c: c, h: h}
 	out, err := k.run(ctx, "checking the user", "id -u", nil)

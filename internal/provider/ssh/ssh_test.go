@@ -478,3 +478,30 @@ func TestFleetMovedHostCleansItsOldPlace(t *testing.T) {
 	h.InstallDir = root2
 	t.Cleanup(func() { _ = f.inst.Uninstall(context.Background(), h) })
 }
+
+func TestFleetForgetsAHostItNeverGotInto(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	en := &enroller{}
+	state := filepath.Join(t.TempDir(), "ssh-fleet.json")
+	fl, err := ssh.NewFleet(ssh.FleetOptions{Installer: f.inst, Enroller: en, Server: "http://127.0.0.1:7777", StateFile: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pool("lab", f.root, f.srv, "box-1")
+	_, other := sshtest.Keygen(t, filepath.Join(t.TempDir(), "other"))
+	p.Spec.SSH.Hosts[0].HostKey = other // a typo'd pin: never logged in
+	fl.SetPools([]*model.NodePool{p}, time.Now())
+	fl.Reconcile(ctx)
+	if s := fl.Status(); len(s) != 1 || s[0].Installed || !strings.Contains(s[0].Error, "host key not trusted") {
+		t.Fatalf("status of a host with the wrong pinned key: %+v", s)
+	}
+	fl.SetPools(nil, time.Now())
+	fl.Reconcile(ctx)
+	if got := strings.TrimSpace(read(t, state)); got != "[]" {
+		t.Errorf("state after the host went: %s, want it forgotten", got)
+	}
+	if diff := cmp.Diff([]string{"lab/box-1"}, en.retired); diff != "" {
+		t.Errorf("unenrolled (-want +got):\n%s", diff)
+	}
+}
