@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,7 +294,7 @@ func killGroup(pid string) error {
 	if _, err := fmt.Sscan(pid, &n); err != nil {
 		return err
 	}
-	return syscallKill(-n)
+	return syscall.Kill(-n, syscall.SIGKILL)
 }
 
 func TestProxyJump(t *testing.T) {

@@ -1,5 +1,0 @@
-package ssh_test
-
-import "syscall"
-
-func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
