@@ -38,6 +38,12 @@ type agentConfig struct {
 	Zone     string
 	FakeGPUs string
 	LogLevel string
+	// Provider, Pool and PricePerHour are what an installer that started
+	// this agent (an SSH fleet) says of it; by default the node is an
+	// owned machine of provider static that the fleet places.
+	Provider     string
+	Pool         string
+	PricePerHour float64
 	// Isolation is how the node isolates jobs.
 	Isolation agent.IsolationOptions
 	// IMDS watches the EC2 instance metadata service for spot notices;
@@ -68,6 +74,12 @@ func (c *agentConfig) Validate() error {
 		if k, _, ok := strings.Cut(l, "="); !ok || k == "" {
 			fe.Add("--label", fmt.Sprintf("%q is not key=value", l))
 		}
+	}
+	if c.Pool != "" && !model.ValidName(c.Pool) {
+		fe.Add("--pool", fmt.Sprintf("%q is not a pool name", c.Pool))
+	}
+	if c.PricePerHour < 0 || c.PricePerHour != c.PricePerHour {
+		fe.Add("--price-per-hour", "must not be negative")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -116,6 +128,12 @@ back. The agent's state is in DATA_DIR/agent.`,
 	addIsolationFlags(fl, &c.Isolation, "agent")
 	fl.BoolVar(&c.IMDS, "imds", false, "on EC2: watch instance metadata (IMDSv2) for spot interruption and rebalance notices and report them to the server")
 	fl.StringVar(&c.IMDSEndpoint, "imds-endpoint", imds.DefaultEndpoint, "the instance metadata service's URL, for --imds")
+	fl.StringVar(&c.Provider, "provider", static.Name, "the provider the node registers with (set by an SSH fleet's installer)")
+	fl.StringVar(&c.Pool, "pool", "", "the NodePool the node registers in, with --price-per-hour (set by an SSH fleet's installer)")
+	fl.Float64Var(&c.PricePerHour, "price-per-hour", 0, "the node's amortised price in USD per hour, with --pool")
+	for _, f := range []string{"provider", "pool", "price-per-hour"} {
+		_ = fl.MarkHidden(f)
+	}
 	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
@@ -190,7 +208,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		Dir:          filepath.Join(c.DataDir, "agent"),
 		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),
 		Registration: agentapi.Registration{
-			Name: name, Provider: static.Name, GPUs: inv.GPUs, GPUSource: inv.Source,
+			Name: name, Provider: c.Provider, Pool: c.Pool, PricePerHour: c.PricePerHour, GPUs: inv.GPUs, GPUSource: inv.Source,
 			CPU: float64(runtime.NumCPU()), Memory: server.TotalMemory(), Labels: labels,
 			Region: c.Region, Zone: c.Zone, CapacityType: model.Owned, AgentVersion: version,
 		},

@@ -33,6 +33,7 @@ func addServerFlags(cmd *cobra.Command, c *server.Config) {
 	fl.BoolVar(&c.TLS, "tls", false, "serve HTTPS with a self-signed certificate for 127.0.0.1, ::1 and localhost, made in the data dir's tls/ (local clients pin it)")
 	fl.StringVar(&c.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fl.StringVar(&c.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	fl.StringVar(&c.AgentURL, "agent-url", os.Getenv("GPUFLEET_AGENT_URL"), "URL the agents gpufleet installs on SSH fleets' hosts reach this server at (default: the --listen URL; env GPUFLEET_AGENT_URL)")
 	addIsolationFlags(fl, &c.Isolation, "server")
 	fl.BoolVar(&c.Sim.Enabled, "sim", false, "buy nodes from simulated clouds (the embedded catalog); each runs jobs here as an in-process agent with fake GPUs, and this machine takes no jobs itself")
 	fl.StringVar(&c.Sim.Scenario, "sim-scenario", "", "scenario file (YAML) overriding the simulated clouds' capacity, boot delays, interruptions and failures")

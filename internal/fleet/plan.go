@@ -249,8 +249,8 @@ func keyPath(p, key string) string {
 }
 
 // PoolCost prices a pool at its minimum and maximum size:
-//   - static: the declared machine prices, cheapest first: min is the sum
-//     of the min cheapest machines, max of the max cheapest;
+//   - static and ssh: the declared machine (host) prices, cheapest first:
+//     min is the sum of the min cheapest machines, max of the max cheapest;
 //   - sim: the cheapest catalog offer the pool may launch (its GPU
 //     requirements, clouds, allowed and not denied regions, instance types
 //     and capacity types; spot included when allowed) times min and max;
@@ -267,18 +267,16 @@ func PoolCost(s model.NodePoolSpec, offers Offers) Cost {
 		for i, m := range s.Static.Machines {
 			prices[i] = m.PricePerHour
 		}
-		slices.Sort(prices)
-		var c Cost
-		c.NodePerHour = prices[0]
-		for i, p := range prices {
-			if i < s.Min {
-				c.MinPerHour += p
-			}
-			if i < s.Max {
-				c.MaxPerHour += p
-			}
+		return ownedCost(prices, s.Min, s.Max)
+	case model.ProviderSSH:
+		if s.SSH == nil || len(s.SSH.Hosts) == 0 {
+			return Cost{Unknown: "no hosts"}
 		}
-		return c
+		prices := make([]float64, len(s.SSH.Hosts))
+		for i, h := range s.SSH.Hosts {
+			prices[i] = h.PricePerHour
+		}
+		return ownedCost(prices, s.Min, s.Max)
 	case model.ProviderKubernetes:
 		if s.Kubernetes == nil {
 			return Cost{Unknown: "no kubernetes settings"}
@@ -298,6 +296,24 @@ func PoolCost(s model.NodePoolSpec, offers Offers) Cost {
 		return Cost{NodePerHour: o.PricePerHour, MinPerHour: o.PricePerHour * float64(s.Min), MaxPerHour: o.PricePerHour * float64(s.Max), Offer: &o}
 	}
 	return Cost{Unknown: fmt.Sprintf("provider %q is not priced", s.Provider)}
+}
+
+// ownedCost prices a pool of owned machines from their declared prices,
+// cheapest first: min is the sum of the min cheapest, max of the max
+// cheapest.
+func ownedCost(prices []float64, lo, hi int) Cost {
+	slices.Sort(prices)
+	var c Cost
+	c.NodePerHour = prices[0]
+	for i, p := range prices {
+		if i < lo {
+			c.MinPerHour += p
+		}
+		if i < hi {
+			c.MaxPerHour += p
+		}
+	}
+	return c
 }
 
 // cheapestOffer is the cheapest offer a sim pool may launch.

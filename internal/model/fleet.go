@@ -46,6 +46,7 @@ type NodePoolSpec struct {
 	Sim        *SimPoolSettings        `json:"sim,omitempty"`
 	Static     *StaticPoolSettings     `json:"static,omitempty"`
 	Kubernetes *KubernetesPoolSettings `json:"kubernetes,omitempty"`
+	SSH        *SSHPoolSettings        `json:"ssh,omitempty"`
 	// Regions limits where nodes launch (shell patterns such as "eu-*").
 	Regions RegionPolicy `json:"regions,omitzero"`
 	// InstanceTypes, when set, are the only instance types launched.
@@ -264,6 +265,9 @@ func (s *NodePoolSpec) Default() {
 	if s.Provider == ProviderStatic && s.Static != nil && s.Min == 0 && s.Max == 0 {
 		s.Min, s.Max = len(s.Static.Machines), len(s.Static.Machines)
 	}
+	if s.Provider == ProviderSSH && s.SSH != nil && s.Min == 0 && s.Max == 0 {
+		s.Min, s.Max = len(s.SSH.Hosts), len(s.SSH.Hosts)
+	}
 }
 
 // Validate reports every problem in s, with paths under prefix (usually
@@ -271,15 +275,15 @@ func (s *NodePoolSpec) Default() {
 func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
 	var fe FieldErrors
 	p := func(f string) string { return prefix + "." + f }
-	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil}
+	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil, ProviderSSH: s.SSH != nil}
 	switch s.Provider {
-	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes:
+	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes, ProviderSSH:
 	case "":
-		fe.Add(p("provider"), "is required: sim, static, local or kubernetes")
+		fe.Add(p("provider"), "is required: sim, static, local, kubernetes or ssh")
 	default:
-		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local or kubernetes", s.Provider))
+		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local, kubernetes or ssh", s.Provider))
 	}
-	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic} {
+	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic, ProviderSSH} {
 		if blocks[name] && name != s.Provider {
 			fe.Add(p(name), fmt.Sprintf("is set but the provider is %q", s.Provider))
 		}
@@ -317,6 +321,13 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 					fe.Add(mp+".pricePerHour", "must be a non-negative number of USD per hour")
 				}
 			}
+		}
+	}
+	if s.Provider == ProviderSSH {
+		if s.SSH == nil {
+			fe.Add(p("ssh.hosts"), "an ssh pool lists at least one host")
+		} else {
+			fe = append(fe, s.SSH.Validate(p("ssh"))...)
 		}
 	}
 	if s.Provider == ProviderKubernetes && s.Kubernetes != nil {
@@ -364,6 +375,8 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 		fe.Add(p("max"), fmt.Sprintf("must be at least min (%d)", s.Min))
 	case s.Provider == ProviderStatic && s.Static != nil && s.Max > len(s.Static.Machines):
 		fe.Add(p("max"), fmt.Sprintf("must be at most the %d machines listed", len(s.Static.Machines)))
+	case s.Provider == ProviderSSH && s.SSH != nil && s.Max > len(s.SSH.Hosts):
+		fe.Add(p("max"), fmt.Sprintf("must be at most the %d hosts listed", len(s.SSH.Hosts)))
 	}
 	if s.IdleTimeout < 0 {
 		fe.Add(p("idleTimeout"), "must not be negative")

@@ -92,6 +92,9 @@ type Config struct {
 	AcceptLostWrites bool
 	// ShutdownTimeout bounds a shutdown, from the signal to exit.
 	ShutdownTimeout time.Duration
+	// AgentURL is the URL agents gpufleet installs on SSH fleets' hosts
+	// reach this server at; empty: the URL it listens on.
+	AgentURL string
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -130,6 +133,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TLS && c.TLSCert != "" {
 		fe.Add("--tls", "makes a self-signed certificate: leave it out with --tls-cert")
+	}
+	if u, err := neturl.Parse(c.AgentURL); c.AgentURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		fe.Add("--agent-url", fmt.Sprintf("%q is not an http(s) URL", c.AgentURL))
 	}
 	if c.MeterInterval < time.Second {
 		fe.Add("--meter-interval", "must be at least 1s")
@@ -346,13 +352,22 @@ func Run(ctx context.Context, cfg Config) error {
 	// NodePools; each machine joins by running `gpufleet agent` with the
 	// token of its name.
 	owned := static.NewPools(nil, time.Now())
+	// SSH fleets: hosts gpufleet installs its agent on (sshfleet.go).
+	agentURL := c.AgentURL
+	if agentURL == "" {
+		agentURL = url
+	}
+	sshFleet, sshEnroll, sshDial, err := newSSHFleet(c.DataDir, agentURL, serverCA, log)
+	if err != nil {
+		return err
+	}
 	// Kubernetes clusters: a runner per applied pool of provider kubernetes.
 	kube := newKubePools(cat, log)
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
 		Scale:        simScaleC,
-		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
-		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools),
+		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned, sshFleet))),
+		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools, sshFleet.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,
@@ -394,12 +409,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan stopped, 4)
+	errc := make(chan stopped, 5)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.cp, kube.nodes = ctrl, ctrl
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner"}
+	startSSHFleet(sshEnroll, sshDial, ctrl)
+	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
+	running := []string{"api", "controller", "kubernetes runner", "ssh fleet"}
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {

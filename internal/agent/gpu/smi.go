@@ -198,3 +198,10 @@ func stripEscapes(s string) string {
 	}
 	return b.String()
 }
+
+// QueryArgs are the nvidia-smi arguments whose output ParseQuery reads.
+var QueryArgs = []string{"--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"}
+
+// ParseQuery parses the output of nvidia-smi run with QueryArgs (for
+// probes that run it elsewhere, such as over SSH).
+func ParseQuery(out []byte) ([]model.GPU, error) { return parseQuery(out) }
