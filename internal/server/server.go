@@ -35,7 +35,9 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	kubepools "github.com/gpufleet/gpufleet/internal/provider/kubernetes/pools"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/provider/sim/live"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
@@ -290,7 +292,7 @@ func Run(ctx context.Context, cfg Config) error {
 		ctrl      *controller.Controller
 		simOffers func(context.Context) []model.Offer
 		simScaleC controller.ScaleConfig
-		simN      *simNodes
+		simN      *live.Nodes
 	)
 	// One isolation for every node this process runs (local and
 	// simulated): they share the work root and the workload users.
@@ -315,7 +317,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, iso, log, c.Version); err != nil {
+		if simN, err = live.New(ctx, live.Config{DataDir: c.DataDir, Catalog: cat, Isolation: iso, Log: log, Version: c.Version, GPUs: controller.LaunchedGPUs}); err != nil {
 			return err
 		}
 		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
@@ -344,11 +346,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// token of its name.
 	owned := static.NewPools(nil, time.Now())
 	// Kubernetes clusters: a runner per applied pool of provider kubernetes.
-	kube := newKubePools(cat, log)
+	kube := kubepools.New(cat, log)
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
 		Scale:        simScaleC,
-		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
+		Inventory:    kube.Inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
 		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
@@ -368,7 +370,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer ctrl.Close()
 	var deadline time.Time // of the shutdown, once it begins
 	if simN != nil {
-		simN.cp = ctrl
+		simN.CP = ctrl
 		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
 	}
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
@@ -392,7 +394,7 @@ func Run(ctx context.Context, cfg Config) error {
 	errc := make(chan stopped, 4)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
-	kube.cp, kube.nodes = ctrl, ctrl
+	kube.CP, kube.Nodes = ctrl, poolNodes{ctrl}
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
 	running := []string{"api", "controller", "kubernetes runner"}
 	if !c.NoAgent {
@@ -578,5 +580,28 @@ func providerInventory(provs []provider.Provider) func(context.Context) (map[str
 			out[p.Name()] = ids
 		}
 		return out, nil
+	}
+}
+
+// poolNodes is the controller as a kubepools.Retirer.
+type poolNodes struct{ *controller.Controller }
+
+// PoolNodes lists the nodes of pool, in any state.
+func (p poolNodes) PoolNodes(pool string) []model.Node {
+	var out []model.Node
+	for _, n := range p.Nodes() {
+		if n.Pool == pool {
+			out = append(out, *n.Node)
+		}
+	}
+	return out
+}
+
+// poolsChanged hands the declared pools to each of fs in turn.
+func poolsChanged(fs ...func([]*model.NodePool, time.Time)) func([]*model.NodePool, time.Time) {
+	return func(pools []*model.NodePool, now time.Time) {
+		for _, f := range fs {
+			f(pools, now)
+		}
 	}
 }
