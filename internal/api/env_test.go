@@ -23,6 +23,9 @@ import (
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -111,8 +114,12 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("loading catalog: %v", err)
 	}
+	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, Price: sim.PoolPrice}, registry.Driver{Name: model.ProviderStatic, Price: static.PoolPrice})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
+		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {

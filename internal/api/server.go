@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 )
 
 var (
@@ -30,6 +31,9 @@ type Config struct {
 	Controller Backend          // required
 	Catalog    *catalog.Catalog // required
 	Logs       *logstore.Store  // required
+	// PoolPrice prices a NodePool by its driver for `gpufleet plan`
+	// (the provider registry's); nil leaves pools unpriced.
+	PoolPrice provider.PoolPricer
 	// Archives stores uploaded working directories; nil refuses uploads.
 	Archives *archive.Store
 	Log      *slog.Logger
