@@ -284,6 +284,19 @@ func (m *Memory) Fail(o model.Offer, job string, now time.Time) time.Time {
 	return m.Until[k]
 }
 
+// Remember records that job's launch of o failed, so its next launch is
+// a failover (Action.Failover) — without backing o off: a caller that
+// marks o unavailable says for how long.
+func (m *Memory) Remember(job string, o model.Offer) {
+	if job == "" {
+		return
+	}
+	if m.JobLast == nil {
+		m.JobLast = map[string]model.Offer{}
+	}
+	m.JobLast[job] = o
+}
+
 // Succeed forgets offer's failures.
 func (m *Memory) Succeed(o model.Offer) {
 	if m.Failures != nil {

@@ -273,6 +273,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}
 	c.loadCost(dump)
+	c.loadUnavailable(dump.Meta)
 	comCtx, stopCom := context.WithCancel(context.Background())
 	c.stopCom, c.comDone = stopCom, make(chan struct{})
 	go func() { c.com.run(comCtx); close(c.comDone) }()

@@ -54,20 +54,38 @@ type Options struct {
 type Request struct {
 	Provider provider.Provider
 	Launch   provider.LaunchRequest
+	// Before, when set, runs first, before the launch takes a slot (the
+	// controller waits there for its node record to be durable); its
+	// error ends the launch with that error.
+	Before func(ctx context.Context) error
 	// Done receives the outcome, once, on the launch's goroutine. It is
 	// called with ctx's error when the queue's context ends first.
 	Done func(provider.Instance, error)
 }
 
-// Queue runs launches with bounded concurrency. Safe for concurrent use;
-// its mutex guards the semaphores and the in-flight count.
+// Queue runs launches with bounded concurrency, starting them in
+// submission order (a launch whose provider or region is at its bound is
+// passed over, not waited for), so with bounds of 1 launches run one after
+// another in a deterministic order, as a simulation needs. A launch holds
+// its slots until its Done has returned. Safe for concurrent use; its
+// mutex guards the waiting list and the running counts.
 type Queue struct {
 	opts Options
 
-	mu       sync.Mutex
-	sems     map[string]chan struct{} // "p/"+provider, "r/"+provider+"/"+region
-	inflight int
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	waiting []*job
+	running map[string]int // "p/"+provider, "r/"+provider+"/"+region
+	total   int            // submitted, not done
+	wg      sync.WaitGroup
+}
+
+type job struct {
+	r        Request
+	pk, rk   string
+	start    chan struct{} // closed when the job may call the provider
+	ready    bool          // Before has returned
+	started  bool
+	abandons bool // gave up waiting (deadline, ctx): skip it
 }
 
 // New returns an empty queue.
@@ -87,51 +105,77 @@ func New(opts Options) *Queue {
 	if opts.Backoff <= 0 {
 		opts.Backoff = DefaultBackoff
 	}
-	return &Queue{opts: opts, sems: map[string]chan struct{}{}}
+	return &Queue{opts: opts, running: map[string]int{}}
 }
 
 // Submit queues r and returns at once. The launch runs under ctx (the
-// server's): ending it abandons waiting and running launches.
+// server's): ending it abandons waiting and running launches. The
+// deadline counts from here: time spent waiting for a slot is part of it.
 func (q *Queue) Submit(ctx context.Context, r Request) {
+	name := r.Provider.Name()
+	j := &job{r: r, pk: "p/" + name, rk: "r/" + name + "/" + r.Launch.Offer.Region, start: make(chan struct{})}
 	q.mu.Lock()
-	q.inflight++
+	q.total++
+	q.waiting = append(q.waiting, j)
 	q.mu.Unlock()
 	q.wg.Add(1)
 	go func() {
 		defer q.wg.Done()
-		in, err := q.run(ctx, r)
-		q.mu.Lock()
-		q.inflight--
-		q.mu.Unlock()
+		in, err := q.run(ctx, j)
 		r.Done(in, err)
+		q.mu.Lock()
+		q.total--
+		if j.started {
+			q.running[j.pk]--
+			q.running[j.rk]--
+		}
+		q.dispatchLocked()
+		q.mu.Unlock()
 	}()
+}
+
+// dispatchLocked starts, in submission order, every waiting job whose
+// provider and region are below their bounds. A job whose Before has not
+// returned yet holds back the jobs after it (briefly: Before waits for a
+// local commit), so the order never depends on goroutine scheduling.
+// Callers hold q.mu.
+func (q *Queue) dispatchLocked() {
+	kept := q.waiting[:0]
+	for i, j := range q.waiting {
+		switch {
+		case !j.ready && !j.abandons:
+			kept = append(kept, q.waiting[i:]...)
+			clear(q.waiting[len(kept):])
+			q.waiting = kept
+			return
+		case j.abandons:
+		case q.running[j.pk] < q.opts.PerProvider && q.running[j.rk] < q.opts.PerRegion:
+			q.running[j.pk]++
+			q.running[j.rk]++
+			j.started = true
+			close(j.start)
+		default:
+			kept = append(kept, j)
+		}
+	}
+	clear(q.waiting[len(kept):])
+	q.waiting = kept
 }
 
 // InFlight is the number of launches submitted and not yet done.
 func (q *Queue) InFlight() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.inflight
+	return q.total
 }
 
 // Wait returns once every submitted launch is done.
 func (q *Queue) Wait() { q.wg.Wait() }
 
-func (q *Queue) sem(key string, n int) chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	s, ok := q.sems[key]
-	if !ok {
-		s = make(chan struct{}, n)
-		q.sems[key] = s
-	}
-	return s
-}
-
-// run waits for both slots, then launches until success, a non-transient
-// error or the deadline. The deadline counts from the submission: time
-// spent waiting for a slot is part of it.
-func (q *Queue) run(ctx context.Context, r Request) (provider.Instance, error) {
+// run waits for its turn, then launches until success, a non-transient
+// error or the deadline.
+func (q *Queue) run(ctx context.Context, j *job) (provider.Instance, error) {
+	r := j.r
 	name, region := r.Provider.Name(), r.Launch.Offer.Region
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -145,11 +189,25 @@ func (q *Queue) run(ctx context.Context, r Request) (provider.Instance, error) {
 		case <-stop:
 		}
 	}()
-	for _, s := range []chan struct{}{q.sem("p/"+name, q.opts.PerProvider), q.sem("r/"+name+"/"+region, q.opts.PerRegion)} {
-		select {
-		case s <- struct{}{}:
-			defer func() { <-s }()
-		case <-ctx.Done():
+	if r.Before != nil {
+		if err := r.Before(ctx); err != nil {
+			q.mu.Lock()
+			j.abandons = true
+			q.mu.Unlock()
+			return provider.Instance{}, fmt.Errorf("before launching %s in %s %s: %w", r.Launch.Offer.InstanceType, name, region, err)
+		}
+	}
+	q.mu.Lock()
+	j.ready = true
+	q.dispatchLocked()
+	q.mu.Unlock()
+	select {
+	case <-j.start:
+	case <-ctx.Done():
+		q.mu.Lock()
+		j.abandons = !j.started
+		q.mu.Unlock()
+		if !j.started {
 			return provider.Instance{}, fmt.Errorf("waiting to launch %s in %s %s: %w", r.Launch.Offer.InstanceType, name, region, context.Cause(ctx))
 		}
 	}

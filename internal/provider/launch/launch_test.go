@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -186,5 +187,31 @@ func TestErrorKinds(t *testing.T) {
 				t.Errorf("outcome (-want +got):\n%s\nerr: %v", diff, o.err)
 			}
 		})
+	}
+}
+
+// TestSubmissionOrder: with bounds of 1 launches run one at a time in the
+// order submitted, each outcome recorded (Done) before the next starts, so
+// a simulation on a fake clock is deterministic.
+func TestSubmissionOrder(t *testing.T) {
+	t.Parallel()
+	f := &fakeProvider{}
+	q := New(Options{Clock: clock.NewFake(t0), PerProvider: 1, PerRegion: 1})
+	var mu sync.Mutex
+	var log []string
+	for _, tok := range []string{"a", "b", "c", "d", "e"} {
+		q.Submit(context.Background(), Request{Provider: f, Launch: provider.LaunchRequest{Token: tok, Offer: model.Offer{Region: "r1"}},
+			Done: func(in provider.Instance, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				log = append(log, in.ID, fmt.Sprint(f.calls))
+			}})
+	}
+	q.Wait()
+	want := []string{"i-a", "1", "i-b", "2", "i-c", "3", "i-d", "4", "i-e", "5"}
+	if diff := cmp.Diff(want, log); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 }
