@@ -48,7 +48,7 @@ GPUFLEET_TOKEN, or else through the data dir that 'gpufleet up' wrote.`,
 	root.PersistentFlags().StringVar(&g.dataDir, "data-dir", defaultDataDir(), "gpufleet's state directory (env GPUFLEET_DATA_DIR)")
 	root.AddCommand(
 		newUpCmd(g), newServerCmd(g), newRunCmd(g), newJobsCmd(g), newNodesCmd(g),
-		newOffersCmd(), newTokensCmd(g), newProjectsCmd(g), newRolesCmd(g), newUsersCmd(g), newAuditCmd(g), newQueuesCmd(g), newPlanCmd(g), newApplyCmd(g), newHistoryCmd(g), newRollbackCmd(g), newDriftCmd(g), newExplainCmd(g), newVersionCmd(g), newSuperviseCmd(), newAgentCmd(g), newEventsCmd(g), newAdviseCmd(g), newBenchCmd(g),
+		newOffersCmd(g), newTokensCmd(g), newProjectsCmd(g), newRolesCmd(g), newUsersCmd(g), newAuditCmd(g), newQueuesCmd(g), newPlanCmd(g), newApplyCmd(g), newHistoryCmd(g), newRollbackCmd(g), newDriftCmd(g), newExplainCmd(g), newVersionCmd(g), newSuperviseCmd(), newAgentCmd(g), newEventsCmd(g), newAdviseCmd(g), newBenchCmd(g),
 		newCostCmd(g), newBudgetsCmd(g), newMetricCmd(), newSecretsCmd(g), newImagesCmd(),
 		newStoreCmd(g),
 	)

@@ -383,6 +383,19 @@ var offerParams = map[string]string{
 	"providers": "provider", "regions": "region", "capacityTypes": "capacity", "maxPricePerHour": "maxPrice",
 }
 
+// UnavailableList is the answer of GET /v1/offers/unavailable.
+type UnavailableList struct {
+	Unavailable []model.Unavailable `json:"unavailable"`
+}
+
+func (s *Server) listUnavailable(w http.ResponseWriter, _ *http.Request) {
+	us := s.cfg.Controller.Unavailable()
+	if us == nil {
+		us = []model.Unavailable{}
+	}
+	writeJSON(w, http.StatusOK, UnavailableList{Unavailable: us})
+}
+
 func (s *Server) listOffers(w http.ResponseWriter, r *http.Request) {
 	q, problems := ParseOfferQuery(r.URL.Query(), s.cfg.Catalog.CanonicalGPU)
 	if len(problems) > 0 {

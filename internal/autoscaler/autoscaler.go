@@ -164,15 +164,10 @@ type Memory struct {
 	Unavailable map[string]Unavailable
 }
 
-// Unavailability kinds, after the provider error that set them.
+// Unavailability kinds (model's).
 const (
-	// UnavailableCapacity: the offer (instance type × zone × capacity
-	// type) had no capacity (provider.IsInsufficientCapacity).
-	UnavailableCapacity = "insufficient-capacity"
-	// UnavailableQuota: the pool's provider region is out of quota
-	// (provider.IsQuotaExceeded): no offer of that region is launched
-	// for the pool.
-	UnavailableQuota = "quota-exceeded"
+	UnavailableCapacity = model.UnavailableCapacity
+	UnavailableQuota    = model.UnavailableQuota
 )
 
 // Time-to-live of unavailability: capacity comes back quickly
@@ -183,28 +178,8 @@ const (
 	QuotaTTL    = 30 * time.Minute
 )
 
-// Unavailable is one thing a provider cannot sell now.
-type Unavailable struct {
-	Kind string `json:"kind"`
-	// Pool is the pool whose launch was refused; a capacity entry holds
-	// for every pool, a quota entry for this pool only.
-	Pool string `json:"pool"`
-	// Offer is the refused offer; for a quota entry its Provider and
-	// Region are what is out.
-	Offer  model.Offer `json:"offer"`
-	Reason string      `json:"reason"`
-	Since  time.Time   `json:"since"`
-	Until  time.Time   `json:"until"`
-}
-
-// Key identifies the entry: the offer for capacity, the pool, provider
-// and region for quota.
-func (u Unavailable) Key() string {
-	if u.Kind == UnavailableQuota {
-		return u.Kind + "/" + u.Pool + "/" + u.Offer.Provider + "/" + u.Offer.Region
-	}
-	return u.Kind + "/" + OfferKey(u.Offer)
-}
+// Unavailable is one thing a provider cannot sell now (model's).
+type Unavailable = model.Unavailable
 
 // Mark records u (replacing an entry of the same key).
 func (m *Memory) Mark(u Unavailable) {

@@ -59,9 +59,9 @@ func LaunchedGPUs(n *model.Node) (count int, gpuModel string) {
 type scaleState struct {
 	memory autoscaler.Memory
 	// inflight are the nodes whose launch is queued or running, by id.
-	inflight map[string]bool
-	drivers  poolDrivers
-	launches *launch.Queue
+	inflight  map[string]bool
+	drivers   poolDrivers
+	launches  *launch.Queue
 	idleSince map[string]time.Time
 	started   map[string]bool
 	// deadlines are the notice deadlines of live instances, by instance

@@ -35,8 +35,11 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 	kubepools "github.com/gpufleet/gpufleet/internal/provider/kubernetes/pools"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
 	"github.com/gpufleet/gpufleet/internal/provider/sim/live"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
@@ -291,8 +294,10 @@ func Run(ctx context.Context, cfg Config) error {
 	var (
 		ctrl      *controller.Controller
 		simOffers func(context.Context) []model.Offer
-		simScaleC controller.ScaleConfig
+		scaleC    controller.ScaleConfig
 		simN      *live.Nodes
+		// simNew builds a sim pool's driver; nil without --sim.
+		simNew registry.Factory
 	)
 	// One isolation for every node this process runs (local and
 	// simulated): they share the work root and the workload users.
@@ -320,7 +325,8 @@ func Run(ctx context.Context, cfg Config) error {
 		if simN, err = live.New(ctx, live.Config{DataDir: c.DataDir, Catalog: cat, Isolation: iso, Log: log, Version: c.Version, GPUs: controller.LaunchedGPUs}); err != nil {
 			return err
 		}
-		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
+		simOffers, scaleC = simScale(sp, simN, c.Sim.Clouds)
+		simNew = sp.ForPool
 		c.NoAgent = true
 		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
 	}
@@ -341,6 +347,23 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("demo GPUs priced from the catalog", "instance_type", typ, "price_per_hour", p.PerHour.String())
 		}
 	}
+	// The provider drivers, by the name a NodePool's spec.provider gives:
+	// what each builds for a pool (New; nil where a component of its own
+	// follows the pools) and how it prices one. Adding a driver adds one
+	// entry here.
+	drivers := []registry.Driver{
+		{Name: static.Name, Price: static.PoolPrice},
+		{Name: local.Name, Price: local.PoolPrice},
+		{Name: model.ProviderKubernetes, Price: kubernetes.PoolPrice},
+		{Name: model.ProviderSim, Price: sim.PoolPrice, New: simNew},
+	}
+	provs, err := registry.New(drivers...)
+	if err != nil {
+		return err
+	}
+	if provs.Launches() {
+		scaleC.Drivers = provs
+	}
 	// Owned machines: the static provider follows the applied static
 	// NodePools; each machine joins by running `gpufleet agent` with the
 	// token of its name.
@@ -349,8 +372,8 @@ func Run(ctx context.Context, cfg Config) error {
 	kube := kubepools.New(cat, log)
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
-		Scale:        simScaleC,
-		Inventory:    kube.Inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned))),
+		Scale:        scaleC,
+		Inventory:    kube.Inventory(providerInventory(append(slices.Clip(scaleC.Providers), owned))),
 		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
@@ -385,7 +408,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
 	ui := web.New(web.Config{ByHash: ctrl.AuthenticateHash, Log: log.With("component", "web")})
-	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, PoolPrice: provs.Price, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,17 @@ func (r *Registry) Names() []string {
 	return out
 }
 
+// Launches reports whether some registered driver builds pool drivers
+// (Driver.New): without one there is nothing for a scale loop to do.
+func (r *Registry) Launches() bool {
+	for _, d := range r.drivers {
+		if d.New != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Known reports whether name is a registered driver.
 func (r *Registry) Known(name string) bool {
 	_, ok := r.drivers[name]
