@@ -24,7 +24,7 @@ func newOffersCmd(g *globals) *cobra.Command {
 		spot, onDemand     bool
 		providers, regions []string
 		maxPrice           float64
-		unavailable        bool
+		unavailable, fleet bool
 	)
 	cmd := &cobra.Command{
 		Use:   "offers",
@@ -35,6 +35,7 @@ instance-hour. No server or cloud account is needed.`,
 		Example: `  gpufleet offers --gpu H100 --min-gpu-memory 40Gi --gpus 8 --spot --region 'us-*' --sort price
   gpufleet offers --gpu A100,A100-80GB --provider gcp,aws -o json
   gpufleet offers --gpu L4 --max-price 1 --limit 10
+  gpufleet offers --fleet --gpu H100   # with the fleet's owned machines at their declared prices
   gpufleet offers --unavailable   # what the running server's providers cannot sell now`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -90,6 +91,15 @@ instance-hour. No server or cloud account is needed.`,
 				return err
 			}
 			offers := cat.Query(query)
+			if fleet {
+				c, err := newClient(g.dataDir)
+				if err != nil {
+					return err
+				}
+				if offers, err = c.Offers(cmd.Context(), q); err != nil {
+					return err
+				}
+			}
 			if out == "table" {
 				if len(offers) == 0 {
 					fmt.Fprintln(cmd.ErrOrStderr(), "no offers match; loosen a filter (see gpufleet offers --help)")
@@ -112,6 +122,7 @@ instance-hour. No server or cloud account is needed.`,
 	fl.Float64Var(&maxPrice, "max-price", 0, "maximum price per instance-hour in USD")
 	fl.StringVar(&sortBy, "sort", "price", "sort by price (per GPU-hour), total, memory or gpus")
 	fl.IntVar(&limit, "limit", 0, "most offers to show")
+	fl.BoolVar(&fleet, "fleet", false, "ask the server: the catalog's offers and the fleet's owned machines at their declared prices")
 	fl.BoolVar(&unavailable, "unavailable", false, "ask the server which offers and pool regions its providers cannot sell now (insufficient capacity, quota) and until when")
 	_ = cmd.RegisterFlagCompletionFunc("sort", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"price", "total", "memory", "gpus"}, cobra.ShellCompDirectiveNoFileComp

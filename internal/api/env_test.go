@@ -43,6 +43,8 @@ type envConfig struct {
 	Dir string
 	// Archives makes the server store uploaded workdirs (under Dir).
 	Archives bool
+	// Owned lists owned machines' offers (api.Config.Owned).
+	Owned func(context.Context) []model.Offer
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -119,7 +121,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 		tb.Fatal(err)
 	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price,
+		Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {

@@ -408,7 +408,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
 	ui := web.New(web.Config{ByHash: ctrl.AuthenticateHash, Log: log.With("component", "web")})
-	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, PoolPrice: provs.Price, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+	srv, err := api.New(api.Config{Sessions: ui, UI: ui.Handler(), Controller: ctrl, Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
 	if err != nil {
 		return err
 	}
@@ -603,6 +603,19 @@ func providerInventory(provs []provider.Provider) func(context.Context) (map[str
 			out[p.Name()] = ids
 		}
 		return out, nil
+	}
+}
+
+// ownedOffers lists the offers of machines that exist already (p is
+// provider.FixedCapacity): their declared prices, beside the catalog's in
+// `gpufleet offers` and `advise` through the API.
+func ownedOffers(p provider.Provider) func(context.Context) []model.Offer {
+	return func(ctx context.Context) []model.Offer {
+		offers, err := p.Offers(ctx)
+		if err != nil {
+			return nil
+		}
+		return offers
 	}
 }
 
