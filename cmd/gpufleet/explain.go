@@ -82,6 +82,9 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 func candidateLine(c *scheduler.Candidate) string {
 	o := c.Offers[0]
 	s := fmt.Sprintf("%d × %s %s/%s %s $%.2f/h", c.Instances, o.InstanceType, o.Provider, o.Region, o.CapacityType, o.PricePerHour)
+	if !o.PriceAsOf.IsZero() {
+		s += fmt.Sprintf(" (live price as of %s)", o.PriceAsOf.Format(time.RFC3339))
+	}
 	if c.RuntimeAssumed {
 		return s + "; no expected cost to finish without a runtime estimate (set spec.estimate.runtime or limits.runtime)"
 	}

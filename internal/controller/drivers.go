@@ -84,6 +84,7 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 				if err != nil {
 					c.cfg.Log.Warn("listing pool offers", "pool", p.Name, "provider", d.Name(), "err", err)
 				}
+				offers = c.livePrices(ctx, d, offers)
 				e.p, e.offers, e.sells = d, offers, make(map[string]bool, len(offers))
 				for _, o := range offers {
 					e.sells[autoscaler.OfferKey(o)] = true
@@ -110,6 +111,31 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 		}
 	}
 	return v
+}
+
+// livePrices overrides offers' catalog prices with the driver's live ones
+// when it is a provider.PriceSource, dated by when they were read; on an
+// error the offers keep their prices.
+func (c *Controller) livePrices(ctx context.Context, d provider.Provider, offers []model.Offer) []model.Offer {
+	ps, ok := d.(provider.PriceSource)
+	if !ok || len(offers) == 0 {
+		return offers
+	}
+	prices, asOf, err := ps.Prices(ctx)
+	if err != nil {
+		c.cfg.Log.Warn("reading live prices; keeping the catalog's", "provider", d.Name(), "err", err)
+		return offers
+	}
+	live := make(map[string]float64, len(prices))
+	for _, o := range prices {
+		live[autoscaler.OfferKey(o)] = o.PricePerHour
+	}
+	for i, o := range offers {
+		if p, ok := live[autoscaler.OfferKey(o)]; ok {
+			offers[i].PricePerHour, offers[i].PriceAsOf = p, asOf
+		}
+	}
+	return offers
 }
 
 // scaling reports whether the scale loop runs: some driver is wired.

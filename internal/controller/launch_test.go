@@ -256,3 +256,68 @@ func TestScaleDoesNotWaitForTheCloud(t *testing.T) {
 		t.Fatalf("%d launching nodes (instance %q), want 1 with its instance", n, inst)
 	}
 }
+
+// pricedCloud is a fakeCloud with live prices.
+type pricedCloud struct {
+	*fakeCloud
+	asOf   time.Time
+	prices []model.Offer
+}
+
+func (p *pricedCloud) Prices(context.Context) ([]model.Offer, time.Time, error) {
+	return p.prices, p.asOf, nil
+}
+
+var _ provider.PriceSource = (*pricedCloud)(nil)
+
+// TestLivePricesOverrideTheCatalog: a driver that is a PriceSource prices
+// its offers itself; the scheduler ranks them at that price, dated, so the
+// candidate and the launch use it.
+func TestLivePricesOverrideTheCatalog(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	f := &fakeCloud{offers: []model.Offer{cloudA, cloudB}}
+	readAt := t0.Add(-time.Minute)
+	cheaperB := cloudB
+	cheaperB.PricePerHour = 5 // live: B is now cheaper than A's catalog 10
+	p := &pricedCloud{fakeCloud: f, asOf: readAt, prices: []model.Offer{cheaperB}}
+	logs, err := logstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(registry.Driver{Name: "cloud", New: func(*model.NodePool) (provider.Provider, error) { return p, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
+		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) }, Scale: ScaleConfig{Drivers: reg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.mu.Lock()
+	c.fleet.pools = []*model.NodePool{{Name: "gpu", Spec: model.NodePoolSpec{Provider: "cloud", Max: 4}}}
+	c.mu.Unlock()
+	j := submitTrain(t, c, func(s *model.JobSpec) { s.Estimate.Runtime = model.Duration(time.Hour) })
+	if err := c.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Explain(j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Candidate == nil || len(e.Candidate.Offers) != 2 {
+		t.Fatalf("candidate = %+v", e.Candidate)
+	}
+	best := e.Candidate.Offers[0]
+	if autoscaler.OfferKey(best) != autoscaler.OfferKey(cloudB) || best.PricePerHour != 5 || !best.PriceAsOf.Equal(readAt) {
+		t.Errorf("best candidate = %s at $%.2f (as of %s), want %s at the live $5 as of %s", autoscaler.OfferKey(best), best.PricePerHour, best.PriceAsOf, autoscaler.OfferKey(cloudB), readAt)
+	}
+	if other := e.Candidate.Offers[1]; other.PricePerHour != 10 || !other.PriceAsOf.IsZero() {
+		t.Errorf("an offer without a live price = $%.2f as of %s, want the catalog's $10, undated", other.PricePerHour, other.PriceAsOf)
+	}
+	c.scaleWait(ctx)
+	if diff := cmp.Diff([]string{autoscaler.OfferKey(cloudB)}, f.calls()); diff != "" {
+		t.Errorf("launches (-want +got):\n%s", diff)
+	}
+}
