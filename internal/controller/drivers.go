@@ -138,5 +138,23 @@ func (c *Controller) livePrices(ctx context.Context, d provider.Provider, offers
 	return offers
 }
 
+// driverNamed returns the wired or pool driver called name, or nil.
+func (c *Controller) driverNamed(name string) provider.Provider {
+	for _, p := range c.cfg.Scale.Providers {
+		if p.Name() == name {
+			return p
+		}
+	}
+	pd := &c.scaleSt.drivers
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	for _, e := range pd.pools {
+		if e.p != nil && e.p.Name() == name {
+			return e.p
+		}
+	}
+	return nil
+}
+
 // scaling reports whether the scale loop runs: some driver is wired.
 func (sc *ScaleConfig) scaling() bool { return len(sc.Providers) > 0 || sc.Drivers != nil }

@@ -741,10 +741,7 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 	if !ok || n.Labels[model.LabelInstance] == "" || n.State == model.NodeTerminated {
 		return provider.Notice{}, fmt.Errorf("node %s has no live instance: %w", id, ErrNotFound)
 	}
-	for _, p := range c.cfg.Scale.Providers {
-		if p.Name() != n.Provider {
-			continue
-		}
+	if p := c.driverNamed(n.Provider); p != nil {
 		ip, ok := p.(provider.Interrupter)
 		if !ok {
 			return provider.Notice{}, fmt.Errorf("provider %s cannot interrupt instances", p.Name())

@@ -392,6 +392,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ctrl.Close()
 	var deadline time.Time // of the shutdown, once it begins
+	// Launches in flight end with the controller's context; their outcome
+	// is recorded before the controller closes.
+	defer waitUntil(ctrl.WaitLaunches, &deadline, "provider launches", log)
 	if simN != nil {
 		simN.CP = ctrl
 		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
