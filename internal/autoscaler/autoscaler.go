@@ -97,7 +97,8 @@ type PoolDriver struct {
 // Drivers maps pool names to their launching drivers.
 type Drivers map[string]PoolDriver
 
-func (d Drivers) launchable(p *model.NodePool) bool {
+// buys reports whether pool p has a launching driver.
+func (d Drivers) buys(p *model.NodePool) bool {
 	_, ok := d[p.Name]
 	return ok
 }
@@ -441,7 +442,7 @@ func Decide(in Input) []Action {
 
 	// 4. Pools below Min.
 	for _, p := range in.Pools {
-		if !drivers.launchable(p) || size[p.Name] >= p.Spec.Min {
+		if !drivers.buys(p) || size[p.Name] >= p.Spec.Min {
 			continue
 		}
 		var best *model.Offer
@@ -461,7 +462,7 @@ func Decide(in Input) []Action {
 	var idle []Node
 	for _, n := range in.Nodes {
 		p := poolByName[n.Pool]
-		if n.State != model.NodeReady || n.Busy || p == nil || !drivers.launchable(p) {
+		if n.State != model.NodeReady || n.Busy || p == nil || !drivers.buys(p) {
 			continue
 		}
 		to := p.Spec.IdleTimeout.D()
