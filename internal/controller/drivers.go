@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
@@ -109,6 +110,16 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 				v.offers = append(v.offers, o)
 			}
 		}
+	}
+	if refresh {
+		// Forget removed pools.
+		pd.mu.Lock()
+		for name := range pd.pools {
+			if !slices.ContainsFunc(pools, func(p *model.NodePool) bool { return p.Name == name }) {
+				delete(pd.pools, name)
+			}
+		}
+		pd.mu.Unlock()
 	}
 	return v
 }
