@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 )
 
@@ -59,6 +60,14 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 		}
 		row(tw, what, fmt.Sprintf("%s: %d failed launches; not tried before %s (in %s)", b.Offer, b.Failures, b.Until.Format(time.RFC3339), max(time.Until(b.Until), 0).Round(time.Second)))
 	}
+	for _, u := range e.Unavailable {
+		o := u.Offer
+		what := fmt.Sprintf("%s/%s/%s %s %s", o.Provider, o.Region, o.Zone, o.InstanceType, o.CapacityType)
+		if u.Kind == model.UnavailableQuota {
+			what = fmt.Sprintf("%s/%s for pool %s", o.Provider, o.Region, u.Pool)
+		}
+		row(tw, "UNAVAILABLE", fmt.Sprintf("%s: %s until %s (in %s)", what, u.Kind, u.Until.Format(time.RFC3339), max(time.Until(u.Until), 0).Round(time.Second)))
+	}
 	fmt.Fprintln(tw)
 	row(tw, "SCOPE", "WHY NOT")
 	for _, r := range e.Verdict.Reasons {
@@ -73,6 +82,9 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 func candidateLine(c *scheduler.Candidate) string {
 	o := c.Offers[0]
 	s := fmt.Sprintf("%d × %s %s/%s %s $%.2f/h", c.Instances, o.InstanceType, o.Provider, o.Region, o.CapacityType, o.PricePerHour)
+	if !o.PriceAsOf.IsZero() {
+		s += fmt.Sprintf(" (live price as of %s)", o.PriceAsOf.Format(time.RFC3339))
+	}
 	if c.RuntimeAssumed {
 		return s + "; no expected cost to finish without a runtime estimate (set spec.estimate.runtime or limits.runtime)"
 	}

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,7 +15,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-func newOffersCmd() *cobra.Command {
+func newOffersCmd(g *globals) *cobra.Command {
 	var (
 		out                string
 		gpus               []string
@@ -22,6 +24,7 @@ func newOffersCmd() *cobra.Command {
 		spot, onDemand     bool
 		providers, regions []string
 		maxPrice           float64
+		unavailable, fleet bool
 	)
 	cmd := &cobra.Command{
 		Use:   "offers",
@@ -31,7 +34,9 @@ Vast list prices, on-demand and spot). Prices are per GPU-hour and per
 instance-hour. No server or cloud account is needed.`,
 		Example: `  gpufleet offers --gpu H100 --min-gpu-memory 40Gi --gpus 8 --spot --region 'us-*' --sort price
   gpufleet offers --gpu A100,A100-80GB --provider gcp,aws -o json
-  gpufleet offers --gpu L4 --max-price 1 --limit 10`,
+  gpufleet offers --gpu L4 --max-price 1 --limit 10
+  gpufleet offers --fleet --gpu H100   # with the fleet's owned machines at their declared prices
+  gpufleet offers --unavailable   # what the running server's providers cannot sell now`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
@@ -39,6 +44,17 @@ instance-hour. No server or cloud account is needed.`,
 			}
 			if spot && onDemand {
 				return fmt.Errorf("--spot and --on-demand exclude each other; give neither to see both")
+			}
+			if unavailable {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				us, err := c.Unavailable(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return render(cmd.OutOrStdout(), out, api.UnavailableList{Unavailable: us}, func(tw *tabwriter.Writer) { unavailableTable(tw, us) })
 			}
 			cat, err := catalog.Load()
 			if err != nil {
@@ -75,6 +91,15 @@ instance-hour. No server or cloud account is needed.`,
 				return err
 			}
 			offers := cat.Query(query)
+			if fleet {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				if offers, err = c.Offers(cmd.Context(), q); err != nil {
+					return err
+				}
+			}
 			if out == "table" {
 				if len(offers) == 0 {
 					fmt.Fprintln(cmd.ErrOrStderr(), "no offers match; loosen a filter (see gpufleet offers --help)")
@@ -97,6 +122,8 @@ instance-hour. No server or cloud account is needed.`,
 	fl.Float64Var(&maxPrice, "max-price", 0, "maximum price per instance-hour in USD")
 	fl.StringVar(&sortBy, "sort", "price", "sort by price (per GPU-hour), total, memory or gpus")
 	fl.IntVar(&limit, "limit", 0, "most offers to show")
+	fl.BoolVar(&fleet, "fleet", false, "ask the server: the catalog's offers and the fleet's owned machines at their declared prices")
+	fl.BoolVar(&unavailable, "unavailable", false, "ask the server which offers and pool regions its providers cannot sell now (insufficient capacity, quota) and until when")
 	_ = cmd.RegisterFlagCompletionFunc("sort", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"price", "total", "memory", "gpus"}, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -104,4 +131,17 @@ instance-hour. No server or cloud account is needed.`,
 		return []string{"aws", "gcp", "azure", "oci", "lambda", "vast"}, cobra.ShellCompDirectiveNoFileComp
 	})
 	return cmd
+}
+
+// unavailableTable lists unavailable offers and regions, one a line.
+func unavailableTable(tw *tabwriter.Writer, us []model.Unavailable) {
+	row(tw, "KIND", "POOL", "OFFER", "UNTIL", "REASON")
+	for _, u := range us {
+		o := u.Offer
+		what := fmt.Sprintf("%s/%s/%s %s %s", o.Provider, o.Region, o.Zone, o.InstanceType, o.CapacityType)
+		if u.Kind == model.UnavailableQuota {
+			what = fmt.Sprintf("%s/%s (whole region, this pool)", o.Provider, o.Region)
+		}
+		row(tw, u.Kind, u.Pool, what, fmt.Sprintf("%s (in %s)", u.Until.Format(time.RFC3339), max(time.Until(u.Until), 0).Round(time.Second)), u.Reason)
+	}
 }

@@ -106,6 +106,7 @@ var accessCases = map[string]accessCase{
 	"GET /v1/events":                     {min: model.RoleViewer, build: get("/v1/events")},
 	"POST /v1/nodes/{id}/interrupt":      {min: model.RoleAdmin, build: send("POST", "/v1/nodes/no-such-node/interrupt", ``)},
 	"GET /v1/offers":                     {min: model.RoleViewer, build: get("/v1/offers?limit=1")},
+	"GET /v1/offers/unavailable":         {min: model.RoleViewer, build: get("/v1/offers/unavailable")},
 	"POST /v1/advise":                    {min: model.RoleViewer, build: send("POST", "/v1/advise", `{}`)},
 	"GET /v1/projects":                   {min: model.RoleViewer, build: get("/v1/projects")},
 	"GET /v1/grants":                     {min: model.RoleAdmin, build: get("/v1/grants")},

@@ -3,6 +3,7 @@ package api
 import (
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
@@ -38,7 +39,7 @@ func (s *Server) advise(w http.ResponseWriter, r *http.Request) {
 			req.GPUs[i] = c
 		}
 	}
-	res, err := advisor.Rank(req.Profile, req.Options(s.cfg.Catalog.Offers(), s.cfg.Catalog.Accelerator, s.cfg.Calibration))
+	res, err := advisor.Rank(req.Profile, req.Options(slices.Concat(s.cfg.Catalog.Offers(), s.owned(r.Context())), s.cfg.Catalog.Accelerator, s.cfg.Calibration))
 	if err != nil {
 		// Validate ran first; anything left is still the caller's input.
 		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)

@@ -118,6 +118,9 @@ type Nodes interface {
 	Nodes() []model.NodeInfo
 	InterruptNode(ctx context.Context, id string) (provider.Notice, error)
 	CatalogOffers(ctx context.Context) []model.Offer
+	// Unavailable lists the offers and pool regions providers cannot
+	// sell now (insufficient capacity, quota), until a time.
+	Unavailable() []model.Unavailable
 }
 
 // Costs reads the ledger's reports and budgets.

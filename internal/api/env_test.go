@@ -26,6 +26,9 @@ import (
 	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -43,6 +46,8 @@ type envConfig struct {
 	Dir string
 	// Archives makes the server store uploaded workdirs (under Dir).
 	Archives bool
+	// Owned lists owned machines' offers (api.Config.Owned).
+	Owned func(context.Context) []model.Offer
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -121,8 +126,12 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("loading catalog: %v", err)
 	}
+	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, Price: sim.PoolPrice}, registry.Driver{Name: model.ProviderStatic, Price: static.PoolPrice})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
+		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
 	})
 	if err != nil {

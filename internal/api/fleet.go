@@ -150,7 +150,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cur, curSet := s.cfg.Controller.PlanBase(set)
-	writeJSON(w, http.StatusOK, PlanView{BaseRevision: revNumber(cur), Result: fleet.Plan(curSet, set, s.cfg.Catalog)})
+	writeJSON(w, http.StatusOK, PlanView{BaseRevision: revNumber(cur), Result: fleet.Plan(curSet, set, fleet.Pricing{Offers: s.cfg.Catalog, Pool: s.cfg.PoolPrice})})
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +165,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 // with the revision and the changes it made.
 func (s *Server) applySet(w http.ResponseWriter, r *http.Request, set *manifest.Set, opts model.ApplyOptions, rollbackTo int) {
 	_, curSet := s.cfg.Controller.PlanBase(set)
-	plan := fleet.Plan(curSet, set, s.cfg.Catalog)
+	plan := fleet.Plan(curSet, set, fleet.Pricing{Offers: s.cfg.Catalog, Pool: s.cfg.PoolPrice})
 	var (
 		res model.ApplyResult
 		err error

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -387,13 +388,34 @@ var offerParams = map[string]string{
 	"providers": "provider", "regions": "region", "capacityTypes": "capacity", "maxPricePerHour": "maxPrice",
 }
 
+// UnavailableList is the answer of GET /v1/offers/unavailable.
+type UnavailableList struct {
+	Unavailable []model.Unavailable `json:"unavailable"`
+}
+
+func (s *Server) listUnavailable(w http.ResponseWriter, _ *http.Request) {
+	us := s.cfg.Controller.Unavailable()
+	if us == nil {
+		us = []model.Unavailable{}
+	}
+	writeJSON(w, http.StatusOK, UnavailableList{Unavailable: us})
+}
+
+// owned is Config.Owned's offers, or none.
+func (s *Server) owned(ctx context.Context) []model.Offer {
+	if s.cfg.Owned == nil {
+		return nil
+	}
+	return s.cfg.Owned(ctx)
+}
+
 func (s *Server) listOffers(w http.ResponseWriter, r *http.Request) {
 	q, problems := ParseOfferQuery(r.URL.Query(), s.cfg.Catalog.CanonicalGPU)
 	if len(problems) > 0 {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
-	writeJSON(w, http.StatusOK, OfferList{Offers: nonNil(s.cfg.Catalog.Query(q))})
+	writeJSON(w, http.StatusOK, OfferList{Offers: nonNil(s.cfg.Catalog.QueryWith(q, s.owned(r.Context())))})
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {

@@ -106,6 +106,7 @@ func TestRouteDeclarations(t *testing.T) {
 		"GET /v1/jobs/{id}/logs":                       {Perm: api.PermJobsRead, Kinds: usersJobs},
 		"GET /v1/nodes":                                {Perm: api.PermNodesRead, Kinds: users},
 		"GET /v1/offers":                               {Perm: api.PermOffersRead, Kinds: users},
+		"GET /v1/offers/unavailable":                   {Perm: api.PermOffersRead, Kinds: users},
 		"POST /v1/advise":                              {Perm: api.PermOffersRead, Kinds: users},
 		"POST /v1/tokens":                              {Perm: api.PermTokensManage, Kinds: users},
 		"POST /v1/tokens/rotate":                       {Perm: api.PermTokensRotate, Kinds: users},

@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 )
 
 var (
@@ -37,6 +38,14 @@ type Config struct {
 	Roles    Roles
 	Auditor  Auditor
 	Secrets  Secrets
+	// PoolPrice prices a NodePool by its driver for `gpufleet plan`
+	// (the provider registry's); nil leaves pools unpriced.
+	PoolPrice provider.PoolPricer
+	// Owned lists the offers of machines that exist already (the
+	// fixed-capacity pools' machines at their declared prices), which
+	// GET /v1/offers and POST /v1/advise show beside the catalog's; nil:
+	// none.
+	Owned func(ctx context.Context) []model.Offer
 	// Archives stores uploaded working directories; nil refuses uploads.
 	Archives *archive.Store
 	Log      *slog.Logger

@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -75,12 +76,38 @@ type Input struct {
 	Memory    *Memory
 	// LaunchTimeout bounds launching → ready (DefaultLaunchTimeout).
 	LaunchTimeout time.Duration
-	// ProviderOf maps an offer to the driver that sells it (sim sells
-	// aws, gcp… offers); nil means Offer.Provider.
-	ProviderOf func(model.Offer) string
+	// Drivers are the drivers of the pools gpufleet launches into, by
+	// pool name. A pool absent from it (its driver is fixed capacity,
+	// or not built) is never launched into or scaled down.
+	Drivers map[string]PoolDriver
 	// Offers are all the offers the providers sell now, so that a pool
 	// below its min launches even when no pending job names a candidate.
 	Offers []model.Offer
+}
+
+// PoolDriver is what the autoscaler knows of a pool's driver: its name
+// (Action.Provider) and which offers it sells (the sim driver sells aws,
+// gcp… offers; a pool narrowed to some clouds sells only theirs). Sells
+// nil sells every offer.
+type PoolDriver struct {
+	Name  string
+	Sells func(model.Offer) bool
+}
+
+// Drivers maps pool names to their launching drivers.
+type Drivers map[string]PoolDriver
+
+// buys reports whether pool p has a launching driver.
+func (d Drivers) buys(p *model.NodePool) bool {
+	_, ok := d[p.Name]
+	return ok
+}
+
+// launches reports whether pool p's driver launches and sells o, and p
+// admits it.
+func (d Drivers) launches(p *model.NodePool, o model.Offer) bool {
+	pd, ok := d[p.Name]
+	return ok && (pd.Sells == nil || pd.Sells(o)) && Admits(p, o)
 }
 
 // ActionKind names an action.
@@ -126,11 +153,94 @@ func OfferKey(o model.Offer) string {
 
 // Memory remembers failing offers for a while, and the last failure per
 // job for the failover order. It is data: the controller keeps it between
-// cycles and updates it with Fail.
+// cycles and updates it with Fail, MarkOffer and MarkRegion.
 type Memory struct {
 	Until    map[string]time.Time // offer key → not before
 	Failures map[string]int       // offer key → consecutive failures
 	JobLast  map[string]model.Offer
+	// Unavailable is what providers said they cannot sell, by
+	// Unavailable.Key, until each entry's Until: an offer without
+	// capacity, a pool's provider region out of quota. The controller
+	// persists it, so a restart does not retry them at once.
+	Unavailable map[string]Unavailable
+}
+
+// Unavailability kinds (model's).
+const (
+	UnavailableCapacity = model.UnavailableCapacity
+	UnavailableQuota    = model.UnavailableQuota
+)
+
+// Time-to-live of unavailability: capacity comes back quickly
+// (Karpenter's unavailable-offerings cache keeps 3 minutes), a quota
+// rarely without a request to the provider.
+const (
+	CapacityTTL = 3 * time.Minute
+	QuotaTTL    = 30 * time.Minute
+)
+
+// Unavailable is one thing a provider cannot sell now (model's).
+type Unavailable = model.Unavailable
+
+// Mark records u (replacing an entry of the same key).
+func (m *Memory) Mark(u Unavailable) {
+	if m.Unavailable == nil {
+		m.Unavailable = map[string]Unavailable{}
+	}
+	m.Unavailable[u.Key()] = u
+}
+
+// Expire forgets the entries whose Until is not after now, and reports
+// whether it forgot any.
+func (m *Memory) Expire(now time.Time) bool {
+	gone := false
+	for k, u := range m.Unavailable {
+		if !u.Until.After(now) {
+			delete(m.Unavailable, k)
+			gone = true
+		}
+	}
+	return gone
+}
+
+// UnavailableNow lists the entries in force at now, by kind then key.
+func (m *Memory) UnavailableNow(now time.Time) []Unavailable {
+	if m == nil {
+		return nil
+	}
+	var out []Unavailable
+	for _, u := range m.Unavailable {
+		if u.Until.After(now) {
+			out = append(out, u)
+		}
+	}
+	slices.SortFunc(out, func(a, b Unavailable) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Key(), b.Key())) })
+	return out
+}
+
+// unavailable reports whether pool (empty: any pool) may not launch o at
+// now: o has no capacity, or pool's region of o is out of quota.
+func (m *Memory) unavailable(pool string, o model.Offer, now time.Time) bool {
+	if m == nil || len(m.Unavailable) == 0 {
+		return false
+	}
+	if u, ok := m.Unavailable[Unavailable{Kind: UnavailableCapacity, Offer: o}.Key()]; ok && u.Until.After(now) {
+		return true
+	}
+	if pool == "" {
+		return false
+	}
+	u, ok := m.Unavailable[Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}.Key()]
+	return ok && u.Until.After(now)
+}
+
+// Clone returns a deep copy, for Decide to read while launches update the
+// original.
+func (m *Memory) Clone() *Memory {
+	if m == nil {
+		return nil
+	}
+	return &Memory{Until: maps.Clone(m.Until), Failures: maps.Clone(m.Failures), JobLast: maps.Clone(m.JobLast), Unavailable: maps.Clone(m.Unavailable)}
 }
 
 // Fail remembers that offer failed at now (for job, when set): it is not
@@ -150,6 +260,19 @@ func (m *Memory) Fail(o model.Offer, job string, now time.Time) time.Time {
 	return m.Until[k]
 }
 
+// Remember records that job's launch of o failed, so its next launch is
+// a failover (Action.Failover) — without backing o off: a caller that
+// marks o unavailable says for how long.
+func (m *Memory) Remember(job string, o model.Offer) {
+	if job == "" {
+		return
+	}
+	if m.JobLast == nil {
+		m.JobLast = map[string]model.Offer{}
+	}
+	m.JobLast[job] = o
+}
+
 // Succeed forgets offer's failures.
 func (m *Memory) Succeed(o model.Offer) {
 	if m.Failures != nil {
@@ -158,12 +281,19 @@ func (m *Memory) Succeed(o model.Offer) {
 	}
 }
 
+// failing reports whether offer key k is backing off after a failure.
 func (m *Memory) failing(k string, now time.Time) bool {
 	if m == nil || m.Until == nil {
 		return false
 	}
 	u, ok := m.Until[k]
 	return ok && now.Before(u)
+}
+
+// out reports whether offer o may not be tried now by any pool: backing
+// off, or without capacity.
+func (m *Memory) out(o model.Offer, now time.Time) bool {
+	return m.failing(OfferKey(o), now) || m.unavailable("", o, now)
 }
 
 // Decide returns the actions for one cycle, in a stable order: leaks,
@@ -182,10 +312,7 @@ func Decide(in Input) []Action {
 	if in.LaunchTimeout <= 0 {
 		in.LaunchTimeout = DefaultLaunchTimeout
 	}
-	providerOf := in.ProviderOf
-	if providerOf == nil {
-		providerOf = func(o model.Offer) string { return o.Provider }
-	}
+	drivers := Drivers(in.Drivers)
 	var acts []Action
 
 	// 1. Leaks.
@@ -294,12 +421,12 @@ func Decide(in Input) []Action {
 			}
 			perInstance := max(o.GPUCount/need, 1)
 			count := (max(pj.Replicas, 1) + perInstance - 1) / perInstance
-			pool := poolFor(in.Pools, o, size, count)
+			pool := poolFor(in.Pools, drivers, in.Memory, in.Now, o, size, count)
 			if pool == nil {
 				continue
 			}
 			size[pool.Name] += count
-			a := Action{Kind: Launch, Pool: pool.Name, Provider: providerOf(o), Offer: o, Count: count, Jobs: []string{pj.JobID}, Reason: "pending job " + pj.JobID}
+			a := Action{Kind: Launch, Pool: pool.Name, Provider: drivers[pool.Name].Name, Offer: o, Count: count, Jobs: []string{pj.JobID}, Reason: "pending job " + pj.JobID}
 			if last, ok := in.Memory.jobLast(pj.JobID); ok {
 				a.Failover, a.FailedOffer = true, OfferKey(last)
 				a.Reason = fmt.Sprintf("failover for job %s after %s failed", pj.JobID, OfferKey(last))
@@ -315,19 +442,19 @@ func Decide(in Input) []Action {
 
 	// 4. Pools below Min.
 	for _, p := range in.Pools {
-		if !launchable(p) || size[p.Name] >= p.Spec.Min {
+		if !drivers.buys(p) || size[p.Name] >= p.Spec.Min {
 			continue
 		}
 		var best *model.Offer
-		for _, o := range in.poolOffers(p) {
-			if !in.Memory.failing(OfferKey(o), in.Now) && (best == nil || o.PricePerHour < best.PricePerHour) {
+		for _, o := range in.poolOffers(p, drivers) {
+			if !in.Memory.out(o, in.Now) && !in.Memory.unavailable(p.Name, o, in.Now) && (best == nil || o.PricePerHour < best.PricePerHour) {
 				best = &o
 			}
 		}
 		if best != nil {
 			n := p.Spec.Min - size[p.Name]
 			size[p.Name] += n
-			acts = append(acts, Action{Kind: Launch, Pool: p.Name, Provider: providerOf(*best), Offer: *best, Count: n, Reason: fmt.Sprintf("pool %s below min %d", p.Name, p.Spec.Min)})
+			acts = append(acts, Action{Kind: Launch, Pool: p.Name, Provider: drivers[p.Name].Name, Offer: *best, Count: n, Reason: fmt.Sprintf("pool %s below min %d", p.Name, p.Spec.Min)})
 		}
 	}
 
@@ -335,7 +462,7 @@ func Decide(in Input) []Action {
 	var idle []Node
 	for _, n := range in.Nodes {
 		p := poolByName[n.Pool]
-		if n.State != model.NodeReady || n.Busy || p == nil || !launchable(p) {
+		if n.State != model.NodeReady || n.Busy || p == nil || !drivers.buys(p) {
 			continue
 		}
 		to := p.Spec.IdleTimeout.D()
@@ -376,7 +503,7 @@ func (m *Memory) jobLast(job string) (model.Offer, bool) {
 func failoverOrder(pj Pending, m *Memory, now time.Time) []int {
 	order := make([]int, 0, len(pj.Offers))
 	for i, o := range pj.Offers {
-		if !m.failing(OfferKey(o), now) {
+		if !m.out(o, now) {
 			order = append(order, i)
 		}
 	}
@@ -384,21 +511,23 @@ func failoverOrder(pj Pending, m *Memory, now time.Time) []int {
 }
 
 // Buyable returns the offers a launch could use now, in their order: those
-// a launchable pool admits (provider and clouds, regions, instance types,
-// GPU requirements, capacity types) while it has room for another node
-// (size counts each pool's launching, ready and draining nodes), and that
-// are not backing off after a failure. The scheduler ranks only these, so
+// a pool whose driver launches (drivers) sells and admits (regions,
+// instance types, GPU requirements, capacity types) while it has room for
+// another node (size counts each pool's launching, ready and draining
+// nodes), that are not backing off after a failure, and that the provider
+// has not said it cannot sell (no capacity; the pool's region out of
+// quota: see Unavailable). The scheduler ranks only these, so
 // a candidate respects its pool's regions and limits, and after an
 // insufficient-capacity failure the next candidate is the next offer by
 // expected cost to finish among all that fit a pool.
-func Buyable(offers []model.Offer, pools []*model.NodePool, size map[string]int, m *Memory, now time.Time) []model.Offer {
+func Buyable(offers []model.Offer, pools []*model.NodePool, drivers Drivers, size map[string]int, m *Memory, now time.Time) []model.Offer {
 	out := make([]model.Offer, 0, len(offers))
 	for _, o := range offers {
-		if m.failing(OfferKey(o), now) {
+		if m.out(o, now) {
 			continue
 		}
 		for _, p := range pools {
-			if launchable(p) && size[p.Name] < p.Spec.Max && Admits(p, o) {
+			if size[p.Name] < p.Spec.Max && drivers.launches(p, o) && !m.unavailable(p.Name, o, now) {
 				// The pool that would launch it says how long a job
 				// takes to resume on it (the scheduler's deadline rule).
 				o.RestartTime = p.Spec.RestartTime
@@ -410,27 +539,24 @@ func Buyable(offers []model.Offer, pools []*model.NodePool, size map[string]int,
 	return out
 }
 
-// launchable: pools of providers gpufleet buys from.
-func launchable(p *model.NodePool) bool { return p.Spec.Provider == model.ProviderSim }
-
-// poolFor returns the first launchable pool (by name) that admits o and
-// has room for count more nodes.
-func poolFor(pools []*model.NodePool, o model.Offer, size map[string]int, count int) *model.NodePool {
+// poolFor returns the first pool (by name) whose driver launches o, that
+// admits o and has room for count more nodes.
+func poolFor(pools []*model.NodePool, drivers Drivers, m *Memory, now time.Time, o model.Offer, size map[string]int, count int) *model.NodePool {
 	for _, p := range pools {
-		if launchable(p) && Admits(p, o) && size[p.Name]+count <= p.Spec.Max {
+		if drivers.launches(p, o) && size[p.Name]+count <= p.Spec.Max && !m.unavailable(p.Name, o, now) {
 			return p
 		}
 	}
 	return nil
 }
 
-// poolOffers lists the offers a pool admits among the pending jobs'
-// candidates, then among Input.Offers, each once.
-func (in *Input) poolOffers(p *model.NodePool) []model.Offer {
+// poolOffers lists the offers a pool's driver sells and the pool admits
+// among the pending jobs' candidates, then among Input.Offers, each once.
+func (in *Input) poolOffers(p *model.NodePool, drivers Drivers) []model.Offer {
 	var out []model.Offer
 	seen := map[string]bool{}
 	add := func(o model.Offer) {
-		if k := OfferKey(o); !seen[k] && Admits(p, o) {
+		if k := OfferKey(o); !seen[k] && drivers.launches(p, o) {
 			seen[k] = true
 			out = append(out, o)
 		}
@@ -446,13 +572,11 @@ func (in *Input) poolOffers(p *model.NodePool) []model.Offer {
 	return out
 }
 
-// Admits reports whether pool p may launch offer o: provider (and for sim
-// its clouds), regions, instance types, GPU requirements, capacity types.
+// Admits reports whether pool p's spec admits offer o: regions, instance
+// types, GPU requirements, capacity types. Whether its driver sells o is
+// the driver's (PoolDriver.Sells).
 func Admits(p *model.NodePool, o model.Offer) bool {
 	s := &p.Spec
-	if s.Provider == model.ProviderSim && s.Sim != nil && len(s.Sim.Clouds) > 0 && !slices.Contains(s.Sim.Clouds, o.Provider) {
-		return false
-	}
 	if !slices.Contains(s.EffectiveCapacityTypes(), o.CapacityType) {
 		return false
 	}

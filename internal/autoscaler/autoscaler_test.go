@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -21,6 +22,22 @@ func offer(prov, region, zone string, gpus int, price float64) model.Offer {
 
 func pool(name string, min, max int, idle time.Duration) *model.NodePool {
 	return &model.NodePool{Name: name, Spec: model.NodePoolSpec{Provider: model.ProviderSim, Min: min, Max: max, IdleTimeout: model.Duration(idle)}}
+}
+
+// launchAll gives every pool a launching driver that sells what the sim
+// driver's view of the pool would: the offers of its spec.sim.clouds, or
+// every offer.
+func launchAll(pools ...*model.NodePool) Drivers {
+	d := Drivers{}
+	for _, p := range pools {
+		pd := PoolDriver{Name: "sim"}
+		if p.Spec.Sim != nil && len(p.Spec.Sim.Clouds) > 0 {
+			clouds := p.Spec.Sim.Clouds
+			pd.Sells = func(o model.Offer) bool { return slices.Contains(clouds, o.Provider) }
+		}
+		d[p.Name] = pd
+	}
+	return d
 }
 
 var (
@@ -133,6 +150,11 @@ func TestDecide(t *testing.T) {
 				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, g1}}}},
 			want: []string{"launch p 1xgcp/us-central1/us-central1-a/g8/on-demand jobs=[j1]"},
 		},
+		"a pool without a launching driver (fixed capacity) is neither launched into nor scaled down": {
+			in: Input{Now: t0, Drivers: Drivers{}, Pools: []*model.NodePool{pool("owned", 1, 10, time.Minute)},
+				Nodes:   []Node{{ID: "n1", Pool: "owned", Provider: "static", State: model.NodeReady, IdleSince: t0.Add(-time.Hour)}},
+				Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1}}}, Offers: []model.Offer{a1}},
+		},
 		"leak: instance no node owns": {
 			in: Input{Nodes: []Node{{ID: "n1", Pool: "p", Provider: "sim", InstanceID: "i1", State: model.NodeReady, Busy: true}, {ID: "n2", Pool: "p", Provider: "sim", State: model.NodeLaunching, LaunchedAt: t0}},
 				Now: t0, Pools: []*model.NodePool{pool("p", 0, 10, 0)},
@@ -185,6 +207,9 @@ func TestDecide(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			if tc.in.Drivers == nil {
+				tc.in.Drivers = launchAll(tc.in.Pools...)
+			}
 			got := brief(Decide(tc.in))
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Decide (-want +got):\n%s", diff)
@@ -225,7 +250,7 @@ func TestBuyable(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got := Buyable(all, tc.pools, tc.size, tc.mem, t0)
+			got := Buyable(all, tc.pools, launchAll(tc.pools...), tc.size, tc.mem, t0)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Buyable (-want +got):\n%s", diff)
 			}
@@ -268,7 +293,8 @@ func benchInput(tb testing.TB) Input {
 		}
 	}
 	in := Input{Now: t0, Pools: []*model.NodePool{pool("spot", 0, 100000, 0), {Name: "od", Spec: model.NodePoolSpec{Provider: model.ProviderSim, Max: 100000, CapacityTypes: []model.CapacityType{model.OnDemand, model.Spot}}}},
-		Inventory: map[string][]Instance{}, ProviderOf: func(model.Offer) string { return "sim" }}
+		Inventory: map[string][]Instance{}}
+	in.Drivers = launchAll(in.Pools...)
 	for i := range 10000 {
 		g := []int{1, 2, 4, 8, 8}[i%5]
 		reps := 1
@@ -310,5 +336,50 @@ func TestDecideFast(t *testing.T) {
 	}
 	if len(acts) == 0 {
 		t.Error("no actions")
+	}
+}
+
+// TestUnavailable: an offer without capacity is skipped by every pool
+// until its TTL ends, and the next offer by cost is launched; a region out
+// of quota is skipped by its pool only.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	ice := &Memory{}
+	ice.Mark(Unavailable{Kind: UnavailableCapacity, Pool: "p", Offer: a1, Since: t0, Until: t0.Add(CapacityTTL)})
+	quota := &Memory{}
+	quota.Mark(Unavailable{Kind: UnavailableQuota, Pool: "p", Offer: a1, Since: t0, Until: t0.Add(QuotaTTL)})
+	pending := []Pending{{JobID: "j1", Replicas: 1, GPUs: 8, Offers: []model.Offer{a1, a2, g1}}}
+	tests := map[string]struct {
+		mem   *Memory
+		pools []*model.NodePool
+		now   time.Time
+		want  []string
+	}{
+		"no capacity: the next offer by cost": {mem: ice, pools: []*model.NodePool{pool("p", 0, 10, 0)}, now: t0,
+			want: []string{"launch p 1xaws/us-east-1/us-east-1b/g8/on-demand jobs=[j1]"}},
+		"no capacity: any pool skips it": {mem: ice, pools: []*model.NodePool{pool("q", 0, 10, 0)}, now: t0,
+			want: []string{"launch q 1xaws/us-east-1/us-east-1b/g8/on-demand jobs=[j1]"}},
+		"no capacity: tried again after the TTL": {mem: ice, pools: []*model.NodePool{pool("p", 0, 10, 0)}, now: t0.Add(CapacityTTL),
+			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"}},
+		"quota: the pool skips the whole region": {mem: quota, pools: []*model.NodePool{pool("p", 0, 10, 0)}, now: t0,
+			want: []string{"launch p 1xgcp/us-central1/us-central1-a/g8/on-demand jobs=[j1]"}},
+		"quota: another pool still launches there": {mem: quota, pools: []*model.NodePool{pool("p", 0, 0, 0), pool("q", 0, 10, 0)}, now: t0,
+			want: []string{"launch q 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1]"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			in := Input{Now: tc.now, Memory: tc.mem.Clone(), Pools: tc.pools, Drivers: launchAll(tc.pools...), Pending: pending}
+			if diff := cmp.Diff(tc.want, brief(Decide(in)), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Decide (-want +got):\n%s", diff)
+			}
+			var buy []string
+			for _, o := range Buyable(pending[0].Offers, tc.pools, launchAll(tc.pools...), nil, tc.mem, tc.now) {
+				buy = append(buy, OfferKey(o))
+			}
+			if len(buy) == 0 || !slices.Contains(tc.want, "launch "+tc.pools[len(tc.pools)-1].Name+" 1x"+buy[0]+" jobs=[j1]") {
+				t.Errorf("Buyable ranks %v first, want the offer Decide launches (%v)", buy, tc.want)
+			}
+		})
 	}
 }

@@ -255,3 +255,43 @@ func compareTypes(a, b InstanceType) int {
 		cmp.Compare(a.Memory, b.Memory),
 	)
 }
+
+// QueryWith is Query over the catalog's offers and extra ones (owned
+// machines at their declared prices), merged in q's order. Extra offers'
+// GPU models and regions are matched by name and pattern.
+func (c *Catalog) QueryWith(q Query, extra []model.Offer) []model.Offer {
+	if len(extra) == 0 {
+		return c.Query(q)
+	}
+	limit := q.Limit
+	q.Limit = 0
+	out := c.Query(q)
+	for i := range extra {
+		o := &extra[i]
+		if len(q.GPUs) > 0 && !slices.ContainsFunc(q.GPUs, func(g string) bool {
+			canon, ok := c.CanonicalGPU(g)
+			return strings.EqualFold(g, o.GPU) || ok && canon == o.GPU
+		}) {
+			continue
+		}
+		if len(q.Regions) > 0 && !slices.ContainsFunc(q.Regions, func(p string) bool { ok, _ := path.Match(p, o.Region); return ok }) {
+			continue
+		}
+		if q.matches(o, nil) {
+			out = append(out, *o)
+		}
+	}
+	order := sortKey(q.Sort)
+	slices.SortStableFunc(out, func(a, b model.Offer) int {
+		if order != nil {
+			if k := order(&a, &b); k != 0 {
+				return k
+			}
+		}
+		return compareOffers(&a, &b)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}

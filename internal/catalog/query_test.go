@@ -261,3 +261,26 @@ A10G             1    aws    g5.xlarge      22.35GiB  4      16GiB     $1.006   
 		t.Errorf("Table (-want +got):\n%s", diff)
 	}
 }
+
+// TestQueryWith: owned machines join the catalog's offers at their
+// declared price, in the query's order, and pass the same filters.
+func TestQueryWith(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t)
+	owned := []model.Offer{
+		{Provider: "static", Region: "owned", InstanceType: "rack-a", GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, CapacityType: model.Owned, PricePerHour: 0.8},
+		{Provider: "static", Region: "owned", InstanceType: "rack-b", GPU: "L4", GPUCount: 1, GPUMemory: 24 * model.GiB, CapacityType: model.Owned, PricePerHour: 0.1},
+	}
+	got := keys(c.QueryWith(Query{GPUs: []string{"h100"}, GPUCount: 8, Sort: SortPrice, Limit: 2}, owned))
+	want := []offerKey{{"static", "rack-a", "H100", 8, "owned", "", model.Owned, 0.8}}
+	want = append(want, keys(c.Query(Query{GPUs: []string{"H100"}, GPUCount: 8, Sort: SortPrice, Limit: 1}))...)
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("owned H100 first (-want +got):\n%s", diff)
+	}
+	if got := c.QueryWith(Query{Regions: []string{"us-*"}, GPUs: []string{"L4"}, Limit: 3}, owned); slices.ContainsFunc(got, func(o model.Offer) bool { return o.Provider == "static" }) {
+		t.Errorf("an owned machine outside the regions asked for: %v", keys(got))
+	}
+	if got := c.QueryWith(Query{CapacityTypes: []model.CapacityType{model.Spot}, GPUs: []string{"L4"}, Limit: 3}, owned); slices.ContainsFunc(got, func(o model.Offer) bool { return o.Provider == "static" }) {
+		t.Errorf("an owned machine among spot offers: %v", keys(got))
+	}
+}

@@ -35,9 +35,9 @@ func TestLedgerIsTheBill(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(7 * time.Second) // the launch is not on a pass boundary
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	clk.Advance(10 * time.Minute)
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if err := c.pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +55,12 @@ func TestLedgerIsTheBill(t *testing.T) {
 	if _, err := sp.Interrupt(ctx, node.Labels[model.LabelInstance]); err != nil {
 		t.Fatal(err)
 	}
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: node.ID, Statuses: []agentapi.ReplicaStatus{exitedAt(rid, 143, "", start, clk.Now())}}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(5 * time.Minute) // past the notice's deadline: the instance stops
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if st := c.Nodes()[0].State; st != model.NodeTerminated {
 		t.Fatalf("node %s, want terminated", st)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
@@ -22,8 +23,9 @@ import (
 //  4. wait for the commit, then wake the agents of the touched nodes.
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
+	view := c.passDrivers(ctx) // what the pools' drivers sell: I/O only for a pool new since the last scale cycle
 	c.mu.Lock()
-	offers = c.buyableLocked(offers, c.cfg.Clock.Now())
+	offers = c.buyableLocked(offers, view, c.cfg.Clock.Now())
 	c.st.ExpireNominations(c.cfg.Clock.Now())
 	snap := c.st.Snapshot()
 	snap.Holds = c.holdsLocked() // budgets: jobs that wait for a new period
@@ -76,13 +78,46 @@ func (c *Controller) pass(ctx context.Context) error {
 	return nil
 }
 
+// passDrivers is launchDrivers for a pass: cached offers of the pools'
+// drivers, listing only pools not seen at their revision.
+func (c *Controller) passDrivers(ctx context.Context) launchView {
+	sc := &c.cfg.Scale
+	if !sc.scaling() {
+		return launchView{}
+	}
+	c.mu.Lock()
+	pools := c.fleet.pools
+	if len(pools) == 0 {
+		pools = sc.DefaultPools
+	}
+	c.mu.Unlock()
+	return c.launchDrivers(ctx, pools, false)
+}
+
 // buyableLocked narrows the offers the scheduler ranks to those the scale
-// loop could launch now (autoscaler.Buyable): admitted by a pool with room,
-// not backing off. Without a scale loop nothing is bought and the offers
-// stay as they are, for information. Callers hold c.mu.
-func (c *Controller) buyableLocked(offers []model.Offer, now time.Time) []model.Offer {
+// loop could launch now (autoscaler.Buyable): sold by a pool's launching
+// driver (the configured offers, then any other the drivers sell), admitted
+// by a pool with room, not backing off or unavailable. Without a scale
+// loop nothing is bought and the offers stay as they are, for information.
+// Callers hold c.mu.
+func (c *Controller) buyableLocked(offers []model.Offer, view launchView, now time.Time) []model.Offer {
 	sc := c.cfg.Scale
-	if len(sc.Providers) == 0 || len(offers) == 0 {
+	if !sc.scaling() {
+		return offers
+	}
+	if len(view.offers) > 0 {
+		seen := make(map[string]bool, len(offers))
+		for _, o := range offers {
+			seen[autoscaler.OfferKey(o)] = true
+		}
+		offers = slices.Clip(offers) // never append into the caller's array
+		for _, o := range view.offers {
+			if !seen[autoscaler.OfferKey(o)] {
+				offers = append(offers, o)
+			}
+		}
+	}
+	if len(offers) == 0 {
 		return offers
 	}
 	pools := c.fleet.pools
@@ -98,7 +133,7 @@ func (c *Controller) buyableLocked(offers []model.Offer, now time.Time) []model.
 			}
 		}
 	}
-	return autoscaler.Buyable(offers, pools, size, &c.scaleSt.memory, now)
+	return autoscaler.Buyable(offers, pools, view.drivers, size, &c.scaleSt.memory, now)
 }
 
 // bindLocked turns a binding into a new attempt if the job is still the

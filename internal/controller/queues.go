@@ -158,7 +158,37 @@ func (c *Controller) Explain(id string) (Explanation, error) {
 		}
 	}
 	e.LaunchBackoffs = c.launchBackoffsLocked(id)
+	e.Unavailable = c.unavailableForLocked(e.Candidate)
 	return e, nil
+}
+
+// unavailableForLocked lists the unavailability in force: entries that
+// name one of cand's offers (or its region, for a quota) first; at most 10.
+func (c *Controller) unavailableForLocked(cand *model.Candidate) []model.Unavailable {
+	all := c.scaleSt.memory.UnavailableNow(c.cfg.Clock.Now())
+	mine := func(u model.Unavailable) bool {
+		if cand == nil {
+			return false
+		}
+		for _, o := range cand.Offers {
+			if u.Kind == model.UnavailableQuota && o.Provider == u.Offer.Provider && o.Region == u.Offer.Region ||
+				u.Kind != model.UnavailableQuota && autoscaler.OfferKey(o) == autoscaler.OfferKey(u.Offer) {
+				return true
+			}
+		}
+		return false
+	}
+	slices.SortStableFunc(all, func(a, b model.Unavailable) int {
+		ma, mb := mine(a), mine(b)
+		switch {
+		case ma && !mb:
+			return -1
+		case mb && !ma:
+			return 1
+		}
+		return 0
+	})
+	return all[:min(len(all), 10)]
 }
 
 // launchBackoffsLocked lists the offers in back-off now, the one last

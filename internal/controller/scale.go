@@ -2,23 +2,35 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/launch"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // ScaleConfig wires the autoscaler loop (DESIGN.md §3 Scale). The zero value
 // disables it.
 type ScaleConfig struct {
-	// Providers are the drivers gpufleet buys from and checks for leaks;
-	// a launch goes to the driver that listed the offer.
+	// Providers are drivers whose inventory is always listed for leaks and
+	// notices, pool or not (a removed pool's instances are still found).
 	Providers []provider.Provider
+	// Drivers gives each declared pool its driver (the provider
+	// registry); a launch goes to the driver of the pool that launches.
+	// Nil: a pool's driver is the one of Providers named as its
+	// spec.provider. A pool launches when its driver does
+	// (provider.Launches), never by its driver's name.
+	Drivers PoolDrivers
+	// Launches bounds the asynchronous launches (per provider, per
+	// region, deadline); zero values take launch's defaults.
+	Launches launch.Options
 	// LaunchTimeout bounds launching → ready (autoscaler default 10m).
 	LaunchTimeout time.Duration
 	// StartNode, when set, brings a launched instance's node up once the
@@ -42,9 +54,14 @@ func LaunchedGPUs(n *model.Node) (count int, gpuModel string) {
 	return nodeGPUCount(n), n.Labels[labelGPUModel]
 }
 
-// scaleState is the loop's memory between cycles; guarded by Controller.mu.
+// scaleState is the loop's memory between cycles; guarded by Controller.mu
+// but for drivers and launches, which guard themselves.
 type scaleState struct {
-	memory    autoscaler.Memory
+	memory autoscaler.Memory
+	// inflight are the nodes whose launch is queued or running, by id.
+	inflight  map[string]bool
+	drivers   poolDrivers
+	launches  *launch.Queue
 	idleSince map[string]time.Time
 	started   map[string]bool
 	// deadlines are the notice deadlines of live instances, by instance
@@ -67,16 +84,33 @@ const (
 //     change and its event in one batch.
 func (c *Controller) scale(ctx context.Context) {
 	sc := c.cfg.Scale
-	if len(sc.Providers) == 0 {
+	if !sc.scaling() {
 		return
 	}
 	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	pools := c.fleet.pools
+	if len(pools) == 0 {
+		pools = sc.DefaultPools
+	}
+	if c.scaleSt.launches == nil {
+		opts := sc.Launches
+		opts.Clock = c.cfg.Clock
+		c.scaleSt.launches = launch.New(opts)
+	}
+	c.mu.Unlock()
+	view := c.launchDrivers(ctx, pools, true)
+	// Every driver that is wired or launches for a pool, once by name.
+	listed := slices.Clone(sc.Providers)
+	for _, p := range pools {
+		if d := view.byPool[p.Name]; d != nil && !slices.ContainsFunc(listed, func(l provider.Provider) bool { return l.Name() == d.Name() }) {
+			listed = append(listed, d)
+		}
+	}
 	drivers := map[string]provider.Provider{}
 	inv := map[string][]provider.Instance{}
 	var notices []provider.Notice
-	route := map[string]string{} // offer key → driver
-	var offers []model.Offer     // every provider's, for pools below min
-	for _, p := range sc.Providers {
+	for _, p := range listed {
 		drivers[p.Name()] = p
 		list, err := p.List(ctx)
 		if err != nil {
@@ -90,12 +124,6 @@ func (c *Controller) scale(ctx context.Context) {
 				notices = append(notices, ns...)
 			}
 		}
-		if sold, err := p.Offers(ctx); err == nil {
-			for _, o := range sold {
-				route[autoscaler.OfferKey(o)] = p.Name()
-			}
-			offers = append(offers, sold...)
-		}
 	}
 
 	// The instances of live nodes that the providers no longer list
@@ -104,10 +132,11 @@ func (c *Controller) scale(ctx context.Context) {
 	stops := c.stopTimes(ctx, drivers, inv, now)
 
 	c.mu.Lock()
-	if c.scaleSt.idleSince == nil {
-		c.scaleSt.idleSince, c.scaleSt.started, c.scaleSt.deadlines = map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
-	}
+	c.scaleSt.init()
 	b := &store.Batch{}
+	if c.scaleSt.memory.Expire(now) {
+		c.persistUnavailableLocked(b, now)
+	}
 	var toStart []*model.Node
 	running := map[string]provider.Instance{}
 	for p, list := range inv {
@@ -125,6 +154,13 @@ func (c *Controller) scale(ctx context.Context) {
 	readied := map[string]bool{}
 	for _, n := range c.st.Nodes() {
 		iid := n.Labels[model.LabelInstance]
+		if n.State == model.NodeLaunching && c.scaleSt.inflight[n.ID] {
+			// Its launch is still queued or running: capacity in flight
+			// for its jobs, not yet an instance to check.
+			anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: n.Provider, State: n.State, Offer: nodeOffer(n),
+				LaunchedAt: n.RegisteredAt, FreeGPUs: nodeGPUCount(n), ForJobs: splitJobs(n.Labels[labelForJobs])})
+			continue
+		}
 		if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
 			continue
 		}
@@ -171,8 +207,7 @@ func (c *Controller) scale(ctx context.Context) {
 		} else if _, ok := c.scaleSt.idleSince[n.ID]; !ok {
 			c.scaleSt.idleSince[n.ID] = now
 		}
-		var offer model.Offer
-		offer.Provider, offer.Region, offer.Zone, offer.InstanceType, offer.CapacityType = n.Labels[labelOffer], n.Region, n.Zone, n.InstanceType, n.CapacityType
+		offer := nodeOffer(n)
 		free := len(n.GPUs)
 		if n.State == model.NodeLaunching {
 			free = nodeGPUCount(n)
@@ -203,16 +238,13 @@ func (c *Controller) scale(ctx context.Context) {
 			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
 		}
 	}
-	pools := c.fleet.pools
-	if len(pools) == 0 {
-		pools = sc.DefaultPools
-	}
+	// Decide reads a copy of the memory: launches finishing meanwhile
+	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
-		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: offers,
-		ProviderOf: func(o model.Offer) string { return route[autoscaler.OfferKey(o)] }}
+		Memory: c.scaleSt.memory.Clone(), LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	c.mu.Unlock()
 
-	acts := autoscaler.Decide(input) // reads the memory; only this goroutine writes it
+	acts := autoscaler.Decide(input)
 
 	c.mu.Lock()
 	if !b.Empty() {
@@ -225,15 +257,26 @@ func (c *Controller) scale(ctx context.Context) {
 			c.cfg.Log.Warn("starting node agent", "node_id", n.ID, "err", err)
 		}
 	}
+	// Launches are recorded in the order decided, then queued: their
+	// outcomes come later, on the queue's goroutines.
+	var launches []launch.Request
 	for _, a := range acts {
 		switch a.Kind {
 		case autoscaler.Terminate:
 			c.terminate(ctx, drivers[a.Provider], a, now)
 		case autoscaler.Launch:
 			for range a.Count {
-				c.launch(ctx, drivers[a.Provider], a, now)
+				if r, ok := c.launch(view.byPool[a.Pool], a, now); ok {
+					launches = append(launches, r)
+				}
 			}
 		}
+	}
+	c.mu.Lock()
+	q := c.scaleSt.launches
+	c.mu.Unlock()
+	for _, r := range launches {
+		q.Submit(ctx, r)
 	}
 	c.trigger()
 }
@@ -278,13 +321,15 @@ func (c *Controller) poolRestartLocked(pool string, o model.Offer) model.Duratio
 	return o.RestartTime
 }
 
-// launch buys one instance for a: the node is recorded launching before the
-// provider call (so its instance is never mistaken for a leak), then gets
-// the instance id, or ends terminated with a launch-failed event and the
-// offer remembered as failing.
-func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscaler.Action, now time.Time) {
+// launch prepares buying one instance for a without waiting for the
+// provider: the node is recorded launching (durable before the provider is
+// called, so its instance is never mistaken for a leak and a crash leaves
+// a record of it), and the returned request, once queued, calls the
+// provider (bounded per provider and region, under a deadline) and
+// records the outcome (launchDone).
+func (c *Controller) launch(p provider.Provider, a autoscaler.Action, now time.Time) (launch.Request, bool) {
 	if p == nil {
-		return
+		return launch.Request{}, false
 	}
 	o := a.Offer
 	c.mu.Lock()
@@ -294,6 +339,8 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 		Labels: map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
 	c.st.PutNode(n)
 	c.lastSeen[n.ID] = now
+	c.scaleSt.init()
+	c.scaleSt.inflight[n.ID] = true
 	b := &store.Batch{Nodes: []*model.Node{n}}
 	if a.Failover {
 		c.recordLocked(b, model.Event{Kind: model.EventFailover, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
@@ -301,41 +348,135 @@ func (c *Controller) launch(ctx context.Context, p provider.Provider, a autoscal
 	}
 	cm := c.com.submit(b)
 	c.mu.Unlock()
-	if cm.wait(ctx) != nil {
-		return
-	}
-	in, err := p.Launch(ctx, provider.LaunchRequest{Offer: o, Token: n.ID, Labels: map[string]string{autoscaler.LabelNode: n.ID, "gpufleet.dev/pool": a.Pool}})
+	return launch.Request{Provider: p,
+		Launch: provider.LaunchRequest{Offer: o, Token: n.ID, Labels: map[string]string{autoscaler.LabelNode: n.ID, "gpufleet.dev/pool": a.Pool}},
+		Before: cm.wait,
+		Done:   func(in provider.Instance, err error) { c.launchDone(n.ID, a, in, err, now) }}, true
+}
+
+// launchDone records a launch's outcome on node id: the instance id, or
+// the node terminated with a launch-failed event. The error's kind says
+// what is remembered (Karpenter's rules): insufficient capacity marks the
+// offer unavailable for autoscaler.CapacityTTL, a quota marks the pool's
+// provider region for autoscaler.QuotaTTL (both persisted), anything else
+// (transient past the deadline, an unknown offer) backs the offer off.
+// Either way the next cycle fails over to the job's next offer by cost.
+func (c *Controller) launchDone(id string, a autoscaler.Action, in provider.Instance, err error, launched time.Time) {
+	o := a.Offer
 	c.mu.Lock()
+	defer c.trigger()
 	defer c.mu.Unlock()
-	cur, ok := c.st.Node(n.ID)
+	delete(c.scaleSt.inflight, id)
+	cur, ok := c.st.Node(id)
 	if !ok {
 		return
 	}
-	n = cur.Clone()
+	now := c.cfg.Clock.Now()
+	n := cur.Clone()
 	n.Version++
-	b = &store.Batch{Nodes: []*model.Node{n}}
+	b := &store.Batch{Nodes: []*model.Node{n}}
 	if err != nil {
 		job := ""
 		if len(a.Jobs) > 0 {
 			job = a.Jobs[0]
 		}
-		until := c.scaleSt.memory.Fail(o, job, now)
+		fields := map[string]string{"offer": autoscaler.OfferKey(o)}
+		kind := ""
+		switch {
+		case provider.IsInsufficientCapacity(err):
+			kind = autoscaler.UnavailableCapacity
+			c.scaleSt.memory.Mark(autoscaler.Unavailable{Kind: kind, Pool: a.Pool, Offer: o, Reason: err.Error(), Since: now, Until: now.Add(autoscaler.CapacityTTL)})
+		case provider.IsQuotaExceeded(err):
+			kind = autoscaler.UnavailableQuota
+			c.scaleSt.memory.Mark(autoscaler.Unavailable{Kind: kind, Pool: a.Pool, Offer: o, Reason: err.Error(), Since: now, Until: now.Add(autoscaler.QuotaTTL)})
+		}
+		if kind != "" {
+			c.scaleSt.memory.Remember(job, o)
+			c.persistUnavailableLocked(b, now)
+			fields["unavailable"] = kind
+		} else {
+			fields["retryAfter"] = c.scaleSt.memory.Fail(o, job, now).Format(time.RFC3339)
+		}
 		n.State = model.NodeTerminated
 		c.recordLocked(b, model.Event{Kind: model.EventLaunchFail, Object: "node/" + n.ID, Node: n.ID, Job: job, Provider: o.Provider, Region: o.Region,
-			Message: fmt.Sprintf("launching %s in %s %s: %v", o.InstanceType, o.Region, o.Zone, err),
-			Fields:  map[string]string{"offer": autoscaler.OfferKey(o), "retryAfter": until.Format(time.RFC3339)}})
+			Message: fmt.Sprintf("launching %s in %s %s: %v", o.InstanceType, o.Region, o.Zone, err), Fields: fields})
 	} else {
 		c.scaleSt.memory.Succeed(o)
 		n.Labels[model.LabelInstance] = in.ID
-		n.LaunchedAt = cmpTime(in.LaunchedAt, now)
+		n.LaunchedAt = cmpTime(in.LaunchedAt, launched)
 		c.recordLocked(b, model.Event{Kind: model.EventLaunch, Object: "node/" + n.ID, Node: n.ID, Provider: o.Provider, Region: o.Region,
 			Message: fmt.Sprintf("launched %s %s in %s %s at $%.2f/h for %s", o.CapacityType, o.InstanceType, o.Region, o.Zone, o.PricePerHour, a.Reason),
 			Fields: map[string]string{"offer": autoscaler.OfferKey(o), "instance": in.ID, "pool": a.Pool, "jobs": joinJobs(a.Jobs),
-				FieldLaunchedAt: cmpTime(in.LaunchedAt, now).Format(time.RFC3339Nano)}})
+				FieldLaunchedAt: cmpTime(in.LaunchedAt, launched).Format(time.RFC3339Nano)}})
 	}
 	c.st.PutNode(n)
 	c.broadcastLocked()
 	c.com.submit(b)
+}
+
+// metaUnavailable is the store's meta key holding the unavailable offers
+// and regions (JSON), so a restart keeps them until their TTL.
+const metaUnavailable = "scale.unavailable"
+
+// persistUnavailableLocked writes the unavailability in force at now into
+// b. Callers hold c.mu.
+func (c *Controller) persistUnavailableLocked(b *store.Batch, now time.Time) {
+	data, err := json.Marshal(c.scaleSt.memory.UnavailableNow(now))
+	if err != nil {
+		panic(err) // plain data
+	}
+	if b.Meta == nil {
+		b.Meta = map[string]string{}
+	}
+	b.Meta[metaUnavailable] = string(data)
+}
+
+// loadUnavailable restores the persisted unavailability (New).
+func (c *Controller) loadUnavailable(meta map[string]string) {
+	v, ok := meta[metaUnavailable]
+	if !ok {
+		return
+	}
+	var us []autoscaler.Unavailable
+	if err := json.Unmarshal([]byte(v), &us); err != nil {
+		c.cfg.Log.Warn("ignoring unreadable unavailable offers", "err", err)
+		return
+	}
+	for _, u := range us {
+		c.scaleSt.memory.Mark(u)
+	}
+}
+
+// Unavailable lists the offers and pool regions providers cannot sell now
+// (`gpufleet offers --unavailable`, explain).
+func (c *Controller) Unavailable() []autoscaler.Unavailable {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scaleSt.memory.UnavailableNow(c.cfg.Clock.Now())
+}
+
+// WaitLaunches returns once every queued launch is done (tests, shutdown).
+func (c *Controller) WaitLaunches() {
+	c.mu.Lock()
+	q := c.scaleSt.launches
+	c.mu.Unlock()
+	if q != nil {
+		q.Wait()
+	}
+}
+
+func (s *scaleState) init() {
+	if s.idleSince == nil {
+		s.idleSince, s.started, s.deadlines = map[string]time.Time{}, map[string]bool{}, map[string]time.Time{}
+	}
+	if s.inflight == nil {
+		s.inflight = map[string]bool{}
+	}
+}
+
+// nodeOffer is the offer a scale-loop node was launched from, by identity.
+func nodeOffer(n *model.Node) model.Offer {
+	return model.Offer{Provider: n.Labels[labelOffer], Region: n.Region, Zone: n.Zone, InstanceType: n.InstanceType, CapacityType: n.CapacityType}
 }
 
 // terminate carries out a Terminate action: the instance stops billing,
@@ -359,8 +500,7 @@ func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autos
 			job = a.Jobs[0]
 		}
 		if n, ok := c.st.Node(a.NodeID); ok {
-			o := model.Offer{Provider: n.Labels[labelOffer], Region: n.Region, Zone: n.Zone, InstanceType: n.InstanceType, CapacityType: n.CapacityType}
-			c.scaleSt.memory.Fail(o, job, now)
+			c.scaleSt.memory.Fail(nodeOffer(n), job, now)
 		}
 	}
 	if n, ok := c.st.Node(a.NodeID); ok && err == nil && n.State != model.NodeTerminated {
@@ -601,10 +741,7 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 	if !ok || n.Labels[model.LabelInstance] == "" || n.State == model.NodeTerminated {
 		return provider.Notice{}, fmt.Errorf("node %s has no live instance: %w", id, ErrNotFound)
 	}
-	for _, p := range c.cfg.Scale.Providers {
-		if p.Name() != n.Provider {
-			continue
-		}
+	if p := c.driverNamed(n.Provider); p != nil {
 		ip, ok := p.(provider.Interrupter)
 		if !ok {
 			return provider.Notice{}, fmt.Errorf("provider %s cannot interrupt instances", p.Name())

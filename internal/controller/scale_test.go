@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
 
@@ -29,7 +30,7 @@ func newScaleController(t *testing.T, clk *clock.Fake, sp *sim.Provider, idle ti
 	c, err := New(context.Background(), Config{Store: newMemStore(), Logs: logs, Clock: clk, CheckpointDir: t.TempDir(), PassGap: -1,
 		HeartbeatTimeout: time.Hour, Fatal: func(err error) { t.Errorf("fatal: %v", err) },
 		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
-		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
+		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, Drivers: simRegistry(t, sp), LaunchTimeout: 15 * time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,19 +69,19 @@ func TestScaleSpotLifecycle(t *testing.T) {
 	if err := c.pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	nodes := c.Nodes()
 	if len(nodes) != 1 || nodes[0].State != model.NodeLaunching || nodes[0].Labels[model.LabelInstance] == "" {
 		t.Fatalf("after launch: nodes %+v", nodes)
 	}
 	// A second cycle while it boots launches nothing more.
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if n := len(c.Nodes()); n != 1 {
 		t.Fatalf("a booting node's job got another launch: %d nodes", n)
 	}
 	// 2. Boot, ready, bound.
 	clk.Advance(10 * time.Minute)
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if err := c.pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestScaleSpotLifecycle(t *testing.T) {
 	if _, err := sp.Interrupt(ctx, c.Nodes()[0].Labels[model.LabelInstance]); err != nil {
 		t.Fatal(err)
 	}
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	if st := c.Nodes()[0].State; st != model.NodeDraining {
 		t.Fatalf("node %s after notice, want draining", st)
 	}
@@ -119,7 +120,7 @@ func TestScaleSpotLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(5 * time.Minute)
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	list, _ := sp.List(ctx)
 	for _, in := range list {
 		if in.ID == leak.ID {
@@ -183,7 +184,7 @@ func TestScaleGangNotice(t *testing.T) {
 	// it returns the desired replicas of the job by node.
 	cycle := func() map[string][]agentapi.ReplicaSpec {
 		t.Helper()
-		c.scale(ctx)
+		c.scaleWait(ctx)
 		if err := c.pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +372,7 @@ func TestScaleLaunchesWhatThePoolAdmits(t *testing.T) {
 					t.Errorf("candidate offer %s/%s is outside the pool", o.Provider, o.Region)
 				}
 			}
-			c.scale(ctx)
+			c.scaleWait(ctx)
 			nodes := c.Nodes()
 			if len(nodes) != 1 {
 				t.Fatalf("after scale: %d nodes, want 1 launched", len(nodes))
@@ -443,4 +444,22 @@ func submitTrain(t *testing.T, c *Controller, edit func(*model.JobSpec)) *model.
 		t.Fatal(err)
 	}
 	return j
+}
+
+// scaleWait runs one scale cycle and waits for the launches it queued, so
+// a test sees their outcome as the next cycle would.
+func (c *Controller) scaleWait(ctx context.Context) {
+	c.scale(ctx)
+	c.WaitLaunches()
+}
+
+// simRegistry registers the sim driver as the server's wiring does: each
+// pool gets sp narrowed to its clouds.
+func simRegistry(t testing.TB, sp *sim.Provider) *registry.Registry {
+	t.Helper()
+	r, err := registry.New(registry.Driver{Name: model.ProviderSim, New: sp.ForPool, Price: sim.PoolPrice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

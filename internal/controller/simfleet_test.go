@@ -21,6 +21,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/launch"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 )
 
@@ -108,7 +109,9 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 		// Called under the controller's mutex.
 		NewID:  func(prefix string) string { ids[prefix]++; return fmt.Sprintf("%s%06d", prefix, ids[prefix]) },
 		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
-		Scale:  ScaleConfig{Providers: []provider.Provider{sp}, LaunchTimeout: 15 * time.Minute}})
+		// Launches one at a time: in a deterministic order.
+		Scale: ScaleConfig{Providers: []provider.Provider{sp}, Drivers: simRegistry(t, sp), LaunchTimeout: 15 * time.Minute,
+			Launches: launch.Options{PerProvider: 1, PerRegion: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +156,7 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 		if clk.Now().After(deadline) {
 			t.Fatalf("not every job ended within 14 simulated days: %s", r.summary())
 		}
-		c.scale(ctx)
+		c.scaleWait(ctx)
 		if err := c.pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -182,12 +185,12 @@ func runSimFleet(t *testing.T, jobs int, seed int64) simFleetResult {
 	// 2. No instance leaked: once the controller has had the scale cycle
 	// that observes the providers' last stops, their inventory is the
 	// store's.
-	c.scale(ctx)
+	c.scaleWait(ctx)
 	r.checkInventory(ctx, sp)
 	// Idle nodes go after their idle timeout, and the inventory follows.
 	for range 20 {
 		clk.Advance(step)
-		c.scale(ctx)
+		c.scaleWait(ctx)
 		if err := c.CostPass(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 )
 
 // Action is what applying a plan does to one object.
@@ -30,6 +31,15 @@ const (
 type Offers interface {
 	// Query returns the matching offers in the query's order.
 	Query(q catalog.Query) []model.Offer
+}
+
+// Pricing prices pools: each driver's PoolPricer says whether a pool's
+// machines exist already (their declared prices) or are bought (the
+// cheapest catalog offer it may launch); the server wires the registry's.
+type Pricing struct {
+	Offers Offers
+	// Pool prices a pool's spec by its driver; nil prices no pool.
+	Pool provider.PoolPricer
 }
 
 // Result is a plan: what would change, and what the desired pools cost.
@@ -75,7 +85,7 @@ type Cost struct {
 	MinPerHour  float64 `json:"minPerHour"`
 	MaxPerHour  float64 `json:"maxPerHour"`
 	NodePerHour float64 `json:"nodePerHour"`
-	// Offer is the catalog offer a sim pool's nodes were priced at.
+	// Offer is the catalog offer a buying pool's nodes were priced at.
 	Offer *model.Offer `json:"offer,omitempty"`
 	// Unknown says why the pool could not be priced; the figures are
 	// then 0.
@@ -85,7 +95,7 @@ type Cost struct {
 // Plan compares the desired fleet with the current one (the documents of
 // the current revision; nil means none) and prices the desired pools with
 // offers. It is pure.
-func Plan(current, desired *manifest.Set, offers Offers) Result {
+func Plan(current, desired *manifest.Set, offers Pricing) Result {
 	if current == nil {
 		current = &manifest.Set{}
 	}
@@ -248,76 +258,58 @@ func keyPath(p, key string) string {
 	return p + "." + key
 }
 
-// PoolCost prices a pool at its minimum and maximum size:
-//   - static and ssh: the declared machine (host) prices, cheapest first:
-//     min is the sum of the min cheapest machines, max of the max cheapest;
-//   - sim: the cheapest catalog offer the pool may launch (its GPU
-//     requirements, clouds, allowed and not denied regions, instance types
-//     and capacity types; spot included when allowed) times min and max;
-//   - kubernetes: pricePerGPUHour × requirements.gpusPerNode (1 when
-//     unset) per node;
-//   - local: this machine, free.
-func PoolCost(s model.NodePoolSpec, offers Offers) Cost {
-	switch s.Provider {
-	case model.ProviderStatic:
-		if s.Static == nil || len(s.Static.Machines) == 0 {
+// PoolCost prices a pool at its minimum and maximum size, by what its
+// driver declares (Pricing.Pool):
+//   - machines that exist already (provider.PoolPrice.Fixed): their
+//     declared prices, cheapest first: min is the sum of the min cheapest
+//     machines, max of the max cheapest; without a list every node costs
+//     PerNode (a Kubernetes cluster's price per GPU-hour × GPUs per node,
+//     this machine: free);
+//   - bought capacity: the cheapest catalog offer the pool may launch (its
+//     driver's clouds, its GPU requirements, allowed and not denied
+//     regions, instance types and capacity types; spot included when
+//     allowed) times min and max.
+func PoolCost(s model.NodePoolSpec, pr Pricing) Cost {
+	if pr.Pool == nil {
+		return Cost{Unknown: fmt.Sprintf("provider %q is not priced", s.Provider)}
+	}
+	pp := pr.Pool(s)
+	switch {
+	case pp.Unknown != "":
+		return Cost{Unknown: pp.Unknown}
+	case pp.Fixed && pp.NodePrices == nil:
+		return Cost{NodePerHour: pp.PerNode, MinPerHour: pp.PerNode * float64(s.Min), MaxPerHour: pp.PerNode * float64(s.Max)}
+	case pp.Fixed:
+		if len(pp.NodePrices) == 0 {
 			return Cost{Unknown: "no machines"}
 		}
-		prices := make([]float64, len(s.Static.Machines))
-		for i, m := range s.Static.Machines {
-			prices[i] = m.PricePerHour
+		prices := slices.Clone(pp.NodePrices)
+		slices.Sort(prices)
+		var c Cost
+		c.NodePerHour = prices[0]
+		for i, p := range prices {
+			if i < s.Min {
+				c.MinPerHour += p
+			}
+			if i < s.Max {
+				c.MaxPerHour += p
+			}
 		}
-		return ownedCost(prices, s.Min, s.Max)
-	case model.ProviderSSH:
-		if s.SSH == nil || len(s.SSH.Hosts) == 0 {
-			return Cost{Unknown: "no hosts"}
-		}
-		prices := make([]float64, len(s.SSH.Hosts))
-		for i, h := range s.SSH.Hosts {
-			prices[i] = h.PricePerHour
-		}
-		return ownedCost(prices, s.Min, s.Max)
-	case model.ProviderKubernetes:
-		if s.Kubernetes == nil {
-			return Cost{Unknown: "no kubernetes settings"}
-		}
-		node := s.Kubernetes.PricePerGPUHour * float64(max(s.Requirements.GPUsPerNode, 1))
-		return Cost{NodePerHour: node, MinPerHour: node * float64(s.Min), MaxPerHour: node * float64(s.Max)}
-	case model.ProviderLocal:
-		return Cost{}
-	case model.ProviderSim:
-		if offers == nil {
-			return Cost{Unknown: "no catalog to price the pool"}
-		}
-		o, ok := cheapestOffer(s, offers)
-		if !ok {
-			return Cost{Unknown: "no catalog offer matches the pool's requirements, regions, instance types and capacity types"}
-		}
-		return Cost{NodePerHour: o.PricePerHour, MinPerHour: o.PricePerHour * float64(s.Min), MaxPerHour: o.PricePerHour * float64(s.Max), Offer: &o}
+		return c
 	}
-	return Cost{Unknown: fmt.Sprintf("provider %q is not priced", s.Provider)}
+	if pr.Offers == nil {
+		return Cost{Unknown: "no catalog to price the pool"}
+	}
+	o, ok := cheapestOffer(s, pp.Clouds, pr.Offers)
+	if !ok {
+		return Cost{Unknown: "no catalog offer matches the pool's requirements, regions, instance types and capacity types"}
+	}
+	return Cost{NodePerHour: o.PricePerHour, MinPerHour: o.PricePerHour * float64(s.Min), MaxPerHour: o.PricePerHour * float64(s.Max), Offer: &o}
 }
 
-// ownedCost prices a pool of owned machines from their declared prices,
-// cheapest first: min is the sum of the min cheapest, max of the max
-// cheapest.
-func ownedCost(prices []float64, lo, hi int) Cost {
-	slices.Sort(prices)
-	var c Cost
-	c.NodePerHour = prices[0]
-	for i, p := range prices {
-		if i < lo {
-			c.MinPerHour += p
-		}
-		if i < hi {
-			c.MaxPerHour += p
-		}
-	}
-	return c
-}
-
-// cheapestOffer is the cheapest offer a sim pool may launch.
-func cheapestOffer(s model.NodePoolSpec, offers Offers) (model.Offer, bool) {
+// cheapestOffer is the cheapest offer of clouds (empty: any) a pool may
+// launch.
+func cheapestOffer(s model.NodePoolSpec, clouds []string, offers Offers) (model.Offer, bool) {
 	q := catalog.Query{
 		GPUs:          s.Requirements.GPUModels,
 		MinGPUMemory:  s.Requirements.MinGPUMemory,
@@ -326,9 +318,7 @@ func cheapestOffer(s model.NodePoolSpec, offers Offers) (model.Offer, bool) {
 		CapacityTypes: s.EffectiveCapacityTypes(),
 		Sort:          catalog.SortPrice,
 	}
-	if s.Sim != nil {
-		q.Providers = s.Sim.Clouds
-	}
+	q.Providers = clouds
 	for _, o := range offers.Query(q) {
 		if len(s.InstanceTypes) > 0 && !slices.Contains(s.InstanceTypes, o.InstanceType) {
 			continue

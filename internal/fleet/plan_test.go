@@ -9,7 +9,24 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
+
+// poolPrice is the wiring's pricing for the drivers these tests use: each
+// driver's own PoolPricer.
+func poolPrice(s model.NodePoolSpec) provider.PoolPrice {
+	switch s.Provider {
+	case static.Name:
+		return static.PoolPrice(s)
+	case "sim":
+		return sim.PoolPrice(s)
+	case "racks": // a driver of owned machines at a flat price, declared by capability alone
+		return provider.PoolPrice{Fixed: true, PerNode: 4}
+	}
+	return provider.PoolPrice{Unknown: "not registered"}
+}
 
 // fakeOffers returns its offers for every query, cheapest first, keeping
 // only the capacity types asked for.
@@ -82,6 +99,15 @@ func TestPlan(t *testing.T) {
 				MinPerHour: 196 + 5, MaxPerHour: 392 + 12,
 			},
 		},
+		"a pool of fixed capacity at a price per node": {
+			want: &manifest.Set{NodePools: []manifest.NodePool{{APIVersion: manifest.APIVersion, Kind: manifest.KindNodePool, Metadata: manifest.ObjectMeta{Name: "owned"},
+				Spec: model.NodePoolSpec{Provider: "racks", Min: 1, Max: 3}}}},
+			wantRes: Result{Changes: []Change{{Kind: "NodePool", Name: "owned", Action: Create, Fields: []FieldChange{
+				{Path: "spec.max", New: raw("3")},
+				{Path: "spec.min", New: raw("1")},
+				{Path: "spec.provider", New: raw(`"racks"`)},
+			}, Cost: &Cost{NodePerHour: 4, MinPerHour: 4, MaxPerHour: 12}}}, MinPerHour: 4, MaxPerHour: 12},
+		},
 		"unpriceable pool": {
 			want: &manifest.Set{NodePools: []manifest.NodePool{simPool("gpu", 0, 1, model.Reserved)}},
 			wantRes: Result{Changes: []Change{{Kind: "NodePool", Name: "gpu", Action: Create, Fields: []FieldChange{
@@ -95,7 +121,7 @@ func TestPlan(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			got := Plan(tc.cur, tc.want, offers)
+			got := Plan(tc.cur, tc.want, Pricing{Offers: offers, Pool: poolPrice})
 			if diff := cmp.Diff(tc.wantRes, got); diff != "" {
 				t.Errorf("Plan (-want +got):\n%s", diff)
 			}

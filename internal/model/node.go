@@ -127,6 +127,10 @@ type Offer struct {
 	Memory       Bytes        `json:"memory,omitempty"`
 	CapacityType CapacityType `json:"capacityType"`
 	PricePerHour float64      `json:"pricePerHour"`
+	// PriceAsOf, when set, is when a provider's live price source
+	// (provider.PriceSource) read PricePerHour; zero: the embedded
+	// catalog's snapshot price.
+	PriceAsOf time.Time `json:"priceAsOf,omitzero"`
 	// InterruptionRate is the expected interruptions per instance-hour
 	// (spot only; 0 when unknown or not spot).
 	InterruptionRate float64 `json:"interruptionRate,omitempty"`

@@ -150,6 +150,10 @@ type Explanation struct {
 	// tried again before Until: the one last tried for this job first,
 	// then the others, soonest first. New capacity comes from the rest.
 	LaunchBackoffs []LaunchBackoff `json:"launchBackoffs,omitempty"`
+	// Unavailable are the offers and pool regions providers cannot sell
+	// now (no capacity, out of quota), which new capacity skips until
+	// each one's Until; at most 10, this job's candidates first.
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
 }
 
 // LaunchBackoff is one offer in launch back-off.

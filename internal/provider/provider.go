@@ -129,7 +129,23 @@ func IgnoreNotFound(err error) error {
 
 // Optional capabilities. A caller finds them by type assertion on a
 // Provider (p.(provider.InterruptionWatcher)); a driver declares each one it
-// implements with a var _ assertion, and providertest exercises it.
+// implements with a var _ assertion, and providertest exercises it. The
+// core never asks a driver's name: what a pool can do follows from these.
+//
+//   - Launcher: the default. A Provider that is not FixedCapacity buys
+//     machines: the scale loop launches its offers for pools of its driver,
+//     terminates idle nodes, and lists its instances for leaks.
+//   - FixedCapacity: the machines exist already (this machine, owned hosts,
+//     a Kubernetes cluster's nodes). Its pools are never launched into or
+//     scaled down; their cost is the machines' declared prices.
+//   - InterruptionWatcher: reclaims instances with notice; the scale loop
+//     drains their nodes. Interrupter: can be told to (drills, demos).
+//   - Biller: reports what each instance cost, so stop times are the
+//     provider's.
+//   - PriceSource: live prices that override the embedded catalog's.
+//
+// A driver also registers a PoolPricer (see PoolPrice) so a pool can be
+// priced from its spec alone, before the pool exists.
 
 // Notice warns that the provider will stop an instance at Deadline (a spot
 // or preemptible reclaim). The instance keeps running until then.
@@ -184,6 +200,45 @@ type Biller interface {
 	// Safe for concurrent use.
 	Usage(ctx context.Context) ([]Usage, error)
 }
+
+// Launches reports whether p buys machines: every Provider does unless it
+// declares FixedCapacity.
+func Launches(p Provider) bool {
+	_, fixed := p.(FixedCapacity)
+	return !fixed
+}
+
+// PriceSource is implemented by providers that read live prices (a cloud's
+// spot price history), which override the embedded catalog's snapshot.
+type PriceSource interface {
+	// Prices returns the provider's offers with their current
+	// PricePerHour and the time the prices were read (AsOf). The result
+	// is a fresh slice; it may cover fewer offers than Offers, and an
+	// offer absent from it keeps the catalog's price. Errors are
+	// transient as far as the caller is concerned: it keeps the prices it
+	// had. Safe for concurrent use.
+	Prices(ctx context.Context) (prices []model.Offer, asOf time.Time, err error)
+}
+
+// PoolPrice is how a pool's nodes are priced from its spec alone (no I/O,
+// so `gpufleet plan` prices a pool before it exists). A driver registers a
+// PoolPricer returning it.
+type PoolPrice struct {
+	// Fixed: the pool's machines exist already (FixedCapacity). Each
+	// node then costs its entry of NodePrices (one per declared machine,
+	// in any order), or PerNode when NodePrices is nil.
+	Fixed      bool
+	NodePrices []float64
+	PerNode    float64
+	// Clouds, for a pool that buys: the catalog providers its offers
+	// come from (empty: every provider in the catalog).
+	Clouds []string
+	// Unknown, when set, says why the pool cannot be priced.
+	Unknown string
+}
+
+// PoolPricer prices a pool of one driver from its spec.
+type PoolPricer func(spec model.NodePoolSpec) PoolPrice
 
 // FixedCapacity is implemented by providers whose machines exist already
 // (this machine, owned hosts). Such a provider answers Launch and Terminate

@@ -35,7 +35,13 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+	kubepools "github.com/gpufleet/gpufleet/internal/provider/kubernetes/pools"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
+	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/sim/live"
+	"github.com/gpufleet/gpufleet/internal/provider/ssh"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/web"
@@ -298,8 +304,10 @@ func Run(ctx context.Context, cfg Config) error {
 	var (
 		ctrl      *controller.Controller
 		simOffers func(context.Context) []model.Offer
-		simScaleC controller.ScaleConfig
-		simN      *simNodes
+		scaleC    controller.ScaleConfig
+		simN      *live.Nodes
+		// simNew builds a sim pool's driver; nil without --sim.
+		simNew registry.Factory
 	)
 	// One isolation for every node this process runs (local and
 	// simulated): they share the work root and the workload users.
@@ -324,10 +332,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if simN, err = newSimNodes(ctx, c.DataDir, nil, cat, iso, log, c.Version); err != nil {
+		if simN, err = live.New(ctx, live.Config{DataDir: c.DataDir, Catalog: cat, Isolation: iso, Log: log, Version: c.Version, GPUs: controller.LaunchedGPUs}); err != nil {
 			return err
 		}
-		simOffers, simScaleC = simScale(sp, simN, c.Sim.Clouds)
+		simOffers, scaleC = simScale(sp, simN, c.Sim.Clouds)
+		simNew = sp.ForPool
 		c.NoAgent = true
 		log.Info("simulated clouds", "clouds", c.Sim.Clouds, "time_scale", c.Sim.TimeScale, "scenario", c.Sim.Scenario, "default_pool", "sim")
 	}
@@ -348,6 +357,24 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("demo GPUs priced from the catalog", "instance_type", typ, "price_per_hour", p.PerHour.String())
 		}
 	}
+	// The provider drivers, by the name a NodePool's spec.provider gives:
+	// what each builds for a pool (New; nil where a component of its own
+	// follows the pools) and how it prices one. Adding a driver adds one
+	// entry here.
+	drivers := []registry.Driver{
+		{Name: static.Name, Price: static.PoolPrice},
+		{Name: local.Name, Price: local.PoolPrice},
+		{Name: model.ProviderKubernetes, Price: kubernetes.PoolPrice},
+		{Name: model.ProviderSim, Price: sim.PoolPrice, New: simNew},
+		{Name: ssh.Name, Price: ssh.PoolPrice},
+	}
+	provs, err := registry.New(drivers...)
+	if err != nil {
+		return err
+	}
+	if provs.Launches() {
+		scaleC.Drivers = provs
+	}
 	// Owned machines: the static provider follows the applied static
 	// NodePools; each machine joins by running `gpufleet agent` with the
 	// token of its name.
@@ -362,11 +389,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	// Kubernetes clusters: a runner per applied pool of provider kubernetes.
-	kube := newKubePools(cat, log)
+	kube := kubepools.New(cat, log)
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
-		Scale:        simScaleC,
-		Inventory:    kube.inventory(providerInventory(append(slices.Clip(simScaleC.Providers), owned, sshFleet))),
+		Scale:        scaleC,
+		Inventory:    kube.Inventory(providerInventory(append(slices.Clip(scaleC.Providers), owned, sshFleet))),
 		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools, sshFleet.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
@@ -385,8 +412,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ctrl.Close()
 	var deadline time.Time // of the shutdown, once it begins
+	// Launches in flight end with the controller's context; their outcome
+	// is recorded before the controller closes.
+	defer waitUntil(ctrl.WaitLaunches, &deadline, "provider launches", log)
 	if simN != nil {
-		simN.cp = ctrl
+		simN.CP = ctrl
 		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
 	}
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
@@ -403,7 +433,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
 	if err != nil {
 		return err
 	}
@@ -412,7 +442,7 @@ func Run(ctx context.Context, cfg Config) error {
 	errc := make(chan stopped, 5)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
-	kube.cp, kube.nodes = ctrl, ctrl
+	kube.CP, kube.Nodes = ctrl, poolNodes{ctrl}
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
 	startSSHFleet(sshEnroll, sshDial, ctrl)
 	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
@@ -600,5 +630,45 @@ func providerInventory(provs []provider.Provider) func(context.Context) (map[str
 			out[p.Name()] = ids
 		}
 		return out, nil
+	}
+}
+
+// ownedOffers lists the offers of machines that exist already (p is
+// provider.FixedCapacity): their declared prices, beside the catalog's in
+// `gpufleet offers` and `advise` through the API.
+func ownedOffers(ps ...provider.Provider) func(context.Context) []model.Offer {
+	return func(ctx context.Context) []model.Offer {
+		var all []model.Offer
+		for _, p := range ps {
+			offers, err := p.Offers(ctx)
+			if err != nil {
+				continue // a driver that cannot list now shows nothing
+			}
+			all = append(all, offers...)
+		}
+		return all
+	}
+}
+
+// poolNodes is the controller as a kubepools.Retirer.
+type poolNodes struct{ *controller.Controller }
+
+// PoolNodes lists the nodes of pool, in any state.
+func (p poolNodes) PoolNodes(pool string) []model.Node {
+	var out []model.Node
+	for _, n := range p.Nodes() {
+		if n.Pool == pool {
+			out = append(out, *n.Node)
+		}
+	}
+	return out
+}
+
+// poolsChanged hands the declared pools to each of fs in turn.
+func poolsChanged(fs ...func([]*model.NodePool, time.Time)) func([]*model.NodePool, time.Time) {
+	return func(pools []*model.NodePool, now time.Time) {
+		for _, f := range fs {
+			f(pools, now)
+		}
 	}
 }

@@ -5,13 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
-
-	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 )
 
 // DefaultShutdownTimeout bounds a server's shutdown (--shutdown-timeout).
@@ -51,58 +46,6 @@ func drain(httpSrv *http.Server, errc chan stopped, running []string, deadline t
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// StopAll ends every simulated machine's workloads at shutdown: the
-// simulated clouds live in this process, so their instances — and what
-// runs on them — end with it. Each replica's process group gets SIGTERM,
-// then SIGKILL (with its supervisor) if it is still alive when ctx ends or
-// after its grace; it returns how many were signalled and how many had to
-// be killed.
-func (s *simNodes) StopAll(ctx context.Context, grace time.Duration) (signalled, killed int) {
-	type replica struct {
-		dir   string
-		child supervisor.Process
-	}
-	var live []replica
-	nodes, _ := os.ReadDir(filepath.Join(s.dataDir, "sim"))
-	for _, n := range nodes {
-		reps, _ := os.ReadDir(filepath.Join(s.dataDir, "sim", n.Name(), "replicas"))
-		for _, r := range reps {
-			dir := filepath.Join(s.dataDir, "sim", n.Name(), "replicas", r.Name())
-			pids, ok, err := supervisor.ReadPIDs(dir)
-			if err != nil || !ok || pids.Child == nil || !supervisor.Alive(pids.Child.PID, pids.Child.Start) {
-				continue
-			}
-			_ = syscall.Kill(-pids.Child.PID, syscall.SIGTERM)
-			live = append(live, replica{dir: dir, child: *pids.Child})
-		}
-	}
-	signalled = len(live)
-	ctx, cancel := context.WithTimeout(ctx, grace)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for len(live) > 0 {
-		live = slices.DeleteFunc(live, func(r replica) bool { return !supervisor.Alive(r.child.PID, r.child.Start) })
-		if len(live) == 0 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			for _, r := range live {
-				_ = syscall.Kill(-r.child.PID, syscall.SIGKILL)
-			}
-			killed = len(live)
-			live = nil
-		case <-tick.C:
-		}
-	}
-	// Supervisors that outlive their child (or a killed one) go too.
-	for _, n := range nodes {
-		killReplicas(filepath.Join(s.dataDir, "sim", n.Name(), "replicas"), s.log)
-	}
-	return signalled, killed
 }
 
 // waitUntil runs wait (a WaitGroup's Wait), returning when it does or at

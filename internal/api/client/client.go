@@ -231,6 +231,15 @@ func (c *Client) Nodes(ctx context.Context) (api.NodeList, error) {
 	return out, err
 }
 
+// Unavailable lists the offers and pool regions providers cannot sell now.
+func (c *Client) Unavailable(ctx context.Context) ([]model.Unavailable, error) {
+	var out api.UnavailableList
+	if _, err := c.do(ctx, "GET", "/v1/offers/unavailable", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Unavailable, nil
+}
+
 // Offers queries the catalog with the parameters of GET /v1/offers.
 func (c *Client) Offers(ctx context.Context, q url.Values) ([]model.Offer, error) {
 	var out api.OfferList

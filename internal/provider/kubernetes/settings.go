@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 )
 
 // Defaults of model.KubernetesPoolSettings.
@@ -156,4 +157,14 @@ func expandHome(p string) string {
 		return p
 	}
 	return filepath.Join(home, rest)
+}
+
+// PoolPrice prices a kubernetes pool from its spec: the cluster's nodes
+// exist, each virtual node at pricePerGPUHour × requirements.gpusPerNode (1
+// when unset) (provider.PoolPricer).
+func PoolPrice(s model.NodePoolSpec) provider.PoolPrice {
+	if s.Kubernetes == nil {
+		return provider.PoolPrice{Unknown: "no kubernetes settings"}
+	}
+	return provider.PoolPrice{Fixed: true, PerNode: s.Kubernetes.PricePerGPUHour * float64(max(s.Requirements.GPUsPerNode, 1))}
 }

@@ -75,3 +75,6 @@ func (p *Provider) Terminate(_ context.Context, id string) error {
 func (p *Provider) List(context.Context) ([]provider.Instance, error) {
 	return []provider.Instance{{ID: p.hostname, Offer: p.offer(), State: "running", LaunchedAt: p.started}}, nil
 }
+
+// PoolPrice prices a local pool: this machine, free (provider.PoolPricer).
+func PoolPrice(model.NodePoolSpec) provider.PoolPrice { return provider.PoolPrice{Fixed: true} }

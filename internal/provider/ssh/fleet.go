@@ -471,3 +471,16 @@ func (m machine) offer() model.Offer {
 	}
 	return o
 }
+
+// PoolPrice prices an ssh pool for `gpufleet plan` (the registry's
+// pricing): its hosts exist already, at their declared prices.
+func PoolPrice(s model.NodePoolSpec) provider.PoolPrice {
+	if s.SSH == nil || len(s.SSH.Hosts) == 0 {
+		return provider.PoolPrice{Unknown: "no hosts"}
+	}
+	prices := make([]float64, len(s.SSH.Hosts))
+	for i, h := range s.SSH.Hosts {
+		prices[i] = h.PricePerHour
+	}
+	return provider.PoolPrice{Fixed: true, NodePrices: prices}
+}

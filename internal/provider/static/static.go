@@ -296,3 +296,16 @@ func offer(m Machine) model.Offer {
 	}
 	return o
 }
+
+// PoolPrice prices a static pool from its spec: its machines exist, each at
+// its declared price (provider.PoolPricer).
+func PoolPrice(s model.NodePoolSpec) provider.PoolPrice {
+	if s.Static == nil || len(s.Static.Machines) == 0 {
+		return provider.PoolPrice{Unknown: "no machines"}
+	}
+	prices := make([]float64, len(s.Static.Machines))
+	for i, m := range s.Static.Machines {
+		prices[i] = m.PricePerHour
+	}
+	return provider.PoolPrice{Fixed: true, NodePrices: prices}
+}

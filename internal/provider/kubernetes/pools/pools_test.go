@@ -1,4 +1,4 @@
-package server
+package pools
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 )
@@ -63,16 +62,17 @@ func (s *stubCP) registered(pool string) int {
 	return n
 }
 
-// Nodes lists the registered virtual nodes, as the controller would.
-func (s *stubCP) Nodes() []controller.NodeInfo {
+// PoolNodes lists the registered virtual nodes of pool, as the controller
+// would.
+func (s *stubCP) PoolNodes(pool string) []model.Node {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
-	var out []controller.NodeInfo
+	var out []model.Node
 	for _, r := range s.regs {
-		if !seen[r.NodeID] {
+		if !seen[r.NodeID] && r.Pool == pool {
 			seen[r.NodeID] = true
-			out = append(out, controller.NodeInfo{Node: &model.Node{ID: r.NodeID, Pool: r.Pool, Labels: r.Labels}})
+			out = append(out, model.Node{ID: r.NodeID, Pool: r.Pool, Labels: r.Labels})
 		}
 	}
 	return out
@@ -86,7 +86,7 @@ func (s *stubCP) RetireNode(_ context.Context, id, why string) error {
 	return nil
 }
 
-func TestKubePoolsFollowTheFleet(t *testing.T) {
+func TestPoolsFollowTheFleet(t *testing.T) {
 	gpuNode := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{kubernetes.DefaultGPUModelLabel: "NVIDIA-L4"}},
 		Status: corev1.NodeStatus{
@@ -99,7 +99,7 @@ func TestKubePoolsFollowTheFleet(t *testing.T) {
 	cs := fake.NewClientset(gpuNode, leftover)
 	var mu sync.Mutex
 	clients := 0
-	k := newKubePools(nil, slog.New(slog.DiscardHandler))
+	k := New(nil, slog.New(slog.DiscardHandler))
 	k.newClient = func(model.KubernetesPoolSettings) (k8s.Interface, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -107,7 +107,7 @@ func TestKubePoolsFollowTheFleet(t *testing.T) {
 		return cs, nil
 	}
 	cp := &stubCP{}
-	k.cp, k.nodes = cp, cp
+	k.CP, k.Nodes = cp, cp
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx) }()
@@ -130,7 +130,7 @@ func TestKubePoolsFollowTheFleet(t *testing.T) {
 
 	k.SetPools([]*model.NodePool{sim, pool(1, 1)}, time.Now())
 	wait("the pool's virtual node", func() bool { return cp.registered("gke") > 0 })
-	inv, err := k.inventory(nil)(context.Background())
+	inv, err := k.Inventory(nil)(context.Background())
 	if err != nil || len(inv["gke"]) != 1 {
 		t.Errorf("inventory = %v, %v", inv, err)
 	}

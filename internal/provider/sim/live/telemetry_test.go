@@ -1,9 +1,10 @@
-package server
+package live
 
 import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -21,7 +22,7 @@ func TestSimNodeTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &simNodes{ctx: context.Background(), dataDir: t.TempDir(), cat: cat, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Nodes{ctx: context.Background(), dataDir: t.TempDir(), cat: cat, log: slog.New(slog.NewTextHandler(io.Discard, nil)), gpus: launchedGPUs}
 	n := &model.Node{ID: "n-sim1", Name: "p5.48xlarge", Provider: "sim", Labels: map[string]string{"gpufleet.dev/gpus": "2", "gpufleet.dev/gpu-model": "H100"}}
 	cfg, simTel, err := s.agentConfig(n)
 	if err != nil {
@@ -53,4 +54,11 @@ func TestSimNodeTelemetry(t *testing.T) {
 	if diff := cmp.Diff(telemetry.SourceSimulated, cfg.Telemetry.Name()); diff != "" {
 		t.Errorf("source (-want +got)\n%s", diff)
 	}
+}
+
+// launchedGPUs reads the labels the scale loop sets, as
+// controller.LaunchedGPUs does.
+func launchedGPUs(n *model.Node) (int, string) {
+	k, _ := strconv.Atoi(n.Labels["gpufleet.dev/gpus"])
+	return k, n.Labels["gpufleet.dev/gpu-model"]
 }

@@ -1,4 +1,10 @@
-package server
+// Package pools runs the Kubernetes NodePools a fleet declares: one
+// kubernetes.Cluster (provider and runner) per pool, started when the pool
+// appears, restarted when its spec changes (the new runner adopts the old
+// one's Jobs), stopped and its objects deleted when the pool is removed.
+// The server wires it; it speaks to the control plane only through
+// agentapi.ControlPlane and the small Retirer below.
+package pools
 
 import (
 	"context"
@@ -12,29 +18,27 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/catalog"
-	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
 )
 
-// kubeRetry is how often a pool whose cluster could not be reached is
+// Retry is how often a pool whose cluster could not be reached is
 // tried again.
-const kubeRetry = 30 * time.Second
+const Retry = 30 * time.Second
 
-// kubePools runs a kubernetes.Cluster and its runner for each NodePool of
-// provider kubernetes that the fleet declares: started when the pool
-// appears, restarted when its spec changes (the new runner adopts the old
-// one's Jobs), stopped and its objects deleted when the pool is removed.
-type kubePools struct {
+// Pools runs a kubernetes.Cluster and its runner for each NodePool of
+// provider kubernetes that the fleet declares (see the package doc). Its
+// own mutex guards the declared and running pools.
+type Pools struct {
 	cat       *catalog.Catalog
 	log       *slog.Logger
 	newClient func(model.KubernetesPoolSettings) (k8s.Interface, error)
-	// cp is the control plane the runners speak to; set before Run.
-	cp agentapi.ControlPlane
-	// nodes, when set (before Run), retires a removed pool's virtual
+	// CP is the control plane the runners speak to; set before Run.
+	CP agentapi.ControlPlane
+	// Nodes, when set (before Run), retires a removed pool's virtual
 	// nodes at once, so their attempts requeue without waiting for the
 	// heartbeat timeout.
-	nodes nodeRetirer
+	Nodes Retirer
 
 	changed chan struct{} // rung by SetPools
 
@@ -43,10 +47,12 @@ type kubePools struct {
 	running  map[string]*kubeRunner // by pool name; guarded by mu
 }
 
-// nodeRetirer is the part of the controller that ends a removed pool's
+// Retirer is the part of the control plane that ends a removed pool's
 // virtual nodes.
-type nodeRetirer interface {
-	Nodes() []controller.NodeInfo
+type Retirer interface {
+	// PoolNodes lists the live nodes of pool: id and labels.
+	PoolNodes(pool string) []model.Node
+	// RetireNode ends node id now, its attempts requeued; idempotent.
 	RetireNode(ctx context.Context, id, why string) error
 }
 
@@ -57,14 +63,15 @@ type kubeRunner struct {
 	done    chan struct{}
 }
 
-func newKubePools(cat *catalog.Catalog, log *slog.Logger) *kubePools {
-	return &kubePools{cat: cat, log: log.With("component", "kubernetes"), newClient: kubernetes.NewClient,
+// New returns the pools' runner, with no pool declared yet.
+func New(cat *catalog.Catalog, log *slog.Logger) *Pools {
+	return &Pools{cat: cat, log: log.With("component", "kubernetes"), newClient: kubernetes.NewClient,
 		changed: make(chan struct{}, 1), running: map[string]*kubeRunner{}}
 }
 
-// SetPools takes the declared pools (controller.Config.PoolsChanged): it
+// SetPools takes the declared pools (the controller's PoolsChanged hook): it
 // keeps the kubernetes ones and wakes Run. Quick; never blocks.
-func (k *kubePools) SetPools(pools []*model.NodePool, _ time.Time) {
+func (k *Pools) SetPools(pools []*model.NodePool, _ time.Time) {
 	var kube []*model.NodePool
 	for _, p := range pools {
 		if p.Spec.Provider == model.ProviderKubernetes {
@@ -82,8 +89,8 @@ func (k *kubePools) SetPools(pools []*model.NodePool, _ time.Time) {
 
 // Run reconciles the running pools with the declared ones until ctx ends,
 // then stops them all; their Jobs keep running for the next start.
-func (k *kubePools) Run(ctx context.Context) error {
-	tick := time.NewTicker(kubeRetry)
+func (k *Pools) Run(ctx context.Context) error {
+	tick := time.NewTicker(Retry)
 	defer tick.Stop()
 	for {
 		k.reconcile(ctx)
@@ -104,7 +111,7 @@ func (k *kubePools) Run(ctx context.Context) error {
 	}
 }
 
-func (k *kubePools) reconcile(ctx context.Context) {
+func (k *Pools) reconcile(ctx context.Context) {
 	k.mu.Lock()
 	want := map[string]*model.NodePool{}
 	for _, p := range k.declared {
@@ -150,29 +157,29 @@ func (k *kubePools) reconcile(ctx context.Context) {
 			return
 		}
 		if err := k.start(ctx, p); err != nil {
-			k.log.Error("starting kubernetes pool; retrying", "pool", p.Name, "err", err, "retry_in", kubeRetry)
+			k.log.Error("starting kubernetes pool; retrying", "pool", p.Name, "err", err, "retry_in", Retry)
 		}
 	}
 }
 
 // retire ends the virtual nodes of removed pool name now that its runner
 // has stopped (a running one would register them again).
-func (k *kubePools) retire(ctx context.Context, name string) {
-	if k.nodes == nil {
+func (k *Pools) retire(ctx context.Context, name string) {
+	if k.Nodes == nil {
 		return
 	}
-	for _, n := range k.nodes.Nodes() {
-		if n.Pool != name || n.Labels[kubernetes.LabelPool] != name {
+	for _, n := range k.Nodes.PoolNodes(name) {
+		if n.Labels[kubernetes.LabelPool] != name {
 			continue
 		}
-		if err := k.nodes.RetireNode(ctx, n.ID, fmt.Sprintf("kubernetes pool %s removed", name)); err != nil {
+		if err := k.Nodes.RetireNode(ctx, n.ID, fmt.Sprintf("kubernetes pool %s removed", name)); err != nil {
 			k.log.Error("retiring a virtual node of a removed kubernetes pool", "pool", name, "node_id", n.ID, "err", err)
 		}
 	}
 }
 
 // start builds pool p's Cluster and runs it on its own goroutine.
-func (k *kubePools) start(ctx context.Context, p *model.NodePool) error {
+func (k *Pools) start(ctx context.Context, p *model.NodePool) error {
 	var settings model.KubernetesPoolSettings
 	if p.Spec.Kubernetes != nil {
 		settings = *p.Spec.Kubernetes
@@ -199,16 +206,16 @@ func (k *kubePools) start(ctx context.Context, p *model.NodePool) error {
 			}
 			return
 		}
-		if err := cl.Run(rctx, k.cp); err != nil {
+		if err := cl.Run(rctx, k.CP); err != nil {
 			k.log.Error("running kubernetes pool", "pool", p.Name, "err", err)
 		}
 	}()
 	return nil
 }
 
-// inventory adds the running pools' virtual nodes to base's inventory (nil:
+// Inventory adds the running pools' virtual nodes to base's inventory (nil:
 // none), for drift.
-func (k *kubePools) inventory(base func(context.Context) (map[string][]string, error)) func(context.Context) (map[string][]string, error) {
+func (k *Pools) Inventory(base func(context.Context) (map[string][]string, error)) func(context.Context) (map[string][]string, error) {
 	return func(ctx context.Context) (map[string][]string, error) {
 		out := map[string][]string{}
 		if base != nil {
@@ -236,14 +243,5 @@ func (k *kubePools) inventory(base func(context.Context) (map[string][]string, e
 			out[r.pool.Name] = ids
 		}
 		return out, nil
-	}
-}
-
-// poolsChanged hands the declared pools to each of fs in turn.
-func poolsChanged(fs ...func([]*model.NodePool, time.Time)) func([]*model.NodePool, time.Time) {
-	return func(pools []*model.NodePool, now time.Time) {
-		for _, f := range fs {
-			f(pools, now)
-		}
 	}
 }
