@@ -58,8 +58,8 @@ func TestWalkthrough70BFineTune(t *testing.T) {
 		return res.Rows[0]
 	}
 	r40, r80 := best("A100"), best("A100-80GB")
-	t.Logf("40GB: %s ×%d %s %.1fh $%.0f margin %s", r40.InstanceType, r40.Nodes, r40.PlanText, r40.Hours, r40.Cost, r40.Margin)
-	t.Logf("80GB: %s ×%d %s %.1fh $%.0f margin %s", r80.InstanceType, r80.Nodes, r80.PlanText, r80.Hours, r80.Cost, r80.Margin)
+	t.Logf("40GB: %s ×%d %s %.1fh $%.0f margin %d", r40.InstanceType, r40.Nodes, r40.PlanText, r40.Hours, r40.Cost, r40.MarginBytes)
+	t.Logf("80GB: %s ×%d %s %.1fh $%.0f margin %d", r80.InstanceType, r80.Nodes, r80.PlanText, r80.Hours, r80.Cost, r80.MarginBytes)
 	if r40.InstanceType != "p4d.24xlarge" || r80.InstanceType != "p4de.24xlarge" {
 		t.Fatalf("instances %s and %s, want p4d.24xlarge and p4de.24xlarge", r40.InstanceType, r80.InstanceType)
 	}
@@ -93,7 +93,7 @@ func TestFitsNowhereNamesTheShortfall(t *testing.T) {
 	if len(res.Rows) != 0 || res.Ranked != 0 {
 		t.Fatalf("got %d rows, want none", len(res.Rows))
 	}
-	if res.Shortfall == nil || res.Shortfall.GPU != "T4" || res.Shortfall.Short <= 0 || !strings.Contains(res.Shortfall.Message, "short by") {
+	if res.Shortfall == nil || res.Shortfall.GPU != "T4" || res.Shortfall.ShortBytes <= 0 || !strings.Contains(res.Shortfall.Message, "short by") {
 		t.Fatalf("shortfall %+v", res.Shortfall)
 	}
 }

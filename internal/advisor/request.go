@@ -2,6 +2,7 @@ package advisor
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -19,6 +20,8 @@ type Request struct {
 	Providers []string `json:"providers,omitempty"`
 	Regions   []string `json:"regions,omitempty"`
 	Capacity  []string `json:"capacity,omitempty"`
+	// InstanceTypes are instance-type patterns (e.g. "p4d.*").
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
 	// ReservedTerm is 1y (default), 3y or none.
 	ReservedTerm string         `json:"reservedTerm,omitempty"`
 	Deadline     model.Duration `json:"deadline,omitempty"`
@@ -58,6 +61,11 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 	default:
 		fe.Add("reservedTerm", "must be 1y, 3y or none")
 	}
+	for i, p := range r.InstanceTypes {
+		if _, err := path.Match(p, ""); err != nil {
+			fe.Add(fmt.Sprintf("instanceTypes[%d]", i), "bad pattern: "+err.Error())
+		}
+	}
 	if r.Deadline < 0 {
 		fe.Add("deadline", "must be >= 0")
 	}
@@ -74,7 +82,7 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 func (r Request) Options(offers []model.Offer, acc func(string) (catalog.Accelerator, bool), cal Calibration) Options {
 	return Options{
 		Offers: offers, Accelerator: acc, Calibration: cal,
-		GPUs: r.GPUs, Providers: r.Providers, Regions: r.Regions, Capacity: r.Capacity,
+		GPUs: r.GPUs, Providers: r.Providers, Regions: r.Regions, Capacity: r.Capacity, InstanceTypes: r.InstanceTypes,
 		ReservedTerm: r.ReservedTerm, Deadline: r.Deadline.D(), MaxNodes: r.MaxNodes,
 		Limit: r.Limit, Explain: r.Explain,
 	}
