@@ -113,7 +113,7 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 		w := mustResolve(t, r.Profile)
 		return float64(w.SequenceLength*w.GlobalBatch) / tm.StepTime / float64(row.GPUs), nil
 	case "modelFLOPsGPUHours":
-		return res.Workload.ModelFLOPs / tm.RatePerGPU / 3600, nil
+		return res.Workload.ModelFLOPs / (tm.RatePerGPU * tm.Goodput) / 3600, nil
 	}
 	return 0, fmt.Errorf("unknown metric %q", c.Metric)
 }

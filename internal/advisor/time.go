@@ -20,7 +20,11 @@ type Timing struct {
 	Exposed  float64 `json:"exposedCommSeconds"`       // what overlap leaves
 	Offload  float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
 	StepTime float64 `json:"stepSeconds"`
-	// Seconds is the time to finish without interruptions.
+	// Goodput is the share of steady-state throughput a production run
+	// averages (restarts, checkpoints, evaluation, stalls).
+	Goodput float64 `json:"goodput,omitempty"`
+	// Seconds is the time to finish: steps × step time ÷ goodput (spot
+	// interruptions come on top, in the row).
 	Seconds float64 `json:"seconds"`
 	// Serving: one replica's steady state.
 	TokensPerSecond float64 `json:"tokensPerSecond,omitempty"` // output tokens, per replica
@@ -43,7 +47,7 @@ func timeTerms(t *Timing, training bool) []Term {
 		ts.addSeconds("data-parallel comm per step (exposed)", "total − backward overlap window", t.Exposed)
 		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
 		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
-		ts.addSeconds("total", "step · steps", t.Seconds)
+		ts.addSeconds("total", "step · steps ÷ goodput (0.68: restarts, checkpoints, evaluation, stalls)", t.Seconds)
 		return ts
 	}
 	ts.addSeconds("time to first token", "prefill FLOPs ÷ (tp · peak · prefill MFU)", t.TTFT)
@@ -186,7 +190,8 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 		t.Offload += micro * 2 * 2 * w.params / (tp * pp * dp) / (pcieHostGBs * 1e9)
 	}
 	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.Offload
-	t.Seconds = t.StepTime * w.steps
+	t.Goodput = productionGoodput
+	t.Seconds = t.StepTime * w.steps / t.Goodput
 	t.FLOPs = fpt * stepTokens * w.steps
 	return t
 }
