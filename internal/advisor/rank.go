@@ -611,9 +611,8 @@ func (w *workload) assumptions(o Options) []string {
 	var a []string
 	if w.Task.Training() {
 		a = append(a,
-			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × MFU by GPU generation and model width), plus pipeline bubble and exposed data-parallel communication",
-			"excludes start-up, data loading, evaluation and checkpoint writes on on-demand capacity; published runs take 10–30% longer end to end (see docs/advisor.md, accuracy)",
-			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; 7% allocator margin",
+			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × utilisation by GPU, attention kernel and model width), plus pipeline bubble and exposed data-parallel communication, ÷ 0.68 production goodput (restarts, checkpoints, evaluation, stalls; fitted to Llama 2 GPU-hours)",
+			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; ZeRO-2/3 model states and offload host memory as DeepSpeed's estimators count them; 7% allocator margin on what is allocated",
 		)
 		if w.arch.Experts > 0 {
 			a = append(a, "MoE: FLOPs by active parameters; expert parallelism and routing imbalance are not modelled (real MoE MFU is lower)")
