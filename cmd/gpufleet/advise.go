@@ -190,6 +190,8 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&req.MaxNodes, "max-nodes", 0, "most nodes of one instance type (default 64)")
 	fl.IntVar(&req.Limit, "limit", 20, "most rows to show (-1: all)")
 	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown, every term with its formula")
+	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model)")
+	fl.Float64Var(&req.MeasuredTokensPerSecond, "tokens-per-second", 0, "training: your measured tokens/s per GPU (e.g. global batch tokens ÷ step time ÷ GPUs)")
 	fl.StringSliceVar(&req.InstanceTypes, "instance-type", nil, "instance-type patterns (e.g. 'p4d.*,p5.48xlarge')")
 	// Plan pins (training): what is set is fixed, the rest searched.
 	fl.IntVar(&p.Pin.GPUs, "num-gpus", 0, "pin: total GPUs (whole nodes of an offer)")
@@ -325,6 +327,10 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		dst.Explain = src.Explain
 	case "instance-type":
 		dst.InstanceTypes = src.InstanceTypes
+	case "tflops":
+		dst.MeasuredTFLOPS = src.MeasuredTFLOPS
+	case "tokens-per-second":
+		dst.MeasuredTokensPerSecond = src.MeasuredTokensPerSecond
 	case "num-gpus":
 		d.Pin.GPUs = s.Pin.GPUs
 	case "nodes":

@@ -73,6 +73,10 @@ type Options struct {
 	Limit int
 	// Explain attaches the memory and time breakdown to each row.
 	Explain bool
+	// MeasuredTFLOPS (model TFLOP/s per GPU) or MeasuredTokensPerSecond
+	// (training tokens/s per GPU) replace the utilisation model.
+	MeasuredTFLOPS          float64
+	MeasuredTokensPerSecond float64
 }
 
 // Result is a ranking of offers for one workload.
@@ -284,6 +288,9 @@ func Rank(p Profile, o Options) (Result, error) {
 			st = &shapeState{}
 			shapes[sh] = st
 			hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
+			if hwOK {
+				w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
+			}
 			if !hwOK {
 				st.reason = reason
 			} else {

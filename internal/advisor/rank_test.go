@@ -287,3 +287,33 @@ func TestEstimateRuntime(t *testing.T) {
 		t.Error("12 GPUs in nodes of 8: no error")
 	}
 }
+
+// TestMeasuredRate: a measured tokens/s per GPU sets the step's compute
+// time exactly (with recomputation pinned off), and a measured TFLOP/s
+// sets the achieved rate; giving both is an error naming the field.
+func TestMeasuredRate(t *testing.T) {
+	t.Parallel()
+	cat, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e8, GlobalBatch: 64, Pin: Pin{GPUs: 8, Recompute: RecomputeNone}}
+	req := Request{Profile: none, Providers: []string{"aws"}, InstanceTypes: []string{"p4de.24xlarge"}, Limit: 1, Explain: true, MeasuredTokensPerSecond: 2500}
+	res, err := Rank(req.Profile, req.Options(cat.Offers(), cat.Accelerator, Calibration{}))
+	if err != nil || len(res.Rows) != 1 {
+		t.Fatalf("rank: %v, %d rows", err, len(res.Rows))
+	}
+	want := float64(4096*64) / (2500 * 8)
+	if got := res.Rows[0].Timing.Compute; math.Abs(got/want-1) > 1e-9 {
+		t.Errorf("compute per step %.4fs, want %.4fs from 2500 tokens/s per GPU", got, want)
+	}
+	req.MeasuredTokensPerSecond, req.MeasuredTFLOPS = 0, 150
+	res, err = Rank(req.Profile, req.Options(cat.Offers(), cat.Accelerator, Calibration{}))
+	if err != nil || len(res.Rows) != 1 || math.Abs(res.Rows[0].Timing.RatePerGPU-150e12) > 1 {
+		t.Fatalf("rank with 150 TFLOP/s: %v, rows %+v", err, res.Rows)
+	}
+	req.MeasuredTokensPerSecond = 1
+	if fe := req.Validate(nil); len(fe) != 1 || fe[0].Path != "measuredTokensPerSecond" {
+		t.Errorf("both rates: %v", fe)
+	}
+}

@@ -264,3 +264,19 @@ func linkRate(acc catalog.Accelerator, interconnect string) (float64, bool) {
 	}
 	return gbs * 1e9 * linkEfficiency, true
 }
+
+// applyMeasured replaces hw's utilisation with a measured training rate:
+// tflops model TFLOP/s per GPU, or tokensPerSec tokens/s per GPU times the
+// model FLOPs per token (6·N + attention). Zero leaves hw as it is.
+func (w *workload) applyMeasured(hw *hardware, tflops, tokensPerSec float64) {
+	rate := tflops * 1e12
+	if tokensPerSec > 0 {
+		fpt, _ := w.flopsPerToken(RecomputeNone)
+		rate = tokensPerSec * fpt
+	}
+	if rate <= 0 || hw.peak <= 0 {
+		return
+	}
+	hw.mfu = rate / hw.peak
+	hw.notes = append(hw.notes, fmt.Sprintf("measured rate: %.0f model TFLOP/s per GPU (utilisation %.2f of %s peak) replaces the utilisation model", rate/1e12, hw.mfu, hw.gpu))
+}
