@@ -107,6 +107,8 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 	case "quantBitsPerLinearParam":
 		w := mustResolve(t, r.Profile)
 		return float64(m.QuantConstantsBytes) * 8 / (w.params - w.embed), nil
+	case "servingTokensPerSecondPerGPU":
+		return row.TokensPerSecond / float64(row.GPUs), nil
 	case "achievedTFLOPS":
 		return tm.RatePerGPU / 1e12, nil
 	case "tokensPerSecondPerGPU":

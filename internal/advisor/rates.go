@@ -204,12 +204,24 @@ func newHardware(w *workload, acc catalog.Accelerator, cal Calibration) (hardwar
 	} else {
 		mfu *= sizeFactor(w.arch.Hidden)
 	}
+	fp8Cores := strings.HasPrefix(acc.Name, "H") || strings.HasPrefix(acc.Name, "GH") || strings.HasPrefix(acc.Name, "B") ||
+		strings.HasPrefix(acc.Name, "GB") || strings.HasPrefix(acc.Name, "L4") || strings.HasPrefix(acc.Name, "MI3")
+	if w.Precision == FP8 && !w.Task.Training() {
+		// FP8 serving (W8A8, e.g. ModelOpt/vLLM fp8 checkpoints) runs its
+		// matmuls on FP8 tensor cores: dense FP8 peak is twice bf16 on
+		// Hopper, Ada, Blackwell and CDNA3 (NVIDIA H100 datasheet: 1,979
+		// vs 989 TFLOPS dense).
+		if fp8Cores && peak > 0 {
+			peak *= 2
+		} else {
+			notes = append(notes, "no fp8 tensor cores: fp8 weights served at the bf16 rate")
+		}
+	}
 	if w.Precision == FP8 && w.Task.Training() {
 		// FP8 doubles datasheet peak on Hopper/Ada/Blackwell/CDNA3, but LLM
 		// training gains 1.3–1.5× end to end (NVIDIA Transformer Engine
 		// and NeMo reports): 2 × 0.65 = 1.3×.
-		if peak > 0 && (strings.HasPrefix(acc.Name, "H") || strings.HasPrefix(acc.Name, "GH") || strings.HasPrefix(acc.Name, "B") ||
-			strings.HasPrefix(acc.Name, "GB") || strings.HasPrefix(acc.Name, "L4") || strings.HasPrefix(acc.Name, "MI3")) {
+		if peak > 0 && fp8Cores {
 			peak *= 2
 			mfu *= 0.65
 		} else {
