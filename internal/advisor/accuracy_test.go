@@ -47,6 +47,9 @@ type truthCase struct {
 	// counts as a miss, and one that starts passing fails the test so the
 	// reason stays true.
 	KnownMiss string `json:"knownMiss,omitempty"`
+	// Tokens is the sequence length a per-sequence metric (kvCacheGiB) is
+	// read at.
+	Tokens float64 `json:"tokens,omitempty"`
 }
 
 func loadGroundTruth(t *testing.T) groundTruth {
@@ -82,6 +85,9 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 	}
 	if c.Metric == "kvCacheBytesPerToken" {
 		return float64(res.Workload.KVCachePerTokenBytes), nil
+	}
+	if c.Metric == "kvCacheGiB" {
+		return float64(res.Workload.KVCachePerTokenBytes) * c.Tokens / gib, nil
 	}
 	if len(res.Rows) == 0 {
 		msg := "no offer fits"
