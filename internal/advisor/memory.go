@@ -165,6 +165,13 @@ func (m mem) export(capacity float64, t terms) Memory {
 // Memory constants.
 const (
 	gib = float64(1 << 30)
+	// usableMemory is the share of a GPU's nominal memory that CUDA reports
+	// as its total (ECC and driver reservations), before any context:
+	// PyTorch reports "79.11 GiB total capacity" on an 80 GiB H100
+	// (vllm-project/vllm#27508), "79.25 GiB" on an A100 80GB
+	// (levihsu/OOTDiffusion#235) and "39.50 GiB" on an A100 40GB
+	// (TianheWu/CoSeR#10): 98.9–99.1%; we take 99%.
+	usableMemory = 0.99
 	// cudaContext is the CUDA context, cuBLAS/cuDNN workspaces and the
 	// PyTorch caching allocator's first blocks: 0.3–0.5 GiB for a bare
 	// context with CUDA lazy loading (CUDA 11.7+; PyTorch "CUDA semantics"

@@ -282,6 +282,7 @@ func Rank(p Profile, o Options) (Result, error) {
 		if capacity == 0 {
 			capacity = float64(acc.Memory)
 		}
+		capacity *= usableMemory
 		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity, link: of.Interconnect, hostMem: float64(of.Memory), networkGbps: net}
 		st, ok := shapes[sh]
 		if !ok {
@@ -674,7 +675,7 @@ func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, inte
 	}
 	hw.intra, hw.pcie = linkRate(acc, interconnect)
 	hw.inter = 400 / 8 * 1e9 * netEfficiency
-	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory), link: interconnect, networkGbps: 400}
+	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory) * usableMemory, link: interconnect, networkGbps: 400}
 	hw.capacity, hw.gpusPerNode = sh.capacity, perNode
 	nodes := gpus / perNode
 	if !w.Task.Training() {
