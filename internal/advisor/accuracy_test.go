@@ -120,6 +120,8 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 	case "tokensPerSecondPerGPU":
 		w := mustResolve(t, r.Profile)
 		return float64(w.SequenceLength*w.GlobalBatch) / tm.StepTime / float64(row.GPUs), nil
+	case "hours":
+		return row.Hours, nil
 	case "modelFLOPsGPUHours":
 		return res.Workload.ModelFLOPs / (tm.RatePerGPU * tm.Goodput) / 3600, nil
 	}

@@ -72,7 +72,11 @@ func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) sear
 		recomputes = recomputeEA
 	}
 	firstFit := 0
-	for _, n := range powersOfTwo {
+	nodeCounts := powersOfTwo
+	if n := w.Pin.pinnedNodes(sh.perNode); n > 0 {
+		nodeCounts = []int{n}
+	}
+	for _, n := range nodeCounts {
 		if n > lim.maxNodes || (firstFit > 0 && n > firstFit*8) {
 			break
 		}
@@ -252,6 +256,18 @@ func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
 		p, m = q, qm
 	}
 	return p, m
+}
+
+// pinnedNodes is the node count the pin fixes on nodes of perNode GPUs (any
+// count, not only powers of two), or 0 when it fixes none or none fits.
+func (p *Pin) pinnedNodes(perNode int) int {
+	switch {
+	case p.Nodes > 0:
+		return p.Nodes
+	case p.GPUs > 0 && perNode > 0 && p.GPUs%perNode == 0:
+		return p.GPUs / perNode
+	}
+	return 0
 }
 
 // nodesOK reports whether n nodes of perNode GPUs match the pinned size.
