@@ -126,15 +126,22 @@ type Term struct {
 // nothing.
 type terms []Term
 
+// add records a memory term; it inlines to a nil check on the hot path.
 func (t *terms) add(name, formula string, bytes float64) {
-	if t != nil && bytes != 0 {
-		*t = append(*t, Term{Name: name, Formula: formula, Bytes: bytes})
+	if t != nil {
+		t.push(Term{Name: name, Formula: formula, Bytes: bytes})
 	}
 }
 
 func (t *terms) addSeconds(name, formula string, s float64) {
-	if t != nil && s != 0 {
-		*t = append(*t, Term{Name: name, Formula: formula, Seconds: s})
+	if t != nil {
+		t.push(Term{Name: name, Formula: formula, Seconds: s})
+	}
+}
+
+func (t *terms) push(term Term) {
+	if term.Bytes != 0 || term.Seconds != 0 {
+		*t = append(*t, term)
 	}
 }
 

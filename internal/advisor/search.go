@@ -157,7 +157,10 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 	if pin.OffloadOptimizer != nil {
 		offloads = []bool{*pin.OffloadOptimizer}
 	}
-	paramOffloads := []bool{false, true}
+	// Parameter offload streams every weight over PCIe twice per
+	// micro-batch: a last resort the search considers only when pinned, so
+	// that unpinned searches prune as cheaply as before.
+	paramOffloads := []bool{false}
 	if pin.OffloadParams != nil {
 		paramOffloads = []bool{*pin.OffloadParams}
 	}
@@ -188,7 +191,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 	{
 		p := base
 		p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = maxZero, recomputes[len(recomputes)-1], offloads[len(offloads)-1], mb
-		p.OffloadParams = maxZero == 3 && paramOffloads[len(paramOffloads)-1] && (sh.hostMem > 0 || pin.OffloadParams != nil)
+		p.OffloadParams = maxZero == 3 && paramOffloads[len(paramOffloads)-1]
 		if !stageOK(p.ZeRO, p.Offload, p.OffloadParams) {
 			p.OffloadParams = false
 		}
@@ -203,7 +206,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 	var best candidate
 	found := false
 	for _, offParams := range paramOffloads {
-		if offParams && (found || (sh.hostMem == 0 && pin.OffloadParams == nil)) {
+		if offParams && found && pin.OffloadParams == nil {
 			break
 		}
 		for _, offload := range offloads {
