@@ -23,6 +23,8 @@ func newAdviseCmd(g *globals) *cobra.Command {
 		req                                advisor.Request
 		p                                  = &req.Profile
 		gated, tied                        bool
+		zero                               int
+		offloadOpt, offloadParams, plan    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "advise",
@@ -67,6 +69,20 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 			}
 			if flags.Changed("tied-embeddings") {
 				p.Model.TiedEmbeddings = &tied
+			}
+			if flags.Changed("zero") {
+				p.Pin.ZeRO = &zero
+			}
+			if flags.Changed("offload-optimizer") {
+				p.Pin.OffloadOptimizer = &offloadOpt
+			}
+			if flags.Changed("offload-params") {
+				p.Pin.OffloadParams = &offloadParams
+			}
+			if plan {
+				// Exactly the pinned configuration, on its cheapest offer,
+				// with every term.
+				req.Explain, req.Limit = true, 1
 			}
 			if deadline != "" {
 				d, err := model.ParseDuration(deadline)
@@ -117,6 +133,9 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 			}
 			if out != "table" {
 				return render(cmd.OutOrStdout(), out, res, nil)
+			}
+			if plan {
+				return planTable(cmd.OutOrStdout(), res)
 			}
 			return adviseTable(cmd.OutOrStdout(), res, req.Explain)
 		},
@@ -170,12 +189,29 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.StringVar(&deadline, "deadline", "", "finish within this time (e.g. 48h); plans that miss it rank last")
 	fl.IntVar(&req.MaxNodes, "max-nodes", 0, "most nodes of one instance type (default 64)")
 	fl.IntVar(&req.Limit, "limit", 20, "most rows to show (-1: all)")
-	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown")
+	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown, every term with its formula")
+	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model)")
+	fl.Float64Var(&req.MeasuredTokensPerSecond, "tokens-per-second", 0, "training: your measured tokens/s per GPU (e.g. global batch tokens ÷ step time ÷ GPUs)")
+	fl.StringSliceVar(&req.InstanceTypes, "instance-type", nil, "instance-type patterns (e.g. 'p4d.*,p5.48xlarge')")
+	// Plan pins (training): what is set is fixed, the rest searched.
+	fl.IntVar(&p.Pin.GPUs, "num-gpus", 0, "pin: total GPUs (whole nodes of an offer)")
+	fl.IntVar(&p.Pin.Nodes, "nodes", 0, "pin: nodes")
+	fl.IntVar(&p.Pin.TP, "tp", 0, "pin: tensor parallel degree")
+	fl.IntVar(&p.Pin.PP, "pp", 0, "pin: pipeline parallel degree")
+	fl.IntVar(&p.Pin.DP, "dp", 0, "pin: data parallel degree")
+	fl.IntVar(&p.Pin.CP, "cp", 0, "pin: context parallel degree (sequence split over GPUs)")
+	fl.IntVar(&zero, "zero", 0, "pin: ZeRO stage 0-3")
+	fl.StringVar(&p.Pin.Sharding, "sharding", "", "pin: FSDP sharding no-shard, shard-grad-op or full-shard")
+	fl.StringVar((*string)(&p.Pin.Recompute), "recompute", "", "pin: activation recomputation none, selective or full")
+	fl.BoolVar(&offloadOpt, "offload-optimizer", false, "pin: optimizer states on the host (ZeRO-Offload); =false forbids it")
+	fl.BoolVar(&offloadParams, "offload-params", false, "pin: ZeRO-3 weights on the host (ZeRO-Infinity, FSDP CPUOffload); =false forbids it")
+	fl.BoolVar(&plan, "plan", false, "print exactly the pinned configuration on its cheapest offer: every memory and time term with its formula")
 	for name, vals := range map[string][]string{
 		"task": {"pretrain", "full-finetune", "lora", "qlora", "serving"}, "preset": advisor.PresetNames(),
 		"precision": {"fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4"}, "optimizer": {"adamw", "adam8bit", "sgd", "adafactor"},
 		"parallelism": {"auto", "data"}, "provider": {"aws", "gcp", "azure", "oci", "lambda", "vast"},
 		"capacity": {"on-demand", "spot", "reserved"}, "reserved-term": {"1y", "3y", "none"},
+		"sharding": {"no-shard", "shard-grad-op", "full-shard"}, "recompute": {"none", "selective", "full"},
 	} {
 		_ = cmd.RegisterFlagCompletionFunc(name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return vals, cobra.ShellCompDirectiveNoFileComp
@@ -205,8 +241,9 @@ func readRequest(path string, req *advisor.Request) error {
 // replayFlags copies the values of the flags the user set from the
 // flag-bound request src onto dst, so that a flag overrides the file.
 func replayFlags(flags *pflag.FlagSet, dst, src *advisor.Request) {
-	// --spot, --on-demand, --deadline, --target-latency, --gated-mlp and
-	// --tied-embeddings are applied after the merge.
+	// --spot, --on-demand, --deadline, --target-latency, --gated-mlp,
+	// --tied-embeddings, --zero, --offload-optimizer and --offload-params
+	// are applied after the merge.
 	flags.Visit(func(f *pflag.Flag) { setRequestField(dst, src, f.Name) })
 }
 
@@ -288,6 +325,28 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		dst.Limit = src.Limit
 	case "explain":
 		dst.Explain = src.Explain
+	case "instance-type":
+		dst.InstanceTypes = src.InstanceTypes
+	case "tflops":
+		dst.MeasuredTFLOPS = src.MeasuredTFLOPS
+	case "tokens-per-second":
+		dst.MeasuredTokensPerSecond = src.MeasuredTokensPerSecond
+	case "num-gpus":
+		d.Pin.GPUs = s.Pin.GPUs
+	case "nodes":
+		d.Pin.Nodes = s.Pin.Nodes
+	case "tp":
+		d.Pin.TP = s.Pin.TP
+	case "pp":
+		d.Pin.PP = s.Pin.PP
+	case "dp":
+		d.Pin.DP = s.Pin.DP
+	case "cp":
+		d.Pin.CP = s.Pin.CP
+	case "sharding":
+		d.Pin.Sharding = s.Pin.Sharding
+	case "recompute":
+		d.Pin.Recompute = s.Pin.Recompute
 	} // other flags (--data-dir, --output, …) are not request fields
 }
 
@@ -297,9 +356,9 @@ func adviseTable(w io.Writer, res advisor.Result, explain bool) error {
 	ws := res.Workload
 	fmt.Fprintf(w, "%s %s: %.3gB parameters (%.3gB active)", ws.Task, ws.Model, ws.Parameters/1e9, ws.ActiveParameters/1e9)
 	if ws.Task.Training() {
-		fmt.Fprintf(w, ", %.3g tokens, %.0f steps, %.3g FLOPs, model states %s", ws.Tokens, ws.Steps, ws.ModelFLOPs, gib(ws.ModelStates))
+		fmt.Fprintf(w, ", %.3g tokens, %.0f steps, %.3g FLOPs, model states %s, checkpoint %s", ws.Tokens, ws.Steps, ws.ModelFLOPs, gib(ws.ModelStatesBytes), gib(ws.CheckpointBytes))
 	} else {
-		fmt.Fprintf(w, ", KV cache %s per token", ws.KVCachePerToken)
+		fmt.Fprintf(w, ", KV cache %s per token", model.Bytes(ws.KVCachePerTokenBytes))
 	}
 	fmt.Fprintln(w)
 	if len(res.Rows) == 0 {
@@ -338,10 +397,10 @@ func adviseTable(w io.Writer, res advisor.Result, explain bool) error {
 					cost = money(r.Cost)
 				}
 				row(tw, i+1, r.Provider, loc, r.InstanceType, gpus, capacity, r.PlanText, fmt.Sprintf("%.0f", r.TokensPerSecond),
-					money(r.CostPerHour), fmt.Sprintf("$%.3f", r.PerMTokens), cost, gib(r.Margin), notes)
+					money(r.CostPerHour), fmt.Sprintf("$%.3f", r.PerMTokens), cost, gib(r.MarginBytes), notes)
 			} else {
 				row(tw, i+1, r.Provider, loc, r.InstanceType, gpus, capacity, r.PlanText, hours(r.Hours),
-					money(r.Cost), money(r.CostPerHour), gib(r.Margin), notes)
+					money(r.Cost), money(r.CostPerHour), gib(r.MarginBytes), notes)
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -370,24 +429,22 @@ func adviseTable(w io.Writer, res advisor.Result, explain bool) error {
 func explainRow(w io.Writer, n int, r advisor.Row) {
 	fmt.Fprintf(w, "\n#%d %s %s %s %s ×%d nodes: %s\n", n, r.Provider, r.Region, r.InstanceType, r.Capacity, r.Nodes, r.PlanText)
 	if m := r.Memory; m != nil {
-		fmt.Fprintf(w, "  memory per GPU: %s of %s\n", gib(m.Total), gib(m.Capacity))
-		for _, it := range []struct {
-			name string
-			v    model.Bytes
-		}{{"weights", m.Weights}, {"gradients", m.Gradients}, {"optimizer states", m.Optimizer}, {"activations", m.Activations},
-			{"KV cache", m.KVCache}, {"LoRA adapters", m.Adapters}, {"adapter optimizer", m.AdapterOptimizer},
-			{"quantisation constants", m.QuantConstants}, {"CUDA/NCCL overhead", m.Overhead}, {"allocator margin", m.Margin}, {"offloaded to host (per node)", m.Offloaded}} {
-			if it.v > 0 {
-				fmt.Fprintf(w, "    %-30s %10s\n", it.name, gib(it.v))
-			}
+		fmt.Fprintf(w, "  memory per GPU: %s of %s\n", gib(m.TotalBytes), gib(m.CapacityBytes))
+		for _, t := range m.Terms {
+			fmt.Fprintf(w, "    %-42s %10s  %s\n", t.Name, gib(int64(t.Bytes)), t.Formula)
+		}
+		if m.HostBytesPerNode > 0 {
+			fmt.Fprintf(w, "    %-42s %10s  %s\n", "host memory per node (offload)", gib(m.HostBytesPerNode), "DeepSpeed estimator: partitions × GPUs per node × 1.5")
 		}
 	}
 	if t := r.Timing; t != nil {
 		if t.TokensPerSecond > 0 {
 			fmt.Fprintf(w, "  per replica: %.0f output tok/s, TTFT %.3fs, %.1f ms/token, request %.2fs\n", t.TokensPerSecond, t.TTFT, t.TPOT*1e3, t.Latency)
 		} else {
-			fmt.Fprintf(w, "  time: %.3g FLOPs at %.0f TFLOP/s per GPU (MFU %.2f), %.0f steps of %.2fs = compute %.2f + bubble %.2f + TP comm %.2f + PP comm %.2f + exposed DP comm %.2f (of %.2f) + offload %.2f\n",
-				t.FLOPs, t.RatePerGPU/1e12, t.MFU, t.Steps, t.StepTime, t.Compute, t.Bubble, t.TPComm, t.PPComm, t.Exposed, t.DPComm, t.Offload)
+			fmt.Fprintf(w, "  time: %.3g FLOPs at %.0f TFLOP/s per GPU (MFU %.2f), %.0f steps\n", t.FLOPs, t.RatePerGPU/1e12, t.MFU, t.Steps)
+		}
+		for _, term := range t.Terms {
+			fmt.Fprintf(w, "    %-42s %10.3fs  %s\n", term.Name, term.Seconds, term.Formula)
 		}
 	}
 	if r.SpotOverhead > 0 {
@@ -398,7 +455,31 @@ func explainRow(w io.Writer, n int, r advisor.Row) {
 	}
 }
 
-func gib(b model.Bytes) string { return fmt.Sprintf("%.1fGi", b.GiB()) }
+// planTable prints the one pinned plan: the workload line, its cheapest
+// offer and every term.
+func planTable(w io.Writer, res advisor.Result) error {
+	ws := res.Workload
+	fmt.Fprintf(w, "%s %s: %.3gB parameters, largest layer %.3gM parameters\n", ws.Task, ws.Model, ws.Parameters/1e9, ws.LargestLayerParams/1e6)
+	if len(res.Rows) == 0 {
+		fmt.Fprintln(w, "the pinned plan fits no offer.")
+		if res.Shortfall != nil {
+			fmt.Fprintln(w, res.Shortfall.Message)
+		}
+		return nil
+	}
+	r := res.Rows[0]
+	fmt.Fprintf(w, "plan: %s on %d×%s, cheapest offer %s %s %s (%s), %s, %s\n", r.PlanText, r.GPUs, r.GPU, r.Provider, r.Region, r.InstanceType, r.Capacity, hours(r.Hours), money(r.Cost))
+	explainRow(w, 1, r)
+	return nil
+}
+
+func gib(b int64) string {
+	g := float64(b) / float64(model.GiB)
+	if g < 0.1 && g > 0 {
+		return fmt.Sprintf("%.0fMi", g*1024)
+	}
+	return fmt.Sprintf("%.1fGi", g)
+}
 
 func money(v float64) string {
 	if v >= 100 {

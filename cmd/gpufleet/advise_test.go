@@ -40,7 +40,20 @@ func TestAdviseCLI(t *testing.T) {
 		"walkthrough table": {
 			args: []string{"advise", "--preset", "llama-2-70b", "--task", "full-finetune", "--tokens", "1e8", "--gpu", "a100,A100-80GB",
 				"--provider", "aws", "--parallelism", "data", "--on-demand", "--region", "us-east-1", "--limit", "2", "--explain"},
-			want: []string{"p4d.24xlarge", "64×A100", "zero3 full-recompute", "memory per GPU", "optimizer states", "assumptions:"},
+			want: []string{"p4d.24xlarge", "64×A100", "zero3 full-recompute", "memory per GPU", "optimizer + fp32 grads", "assumptions:"},
+		},
+		"plan prints the pinned walkthrough": {
+			args: []string{"advise", "--preset", "llama-2-70b", "--task", "full-finetune", "--tokens", "1e8", "--gpu", "A100",
+				"--provider", "aws", "--parallelism", "data", "--num-gpus", "64", "--sharding", "full-shard", "--recompute", "full", "--plan"},
+			want: []string{"plan: tp1 pp1 dp64 zero3 full-recompute", "zero3: 4·largest_layer_params", "korthikanti full recompute", "compute per step"},
+		},
+		"pins that fit no offer say why": {
+			args: []string{"advise", "--preset", "llama-2-7b", "--task", "full-finetune", "--tokens", "1e8", "--instance-type", "p4d.24xlarge", "--num-gpus", "3", "--plan"},
+			want: []string{"no offer matches the pinned plan (gpus 3)"},
+		},
+		"bad pins name the field": {
+			args: []string{"advise", "--preset", "llama-2-7b", "--task", "full-finetune", "--tokens", "1e8", "--tp", "3", "--zero", "3", "--pp", "2"}, wantCode: 1,
+			want: []string{"profile.pin.tp", "profile.pin.zero"},
 		},
 		"serving": {
 			args: []string{"advise", "--preset", "llama-3-70b", "--task", "serving", "--input-tokens", "1000", "--output-tokens", "200", "--concurrency", "32", "--limit", "3"},

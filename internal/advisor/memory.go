@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-
-	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // Recompute is the activation recomputation (gradient checkpointing) mode.
@@ -39,8 +37,15 @@ type Plan struct {
 	Recompute Recompute `json:"recompute,omitempty"`
 	// Offload moves optimizer states and the optimizer step to host memory
 	// (ZeRO-Offload, Ren et al. 2021).
-	Offload    bool `json:"offload,omitempty"`
-	MicroBatch int  `json:"microBatch,omitempty"`
+	Offload bool `json:"offload,omitempty"`
+	// OffloadParams also keeps the (ZeRO-3-sharded) weights in host memory
+	// and streams them in per layer (ZeRO-Infinity offload_param; FSDP
+	// CPUOffload(offload_params=True)).
+	OffloadParams bool `json:"offloadParams,omitempty"`
+	// CP is the context-parallel degree: each sequence split over CP GPUs
+	// (Megatron-Core context parallelism, ring attention); 0 or 1 is none.
+	CP         int `json:"cp,omitempty"`
+	MicroBatch int `json:"microBatch,omitempty"`
 	// Serving: model replicas and sequences in flight per replica.
 	Replicas int `json:"replicas,omitempty"`
 	Batch    int `json:"batch,omitempty"`
@@ -48,6 +53,9 @@ type Plan struct {
 
 // GPUs is the plan's GPU count.
 func (p Plan) GPUs() int { return p.Nodes * p.GPUsPerNode }
+
+// cp is the context-parallel degree, at least 1.
+func (p Plan) cp() int { return max(1, p.CP) }
 
 // String is the plan in one short line, e.g. "tp8 pp1 dp4 zero3 full mb1".
 func (p Plan) String() string {
@@ -59,43 +67,89 @@ func (p Plan) String() string {
 		return fmt.Sprintf("tp%d, %d %s, batch %d", p.TP, p.Replicas, noun, p.Batch)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "tp%d pp%d dp%d zero%d", p.TP, p.PP, p.DP, p.ZeRO)
+	fmt.Fprintf(&b, "tp%d pp%d dp%d", p.TP, p.PP, p.DP)
+	if p.cp() > 1 {
+		fmt.Fprintf(&b, " cp%d", p.CP)
+	}
+	fmt.Fprintf(&b, " zero%d", p.ZeRO)
 	if p.Recompute != RecomputeNone && p.Recompute != "" {
 		b.WriteString(" " + string(p.Recompute) + "-recompute")
 	}
 	if p.Offload {
 		b.WriteString(" offload")
 	}
+	if p.OffloadParams {
+		b.WriteString(" offload-params")
+	}
 	fmt.Fprintf(&b, " mb%d", p.MicroBatch)
 	return b.String()
 }
 
-// Memory is what one GPU holds, the largest pipeline stage's share.
+// Memory is what one GPU holds, the largest pipeline stage's share, in
+// bytes (JSON numbers; the unit is in each field's name).
 type Memory struct {
-	Weights          model.Bytes `json:"weights"`
-	Gradients        model.Bytes `json:"gradients"`
-	Optimizer        model.Bytes `json:"optimizer"`
-	Activations      model.Bytes `json:"activations"`
-	KVCache          model.Bytes `json:"kvCache"`
-	Adapters         model.Bytes `json:"adapters"`
-	AdapterOptimizer model.Bytes `json:"adapterOptimizer"`
-	QuantConstants   model.Bytes `json:"quantConstants"`
-	// Overhead is the CUDA context, library workspaces and NCCL buffers.
-	Overhead model.Bytes `json:"overhead"`
-	// Margin is what the caching allocator loses to fragmentation (training)
-	// or what the serving engine leaves unused (vLLM's
+	WeightsBytes          int64 `json:"weightsBytes"`
+	GradientsBytes        int64 `json:"gradientsBytes"`
+	OptimizerBytes        int64 `json:"optimizerBytes"`
+	ActivationsBytes      int64 `json:"activationsBytes"`
+	KVCacheBytes          int64 `json:"kvCacheBytes"`
+	AdaptersBytes         int64 `json:"adaptersBytes"`
+	AdapterOptimizerBytes int64 `json:"adapterOptimizerBytes"`
+	QuantConstantsBytes   int64 `json:"quantConstantsBytes"`
+	// OverheadBytes is the CUDA context, library workspaces and NCCL
+	// buffers.
+	OverheadBytes int64 `json:"overheadBytes"`
+	// MarginBytes is what the caching allocator loses to fragmentation
+	// (training) or what the serving engine leaves unused (vLLM's
 	// gpu_memory_utilization).
-	Margin   model.Bytes `json:"margin"`
-	Total    model.Bytes `json:"total"`
-	Capacity model.Bytes `json:"capacity"`
-	// Offloaded is what the plan keeps in host memory per node.
-	Offloaded model.Bytes `json:"offloaded,omitempty"`
+	MarginBytes   int64 `json:"marginBytes"`
+	TotalBytes    int64 `json:"totalBytes"`
+	CapacityBytes int64 `json:"capacityBytes"`
+	// HostBytesPerNode is the host memory offload needs on each node
+	// (DeepSpeed's "per CPU" estimate).
+	HostBytesPerNode int64 `json:"hostBytesPerNode,omitempty"`
+	// Terms is every memory term with the formula it comes from (explain
+	// and plan output only).
+	Terms []Term `json:"terms,omitempty"`
+}
+
+// Term is one summand of a memory or time estimate with the name of its
+// formula (see docs/advisor.md), for --explain and --plan.
+type Term struct {
+	Name    string  `json:"name"`
+	Formula string  `json:"formula"`
+	Bytes   float64 `json:"bytes,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// terms collects Terms; a nil *terms (the search's hot path) records
+// nothing.
+type terms []Term
+
+// add records a memory term; it inlines to a nil check on the hot path.
+func (t *terms) add(name, formula string, bytes float64) {
+	if t != nil {
+		t.push(Term{Name: name, Formula: formula, Bytes: bytes})
+	}
+}
+
+func (t *terms) addSeconds(name, formula string, s float64) {
+	if t != nil {
+		t.push(Term{Name: name, Formula: formula, Seconds: s})
+	}
+}
+
+func (t *terms) push(term Term) {
+	if term.Bytes != 0 || term.Seconds != 0 {
+		*t = append(*t, term)
+	}
 }
 
 // mem is Memory in float bytes, for the hot path.
 type mem struct {
 	weights, grads, optim, acts, kv, adapters, adapterOpt, quant, overhead, margin float64
-	offloadedPerGPU                                                                float64
+	// hostPerNode is the offloaded host memory per node.
+	hostPerNode float64
 	// gather is the part of weights and grads that ZeRO-3 gathers per layer,
 	// kept apart for tests against the ZeRO paper's model-state figures.
 	gather float64
@@ -105,19 +159,26 @@ func (m mem) total() float64 {
 	return m.weights + m.grads + m.optim + m.acts + m.kv + m.adapters + m.adapterOpt + m.quant + m.overhead + m.margin
 }
 
-func (m mem) export(capacity float64, gpusPerNode int) Memory {
-	b := func(f float64) model.Bytes { return model.Bytes(math.Round(f)) }
+func (m mem) export(capacity float64, t terms) Memory {
+	b := func(f float64) int64 { return int64(math.Round(f)) }
 	return Memory{
-		Weights: b(m.weights), Gradients: b(m.grads), Optimizer: b(m.optim), Activations: b(m.acts),
-		KVCache: b(m.kv), Adapters: b(m.adapters), AdapterOptimizer: b(m.adapterOpt), QuantConstants: b(m.quant),
-		Overhead: b(m.overhead), Margin: b(m.margin), Total: b(m.total()), Capacity: b(capacity),
-		Offloaded: b(m.offloadedPerGPU * float64(gpusPerNode)),
+		WeightsBytes: b(m.weights), GradientsBytes: b(m.grads), OptimizerBytes: b(m.optim), ActivationsBytes: b(m.acts),
+		KVCacheBytes: b(m.kv), AdaptersBytes: b(m.adapters), AdapterOptimizerBytes: b(m.adapterOpt), QuantConstantsBytes: b(m.quant),
+		OverheadBytes: b(m.overhead), MarginBytes: b(m.margin), TotalBytes: b(m.total()), CapacityBytes: b(capacity),
+		HostBytesPerNode: b(m.hostPerNode), Terms: t,
 	}
 }
 
 // Memory constants.
 const (
 	gib = float64(1 << 30)
+	// usableMemory is the share of a GPU's nominal memory that CUDA reports
+	// as its total (ECC and driver reservations), before any context:
+	// PyTorch reports "79.11 GiB total capacity" on an 80 GiB H100
+	// (vllm-project/vllm#27508), "79.25 GiB" on an A100 80GB
+	// (levihsu/OOTDiffusion#235) and "39.50 GiB" on an A100 40GB
+	// (TianheWu/CoSeR#10): 98.9–99.1%; we take 99%.
+	usableMemory = 0.99
 	// cudaContext is the CUDA context, cuBLAS/cuDNN workspaces and the
 	// PyTorch caching allocator's first blocks: 0.3–0.5 GiB for a bare
 	// context with CUDA lazy loading (CUDA 11.7+; PyTorch "CUDA semantics"
@@ -127,9 +188,10 @@ const (
 	// peer by default (NCCL_BUFFSIZE, NCCL docs); 0.5 GiB covers 8-way
 	// rings and trees with up to 16 channels.
 	ncclBuffers = 0.5 * gib
-	// trainMargin is the caching allocator's fragmentation allowance: the
-	// PyTorch allocator reports 5–10% reserved-but-unallocated memory for
-	// LLM training (PyTorch memory-snapshot docs; we take 7%).
+	// trainMargin is the caching allocator's fragmentation allowance, a
+	// share of what is allocated (not of the card): the PyTorch allocator
+	// reports 5–10% reserved-but-unallocated memory for LLM training
+	// (PyTorch memory-snapshot docs; we take 7%).
 	trainMargin = 0.07
 	// serveMargin is what vLLM leaves free: gpu_memory_utilization = 0.9
 	// by default (vLLM engine arguments).
@@ -225,66 +287,129 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 	return per / t64
 }
 
+// largestLayer is the largest module's parameters on one TP rank, the
+// unit ZeRO-3 gathers: DeepSpeed's largest_layer_params, the most
+// parameters any one module holds itself (the embedding or output layer,
+// or one MLP matrix), divided by the tensor-parallel degree.
+func (w *workload) largestLayer(tp float64) float64 {
+	h := float64(w.arch.Hidden)
+	return math.Max(float64(w.arch.Vocab)*h, float64(w.arch.FFN)*h) / tp
+}
+
 // trainingMemory is one GPU's memory for a training plan: the first
 // pipeline stage, which holds the most in-flight micro-batches. capacity is
 // the GPU's memory in bytes.
 func (w *workload) trainingMemory(p Plan, capacity float64) mem {
+	return w.trainingMemoryTerms(p, capacity, nil)
+}
+
+// trainingMemoryTerms is trainingMemory, recording each term in t when t
+// is not nil.
+func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	var m mem
 	tp, pp, dp := float64(p.TP), float64(p.PP), float64(p.DP)
+	perNode := float64(p.GPUsPerNode)
 	shard := w.params / (tp * pp) // parameters on one model-parallel rank
-	layerParams := (w.layerDense + w.expertMLP*math.Max(1, float64(w.arch.Experts))) / tp
+	largest := w.largestLayer(tp)
 
 	switch w.Task {
 	case PreTrain, FullFineTune:
 		wb, gb, ob := trainingBytes(w.Precision, w.Optimizer)
-		m.weights, m.grads, m.optim = wb*shard, gb*shard, ob*shard
-		// ZeRO partitions optimizer states (stage ≥ 1), gradients (≥ 2) and
-		// weights (3) across the data-parallel group (Rajbhandari et al.
-		// 2020, §5, Figure 1).
-		if p.ZeRO >= 1 {
-			m.optim /= dp
+		// fp32 gradients for the optimizer step: DeepSpeed converts the
+		// (partitioned) gradients to fp32 before the update (DeepSpeed
+		// "Memory Requirements", note about gradients); 0 for fp32
+		// training, where the gradients already are.
+		g32 := 0.0
+		if w.Precision != FP32 {
+			g32 = 4
 		}
-		if p.ZeRO >= 2 {
-			m.grads /= dp
-		}
-		if p.ZeRO >= 3 {
-			m.weights /= dp
-			// Gathered parameters of the running and the prefetched layer
-			// (FSDP forward/backward prefetch; DeepSpeed stage3 prefetch
-			// bucket), and their gradients before reduce-scatter.
-			m.gather = 2*layerParams*2 + layerParams*gb
-			m.weights += 2 * layerParams * 2
-			m.grads += layerParams * gb
-		}
-		if p.Offload {
-			m.offloadedPerGPU = m.optim
-			m.optim = 0
+		switch {
+		case p.ZeRO >= 3:
+			// DeepSpeed estimate_zero3_model_states_mem_needs: 4·largest
+			// layer (16-bit parameters gathered and their gradients) plus
+			// 18·params/GPUs (2 fp16 weights + 16 fp32 weights, gradients,
+			// momentum and variance) without offload, 2·params/GPUs with
+			// the optimizer offloaded, nothing more with the parameters
+			// offloaded too.
+			m.gather = 4 * largest
+			if wb == 4 && gb == 4 {
+				m.gather = 8 * largest // fp32 training gathers fp32
+			}
+			m.weights = wb * shard / dp
+			m.grads = 0
+			m.optim = (ob + g32) * shard / dp
+			host := 0.0
+			if p.Offload {
+				host += m.optim
+				m.optim = 0
+			}
+			if p.OffloadParams {
+				host += m.weights
+				m.weights = 0
+			}
+			// Host: ZeRO.Init partitions on load, so per node the node's
+			// GPUs' partitions, with DeepSpeed's 1.5 buffer factor.
+			m.hostPerNode = host * perNode * hostBufferFactor
+			t.add("weights (ZeRO-3 partition)", "zero3: wb·params/(tp·pp·dp)", m.weights)
+			t.add("optimizer + fp32 grads (ZeRO-3 partition)", "zero3: (K+4)·params/(tp·pp·dp)", m.optim)
+			t.add("gathered largest layer", "zero3: 4·largest_layer_params", m.gather)
+			m.weights += m.gather
+		default:
+			m.weights, m.grads, m.optim = wb*shard, gb*shard, ob*shard
+			// ZeRO partitions optimizer states (stage ≥ 1) and gradients (2)
+			// across the data-parallel group (Rajbhandari et al. 2020, §5,
+			// Figure 1). Stage 2 as DeepSpeed's
+			// estimate_zero2_model_states_mem_needs counts it: the 16-bit
+			// weights and gradients whole (4·params) plus 16·params/GPUs
+			// (fp32 weights, gradients, momentum, variance).
+			if p.ZeRO >= 1 {
+				m.optim /= dp
+			}
+			if p.ZeRO == 2 {
+				m.optim += g32 * shard / dp
+			}
+			if p.Offload {
+				// ZeRO-Offload: gradients and optimizer on the host, 2·params
+				// on the GPU; the host holds max(4·GPUs per node, 16)·params
+				// (fp32 load per process, or the fp32 states) ×1.5.
+				m.grads, m.optim = 0, 0
+				m.hostPerNode = shard * math.Max(4*perNode, ob+g32) * hostBufferFactor
+			}
+			formula := "ddp: (2+2+K)·params/(tp·pp)"
+			switch p.ZeRO {
+			case 1:
+				formula = "zero1: 2+2 + K/dp per param (Rajbhandari et al. 2020)"
+			case 2:
+				formula = "zero2: 4·params + 16·params/GPUs (DeepSpeed estimator)"
+			}
+			if p.Offload {
+				formula = "zero-offload: 2·params on GPU (DeepSpeed estimator)"
+			}
+			t.add("weights", formula, m.weights)
+			t.add("gradients", formula, m.grads)
+			t.add("optimizer states", formula, m.optim)
 		}
 	case LoRA, QLoRA:
 		base := w.Precision.bytes()
 		if w.Task == QLoRA {
-			// Linear layers in 4 bits; embeddings, output layer and norms
-			// stay bf16 (bitsandbytes Linear4bit replaces nn.Linear only).
 			lin := (w.params - w.embed) / (tp * pp)
-			m.weights = 0.5*lin + 2*w.embed/(tp*pp)
-			// Quantisation constants: one fp32 absmax per 64 weights is 0.5
-			// bit per parameter; double quantisation brings it to 0.127 bit
-			// (Dettmers et al. 2023 "QLoRA", §3). nf4 uses double
-			// quantisation (the paper's recipe), int4 not.
-			bits := 0.5
-			if w.Precision == NF4 {
-				bits = 0.127
-			}
-			m.quant = bits / 8 * lin
+			m.weights, m.quant = w.quantWeights(w.Precision, lin, w.embed/(tp*pp))
 		} else {
 			m.weights = base * shard
 		}
 		if p.ZeRO >= 3 {
 			m.weights /= dp
 			m.quant /= dp
-			m.gather = 2 * layerParams * base
-			m.weights += m.gather
+			if p.OffloadParams {
+				m.hostPerNode += (m.weights + m.quant) * perNode * hostBufferFactor
+				m.weights, m.quant = 0, 0
+			}
+			m.gather = 2 * largest * base
 		}
+		t.add("frozen base weights", "lora: precision bytes·params (qlora: format bytes)", m.weights)
+		t.add("quantisation constants", "format scales (see quantWeights)", m.quant)
+		t.add("gathered largest layer", "zero3: 2·base bytes·largest_layer_params", m.gather)
+		m.weights += m.gather
 		a := w.adapters / (tp * pp)
 		// PEFT keeps LoRA adapters and their gradients in fp32; the QLoRA
 		// recipe casts them to bf16 (artidoro/qlora qlora.py, get_accelerate_model).
@@ -302,56 +427,97 @@ func (w *workload) trainingMemory(p Plan, capacity float64) mem {
 			m.grads /= dp
 		}
 		if p.Offload {
-			m.offloadedPerGPU = m.adapterOpt
+			m.hostPerNode += m.adapterOpt * perNode * hostBufferFactor
 			m.adapterOpt = 0
 		}
+		t.add("LoRA adapters", "lora: r·(in+out) per target matrix, fp32 (qlora bf16)", m.adapters)
+		t.add("adapter gradients", "lora: adapter bytes·adapters", m.grads)
+		t.add("adapter optimizer", "lora: optimizer bytes·adapters", m.adapterOpt)
 	}
 
 	// Activations. With 1F1B the first stage holds min(pp, m) micro-batches
 	// of its L/pp layers (Korthikanti et al. 2022, §4.2.3): L layers' worth
-	// when the pipeline is full.
+	// when the pipeline is full. Context parallelism splits each sequence
+	// over cp GPUs.
+	seq := int(math.Ceil(float64(w.SequenceLength) / float64(p.cp())))
 	micro := math.Ceil(float64(w.GlobalBatch) / (dp * float64(p.MicroBatch)))
 	inflight := math.Min(pp, micro)
 	layers := math.Ceil(float64(w.arch.Layers) / pp)
-	perSeq := w.activationPerLayer(w.SequenceLength, p.TP, p.Recompute)
+	perSeq := w.activationPerLayer(seq, p.TP, p.Recompute)
 	m.acts = layers * inflight * float64(p.MicroBatch) * perSeq
+	actFormula := "korthikanti: s·b·h·(34+5·a·s/h)/t per layer (gated MLP: 15+8·f/h; flash drops 5·a·s/h)"
+	switch p.Recompute {
+	case RecomputeFull:
+		actFormula = "korthikanti full recompute: 2·s·b·h/t per layer"
+	case RecomputeSelective:
+		actFormula = "korthikanti selective: s·b·h·34/t per layer (gated MLP: 15+8·f/h)"
+	}
+	t.add("activations (stored layers)", actFormula, m.acts)
 	if p.Recompute == RecomputeFull {
 		// The layer being recomputed holds its full activations.
-		m.acts += float64(p.MicroBatch) * w.activationPerLayer(w.SequenceLength, p.TP, RecomputeSelective)
+		re := float64(p.MicroBatch) * w.activationPerLayer(seq, p.TP, RecomputeSelective)
+		t.add("activations (layer being recomputed)", "korthikanti: one layer's s·b·h·34/t", re)
+		m.acts += re
 	}
 	// Output logits in fp32 for the loss (Megatron and Hugging Face upcast
-	// before cross-entropy), vocabulary-parallel over TP; held by the last
-	// stage, counted here as the conservative bound for pp = 1.
+	// before cross-entropy), vocabulary-parallel over TP; materialised on the
+	// last stage only, counted here as the conservative bound for pp = 1.
 	if pp == 1 {
-		m.acts += 4 * float64(w.SequenceLength) * float64(p.MicroBatch) * float64(w.arch.Vocab) / tp
+		lg := 4 * float64(seq) * float64(p.MicroBatch) * float64(w.arch.Vocab) / tp
+		t.add("logits", "fp32 logits: 4·s·b·V/t (last stage)", lg)
+		m.acts += lg
 	}
 
 	m.overhead = cudaContext
 	if p.GPUs() > 1 {
 		m.overhead += ncclBuffers
 	}
-	m.margin = trainMargin * capacity
+	t.add("CUDA context + workspaces", "constant 1 GiB", cudaContext)
+	t.add("NCCL buffers", "constant 0.5 GiB when GPUs > 1", m.overhead-cudaContext)
+	m.margin = trainMargin * (m.total() - m.overhead)
+	t.add("allocator fragmentation", "7% of allocated tensors", m.margin)
 	return m
 }
+
+// quantWeights is the bytes of lin linear-layer parameters and embed
+// embedding parameters stored in format f: 4-bit values packed two to a
+// byte with the format's scales apart, embeddings and the output layer kept
+// 16-bit (bitsandbytes and the GPTQ/AWQ kernels replace nn.Linear only).
+func (w *workload) quantWeights(f Precision, lin, embed float64) (weights, quant float64) {
+	weights = 2 * embed
+	switch f {
+	case NF4:
+		// QLoRA (Dettmers et al. 2023, §3): NF4 with one fp32 absmax per 64
+		// weights is 0.5 bit per parameter; double quantisation brings it
+		// to 0.127 bit (the paper's recipe and bitsandbytes' default here).
+		return weights + 0.5*lin, 0.127 / 8 * lin
+	case INT4:
+		// GPTQ/AWQ weight-only int4 (Frantar et al. 2023; Lin et al. 2024):
+		// an fp16 scale and a packed 4-bit zero point per group of 128:
+		// 2.5 bytes per 128 weights (AutoGPTQ/AutoAWQ qzeros+scales).
+		return weights + 0.5*lin, 2.5 / 128 * lin
+	case INT8:
+		// LLM.int8()/SmoothQuant: per-channel fp16 scales, < 0.1%.
+		return weights + lin, 0
+	case FP8:
+		// FP8 checkpoints (e.g. Llama 3.1 405B FP8, Neural Magic/vLLM
+		// fp8): linear weights in e4m3 with a per-tensor or per-channel
+		// fp32 scale; embeddings, norms and lm_head stay bf16.
+		return weights + lin, 0
+	}
+	return w.Precision.bytes() * (lin + embed), 0
+}
+
+// hostBufferFactor is DeepSpeed's additional_buffer_factor for host memory
+// (estimate_zero{2,3}_model_states_mem_needs).
+const hostBufferFactor = 1.5
 
 // servingWeights is one GPU's weights and quantisation constants at tensor
 // parallel degree tp.
 func (w *workload) servingWeights(tp int) (weights, quant float64) {
 	t := float64(tp)
-	switch w.Precision {
-	case INT4, NF4:
-		// Weight-only 4-bit (GPTQ, AWQ): linear layers in 4 bits with an
-		// fp16 scale and zero point per group of 128 (Frantar et al. 2023;
-		// Lin et al. 2024): 4 bytes per 128 weights. Embeddings and the
-		// output layer stay 16-bit.
-		lin := w.params - w.embed
-		return (0.5*lin + 2*w.embed) / t, lin / 32 / t
-	case INT8:
-		// LLM.int8()/SmoothQuant: per-channel scales, < 0.1%.
-		lin := w.params - w.embed
-		return (lin + 2*w.embed) / t, 0
-	}
-	return w.Precision.bytes() * w.params / t, 0
+	weights, quant = w.quantWeights(w.Precision, (w.params-w.embed)/t, w.embed/t)
+	return weights, quant
 }
 
 // kvPerSequence is one sequence's KV cache on one GPU at full context, at
@@ -365,6 +531,12 @@ func (w *workload) kvPerSequence(tp int) float64 {
 // servingMemory is one GPU's memory when tp GPUs hold a replica serving
 // batch sequences.
 func (w *workload) servingMemory(tp, batch int, capacity float64) mem {
+	return w.servingMemoryTerms(tp, batch, capacity, nil)
+}
+
+// servingMemoryTerms is servingMemory, recording each term in t when t is
+// not nil.
+func (w *workload) servingMemoryTerms(tp, batch int, capacity float64, t *terms) mem {
 	var m mem
 	m.weights, m.quant = w.servingWeights(tp)
 	m.kv = float64(batch) * w.kvPerSequence(tp)
@@ -383,5 +555,11 @@ func (w *workload) servingMemory(tp, batch int, capacity float64) mem {
 		m.overhead += ncclBuffers
 	}
 	m.margin = serveMargin * capacity
+	t.add("weights", "format bytes·params/tp (quantWeights)", m.weights)
+	t.add("quantisation constants", "format scales (quantWeights)", m.quant)
+	t.add("KV cache", "2·layers·kvHeads·headDim·bytes·context·batch/min(tp,kvHeads)", m.kv)
+	t.add("prefill activations + logits", "chunk·(4h+4f)/tp + 4·batch·V/tp", m.acts)
+	t.add("CUDA context + NCCL", "1 GiB (+0.5 GiB when tp > 1)", m.overhead)
+	t.add("engine reserve", "vLLM gpu_memory_utilization 0.9: 10% of capacity", m.margin)
 	return m
 }

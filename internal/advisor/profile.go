@@ -178,6 +178,101 @@ type Profile struct {
 
 	LoRA    LoRASpec    `json:"lora,omitempty"`
 	Serving ServingSpec `json:"serving,omitempty"`
+
+	// Pin fixes parts of the training plan; what it leaves zero the search
+	// chooses.
+	Pin Pin `json:"pin,omitempty"`
+}
+
+// Pin fixes a training plan's choices, so a known configuration can be
+// asked for directly. Zero values (nil pointers) leave a choice free.
+type Pin struct {
+	// GPUs and Nodes fix the plan's size: GPUs must be whole nodes of an
+	// offer (offers of other sizes are left out).
+	GPUs  int `json:"gpus,omitempty"`
+	Nodes int `json:"nodes,omitempty"`
+	// TP, PP, DP and CP fix the tensor, pipeline, data and context
+	// parallel degrees.
+	TP int `json:"tp,omitempty"`
+	PP int `json:"pp,omitempty"`
+	DP int `json:"dp,omitempty"`
+	CP int `json:"cp,omitempty"`
+	// ZeRO fixes the ZeRO stage (0–3); Sharding names it the FSDP way:
+	// no-shard (0), shard-grad-op (2) or full-shard (3).
+	ZeRO     *int   `json:"zero,omitempty"`
+	Sharding string `json:"sharding,omitempty"`
+	// Recompute is none, selective or full.
+	Recompute Recompute `json:"recompute,omitempty"`
+	// OffloadOptimizer and OffloadParams fix CPU offload of the optimizer
+	// (ZeRO-Offload) and of the weights (ZeRO-3 offload_param, FSDP
+	// CPUOffload).
+	OffloadOptimizer *bool `json:"offloadOptimizer,omitempty"`
+	OffloadParams    *bool `json:"offloadParams,omitempty"`
+}
+
+// shardingStages maps FSDP sharding strategies to ZeRO stages (PyTorch
+// FSDP docs: FULL_SHARD ≈ ZeRO-3, SHARD_GRAD_OP ≈ ZeRO-2, NO_SHARD = DDP).
+var shardingStages = map[string]int{"no-shard": 0, "shard-grad-op": 2, "full-shard": 3}
+
+// validatePin checks the pin against the resolved architecture and
+// applies Sharding to ZeRO.
+func validatePin(p *Pin, arch Model, layers int, parallelism string, training bool, fe *model.FieldErrors) {
+	if *p == (Pin{}) {
+		return
+	}
+	if !training {
+		fe.Add("pin", "pins apply to training plans; serving picks tensor parallelism and batch itself")
+		return
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}} {
+		if f.v < 0 || f.v > 1<<14 {
+			fe.Add("pin."+f.name, "must be between 0 (free) and 16384")
+		}
+	}
+	if p.TP > 0 && arch.Heads > 0 && arch.Heads%p.TP != 0 {
+		fe.Add("pin.tp", fmt.Sprintf("tensor parallel degree %d does not divide %d heads", p.TP, arch.Heads))
+	}
+	if p.PP > 0 && layers > 0 && p.PP > layers {
+		fe.Add("pin.pp", fmt.Sprintf("pipeline degree %d exceeds %d layers", p.PP, layers))
+	}
+	if parallelism == "data" && (p.TP > 1 || p.PP > 1) {
+		fe.Add("pin", "parallelism data allows no tensor or pipeline parallelism; use parallelism auto")
+	}
+	if p.TP > 0 && p.PP > 0 && p.DP > 0 {
+		if g := p.TP * p.PP * p.DP * max(1, p.CP); p.GPUs > 0 && g != p.GPUs {
+			fe.Add("pin.gpus", fmt.Sprintf("tp·pp·dp·cp is %d, not %d", g, p.GPUs))
+		}
+	}
+	if p.Sharding != "" {
+		z, ok := shardingStages[p.Sharding]
+		switch {
+		case !ok:
+			fe.Add("pin.sharding", "must be no-shard, shard-grad-op or full-shard")
+		case p.ZeRO != nil && *p.ZeRO != z:
+			fe.Add("pin.sharding", fmt.Sprintf("%s is ZeRO stage %d, but zero is %d", p.Sharding, z, *p.ZeRO))
+		default:
+			p.ZeRO = &z
+		}
+	}
+	if p.ZeRO != nil {
+		switch z := *p.ZeRO; {
+		case z < 0 || z > 3:
+			fe.Add("pin.zero", "must be 0, 1, 2 or 3")
+		case z >= 2 && p.PP > 1:
+			fe.Add("pin.zero", "ZeRO stages 2 and 3 do not combine with pipeline parallelism (DeepSpeed)")
+		}
+	}
+	switch p.Recompute {
+	case "", RecomputeNone, RecomputeSelective, RecomputeFull:
+	default:
+		fe.Add("pin.recompute", "must be none, selective or full")
+	}
+	if p.OffloadParams != nil && *p.OffloadParams && p.ZeRO != nil && *p.ZeRO != 3 {
+		fe.Add("pin.offloadParams", "parameter offload needs ZeRO stage 3 (full-shard)")
+	}
 }
 
 // workload is a validated Profile with every default applied and the
@@ -403,6 +498,7 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 			fe.Add("serving.kvCachePrecision", "must be fp32, bf16, fp16, fp8 or int8")
 		}
 	}
+	validatePin(&p.Pin, arch, arch.Layers, p.Parallelism, p.Task.Training(), &fe)
 	if len(fe) > 0 {
 		return workload{}, fe
 	}

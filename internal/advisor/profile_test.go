@@ -2,6 +2,7 @@ package advisor
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,5 +80,41 @@ func TestMixtralActiveParameters(t *testing.T) {
 	// Jiang et al. 2024: 12.9B active of 46.7B.
 	if rel := math.Abs(w.active/12.9e9 - 1); rel > 0.01 {
 		t.Errorf("active %.4gB, want 12.9B", w.active/1e9)
+	}
+}
+
+// TestPinValidation: contradictory or impossible pins are errors naming
+// the field; FSDP sharding names map to ZeRO stages.
+func TestPinValidation(t *testing.T) {
+	t.Parallel()
+	base := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e6}
+	z2 := 2
+	tests := map[string]struct {
+		pin   Pin
+		paths []string
+	}{
+		"tp must divide heads":           {Pin{TP: 3}, []string{"pin.tp"}},
+		"zero 3 with pipelining":         {Pin{PP: 2, Sharding: "full-shard"}, []string{"pin.zero"}},
+		"sharding contradicts zero":      {Pin{ZeRO: &z2, Sharding: "full-shard"}, []string{"pin.sharding"}},
+		"unknown sharding":               {Pin{Sharding: "half"}, []string{"pin.sharding"}},
+		"param offload needs stage 3":    {Pin{ZeRO: &z2, OffloadParams: ptr(true)}, []string{"pin.offloadParams"}},
+		"degrees do not multiply":        {Pin{GPUs: 8, TP: 2, PP: 2, DP: 4}, []string{"pin.gpus"}},
+		"bad recompute":                  {Pin{Recompute: "some"}, []string{"pin.recompute"}},
+		"zero 3 on one GPU with offload": {Pin{GPUs: 1, Sharding: "full-shard", OffloadOptimizer: ptr(true), OffloadParams: ptr(true)}, nil},
+	}
+	for name, tt := range tests {
+		p := base
+		p.Pin = tt.pin
+		var got []string
+		for _, e := range p.Validate() {
+			got = append(got, e.Path)
+		}
+		if strings.Join(got, ",") != strings.Join(tt.paths, ",") {
+			t.Errorf("%s: problems at %v, want %v", name, got, tt.paths)
+		}
+	}
+	w := mustResolve(t, Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e6, Pin: Pin{Sharding: "shard-grad-op"}})
+	if w.Pin.ZeRO == nil || *w.Pin.ZeRO != 2 {
+		t.Errorf("shard-grad-op resolved to %v, want ZeRO 2", w.Pin.ZeRO)
 	}
 }

@@ -53,6 +53,9 @@ type Options struct {
 	Providers []string
 	Regions   []string
 	Capacity  []string
+	// InstanceTypes are instance-type patterns (path.Match, e.g.
+	// "p4d.*"); empty means all.
+	InstanceTypes []string
 	// ReservedTerm is "1y" (default), "3y" or "none".
 	ReservedTerm string
 	// Deadline, if set, ranks plans that finish within it first and lets
@@ -70,6 +73,10 @@ type Options struct {
 	Limit int
 	// Explain attaches the memory and time breakdown to each row.
 	Explain bool
+	// MeasuredTFLOPS (model TFLOP/s per GPU) or MeasuredTokensPerSecond
+	// (training tokens/s per GPU) replace the utilisation model.
+	MeasuredTFLOPS          float64
+	MeasuredTokensPerSecond float64
 }
 
 // Result is a ranking of offers for one workload.
@@ -104,10 +111,16 @@ type Summary struct {
 	Steps            float64   `json:"steps,omitempty"`
 	// ModelFLOPs is the training work without recomputation.
 	ModelFLOPs float64 `json:"modelFLOPs,omitempty"`
-	// ModelStates is weights + gradients + optimizer, unsharded.
-	ModelStates model.Bytes `json:"modelStates,omitempty"`
-	// KVCachePerToken is the KV cache of one token, all layers.
-	KVCachePerToken model.Bytes `json:"kvCachePerToken,omitempty"`
+	// ModelStatesBytes is weights + gradients + optimizer, unsharded.
+	ModelStatesBytes int64 `json:"modelStatesBytes,omitempty"`
+	// CheckpointBytes is a full checkpoint (weights and optimizer states;
+	// adapters only for LoRA).
+	CheckpointBytes int64 `json:"checkpointBytes,omitempty"`
+	// LargestLayerParams is the largest module's parameters (what ZeRO-3
+	// gathers at once).
+	LargestLayerParams float64 `json:"largestLayerParams,omitempty"`
+	// KVCachePerTokenBytes is the KV cache of one token, all layers.
+	KVCachePerTokenBytes int64 `json:"kvCachePerTokenBytes,omitempty"`
 }
 
 // Row is one offer, costed with its best plan.
@@ -145,11 +158,11 @@ type Row struct {
 	CheckpointEvery model.Duration `json:"checkpointEvery,omitempty"`
 	// Margin is free memory per GPU after everything, allocator margin
 	// included.
-	Margin      model.Bytes `json:"margin"`
-	MeetsTarget bool        `json:"meetsTarget"`
-	Assumptions []string    `json:"assumptions,omitempty"`
-	Memory      *Memory     `json:"memory,omitempty"`
-	Timing      *Timing     `json:"timing,omitempty"`
+	MarginBytes int64    `json:"marginBytes"`
+	MeetsTarget bool     `json:"meetsTarget"`
+	Assumptions []string `json:"assumptions,omitempty"`
+	Memory      *Memory  `json:"memory,omitempty"`
+	Timing      *Timing  `json:"timing,omitempty"`
 }
 
 // NotEstimated is a GPU model whose offers could not be estimated.
@@ -161,12 +174,12 @@ type NotEstimated struct {
 
 // Shortfall names the configuration that came closest to fitting.
 type Shortfall struct {
-	GPU          string      `json:"gpu"`
-	InstanceType string      `json:"instanceType"`
-	Plan         string      `json:"plan"`
-	Short        model.Bytes `json:"short"` // per GPU
-	Capacity     model.Bytes `json:"capacity"`
-	Message      string      `json:"message"`
+	GPU           string `json:"gpu"`
+	InstanceType  string `json:"instanceType"`
+	Plan          string `json:"plan"`
+	ShortBytes    int64  `json:"shortBytes"` // per GPU
+	CapacityBytes int64  `json:"capacityBytes"`
+	Message       string `json:"message"`
 }
 
 // Rank estimates the workload on every offer and ranks the offers where it
@@ -269,12 +282,16 @@ func Rank(p Profile, o Options) (Result, error) {
 		if capacity == 0 {
 			capacity = float64(acc.Memory)
 		}
+		capacity *= usableMemory
 		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity, link: of.Interconnect, hostMem: float64(of.Memory), networkGbps: net}
 		st, ok := shapes[sh]
 		if !ok {
 			st = &shapeState{}
 			shapes[sh] = st
 			hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
+			if hwOK {
+				w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
+			}
 			if !hwOK {
 				st.reason = reason
 			} else {
@@ -329,18 +346,16 @@ func Rank(p Profile, o Options) (Result, error) {
 	for _, i := range order {
 		res.Rows = append(res.Rows, w.buildRow(&quotes[i], o))
 	}
-	if !o.Explain {
-		for i := range res.Rows {
-			res.Rows[i].Memory, res.Rows[i].Timing = nil, nil
-		}
-	}
 	for _, ne := range notEst {
 		res.NotEstimated = append(res.NotEstimated, *ne)
 	}
 	slices.SortFunc(res.NotEstimated, func(a, b NotEstimated) int { return strings.Compare(a.GPU, b.GPU) })
-	if res.Ranked == 0 && short.found {
+	if res.Ranked == 0 && short.found && math.IsInf(short.need, 1) {
+		res.Shortfall = &Shortfall{GPU: short.sh.gpu, InstanceType: short.it,
+			Message: fmt.Sprintf("no offer matches the pinned plan (%s): pinned GPUs must be whole nodes of an offer, and tp, pp, dp and cp must multiply to them", w.Pin.describe())}
+	} else if res.Ranked == 0 && short.found {
 		s := &Shortfall{GPU: short.sh.gpu, InstanceType: short.it, Plan: short.plan.String(),
-			Short: model.Bytes(math.Ceil(short.need)), Capacity: model.Bytes(short.sh.capacity)}
+			ShortBytes: int64(math.Ceil(short.need)), CapacityBytes: int64(short.sh.capacity)}
 		s.Message = fmt.Sprintf("fits nowhere: the closest is %d×%s (%s) with %s, short by %.1f GiB per GPU of %.0f GiB; try more nodes (--max-nodes), a smaller sequence or batch, LoRA/QLoRA, or a lower precision",
 			short.plan.GPUs(), short.sh.gpu, short.it, s.Plan, short.need/gib, short.sh.capacity/gib)
 		res.Shortfall = s
@@ -381,6 +396,9 @@ func (o *Options) matches(of *model.Offer) bool {
 		return false
 	}
 	if len(o.Regions) > 0 && !slices.ContainsFunc(o.Regions, func(p string) bool { ok, _ := path.Match(p, of.Region); return ok }) {
+		return false
+	}
+	if len(o.InstanceTypes) > 0 && !slices.ContainsFunc(o.InstanceTypes, func(p string) bool { ok, _ := path.Match(p, of.InstanceType); return ok }) {
 		return false
 	}
 	return true
@@ -462,7 +480,7 @@ func (w *workload) buildRow(q *quote, o Options) Row {
 		Nodes: c.plan.Nodes, GPUs: c.plan.GPUs(), Plan: c.plan, PlanText: c.plan.String(),
 		MeetsTarget: q.meets, SpotOverhead: q.overhead, CostPerHour: q.costPerHour,
 		CheckpointEvery: model.Duration(time.Duration(q.tau * float64(time.Second))),
-		Margin:          model.Bytes(math.Floor(q.sr.hw.capacity - c.mem.total())),
+		MarginBytes:     int64(math.Floor(q.sr.hw.capacity - c.mem.total())),
 		Time:            model.Duration(time.Duration(q.wall * float64(time.Second))),
 		Hours:           q.wall / 3600,
 		Cost:            q.cost,
@@ -487,12 +505,24 @@ func (w *workload) buildRow(q *quote, o Options) Row {
 			row.Assumptions = append(row.Assumptions, "misses the latency target even at batch 1")
 		}
 	}
-	if c.plan.Offload {
+	if c.plan.Offload || c.plan.OffloadParams {
 		row.Assumptions = append(row.Assumptions, "CPU offload time is a rough model (PCIe and CPU-Adam rates)")
 	}
-	m := c.mem.export(q.sr.hw.capacity, c.plan.GPUsPerNode)
-	t := c.timing
-	row.Memory, row.Timing = &m, &t
+	if c.plan.cp() > 1 {
+		row.Assumptions = append(row.Assumptions, "context parallelism: ring-attention communication assumed hidden behind attention compute")
+	}
+	if o.Explain {
+		var mt terms
+		if q.training {
+			w.trainingMemoryTerms(c.plan, q.sr.hw.capacity, &mt)
+		} else {
+			w.servingMemoryTerms(c.plan.TP, c.plan.Batch, q.sr.hw.capacity, &mt)
+		}
+		m := c.mem.export(q.sr.hw.capacity, mt)
+		t := c.timing
+		t.Terms = timeTerms(&t, q.training)
+		row.Memory, row.Timing = &m, &t
+	}
 	return row
 }
 
@@ -566,18 +596,20 @@ func (w *workload) summary() Summary {
 		name = fmt.Sprintf("custom %.3gB", w.params/1e9)
 	}
 	s := Summary{Task: w.Task, Model: name, Parameters: w.params, ActiveParameters: w.active, Adapters: w.adapters,
-		Precision: w.Precision, KVCachePerToken: model.Bytes(w.kvBytes)}
+		Precision: w.Precision, KVCachePerTokenBytes: int64(w.kvBytes)}
 	if w.Task.Training() {
 		s.Optimizer, s.SequenceLength, s.GlobalBatch, s.Tokens, s.Steps = w.Optimizer, w.SequenceLength, w.GlobalBatch, w.tokens, w.steps
 		mf, _ := w.flopsPerToken(RecomputeNone)
 		s.ModelFLOPs = mf * w.tokens
 		switch w.Task {
 		case LoRA, QLoRA:
-			s.ModelStates = model.Bytes(w.params*w.Precision.bytes() + w.adapters*(8+adapterOptimBytes(w.Optimizer)))
+			s.ModelStatesBytes = int64(w.params*w.Precision.bytes() + w.adapters*(8+adapterOptimBytes(w.Optimizer)))
 		default:
 			wb, gb, ob := trainingBytes(w.Precision, w.Optimizer)
-			s.ModelStates = model.Bytes(w.params * (wb + gb + ob))
+			s.ModelStatesBytes = int64(w.params * (wb + gb + ob))
 		}
+		s.CheckpointBytes = int64(w.checkpointBytes())
+		s.LargestLayerParams = w.largestLayer(1)
 	}
 	return s
 }
@@ -587,9 +619,8 @@ func (w *workload) assumptions(o Options) []string {
 	var a []string
 	if w.Task.Training() {
 		a = append(a,
-			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × MFU by GPU generation and model width), plus pipeline bubble and exposed data-parallel communication",
-			"excludes start-up, data loading, evaluation and checkpoint writes on on-demand capacity; published runs take 10–30% longer end to end (see docs/advisor.md, accuracy)",
-			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; 7% allocator margin",
+			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × utilisation by GPU, attention kernel and model width), plus pipeline bubble and exposed data-parallel communication, ÷ 0.68 production goodput (restarts, checkpoints, evaluation, stalls; fitted to Llama 2 GPU-hours)",
+			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; ZeRO-2/3 model states and offload host memory as DeepSpeed's estimators count them; 7% allocator margin on what is allocated",
 		)
 		if w.arch.Experts > 0 {
 			a = append(a, "MoE: FLOPs by active parameters; expert parallelism and routing imbalance are not modelled (real MoE MFU is lower)")
@@ -644,7 +675,7 @@ func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, inte
 	}
 	hw.intra, hw.pcie = linkRate(acc, interconnect)
 	hw.inter = 400 / 8 * 1e9 * netEfficiency
-	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory), link: interconnect, networkGbps: 400}
+	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory) * usableMemory, link: interconnect, networkGbps: 400}
 	hw.capacity, hw.gpusPerNode = sh.capacity, perNode
 	nodes := gpus / perNode
 	if !w.Task.Training() {

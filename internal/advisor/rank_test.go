@@ -58,8 +58,8 @@ func TestWalkthrough70BFineTune(t *testing.T) {
 		return res.Rows[0]
 	}
 	r40, r80 := best("A100"), best("A100-80GB")
-	t.Logf("40GB: %s ×%d %s %.1fh $%.0f margin %s", r40.InstanceType, r40.Nodes, r40.PlanText, r40.Hours, r40.Cost, r40.Margin)
-	t.Logf("80GB: %s ×%d %s %.1fh $%.0f margin %s", r80.InstanceType, r80.Nodes, r80.PlanText, r80.Hours, r80.Cost, r80.Margin)
+	t.Logf("40GB: %s ×%d %s %.1fh $%.0f margin %d", r40.InstanceType, r40.Nodes, r40.PlanText, r40.Hours, r40.Cost, r40.MarginBytes)
+	t.Logf("80GB: %s ×%d %s %.1fh $%.0f margin %d", r80.InstanceType, r80.Nodes, r80.PlanText, r80.Hours, r80.Cost, r80.MarginBytes)
 	if r40.InstanceType != "p4d.24xlarge" || r80.InstanceType != "p4de.24xlarge" {
 		t.Fatalf("instances %s and %s, want p4d.24xlarge and p4de.24xlarge", r40.InstanceType, r80.InstanceType)
 	}
@@ -93,7 +93,7 @@ func TestFitsNowhereNamesTheShortfall(t *testing.T) {
 	if len(res.Rows) != 0 || res.Ranked != 0 {
 		t.Fatalf("got %d rows, want none", len(res.Rows))
 	}
-	if res.Shortfall == nil || res.Shortfall.GPU != "T4" || res.Shortfall.Short <= 0 || !strings.Contains(res.Shortfall.Message, "short by") {
+	if res.Shortfall == nil || res.Shortfall.GPU != "T4" || res.Shortfall.ShortBytes <= 0 || !strings.Contains(res.Shortfall.Message, "short by") {
 		t.Fatalf("shortfall %+v", res.Shortfall)
 	}
 }
@@ -285,5 +285,35 @@ func TestEstimateRuntime(t *testing.T) {
 	}
 	if _, err := EstimateRuntime(p, acc, 12, 8, "", Calibration{}); err == nil {
 		t.Error("12 GPUs in nodes of 8: no error")
+	}
+}
+
+// TestMeasuredRate: a measured tokens/s per GPU sets the step's compute
+// time exactly (with recomputation pinned off), and a measured TFLOP/s
+// sets the achieved rate; giving both is an error naming the field.
+func TestMeasuredRate(t *testing.T) {
+	t.Parallel()
+	cat, err := catalog.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e8, GlobalBatch: 64, Pin: Pin{GPUs: 8, Recompute: RecomputeNone}}
+	req := Request{Profile: none, Providers: []string{"aws"}, InstanceTypes: []string{"p4de.24xlarge"}, Limit: 1, Explain: true, MeasuredTokensPerSecond: 2500}
+	res, err := Rank(req.Profile, req.Options(cat.Offers(), cat.Accelerator, Calibration{}))
+	if err != nil || len(res.Rows) != 1 {
+		t.Fatalf("rank: %v, %d rows", err, len(res.Rows))
+	}
+	want := float64(4096*64) / (2500 * 8)
+	if got := res.Rows[0].Timing.Compute; math.Abs(got/want-1) > 1e-9 {
+		t.Errorf("compute per step %.4fs, want %.4fs from 2500 tokens/s per GPU", got, want)
+	}
+	req.MeasuredTokensPerSecond, req.MeasuredTFLOPS = 0, 150
+	res, err = Rank(req.Profile, req.Options(cat.Offers(), cat.Accelerator, Calibration{}))
+	if err != nil || len(res.Rows) != 1 || math.Abs(res.Rows[0].Timing.RatePerGPU-150e12) > 1 {
+		t.Fatalf("rank with 150 TFLOP/s: %v, rows %+v", err, res.Rows)
+	}
+	req.MeasuredTokensPerSecond = 1
+	if fe := req.Validate(nil); len(fe) != 1 || fe[0].Path != "measuredTokensPerSecond" {
+		t.Errorf("both rates: %v", fe)
 	}
 }

@@ -2,6 +2,8 @@ package advisor
 
 import (
 	"fmt"
+	"math"
+	"path"
 	"slices"
 	"strings"
 
@@ -19,6 +21,8 @@ type Request struct {
 	Providers []string `json:"providers,omitempty"`
 	Regions   []string `json:"regions,omitempty"`
 	Capacity  []string `json:"capacity,omitempty"`
+	// InstanceTypes are instance-type patterns (e.g. "p4d.*").
+	InstanceTypes []string `json:"instanceTypes,omitempty"`
 	// ReservedTerm is 1y (default), 3y or none.
 	ReservedTerm string         `json:"reservedTerm,omitempty"`
 	Deadline     model.Duration `json:"deadline,omitempty"`
@@ -26,6 +30,12 @@ type Request struct {
 	// Limit is the most rows to return (default 50; -1 means all).
 	Limit   int  `json:"limit,omitempty"`
 	Explain bool `json:"explain,omitempty"`
+	// MeasuredTFLOPS and MeasuredTokensPerSecond are a training job's own
+	// measured rate per GPU (model TFLOP/s, or tokens/s per GPU, e.g. from
+	// its step time); either replaces the utilisation model for every
+	// offer ranked, so filter to the GPU it was measured on.
+	MeasuredTFLOPS          float64 `json:"measuredTFLOPS,omitempty"`
+	MeasuredTokensPerSecond float64 `json:"measuredTokensPerSecond,omitempty"`
 }
 
 // Validate checks the request's own fields and its profile, returning
@@ -58,11 +68,28 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 	default:
 		fe.Add("reservedTerm", "must be 1y, 3y or none")
 	}
+	for i, p := range r.InstanceTypes {
+		if _, err := path.Match(p, ""); err != nil {
+			fe.Add(fmt.Sprintf("instanceTypes[%d]", i), "bad pattern: "+err.Error())
+		}
+	}
 	if r.Deadline < 0 {
 		fe.Add("deadline", "must be >= 0")
 	}
 	if r.MaxNodes < 0 || r.MaxNodes > 128 {
 		fe.Add("maxNodes", "must be between 1 and 128 (0 means 64)")
+	}
+	if r.MeasuredTFLOPS < 0 || r.MeasuredTFLOPS > 1e5 || math.IsNaN(r.MeasuredTFLOPS) {
+		fe.Add("measuredTFLOPS", "must be between 0 and 100000")
+	}
+	if r.MeasuredTokensPerSecond < 0 || math.IsNaN(r.MeasuredTokensPerSecond) || math.IsInf(r.MeasuredTokensPerSecond, 0) {
+		fe.Add("measuredTokensPerSecond", "must be a finite number >= 0")
+	}
+	if r.MeasuredTFLOPS > 0 && r.MeasuredTokensPerSecond > 0 {
+		fe.Add("measuredTokensPerSecond", "give measuredTFLOPS or measuredTokensPerSecond, not both")
+	}
+	if (r.MeasuredTFLOPS > 0 || r.MeasuredTokensPerSecond > 0) && !r.Profile.Task.Training() {
+		fe.Add("measuredTFLOPS", "measured rates apply to training workloads")
 	}
 	if r.Limit < -1 {
 		fe.Add("limit", "must be >= -1 (-1 means all)")
@@ -74,8 +101,9 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 func (r Request) Options(offers []model.Offer, acc func(string) (catalog.Accelerator, bool), cal Calibration) Options {
 	return Options{
 		Offers: offers, Accelerator: acc, Calibration: cal,
-		GPUs: r.GPUs, Providers: r.Providers, Regions: r.Regions, Capacity: r.Capacity,
+		GPUs: r.GPUs, Providers: r.Providers, Regions: r.Regions, Capacity: r.Capacity, InstanceTypes: r.InstanceTypes,
 		ReservedTerm: r.ReservedTerm, Deadline: r.Deadline.D(), MaxNodes: r.MaxNodes,
 		Limit: r.Limit, Explain: r.Explain,
+		MeasuredTFLOPS: r.MeasuredTFLOPS, MeasuredTokensPerSecond: r.MeasuredTokensPerSecond,
 	}
 }

@@ -1,7 +1,9 @@
 package advisor
 
 import (
+	"fmt"
 	"math"
+	"strings"
 )
 
 // shape is what the plan search needs to know about an instance type;
@@ -70,7 +72,11 @@ func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) sear
 		recomputes = recomputeEA
 	}
 	firstFit := 0
-	for _, n := range powersOfTwo {
+	nodeCounts := powersOfTwo
+	if n := w.Pin.pinnedNodes(sh.perNode); n > 0 {
+		nodeCounts = []int{n}
+	}
+	for _, n := range nodeCounts {
 		if n > lim.maxNodes || (firstFit > 0 && n > firstFit*8) {
 			break
 		}
@@ -79,6 +85,9 @@ func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) sear
 			if last.timing.Seconds <= lim.deadline && n > last.plan.Nodes*2 {
 				break
 			}
+		}
+		if !w.Pin.nodesOK(n, sh.perNode) {
+			continue
 		}
 		best, found := w.bestAtNodes(n, sh, hw, recomputes, &res)
 		if found {
@@ -104,19 +113,21 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 	G := n * sh.perNode
 	var best candidate
 	found := false
+	pin := &w.Pin
+	cp := max(1, pin.CP)
 	for _, tp := range powersOfTwo {
-		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 || (tp > 1 && w.Parallelism == "data") {
+		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 || (tp > 1 && w.Parallelism == "data") || (pin.TP > 0 && tp != pin.TP) {
 			continue
 		}
 		for _, pp := range powersOfTwo {
-			if pp > w.arch.Layers || G%(tp*pp) != 0 || (pp > 1 && w.Parallelism == "data") {
+			if pp > w.arch.Layers || G%(tp*pp*cp) != 0 || (pp > 1 && w.Parallelism == "data") || (pin.PP > 0 && pp != pin.PP) {
 				continue
 			}
-			dp := G / (tp * pp)
-			if dp > w.GlobalBatch {
+			dp := G / (tp * pp * cp)
+			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
 				continue
 			}
-			c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp}, sh, hw, recomputes, res)
+			c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP}, sh, hw, recomputes, res)
 			if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
 				best, found = c, true
 			}
@@ -126,24 +137,64 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 }
 
 // bestOptions picks recomputation, ZeRO stage, offload and micro-batch for
-// a fixed (nodes, tp, pp, dp).
+// a fixed (nodes, tp, pp, dp, cp), within the profile's pins.
 func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []Recompute, res *searchResult) (candidate, bool) {
-	maxZero := 3
+	pin := &w.Pin
+	minZero, maxZero := 0, 3
 	if base.PP > 1 {
 		maxZero = 1
 	}
-	if base.DP == 1 {
-		maxZero = 0
+	if pin.ZeRO != nil {
+		minZero, maxZero = *pin.ZeRO, *pin.ZeRO
+	}
+	if pin.Recompute != "" {
+		recomputes = []Recompute{pin.Recompute}
+	}
+	offloads := []bool{false, true}
+	if sh.hostMem == 0 {
+		offloads = offloads[:1]
+	}
+	if pin.OffloadOptimizer != nil {
+		offloads = []bool{*pin.OffloadOptimizer}
+	}
+	// Parameter offload streams every weight over PCIe twice per
+	// micro-batch: a last resort the search considers only when pinned, so
+	// that unpinned searches prune as cheaply as before.
+	paramOffloads := []bool{false}
+	if pin.OffloadParams != nil {
+		paramOffloads = []bool{*pin.OffloadParams}
 	}
 	mb := w.MicroBatch
 	if mb == 0 {
 		mb = 1
 	}
+	// stageOK: with one data-parallel rank a ZeRO stage only helps together
+	// with offload (DeepSpeed runs ZeRO-Offload and ZeRO-3 offload on one
+	// GPU); parameter offload needs stage 3.
+	stageOK := func(z int, off, offParams bool) bool {
+		if offParams && z != 3 {
+			return false
+		}
+		if pin.ZeRO != nil {
+			return true
+		}
+		if base.DP == 1 && z > 0 && !off && !offParams {
+			return false
+		}
+		if off && z == 0 {
+			return false // ZeRO-Offload runs on stage 1 or more
+		}
+		return true
+	}
 	// Memory only falls with full recomputation, the highest stage and
 	// offload: if that does not fit, nothing here does.
 	{
 		p := base
-		p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = maxZero, recomputes[len(recomputes)-1], sh.hostMem > 0, mb
+		p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = maxZero, recomputes[len(recomputes)-1], offloads[len(offloads)-1], mb
+		p.OffloadParams = maxZero == 3 && paramOffloads[len(paramOffloads)-1]
+		if !stageOK(p.ZeRO, p.Offload, p.OffloadParams) {
+			p.OffloadParams = false
+		}
 		m := w.trainingMemory(p, sh.capacity)
 		if need := m.total() - sh.capacity; need > 0 {
 			if need < res.shortfall {
@@ -154,32 +205,40 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 	}
 	var best candidate
 	found := false
-	for _, offload := range []bool{false, true} {
-		if offload && (found || sh.hostMem == 0) {
+	for _, offParams := range paramOffloads {
+		if offParams && found && pin.OffloadParams == nil {
 			break
 		}
-		for _, rc := range recomputes {
-			for z := 0; z <= maxZero; z++ {
-				p := base
-				p.ZeRO, p.Recompute, p.Offload, p.MicroBatch = z, rc, offload, mb
-				m := w.trainingMemory(p, sh.capacity)
-				if need := m.total() - sh.capacity; need > 0 {
-					if need < res.shortfall {
-						res.shortfall, res.shortfallPlan = need, p
+		for _, offload := range offloads {
+			if offload && found && pin.OffloadOptimizer == nil {
+				break
+			}
+			for _, rc := range recomputes {
+				for z := minZero; z <= maxZero; z++ {
+					if !stageOK(z, offload, offParams) {
+						continue
 					}
-					continue
+					p := base
+					p.ZeRO, p.Recompute, p.Offload, p.OffloadParams, p.MicroBatch = z, rc, offload, offParams, mb
+					m := w.trainingMemory(p, sh.capacity)
+					if need := m.total() - sh.capacity; need > 0 {
+						if need < res.shortfall {
+							res.shortfall, res.shortfallPlan = need, p
+						}
+						continue
+					}
+					if (offload || offParams) && sh.hostMem > 0 && m.hostPerNode > 0.8*sh.hostMem {
+						continue
+					}
+					if w.MicroBatch == 0 && p.PP == 1 {
+						p, m = w.growMicroBatch(p, m, sh.capacity)
+					}
+					t := w.trainingTime(p, hw)
+					if !found || t.Seconds < best.timing.Seconds {
+						best, found = candidate{plan: p, mem: m, timing: t, ckptBytes: w.checkpointBytes()}, true
+					}
+					break // a higher stage at the same mode is never faster
 				}
-				if offload && m.offloadedPerGPU*float64(sh.perNode) > 0.8*sh.hostMem {
-					continue
-				}
-				if w.MicroBatch == 0 && p.PP == 1 {
-					p, m = w.growMicroBatch(p, m, sh.capacity)
-				}
-				t := w.trainingTime(p, hw)
-				if !found || t.Seconds < best.timing.Seconds {
-					best, found = candidate{plan: p, mem: m, timing: t, ckptBytes: w.checkpointBytes()}, true
-				}
-				break // a higher stage at the same mode is never faster
 			}
 		}
 	}
@@ -200,6 +259,61 @@ func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
 		p, m = q, qm
 	}
 	return p, m
+}
+
+// pinnedNodes is the node count the pin fixes on nodes of perNode GPUs (any
+// count, not only powers of two), or 0 when it fixes none or none fits.
+func (p *Pin) pinnedNodes(perNode int) int {
+	switch {
+	case p.Nodes > 0:
+		return p.Nodes
+	case p.GPUs > 0 && perNode > 0 && p.GPUs%perNode == 0:
+		return p.GPUs / perNode
+	}
+	return 0
+}
+
+// nodesOK reports whether n nodes of perNode GPUs match the pinned size.
+func (p *Pin) nodesOK(n, perNode int) bool {
+	if p.Nodes > 0 && n != p.Nodes {
+		return false
+	}
+	if p.GPUs > 0 && n*perNode != p.GPUs {
+		return false
+	}
+	if p.TP > perNode {
+		return false
+	}
+	return true
+}
+
+// describe is the pin in one line, e.g. "gpus 8, zero 3, recompute full".
+func (p *Pin) describe() string {
+	var parts []string
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}} {
+		if f.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", f.name, f.v))
+		}
+	}
+	if p.ZeRO != nil {
+		parts = append(parts, fmt.Sprintf("zero %d", *p.ZeRO))
+	}
+	if p.Recompute != "" {
+		parts = append(parts, "recompute "+string(p.Recompute))
+	}
+	if p.OffloadOptimizer != nil {
+		parts = append(parts, fmt.Sprintf("offload optimizer %v", *p.OffloadOptimizer))
+	}
+	if p.OffloadParams != nil {
+		parts = append(parts, fmt.Sprintf("offload params %v", *p.OffloadParams))
+	}
+	if len(parts) == 0 {
+		return "nothing pinned"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // checkpointBytes is a full checkpoint: weights and optimizer states (what

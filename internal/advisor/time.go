@@ -20,13 +20,40 @@ type Timing struct {
 	Exposed  float64 `json:"exposedCommSeconds"`       // what overlap leaves
 	Offload  float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
 	StepTime float64 `json:"stepSeconds"`
-	// Seconds is the time to finish without interruptions.
+	// Goodput is the share of steady-state throughput a production run
+	// averages (restarts, checkpoints, evaluation, stalls).
+	Goodput float64 `json:"goodput,omitempty"`
+	// Seconds is the time to finish: steps × step time ÷ goodput (spot
+	// interruptions come on top, in the row).
 	Seconds float64 `json:"seconds"`
 	// Serving: one replica's steady state.
 	TokensPerSecond float64 `json:"tokensPerSecond,omitempty"` // output tokens, per replica
 	TTFT            float64 `json:"ttftSeconds,omitempty"`
 	TPOT            float64 `json:"tpotSeconds,omitempty"` // time per output token
 	Latency         float64 `json:"latencySeconds,omitempty"`
+	// Terms is every time term with its formula (explain and plan only).
+	Terms []Term `json:"terms,omitempty"`
+}
+
+// timeTerms names the formula of each of t's terms.
+func timeTerms(t *Timing, training bool) []Term {
+	var ts terms
+	if training {
+		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU)", t.Compute)
+		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/micro-batches (Narayanan et al. 2021)", t.Bubble)
+		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
+		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
+		ts.addSeconds("data-parallel comm per step (total)", "ring all-reduce 2(d−1)/d·grad bytes (ZeRO-3: 1.5×)", t.DPComm)
+		ts.addSeconds("data-parallel comm per step (exposed)", "total − backward overlap window", t.Exposed)
+		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
+		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
+		ts.addSeconds("total", "step · steps ÷ goodput (0.68: restarts, checkpoints, evaluation, stalls)", t.Seconds)
+		return ts
+	}
+	ts.addSeconds("time to first token", "prefill FLOPs ÷ (tp · peak · prefill MFU)", t.TTFT)
+	ts.addSeconds("time per output token", "max(bytes read ÷ (HBM bw · MBU), FLOPs ÷ (tp · peak · decode MFU)) + all-reduce latency", t.TPOT)
+	ts.addSeconds("request latency", "TTFT + output tokens · TPOT", t.Latency)
+	return ts
 }
 
 // flopsPerToken is the training work per token: 6·N for the weights
@@ -156,8 +183,15 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 		}
 		t.Offload = 4*params/(pcieHostGBs*1e9) + params*float64(p.GPUsPerNode)/cpuAdamParamsPerSec
 	}
+	// Parameter offload streams the 16-bit weight partitions in for the
+	// forward and the backward of every micro-batch (ZeRO-Infinity), not
+	// overlapped: conservative.
+	if p.OffloadParams {
+		t.Offload += micro * 2 * 2 * w.params / (tp * pp * dp) / (pcieHostGBs * 1e9)
+	}
 	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.Offload
-	t.Seconds = t.StepTime * w.steps
+	t.Goodput = productionGoodput
+	t.Seconds = t.StepTime * w.steps / t.Goodput
 	t.FLOPs = fpt * stepTokens * w.steps
 	return t
 }
