@@ -150,6 +150,7 @@ type Controller struct {
 	idem      map[idemKey]store.Idempotency
 	verdicts  map[string]scheduler.Verdict
 	lastPlan  *scheduler.Plan
+	memo      passMemo // what the last pass read (passmemo.go)
 	fleet     declared
 	// secrets holds the job-token secret minted for each live attempt; it
 	// never reaches the store.

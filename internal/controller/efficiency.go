@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
@@ -385,15 +384,12 @@ func (c *Controller) evaluateLocked(now time.Time, b *store.Batch) {
 // percentile of how long they have waited (nearest rank).
 func (c *Controller) queueWaitP95Locked(now time.Time) map[string]time.Duration {
 	waits := map[string][]time.Duration{}
-	c.st.Jobs(func(j *model.Job) bool {
-		if j.State == model.JobQueued {
-			waits[j.Spec.Queue] = append(waits[j.Spec.Queue], now.Sub(j.SubmittedAt))
-		}
-		return true
+	c.st.EachPending(func(j *model.Job) {
+		waits[j.Spec.Queue] = append(waits[j.Spec.Queue], now.Sub(j.SubmittedAt))
 	})
 	out := make(map[string]time.Duration, len(waits))
 	for q, w := range waits {
-		sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+		slices.Sort(w)
 		rank := int(math.Ceil(0.95*float64(len(w)))) - 1
 		out[q] = w[max(rank, 0)]
 	}

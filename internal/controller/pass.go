@@ -15,23 +15,34 @@ import (
 )
 
 // pass runs one scheduling cycle:
-//  1. snapshot the state under the mutex (cheap: pointers and free lists);
-//  2. compute a Plan without the mutex (pure);
-//  3. under the mutex, commit each binding whose job and GPUs are unchanged
+//  1. under the mutex, skip the pass when none of its inputs changed since
+//     the last one and none of its wake-up times is due (passMemo);
+//  2. snapshot the state under the mutex (cheap: pointers and free lists);
+//  3. compute a Plan without the mutex (pure);
+//  4. under the mutex, commit each binding whose job and GPUs are unchanged
 //     since the snapshot; the rest are planned again next pass;
-//  4. wait for the commit, then wake the agents of the touched nodes.
+//  5. wait for the commit, then wake the agents of the touched nodes.
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
 	c.mu.Lock()
-	offers = c.buyableLocked(offers, c.cfg.Clock.Now())
-	c.st.ExpireNominations(c.cfg.Clock.Now())
-	snap := c.st.Snapshot()
-	held := c.holdLocked(snap, c.cfg.Clock.Now()) // budgets: jobs that wait for a new period
-	c.mu.Unlock()
-	if len(snap.Pending) == 0 {
+	now := c.cfg.Clock.Now()
+	offers = c.buyableLocked(offers, now)
+	c.st.ExpireNominations(now)
+	in := passInputs{version: c.st.Version(), offers: offers, cost: &c.cost}
+	if c.memo.current(in, now) {
+		c.memo.skipped++
+		c.mu.Unlock()
 		return nil
 	}
-	now := c.cfg.Clock.Now()
+	snap := c.st.Snapshot()
+	held := c.holdLocked(snap, now) // budgets: jobs that wait for a new period
+	if len(snap.Pending) == 0 {
+		c.memo.record(in, now, time.Time{})
+		c.mu.Unlock()
+		return nil
+	}
+	c.memo.schedules++
+	c.mu.Unlock()
 	plan := scheduler.Schedule(snap, offers, now, c.cfg.Seed)
 
 	c.mu.Lock()
@@ -63,6 +74,7 @@ func (c *Controller) pass(ctx context.Context) error {
 		c.verdicts[id] = v
 	}
 	c.lastPlan = &plan
+	c.memo.record(in, now, plan.Wake)
 	if bound == 0 && preempted == 0 {
 		c.mu.Unlock()
 		return nil
