@@ -162,7 +162,7 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
-	nodeGen  map[string]uint64
+	nodeGen  nodeGens
 	// markers remembers each running job's checkpoint marker time, so a
 	// marker is recorded once per change (watchCheckpoints).
 	markers map[string]time.Time
@@ -219,7 +219,6 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		verdicts:   map[string]scheduler.Verdict{},
 		secrets:    map[string]string{},
 		lastSeen:   map[string]time.Time{},
-		nodeGen:    map[string]uint64{},
 		markers:    map[string]time.Time{},
 		grants:     map[grantKey]model.Grant{},
 		changed:    make(chan struct{}),

@@ -214,7 +214,7 @@ func (c *Controller) nominateLocked(forJob string, victim *model.Attempt, now ti
 // bumpNodesLocked tells the agents of a's nodes that their desired set changed.
 func (c *Controller) bumpNodesLocked(a *model.Attempt) {
 	for _, r := range a.Replicas {
-		c.nodeGen[r.NodeID]++
+		c.nodeGen.bump(r.NodeID)
 	}
 	c.broadcastLocked()
 }
