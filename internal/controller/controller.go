@@ -181,7 +181,7 @@ type Controller struct {
 	auditSeq  uint64
 	auditHash string
 	// changed is closed and replaced at every job, attempt or node change,
-	// so watchers (log followers, long-polling agents) wake up.
+	// so watchers (log followers) wake up; agents wait on nodeGen instead.
 	changed chan struct{}
 
 	// tel is GPU telemetry, efficiency verdicts and alerts.
