@@ -259,6 +259,13 @@ type observation struct {
 //	no pid.json                        → starting, or lost once the supervisor
 //	                                     exited or StartTimeout passed
 func (a *Agent) observe(r *replica, log *slog.Logger) observation {
+	// Whether the supervisor had exited is taken before the looks at its
+	// files: one that exited before them has written all it ever will, but
+	// one seen exited only after them may have recorded its pid, run the
+	// command and written its exit in between (a busy machine deschedules
+	// the agent between two reads), and calling that lost runs the job
+	// twice.
+	gone := r.launched.exited()
 	exit, ok, exitErr := supervisor.ReadExit(r.dir)
 	if ok {
 		return observation{status: exitedStatus(r.id, exit)}
@@ -269,7 +276,7 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 	}
 	if !ok {
 		switch {
-		case r.launched.exited():
+		case gone:
 			return observation{status: a.lostStatus(r.id, nil, "supervisor exited without recording its pid")}
 		case a.cfg.Clock.Now().Sub(r.since) > a.cfg.StartTimeout:
 			if r.launched != nil {

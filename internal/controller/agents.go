@@ -71,7 +71,7 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	}
 	c.st.PutNode(n)
 	c.lastSeen[id] = now
-	c.nodeGen[id]++
+	c.nodeGen.bump(id)
 	c.broadcastLocked()
 	cm := c.com.submit(b)
 	c.mu.Unlock()
@@ -109,7 +109,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		c.broadcastLocked()
 		cm = c.com.submit(b)
 	}
-	gen, changed := c.nodeGen[req.NodeID], c.changed
+	gen, changed := c.nodeGen.get(req.NodeID), c.nodeGen.changed(req.NodeID)
 	c.mu.Unlock()
 	if tcm := c.observeTelemetry(req.NodeID, req.Telemetry, allocs); tcm != nil {
 		cm = tcm // acknowledged after cm: waiting for it waits for both
@@ -121,22 +121,11 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		c.trigger()
 	}
 	if req.Generation == gen && req.Wait > 0 && cm == nil {
-		timeout := c.cfg.Clock.After(req.Wait.D())
-	wait:
-		for {
-			select {
-			case <-changed:
-				c.mu.Lock()
-				gen, changed = c.nodeGen[req.NodeID], c.changed
-				c.mu.Unlock()
-				if gen != req.Generation {
-					break wait
-				}
-			case <-timeout:
-				break wait
-			case <-ctx.Done():
-				return agentapi.SyncResponse{}, ctx.Err()
-			}
+		select {
+		case <-changed: // the node's generation moved
+		case <-c.cfg.Clock.After(req.Wait.D()):
+		case <-ctx.Done():
+			return agentapi.SyncResponse{}, ctx.Err()
 		}
 	}
 	c.mu.Lock()
@@ -167,7 +156,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 // the checkpoint folders to create (makeCheckpointDirs) before the set is
 // sent.
 func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, []ckptDir, error) {
-	resp := agentapi.SyncResponse{Generation: c.nodeGen[nodeID], Replicas: []agentapi.ReplicaSpec{}}
+	resp := agentapi.SyncResponse{Generation: c.nodeGen.get(nodeID), Replicas: []agentapi.ReplicaSpec{}}
 	b := &store.Batch{}
 	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
 		resp.Drain = true

@@ -158,6 +158,7 @@ type Controller struct {
 	idem     map[idemKey]store.Idempotency
 	verdicts map[string]scheduler.Verdict
 	lastPlan *scheduler.Plan
+	memo     passMemo // what the last pass read (passmemo.go)
 	fleet    declared
 	// revs is the fleet's revision log (package revisions; its own
 	// lock), set once by New.
@@ -169,7 +170,7 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
-	nodeGen  map[string]uint64
+	nodeGen  nodeGens
 	// markers remembers each running job's checkpoint marker time, so a
 	// marker is recorded once per change (watchCheckpoints).
 	markers map[string]time.Time
@@ -181,7 +182,7 @@ type Controller struct {
 	eventSeq uint64
 	scaleSt  scaleState
 	// changed is closed and replaced at every job, attempt or node change,
-	// so watchers (log followers, long-polling agents) wake up.
+	// so watchers (log followers) wake up; agents wait on nodeGen instead.
 	changed chan struct{}
 
 	// tel is GPU telemetry, efficiency verdicts and alerts.
@@ -213,7 +214,6 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		idem:     map[idemKey]store.Idempotency{},
 		verdicts: map[string]scheduler.Verdict{},
 		lastSeen: map[string]time.Time{},
-		nodeGen:  map[string]uint64{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

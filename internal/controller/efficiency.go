@@ -162,7 +162,7 @@ func (c *Controller) cordonLocked(nodeID, why string, b *store.Batch) {
 	n.State = model.NodeDraining
 	n.Version++
 	c.st.PutNode(n)
-	c.nodeGen[nodeID]++
+	c.nodeGen.bump(nodeID)
 	b.Nodes = append(b.Nodes, n)
 	c.recordLocked(b, model.Event{Kind: model.EventDrain, Object: "node/" + nodeID, Node: nodeID, Provider: n.Provider, Region: n.Region, Message: "drained: " + why})
 }

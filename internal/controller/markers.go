@@ -38,9 +38,7 @@ func (c *Controller) watchCheckpoints(ctx context.Context) {
 	rounds := uint64(1 + (c.st.LiveCount()-1)/markerStatsPerTick)
 	turn := c.markerTick % rounds
 	var look []job
-	live := map[string]bool{}
 	c.st.EachLiveAttempt(func(a *model.Attempt) {
-		live[a.JobID] = true
 		if rounds > 1 && jobHash(a.JobID)%rounds != turn {
 			return
 		}
@@ -48,8 +46,10 @@ func (c *Controller) watchCheckpoints(ctx context.Context) {
 			look = append(look, job{j.ID, j.LastCheckpoint})
 		}
 	})
+	// Only jobs that wrote a marker are remembered: look each up rather
+	// than index every live attempt per tick.
 	for id := range c.markers {
-		if !live[id] {
+		if _, live := c.st.LiveAttempt(id); !live {
 			delete(c.markers, id)
 		}
 	}

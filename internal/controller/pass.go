@@ -16,24 +16,35 @@ import (
 )
 
 // pass runs one scheduling cycle:
-//  1. snapshot the state under the mutex (cheap: pointers and free lists);
-//  2. compute a Plan without the mutex (pure);
-//  3. under the mutex, commit each binding whose job and GPUs are unchanged
+//  1. under the mutex, skip the pass when none of its inputs changed since
+//     the last one and none of its wake-up times is due (passMemo);
+//  2. snapshot the state under the mutex (cheap: pointers and free lists);
+//  3. compute a Plan without the mutex (pure);
+//  4. under the mutex, commit each binding whose job and GPUs are unchanged
 //     since the snapshot; the rest are planned again next pass;
-//  4. wait for the commit, then wake the agents of the touched nodes.
+//  5. wait for the commit, then wake the agents of the touched nodes.
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
 	view := c.passDrivers(ctx) // what the pools' drivers sell: I/O only for a pool new since the last scale cycle
 	c.mu.Lock()
-	offers = c.buyableLocked(offers, view, c.cfg.Clock.Now())
-	c.st.ExpireNominations(c.cfg.Clock.Now())
-	snap := c.st.Snapshot()
-	snap.Holds = c.holdsLocked() // budgets: jobs that wait for a new period
-	c.mu.Unlock()
-	if len(snap.Pending) == 0 {
+	now := c.cfg.Clock.Now()
+	offers = c.buyableLocked(offers, view, now)
+	c.st.ExpireNominations(now)
+	in := passInputs{version: c.st.Version(), offers: offers, holds: c.holdsLocked()}
+	if c.memo.current(in, now) {
+		c.memo.skipped++
+		c.mu.Unlock()
 		return nil
 	}
-	now := c.cfg.Clock.Now()
+	snap := c.st.Snapshot()
+	snap.Holds = in.holds // budgets: jobs that wait for a new period
+	if len(snap.Pending) == 0 {
+		c.memo.record(in, now, time.Time{})
+		c.mu.Unlock()
+		return nil
+	}
+	c.memo.schedules++
+	c.mu.Unlock()
 	plan := scheduler.Schedule(snap, offers, now, c.cfg.Seed)
 
 	c.mu.Lock()
@@ -59,6 +70,7 @@ func (c *Controller) pass(ctx context.Context) error {
 	}
 	c.verdicts = plan.Verdicts
 	c.lastPlan = &plan
+	c.memo.record(in, now, plan.Wake)
 	if bound == 0 && preempted == 0 {
 		c.mu.Unlock()
 		return nil
@@ -231,7 +243,7 @@ func (c *Controller) nominateLocked(forJob string, victim *model.Attempt, now ti
 // bumpNodesLocked tells the agents of a's nodes that their desired set changed.
 func (c *Controller) bumpNodesLocked(a *model.Attempt) {
 	for _, r := range a.Replicas {
-		c.nodeGen[r.NodeID]++
+		c.nodeGen.bump(r.NodeID)
 	}
 	c.broadcastLocked()
 }

@@ -645,7 +645,7 @@ func (c *Controller) noticeLocked(n *model.Node, b *store.Batch, now time.Time, 
 	n.State = model.NodeDraining
 	c.st.PutNode(n)
 	b.Nodes = append(b.Nodes, n)
-	c.nodeGen[n.ID]++
+	c.nodeGen.bump(n.ID)
 	c.recordLocked(b, model.Event{Kind: model.EventNotice, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,
 		Message: fmt.Sprintf("%s notice: instance %s stops at %s", nt.Reason, nt.InstanceID, nt.Deadline.Format(time.RFC3339)),
 		Fields:  map[string]string{"deadline": nt.Deadline.Format(time.RFC3339), "reason": nt.Reason}})

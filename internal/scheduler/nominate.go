@@ -27,6 +27,7 @@ func (s *sched) applyNominations() {
 		if !s.now.Before(n.Expires) {
 			continue
 		}
+		s.wakeAt(n.Expires)
 		for _, ng := range n.GPUs {
 			ni, ok := byID[ng.NodeID]
 			if !ok {

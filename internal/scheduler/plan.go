@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"time"
+
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -16,6 +18,18 @@ type Plan struct {
 	Reservations []Reservation
 	// Verdicts explain, for every pending job not bound, why not.
 	Verdicts map[string]Verdict
+	// Wake is the earliest time at which a pass over the same snapshot and
+	// offers could decide otherwise through the clock alone: a back-off
+	// ending (RetryAt), a nomination expiring, a deadline job's spot risk
+	// due for another look (DeadlineRecheck). Zero when no such time is
+	// known. What the clock changes and Wake leaves out cannot place, bind
+	// or preempt anything the plan did not: aging raises every job of a
+	// queue at the same rate (their order holds), decayed usage reorders
+	// queues only where they contend for capacity this plan found none of,
+	// and reservations' estimated starts and work lost age in the
+	// verdicts' text only. A caller may keep such a plan's verdicts until
+	// its inputs change or Wake passes (stale but valid).
+	Wake time.Time
 }
 
 // Binding places every replica of one job. The controller commits it only if

@@ -23,6 +23,12 @@ const (
 	maxPreemptionSearches = 4 * maxPreemptors
 )
 
+// DeadlineRecheck is how often a queued job with limits.deadline that may
+// run on spot is judged again while nothing else changes (Plan.Wake): its
+// chance of finishing in time on each spot offer falls as the deadline
+// nears, which changes its candidates and which spot nodes it may use.
+const DeadlineRecheck = 30 * time.Second
+
 // sched is one pass.
 type sched struct {
 	snap   *state.Snapshot
@@ -35,6 +41,8 @@ type sched struct {
 	projects map[string]*projectState
 	plan     *Plan
 	feas     map[fitKey]*feasibility
+	// wake is the plan's Wake so far.
+	wake time.Time
 	// lastFit and lastFeas are the last feasibility looked up.
 	lastFit  fitKey
 	lastFeas *feasibility
@@ -115,7 +123,16 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 			s.rehold(held)
 		}
 	}
+	plan.Wake = s.wake
 	return plan
+}
+
+// wakeAt lowers the plan's Wake to t, a time after the pass's at which
+// its decisions may change through the clock alone.
+func (s *sched) wakeAt(t time.Time) {
+	if t.After(s.now) && (s.wake.IsZero() || t.Before(s.wake)) {
+		s.wake = t
+	}
 }
 
 // nextQueue returns the queue with jobs left whose weighted share is
@@ -150,7 +167,11 @@ func (s *sched) schedule(pj *pjob, position int) {
 		v.Reasons = []Reason{backoffReason(job, until, s.now)}
 		v.RetryAt = &until
 		s.plan.Verdicts[job.ID] = v
+		s.wakeAt(until)
 		return
+	}
+	if pj.deadline.set() {
+		s.wakeAt(s.now.Add(DeadlineRecheck))
 	}
 	if r, ok := s.dependencies(job); !ok {
 		v.Reasons = r

@@ -325,6 +325,14 @@ func (s *State) Jobs(fn func(*model.Job) bool) {
 	}
 }
 
+// EachPending calls fn for every queued job, in no order: what a caller
+// that only looks at the queue reads instead of every job ever accepted.
+func (s *State) EachPending(fn func(*model.Job)) {
+	for _, j := range s.pending {
+		fn(j)
+	}
+}
+
 // Nodes returns every node, ordered by id.
 func (s *State) Nodes() []*model.Node {
 	out := make([]*model.Node, 0, len(s.nodes))
@@ -602,12 +610,4 @@ func (s *State) sortedPending() []*model.Job {
 		}
 	}
 	return out
-}
-
-// EachPending calls fn for every queued job, in no particular order: the
-// pending index, not every job. fn must not change s.
-func (s *State) EachPending(fn func(*model.Job)) {
-	for _, j := range s.pending {
-		fn(j)
-	}
 }

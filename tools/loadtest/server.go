@@ -165,6 +165,7 @@ func (s *server) stop() {
 // procStats is what /proc says of a process.
 type procStats struct {
 	CPU     time.Duration // user + system
+	SysCPU  time.Duration // system (the kernel's, for the process)
 	PeakRSS int64         // VmHWM, bytes
 	RSS     int64         // VmRSS, bytes
 }
@@ -192,6 +193,7 @@ func readProc(pid int) (procStats, error) {
 	utime, _ := strconv.ParseInt(f[11], 10, 64) // field 14
 	stime, _ := strconv.ParseInt(f[12], 10, 64) // field 15
 	ps.CPU = time.Duration(utime+stime) * time.Second / clockTicks
+	ps.SysCPU = time.Duration(stime) * time.Second / clockTicks
 
 	st, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
