@@ -218,9 +218,12 @@ type Service struct {
 	Spec    ServiceSpec       `json:"spec"`
 	// Generation increases when the spec changes; replicas of an older
 	// one are replaced by a rolling update.
-	Generation int       `json:"generation"`
-	CreatedAt  time.Time `json:"createdAt"`
-	UpdatedAt  time.Time `json:"updatedAt"`
+	Generation int `json:"generation"`
+	// Trusted is set when an admin applied the service: its replicas are
+	// trusted jobs (Job.Trusted).
+	Trusted   bool      `json:"trusted,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // ServiceReplica is one replica as the server sees it.
@@ -257,4 +260,6 @@ type ServiceStatus struct {
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	URL      string           `json:"url"`
+	// Events are the autoscaler's latest decisions, oldest first.
+	Events []Event `json:"events,omitempty"`
 }

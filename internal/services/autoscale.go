@@ -8,8 +8,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// Metrics are what the proxy measured of one service at one moment.
-type Metrics struct {
+// Load is what the proxy measured of one service at one moment.
+type Load struct {
 	// Ready is how many replicas take traffic now.
 	Ready int
 	// InFlight counts requests being served or held for a replica.
@@ -33,10 +33,10 @@ type Decision struct {
 // no clock of its own, so tests pass now. It is not safe for concurrent
 // use: the Manager calls it under its lock.
 type Autoscaler struct {
-	policy   model.ServiceAutoscaling
-	bounds   model.ServiceReplicas
-	current  int
-	history  []sample
+	policy  model.ServiceAutoscaling
+	bounds  model.ServiceReplicas
+	current int
+	history []sample
 }
 
 type sample struct {
@@ -63,7 +63,7 @@ func (a *Autoscaler) clamp(n int) int { return min(max(n, a.bounds.Min), a.bound
 // scale-down window (so a lull must last). A request waiting with no
 // replica ready scales from zero at once: the window protects against
 // flapping, not against the first replica.
-func (a *Autoscaler) Decide(m Metrics, now time.Time) Decision {
+func (a *Autoscaler) Decide(m Load, now time.Time) Decision {
 	if a.policy.Metric == "" {
 		a.current = a.clamp(a.bounds.Target)
 		return Decision{Replicas: a.current, Raw: a.bounds.Target, Reason: "fixed target"}
