@@ -38,6 +38,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
 
@@ -385,21 +386,31 @@ func Run(ctx context.Context, cfg Config) error {
 	if calNote != "" {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
+	svcMetrics, err := services.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(c.DataDir, "services.json"),
+		Log: log.With("component", "services"), Metrics: svcMetrics, StripCookies: []string{web.SessionCookie, web.CSRFCookie}})
+	if err != nil {
+		return err
+	}
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs})
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan stopped, 4)
+	errc := make(chan stopped, 5)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.cp, kube.nodes = ctrl, ctrl
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner"}
+	go func() { errc <- stopped{"services", svcs.Run(ctx)} }()
+	running := []string{"api", "controller", "kubernetes runner", "services"}
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {

@@ -37,11 +37,6 @@ type proxyReq struct {
 	service string
 }
 
-// Authorize answers whether a request may call a service of a project
-// whose auth mode is token: 0 when it may, else the status to refuse with
-// (401 without a valid token, 403 without a role there).
-type Authorize func(r *http.Request, project string) int
-
 // Proxy serves one request to service name; rest is the path after
 // /services/NAME. Replicas are chosen by least outstanding requests among
 // the ready ones. A request with no ready replica waits for one (up to the
@@ -50,7 +45,10 @@ type Authorize func(r *http.Request, project string) int
 // the request goes to another: any request whose connection was refused,
 // and idempotent ones (GET, HEAD, OPTIONS, or with an Idempotency-Key) on
 // any transport error. Responses stream unbuffered (Server-Sent Events).
-func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize Authorize) {
+// authorize answers whether r may call a service of project whose auth
+// mode is token: 0 when it may, else the status to refuse with (401
+// without a valid token, 403 without a role there).
+func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize func(r *http.Request, project string) int) {
 	start := m.cfg.Clock.Now()
 	m.mu.Lock()
 	e, ok := m.svcs[name]
