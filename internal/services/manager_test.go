@@ -32,8 +32,8 @@ type fakeControl struct {
 	t       *testing.T
 }
 
-func newFake(t *testing.T) *fakeControl {
-	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}, t: t}
+func newFake(t testing.TB) *fakeControl {
+	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}}
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -126,7 +126,7 @@ func (f *fakeControl) RecordEvent(_ context.Context, ev model.Event) error {
 	return nil
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func testService(t *testing.T, name string, minR, maxR int) model.Service {
+func testService(t testing.TB, name string, minR, maxR int) model.Service {
 	s := model.Service{Name: name, Project: "default", Spec: model.ServiceSpec{
 		Template:    model.JobSpec{Run: model.RunSpec{Command: []string{"serve"}, Env: map[string]string{"REPLY": "v1"}}},
 		Port:        freePort(t),
@@ -148,7 +148,7 @@ func testService(t *testing.T, name string, minR, maxR int) model.Service {
 	return s
 }
 
-func startManager(t *testing.T, f *fakeControl) (*Manager, *httptest.Server, *Metrics) {
+func startManager(t testing.TB, f *fakeControl) (*Manager, *httptest.Server, *Metrics) {
 	reg := prometheus.NewRegistry()
 	met, err := NewMetrics(reg)
 	if err != nil {
