@@ -51,6 +51,15 @@ func NewAutoscaler(spec model.ServiceSpec) *Autoscaler {
 	return a
 }
 
+// Resume makes n (bounded by min and max) the current count at now, as if
+// recommended then: the replicas found running after a restart, or the
+// count before a policy change, are kept for the scale-down window rather
+// than dropped to the minimum.
+func (a *Autoscaler) Resume(n int, now time.Time) {
+	a.current = a.clamp(n)
+	a.history = append(a.history, sample{now, a.current})
+}
+
 // Current is the count last decided.
 func (a *Autoscaler) Current() int { return a.current }
 

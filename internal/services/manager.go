@@ -76,7 +76,9 @@ type entry struct {
 	replicas map[string]*backend // by job id
 	// changed is closed (and replaced) when a replica becomes ready, to
 	// wake requests held for one.
-	changed  chan struct{}
+	changed chan struct{}
+	// resumed is set once the replicas running at start were counted.
+	resumed  bool
 	waiting  int
 	rate     rateMeter
 	requests int64
@@ -221,6 +223,9 @@ func (m *Manager) Apply(_ context.Context, s model.Service) (model.ServiceStatus
 		e.svc = s
 		if prev.Spec.Replicas != s.Spec.Replicas || prev.Spec.Autoscaling != s.Spec.Autoscaling {
 			e.scaler = NewAutoscaler(s.Spec)
+			if s.Spec.Autoscaling.Metric != "" {
+				e.scaler.Resume(e.desired, now)
+			}
 		}
 	}
 	if err := m.saveLocked(); err != nil {
@@ -454,6 +459,13 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, addrs map[stri
 	for id := range e.replicas {
 		if !seen[id] {
 			delete(e.replicas, id)
+		}
+	}
+	if !e.resumed {
+		e.resumed = true
+		if n := len(e.replicas); n > 0 && e.svc.Spec.Autoscaling.Metric != "" {
+			e.scaler.Resume(n, m.cfg.Clock.Now())
+			e.desired = e.scaler.Current()
 		}
 	}
 }

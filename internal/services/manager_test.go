@@ -404,3 +404,37 @@ func TestServicesPersistAndConflict(t *testing.T) {
 		t.Fatal("deleted service still listed")
 	}
 }
+
+// TestRestartKeepsRunningReplicas: a Manager that starts with replicas
+// already running (a server restart) keeps them instead of scaling a
+// min-0 service down to its minimum at once.
+func TestRestartKeepsRunningReplicas(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "services.json")
+	m, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testService(t, "warm", 0, 3)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	for slot := range 2 {
+		if _, _, err := f.Submit(context.Background(), *m.submission(m.svcs["warm"], slot)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m2, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Reconcile(context.Background())
+	m2.Reconcile(context.Background())
+	st, _ := m2.Get("warm")
+	f.mu.Lock()
+	cancels := f.cancels
+	f.mu.Unlock()
+	if st.Desired != 2 || cancels != 0 {
+		t.Fatalf("after a restart with 2 replicas running: desired %d, %d cancelled", st.Desired, cancels)
+	}
+}
