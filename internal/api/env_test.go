@@ -26,6 +26,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -121,9 +122,15 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("loading catalog: %v", err)
 	}
+	// Services are kept but not reconciled (no Run): the API tests
+	// check their access and validation, not their replicas.
+	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(dir, "services.json")})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	srv, err := api.New(api.Config{
 		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)
