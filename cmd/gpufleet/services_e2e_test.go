@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +54,7 @@ spec:
   port: %d
   readiness: {path: /health, period: 200ms}
   replicas: {min: 0, max: 2}
-  autoscaling: {metric: inflight, target: 4, scaleDownWindow: 10m, scaleFromZeroTimeout: 60s}
+  autoscaling: {metric: inflight, target: 2, scaleDownWindow: 3s, scaleFromZeroTimeout: 60s}
   auth: {mode: public}
 `, replica, port)
 	file := filepath.Join(t.TempDir(), "svc.yaml")
@@ -111,7 +113,7 @@ spec:
 	}
 
 	v := get()
-	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Events) == 0 {
+	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Events) == 0 || v.Events[0].Kind != "service-scale" {
 		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Events))
 	}
 	job := s.job(v.Replicas[0].Job)
@@ -121,6 +123,89 @@ spec:
 	if list := s.gpufleet("services", "list"); !strings.Contains(list, "echo") || !strings.Contains(list, "/services/echo/") {
 		t.Fatalf("list:\n%s", list)
 	}
+
+	// Under load from 6 clients (3 per replica at target 2) it scales to
+	// max 2; a rolling update to a new reply meanwhile fails no request;
+	// when the load stops it scales back to 0.
+	var okN, failed atomic.Int64
+	var lastErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"load"}`))
+				if err != nil {
+					failed.Add(1)
+					lastErr.Store(err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					lastErr.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
+				} else {
+					okN.Add(1)
+				}
+			}
+		}()
+	}
+	waitService := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			v := get()
+			if ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("timed out waiting for %s: %+v\nserver log:\n%s", what, v, s.out)
+			}
+			time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
+		}
+	}
+	waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
+	updated := strings.Replace(manifest, "REPLY: hello", "REPLY: world", 1)
+	if err := os.WriteFile(file, []byte(updated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("services", "apply", "-f", file)
+	waitService("every replica at generation 2", func(v api.ServiceView) bool {
+		if v.Ready < 1 {
+			return false
+		}
+		for _, r := range v.Replicas {
+			if r.Generation != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || okN.Load() == 0 {
+		t.Fatalf("load through scale-up and a rolling update: %d ok, %d failed (last: %v)", okN.Load(), failed.Load(), lastErr.Load())
+	}
+	t.Logf("load: %d requests, 0 failed, through a scale-up and a rolling update", okN.Load())
+	resp, err = http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"after"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"text":"world"`) {
+		t.Fatalf("after the update: %s", body)
+	}
+	waitService("scaled back to 0", func(v api.ServiceView) bool { return v.Desired == 0 && len(v.Replicas) == 0 })
 
 	s.gpufleet("services", "delete", "echo")
 	s.waitJob(job.ID, func(v api.JobView) bool { return v.State.Terminal() }, "cancelled with its service")

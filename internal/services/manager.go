@@ -88,15 +88,17 @@ type entry struct {
 
 // backend is one replica.
 type backend struct {
-	job       string
-	slot      int
-	gen       int
-	jobState  model.JobState
-	addr      string // host:port once running
-	started   time.Time
-	ready     bool
-	wasReady  bool
-	draining  time.Time // when it began draining; zero if not
+	job      string
+	slot     int
+	gen      int
+	jobState model.JobState
+	addr     string // host:port once running
+	started  time.Time
+	ready    bool
+	wasReady bool
+	draining time.Time // when it began draining; zero if not
+	// stopped is set once its job was cancelled, so it is asked once.
+	stopped   bool
 	nextProbe time.Time
 	inFlight  int
 }
@@ -501,7 +503,8 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	var cur, old []*backend
 	for _, b := range e.replicas {
 		if !b.draining.IsZero() {
-			if b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout {
+			if !b.stopped && (b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
+				b.stopped = true
 				acts = append(acts, action{cancel: b.job})
 			}
 			continue
