@@ -141,7 +141,9 @@ spec:
 					return
 				default:
 				}
-				resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"load"}`))
+				req, _ := http.NewRequest("POST", base+"/v1/completions", strings.NewReader(`{"prompt":"load"}`))
+				req.Header.Set("Idempotency-Key", "k") // a completion is safe to send again
+				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					failed.Add(1)
 					lastErr.Store(err.Error())
@@ -190,12 +192,31 @@ spec:
 		}
 		return true
 	})
+	// A replica's process crashes under load: its requests go to the
+	// other replica and a new job replaces it.
+	v = waitService("2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	crashed := v.Replicas[0]
+	if resp, err := http.Get("http://" + crashed.Address + "/crash"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the replica answered /crash")
+	}
+	waitService("the crashed replica replaced", func(v api.ServiceView) bool {
+		if v.Ready != 2 {
+			return false
+		}
+		for _, r := range v.Replicas {
+			if r.Job == crashed.Job {
+				return false
+			}
+		}
+		return true
+	})
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 || okN.Load() == 0 {
-		t.Fatalf("load through scale-up and a rolling update: %d ok, %d failed (last: %v)", okN.Load(), failed.Load(), lastErr.Load())
+		t.Fatalf("load through scale-up, a rolling update and a crash: %d ok, %d failed (last: %v)", okN.Load(), failed.Load(), lastErr.Load())
 	}
-	t.Logf("load: %d requests, 0 failed, through a scale-up and a rolling update", okN.Load())
+	t.Logf("load: %d requests, 0 failed, through a scale-up, a rolling update and a crashed replica", okN.Load())
 	resp, err = http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"after"}`))
 	if err != nil {
 		t.Fatal(err)

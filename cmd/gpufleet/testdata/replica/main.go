@@ -20,6 +20,8 @@ func main() {
 	}
 	reply := os.Getenv("REPLY")
 	http.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// /crash ends the process at once, as a crashing server would.
+	http.HandleFunc("/crash", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
 	http.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Prompt string `json:"prompt"`
