@@ -358,11 +358,11 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	m.mu.Lock()
 	var acts []action
 	for name, js := range byService {
-		if e, ok := m.svcs[name]; !ok || e.svc.Project != js[0].Project {
-			for _, j := range js { // a deleted service's replicas
-				if ok && j.Project != e.svc.Project {
-					continue
-				}
+		if _, ok := m.svcs[name]; ok {
+			continue
+		}
+		for _, j := range js { // a deleted service's replicas
+			if j.Tags[model.TagServiceSlot] != "" && j.Tags[model.TagServiceGeneration] != "" {
 				acts = append(acts, action{cancel: j.ID})
 			}
 		}

@@ -438,3 +438,29 @@ func TestRestartKeepsRunningReplicas(t *testing.T) {
 		t.Fatalf("after a restart with 2 replicas running: desired %d, %d cancelled", st.Desired, cancels)
 	}
 }
+
+// TestForeignTaggedJobsLeaveReplicasAlone: a job of another project tagged
+// with a service's name is neither adopted nor a reason to stop the
+// service's own replicas.
+func TestForeignTaggedJobsLeaveReplicasAlone(t *testing.T) {
+	f := newFake(t)
+	m, _, _ := startManager(t, f)
+	s := testService(t, "own", 1, 1)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("own"); return st.Ready == 1 })
+	f.mu.Lock()
+	f.n++
+	f.jobs["foreign"] = &model.Job{ID: "foreign", Project: "other", State: model.JobRunning, SubmittedAt: time.Now(),
+		Tags: map[string]string{model.TagService: "own", model.TagServiceSlot: "0", model.TagServiceGeneration: "1"}}
+	f.mu.Unlock()
+	time.Sleep(200 * time.Millisecond) // several reconciliations at 20 ms
+	st, _ := m.Get("own")
+	f.mu.Lock()
+	cancels := f.cancels
+	f.mu.Unlock()
+	if st.Ready != 1 || len(st.Replicas) != 1 || st.Replicas[0].Job == "foreign" || cancels != 0 {
+		t.Fatalf("a foreign tagged job changed the service: %+v, %d cancelled", st.Replicas, cancels)
+	}
+}
