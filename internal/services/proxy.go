@@ -308,18 +308,19 @@ func (m *Manager) acquire(ctx context.Context, service string, tried map[string]
 }
 
 // release ends a request on b; failed marks b unready until its next
-// probe passes.
+// probe passes, and wakes the reconciler to see to it.
 func (m *Manager) release(service string, b *backend, failed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b.inFlight--
-	if failed {
-		if e, ok := m.svcs[service]; ok && e.replicas[b.job] == b {
-			m.setReadyLocked(e, b, false)
-			b.nextProbe = time.Time{}
-		} else {
-			b.ready = false
-		}
+	if !failed {
+		return
+	}
+	if e, ok := m.svcs[service]; ok && e.replicas[b.job] == b {
+		m.setReadyLocked(e, b, false)
+		b.nextProbe = time.Time{}
+	} else {
+		b.ready = false
 	}
 	m.poke()
 }
