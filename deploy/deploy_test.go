@@ -27,6 +27,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -74,7 +75,7 @@ func liveNames(t *testing.T) map[string]bool {
 	}
 	defer ctrl.Close()
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
-	srv, err := api.New(api.Config{Controller: ctrl, Catalog: cat, Logs: logs, Registry: reg, Version: "test"})
+	srv, err := api.New(api.Config{Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +179,28 @@ func liveNames(t *testing.T) map[string]bool {
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/version", nil))
 	if m := gather(); m["gpufleet_api_request_duration_seconds"] == 0 {
 		t.Fatalf("no API series after a request (status %d)", rec.Code)
+	}
+	// A service and one request through its proxy (no replica comes: 503).
+	svcMetrics, err := services.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(t.TempDir(), "services.json"), Metrics: svcMetrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := model.ServiceSpec{Template: model.JobSpec{Run: model.RunSpec{Command: []string{"serve"}}}, Port: 8000,
+		Replicas:    model.ServiceReplicas{Max: 1},
+		Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnInFlight, Target: 1, ScaleFromZeroTimeout: model.Duration(time.Millisecond)},
+		Auth:        model.ServiceAuth{Mode: model.AuthPublic}}
+	spec.Default()
+	if _, _, err := svcs.Apply(ctx, model.Service{Name: "s", Project: model.DefaultProject, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	svcs.Proxy(rec, httptest.NewRequest(http.MethodGet, "/services/s/", nil), "s", "/", nil)
+	if m := gather(); m["gpufleet_service_requests_total"] == 0 || m["gpufleet_service_replicas"] == 0 {
+		t.Fatalf("no service series after a request (status %d)", rec.Code)
 	}
 	return names
 }

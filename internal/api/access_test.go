@@ -79,13 +79,19 @@ var accessCases = map[string]accessCase{
 	"POST /v1/jobs": {project: "body", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
 		return req{Method: "POST", Path: "/v1/jobs", Body: projectJob("new", p)}
 	}},
-	"GET /v1/jobs":                       {project: "query", min: model.RoleViewer, build: func(_ *accessFixture, p string) req { return req{Method: "GET", Path: "/v1/jobs?project=" + p} }},
-	"GET /v1/jobs/{id}":                  {project: "job", min: model.RoleViewer, build: onJob("GET", "")},
-	"POST /v1/jobs/{id}/cancel":          {project: "job", min: model.RoleMember, build: onJob("POST", "/cancel")},
-	"POST /v1/jobs/{id}/checkpoints":     {project: "job", min: model.RoleMember, build: onJob("POST", "/checkpoints")},
-	"GET /v1/jobs/{id}/logs":             {project: "job", min: model.RoleViewer, build: onJob("GET", "/logs")},
-	"GET /v1/jobs/{id}/explain":          {project: "job", min: model.RoleViewer, build: onJob("GET", "/explain")},
-	"GET /v1/queues":                     {min: model.RoleViewer, build: get("/v1/queues")},
+	"GET /v1/jobs":                   {project: "query", min: model.RoleViewer, build: func(_ *accessFixture, p string) req { return req{Method: "GET", Path: "/v1/jobs?project=" + p} }},
+	"GET /v1/jobs/{id}":              {project: "job", min: model.RoleViewer, build: onJob("GET", "")},
+	"POST /v1/jobs/{id}/cancel":      {project: "job", min: model.RoleMember, build: onJob("POST", "/cancel")},
+	"POST /v1/jobs/{id}/checkpoints": {project: "job", min: model.RoleMember, build: onJob("POST", "/checkpoints")},
+	"GET /v1/jobs/{id}/logs":         {project: "job", min: model.RoleViewer, build: onJob("GET", "/logs")},
+	"GET /v1/jobs/{id}/explain":      {project: "job", min: model.RoleViewer, build: onJob("GET", "/explain")},
+	"GET /v1/queues":                 {min: model.RoleViewer, build: get("/v1/queues")},
+	"POST /v1/services": {project: "body", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
+		return req{Method: "POST", Path: "/v1/services", Body: projectService("new-"+p, p, "token")}
+	}},
+	"GET /v1/services":                   {project: "query", min: model.RoleViewer, build: func(_ *accessFixture, p string) req { return req{Method: "GET", Path: "/v1/services?project=" + p} }},
+	"GET /v1/services/{name}":            {min: model.RoleViewer, build: get("/v1/services/svc-a")},
+	"DELETE /v1/services/{name}":         {min: model.RoleMember, build: send("DELETE", "/v1/services/x", "")},
 	"POST /v1/jobs/{id}/metrics":         {project: "job", min: model.RoleMember, build: onJob("POST", "/metrics")},
 	"GET /v1/cost":                       {min: model.RoleViewer, build: get("/v1/cost")},
 	"GET /v1/cost/forecast":              {min: model.RoleAdmin, build: get("/v1/cost/forecast")},
@@ -144,6 +150,9 @@ func TestAccessMatrix(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
 	f := &accessFixture{jobs: map[string]string{"a": e.submit(t, projectJob("ja", "a")), "b": e.submit(t, projectJob("jb", "b"))}}
+	if r := e.do(t, req{Method: "POST", Path: "/v1/services", Body: projectService("svc-a", "a", "token"), Token: e.admin}); r.Status != http.StatusCreated {
+		t.Fatalf("applying svc-a: %d %s", r.Status, r.Body)
+	}
 
 	// Every role holds it in project a only; a user granted nothing is
 	// "nobody". Each call gets a fresh token, so that rotating one (or

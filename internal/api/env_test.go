@@ -29,6 +29,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/registry"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 )
 
@@ -130,9 +131,15 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// Services are kept but not reconciled (no Run): the API tests
+	// check their access and validation, not their replicas.
+	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(dir, "services.json")})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	srv, err := api.New(api.Config{
 		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st,
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)

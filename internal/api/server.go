@@ -66,6 +66,9 @@ type Config struct {
 	UI http.Handler
 	// Audit reads the audit log for GET /v1/audit; nil answers 501.
 	Audit AuditReader
+	// Services runs inference services (/v1/services, /services/NAME/);
+	// nil answers 501.
+	Services Services
 }
 
 // Server is the HTTP API.
@@ -113,6 +116,10 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
 	}
+	mux.HandleFunc("/services/{name}/{rest...}", s.proxyService)
+	mux.HandleFunc("/services/{name}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/services/"+r.PathValue("name")+"/", http.StatusPermanentRedirect)
+	})
 	if cfg.UI != nil {
 		mux.Handle("/ui/", s.origins.Handler(cfg.UI))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))

@@ -20,6 +20,8 @@ const (
 	EventNodeLost   EventKind = "node-lost"     // a node went silent
 	EventTerminate  EventKind = "terminate"     // an instance was terminated (idle, drained, interrupted)
 	EventLeak       EventKind = "leak"          // an instance the store does not own was found and terminated
+	// EventServiceScale: a service's autoscaler changed its replica count.
+	EventServiceScale EventKind = "service-scale"
 )
 
 // Event is one thing the control plane did or saw, recorded in the same

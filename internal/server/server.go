@@ -44,6 +44,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/ssh"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
 
@@ -430,23 +431,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if calNote != "" {
 		log.Info("advisor uses measured GPU rates", "source", calNote)
 	}
+	svcMetrics, err := services.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(c.DataDir, "services.json"),
+		Log: log.With("component", "services"), Metrics: svcMetrics, StripCookies: []string{web.SessionCookie, web.CSRFCookie}})
+	if err != nil {
+		return err
+	}
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs})
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan stopped, 5)
+	errc := make(chan stopped, 6)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.CP, kube.Nodes = ctrl, poolNodes{ctrl}
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
 	startSSHFleet(sshEnroll, sshDial, ctrl)
 	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner", "ssh fleet"}
+	go func() { errc <- stopped{"services", svcs.Run(ctx)} }()
+	running := []string{"api", "controller", "kubernetes runner", "ssh fleet", "services"}
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {

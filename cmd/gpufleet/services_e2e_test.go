@@ -1,0 +1,241 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/api"
+)
+
+// buildReplica builds testdata/replica (an OpenAI-style stand-in server)
+// where workload users can run it.
+func buildReplica(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(sharedDir(t), "replica")
+	build := exec.Command("go", "build", "-o", bin, "./testdata/replica")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the replica: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestServiceScalesFromZero: a service with min 0 has no replica until a
+// request comes; the request is held while a replica job starts (with
+// PORT set) and turns ready, then served through /services/NAME/, both as
+// JSON and as an unbuffered SSE stream, and its usage is counted.
+func TestServiceScalesFromZero(t *testing.T) {
+	replica := buildReplica(t)
+	s := startServer(t, t.TempDir(), freePort(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
+kind: Service
+metadata: {name: echo}
+spec:
+  template:
+    run: {command: [%q], env: {REPLY: hello}}
+    resources: {gpus: 0}
+  port: %d
+  readiness: {path: /health, period: 200ms}
+  replicas: {min: 0, max: 2}
+  autoscaling: {metric: inflight, target: 2, scaleDownWindow: 3s, scaleFromZeroTimeout: 60s}
+  auth: {mode: public}
+`, replica, port)
+	file := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.gpufleet("services", "apply", "-f", file); !strings.Contains(out, "service echo applied") {
+		t.Fatalf("apply: %s", out)
+	}
+	get := func() api.ServiceView {
+		var v api.ServiceView
+		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", "echo", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	time.Sleep(time.Second)
+	if v := get(); len(v.Replicas) != 0 || v.Desired != 0 {
+		t.Fatalf("idle service at min 0 has replicas: %+v", v.Replicas)
+	}
+
+	start := time.Now()
+	base := "http://" + s.listen + "/services/echo"
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model":"echo","prompt":"one two"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("first request: %d %s\nserver log:\n%s", resp.StatusCode, body, s.out)
+	}
+	var out struct {
+		Port    string `json:"port"`
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			Total int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.Usage.Total != 5 || len(out.Choices) != 1 || out.Choices[0].Text != "hello" || out.Port != strconv.Itoa(port) {
+		t.Fatalf("first request answered %s (%v)", body, err)
+	}
+	t.Logf("scale from zero to the first response: %s", time.Since(start).Round(time.Millisecond))
+
+	// A streamed completion: the events arrive as the replica sends them.
+	resp, err = http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" || strings.Count(string(stream), "data: ") != 5 || !strings.HasSuffix(string(stream), "data: [DONE]\n\n") {
+		t.Fatalf("stream: %s %q", resp.Header.Get("Content-Type"), stream)
+	}
+
+	v := get()
+	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Events) == 0 || v.Events[0].Kind != "service-scale" {
+		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Events))
+	}
+	job := s.job(v.Replicas[0].Job)
+	if job.Spec.Run.Env["PORT"] != strconv.Itoa(port) || job.Tags["gpufleet.dev/service"] != "echo" {
+		t.Fatalf("replica job: env %v tags %v", job.Spec.Run.Env, job.Tags)
+	}
+	if list := s.gpufleet("services", "list"); !strings.Contains(list, "echo") || !strings.Contains(list, "/services/echo/") {
+		t.Fatalf("list:\n%s", list)
+	}
+
+	// Under load from 6 clients (3 per replica at target 2) it scales to
+	// max 2; a rolling update to a new reply meanwhile fails no request;
+	// when the load stops it scales back to 0.
+	var okN, failed atomic.Int64
+	var lastErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", base+"/v1/completions", strings.NewReader(`{"prompt":"load"}`))
+				req.Header.Set("Idempotency-Key", "k") // a completion is safe to send again
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					failed.Add(1)
+					lastErr.Store(err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					lastErr.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
+				} else {
+					okN.Add(1)
+				}
+			}
+		}()
+	}
+	waitService := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			v := get()
+			if ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("timed out waiting for %s: %+v\nserver log:\n%s", what, v, s.out)
+			}
+			time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
+		}
+	}
+	waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
+	updated := strings.Replace(manifest, "REPLY: hello", "REPLY: world", 1)
+	if err := os.WriteFile(file, []byte(updated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("services", "apply", "-f", file)
+	waitService("every replica at generation 2", func(v api.ServiceView) bool {
+		if v.Ready < 1 {
+			return false
+		}
+		for _, r := range v.Replicas {
+			if r.Generation != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	// A replica's process crashes under load: its requests go to the
+	// other replica and a new job replaces it.
+	v = waitService("2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
+	crashed := v.Replicas[0]
+	if resp, err := http.Get("http://" + crashed.Address + "/crash"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the replica answered /crash")
+	}
+	waitService("the crashed replica replaced", func(v api.ServiceView) bool {
+		if v.Ready != 2 {
+			return false
+		}
+		for _, r := range v.Replicas {
+			if r.Job == crashed.Job {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || okN.Load() == 0 {
+		t.Fatalf("load through scale-up, a rolling update and a crash: %d ok, %d failed (last: %v)", okN.Load(), failed.Load(), lastErr.Load())
+	}
+	t.Logf("load: %d requests, 0 failed, through a scale-up, a rolling update and a crashed replica", okN.Load())
+	resp, err = http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"after"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"text":"world"`) {
+		t.Fatalf("after the update: %s", body)
+	}
+	waitService("scaled back to 0", func(v api.ServiceView) bool { return v.Desired == 0 && len(v.Replicas) == 0 })
+
+	s.gpufleet("services", "delete", "echo")
+	s.waitJob(job.ID, func(v api.JobView) bool { return v.State.Terminal() }, "cancelled with its service")
+	resp, err = http.Get(base + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("deleted service answered %d", resp.StatusCode)
+	}
+}

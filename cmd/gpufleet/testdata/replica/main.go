@@ -1,0 +1,51 @@
+// Command replica is a stand-in for an inference server in the services
+// end-to-end test: it listens on $PORT, answers /health, and answers
+// OpenAI-style /v1/completions with usage, streamed as Server-Sent Events
+// when the request asks for "stream": true.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"strings"
+)
+
+func main() {
+	port := os.Getenv("PORT")
+	if port == "" {
+		log.Fatal("PORT is not set")
+	}
+	reply := os.Getenv("REPLY")
+	http.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// /crash ends the process at once, as a crashing server would.
+	http.HandleFunc("/crash", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
+	http.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Prompt string `json:"prompt"`
+			Stream bool   `json:"stream"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		prompt := len(strings.Fields(req.Prompt))
+		usage := map[string]int{"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
+		if req.Stream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, tok := range []string{"a", "b", "c"} {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"text\":%q}]}\n\n", tok)
+				w.(http.Flusher).Flush()
+			}
+			u, _ := json.Marshal(map[string]any{"choices": []any{}, "usage": usage})
+			fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", u)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"object": "text_completion", "model": "echo", "port": port,
+			"choices": []any{map[string]any{"text": reply, "index": 0}}, "usage": usage})
+	})
+	log.Fatal(http.ListenAndServe(":"+port, nil))
+}

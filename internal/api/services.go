@@ -1,0 +1,196 @@
+package api
+
+import (
+	"context"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/gpufleet/gpufleet/internal/auth"
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Services keeps inference services and proxies /services/NAME/… to their
+// replicas (package services). Config.Services holds one; nil answers 501.
+type Services interface {
+	// Apply creates s or replaces its spec (created true when new).
+	Apply(ctx context.Context, s model.Service) (model.ServiceStatus, bool, error)
+	// List returns the services of projects (nil: every project).
+	List(projects map[string]bool) []model.ServiceStatus
+	Get(name string) (model.ServiceStatus, error)
+	Delete(ctx context.Context, name string) error
+	// Proxy serves r to service name at path rest; authorize decides
+	// token-auth services (0: allowed, else the status to refuse with).
+	Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize func(r *http.Request, project string) int)
+}
+
+// ServiceManifest is a Service manifest (manifest.Service): what
+// POST /v1/services takes as JSON or YAML.
+type ServiceManifest = manifest.Service
+
+// ServiceView is a service as the API shows it.
+type ServiceView = model.ServiceStatus
+
+// ServiceList is GET /v1/services.
+type ServiceList struct {
+	Services []ServiceView `json:"services"`
+}
+
+func serviceRoutes() []Route {
+	return []Route{
+		{Method: "POST", Pattern: "/v1/services", Project: projectOfBody, Perm: PermJobsSubmit, Kinds: users,
+			Summary: "Create or update a service (a Service manifest as JSON or YAML); a changed spec rolls its replicas.",
+			Request: ServiceManifest{}, Response: ServiceView{}, Status: 201,
+			handler: func(s *Server) http.HandlerFunc { return s.applyService }},
+		{Method: "GET", Pattern: "/v1/services", Project: projectOfQuery, Perm: PermJobsRead, Kinds: users,
+			Summary: "Services of the projects the caller may read, with their replicas.",
+			Query:   []Param{{"project", "string", "project name"}}, Response: ServiceList{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.listServices }},
+		{Method: "GET", Pattern: "/v1/services/{name}", Perm: PermJobsRead, Kinds: users,
+			Summary:  "One service: its spec, replicas, requests, tokens and the autoscaler's latest decisions.",
+			Response: ServiceView{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.getService }},
+		{Method: "DELETE", Pattern: "/v1/services/{name}", Perm: PermJobsCancel, Kinds: users,
+			Summary: "Delete a service; its replicas are cancelled.", Status: 204,
+			handler: func(s *Server) http.HandlerFunc { return s.deleteService }},
+	}
+}
+
+func (s *Server) servicesOK(w http.ResponseWriter, r *http.Request) bool {
+	if s.cfg.Services == nil {
+		writeProblem(w, r, http.StatusNotImplemented, "this server runs no services", nil)
+		return false
+	}
+	return true
+}
+
+func (s *Server) applyService(w http.ResponseWriter, r *http.Request) {
+	if !s.servicesOK(w, r) {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	format := manifest.JSON
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.Contains(mt, "yaml") {
+		format = manifest.YAML
+	}
+	m, problems := manifest.ParseService(body, format, s.cfg.Catalog.KnownGPU)
+	if len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "the service is invalid; fix the fields below", problems)
+		return
+	}
+	for i, g := range m.Spec.Template.Resources.GPU.Models {
+		if c, ok := s.cfg.Catalog.CanonicalGPU(g); ok {
+			m.Spec.Template.Resources.GPU.Models[i] = c
+		}
+	}
+	project := m.Metadata.Project
+	if project == "" {
+		project = model.DefaultProject
+	}
+	if !s.allowProject(w, r, project) {
+		return
+	}
+	admin := s.cfg.Roles.RoleIn(caller(r), project) == model.RoleAdmin
+	if fe := m.Spec.Template.HostPaths("spec.template"); len(fe) > 0 && !admin {
+		writeProblem(w, r, http.StatusBadRequest, "the replica template asks for host access, which only admins may grant", fe)
+		return
+	}
+	st, created, err := s.cfg.Services.Apply(r.Context(), model.Service{Name: m.Metadata.Name, Project: project,
+		User: caller(r).Subject, Tags: m.Metadata.Tags, Spec: m.Spec, Trusted: admin})
+	if err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	w.Header().Set("Location", "/v1/services/"+st.Name)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, st)
+}
+
+func (s *Server) listServices(w http.ResponseWriter, r *http.Request) {
+	if !s.servicesOK(w, r) {
+		return
+	}
+	projects := s.visibleProjects(r, model.RoleViewer)
+	if p := r.URL.Query().Get("project"); p != "" {
+		projects = map[string]bool{p: projects == nil || projects[p]}
+	}
+	writeJSON(w, http.StatusOK, ServiceList{Services: s.cfg.Services.List(projects)})
+}
+
+// visibleService returns the service named in the path if the caller holds
+// at least min in its project; otherwise it answers 404 (a service of a
+// project the caller cannot see does not exist for them) or 403.
+func (s *Server) visibleService(w http.ResponseWriter, r *http.Request, min model.Role) (model.ServiceStatus, bool) {
+	if !s.servicesOK(w, r) {
+		return model.ServiceStatus{}, false
+	}
+	st, err := s.cfg.Services.Get(r.PathValue("name"))
+	if err == nil {
+		role := s.cfg.Roles.RoleIn(caller(r), st.Project)
+		if _, global := s.cfg.Roles.Roles(caller(r)); !global && !roleAtLeast(role, model.RoleViewer) {
+			err = model.ErrNotFound
+		} else if !global && !roleAtLeast(role, min) {
+			writeProblem(w, r, http.StatusForbidden, "this token may not change services in project "+st.Project, nil)
+			return model.ServiceStatus{}, false
+		}
+	}
+	if err != nil {
+		writeProblem(w, r, statusOf(err), "service "+r.PathValue("name")+": not found", nil)
+		return model.ServiceStatus{}, false
+	}
+	if a := accessOf(r); a != nil {
+		a.project = st.Project
+	}
+	return st, true
+}
+
+func (s *Server) getService(w http.ResponseWriter, r *http.Request) {
+	if st, ok := s.visibleService(w, r, model.RoleViewer); ok {
+		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+func (s *Server) deleteService(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.visibleService(w, r, model.RoleMember)
+	if !ok {
+		return
+	}
+	if err := s.cfg.Services.Delete(r.Context(), st.Name); err != nil {
+		writeProblem(w, r, statusOf(err), err.Error(), nil)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// proxyService serves /services/{name}/… : public services to anyone,
+// token services to bearer tokens with a role in the service's project.
+// Dashboard sessions are not accepted here (a page could ride them).
+func (s *Server) proxyService(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Services == nil {
+		writeProblem(w, r, http.StatusNotImplemented, "this server runs no services", nil)
+		return
+	}
+	name := r.PathValue("name")
+	rest := "/" + r.PathValue("rest")
+	s.cfg.Services.Proxy(w, r, name, rest, func(r *http.Request, project string) int {
+		secret, ok := auth.Bearer(r.Header.Get("Authorization"))
+		if !ok {
+			return http.StatusUnauthorized
+		}
+		tok, err := s.cfg.Identity.Authenticate(secret)
+		if err != nil || tok.Kind != model.TokenUser {
+			return http.StatusUnauthorized
+		}
+		if _, global := s.cfg.Roles.Roles(tok); global || roleAtLeast(s.cfg.Roles.RoleIn(tok, project), model.RoleViewer) {
+			return 0
+		}
+		return http.StatusForbidden
+	})
+}

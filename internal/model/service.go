@@ -1,0 +1,265 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Tags that mark a job as a replica of a service: the service owns the job.
+const (
+	// TagService names the service a replica job belongs to.
+	TagService = "gpufleet.dev/service"
+	// TagServiceGeneration is the service generation (spec revision) the
+	// replica was made from; a rolling update replaces older ones.
+	TagServiceGeneration = "gpufleet.dev/service-generation"
+	// TagServiceSlot is the replica's slot: it listens on port + slot.
+	TagServiceSlot = "gpufleet.dev/service-slot"
+)
+
+// Autoscaling metrics a service may scale on.
+const (
+	ScaleOnInFlight = "inflight" // requests in flight per ready replica
+	ScaleOnRate     = "rps"      // requests per second per ready replica
+)
+
+// Service auth modes.
+const (
+	AuthPublic = "public" // anyone who reaches the server
+	AuthToken  = "token"  // a gpufleet token with a role in the service's project
+)
+
+// MaxServiceSlots bounds max + maxSurge, so port + slot stays a small range.
+const MaxServiceSlots = 256
+
+// ServiceSpec is an inference endpoint: replicas made from a job template,
+// reached through the server's proxy at /services/NAME/.
+type ServiceSpec struct {
+	// Template is the replica's job spec; each replica is one job whose
+	// replicas field must be 1. It starts with PORT set.
+	Template JobSpec `json:"template"`
+	// Port is the first port replicas listen on: replica slot i gets
+	// PORT=port+i, so several replicas share a host network.
+	Port        int                `json:"port"`
+	Readiness   ReadinessProbe     `json:"readiness,omitempty"`
+	Replicas    ServiceReplicas    `json:"replicas,omitempty"`
+	Autoscaling ServiceAutoscaling `json:"autoscaling,omitempty"`
+	Update      RollingUpdate      `json:"update,omitempty"`
+	Auth        ServiceAuth        `json:"auth,omitempty"`
+}
+
+// ReadinessProbe is an HTTP GET that must answer 2xx before a replica
+// gets traffic.
+type ReadinessProbe struct {
+	Path         string   `json:"path,omitempty"`
+	Timeout      Duration `json:"timeout,omitempty"`
+	InitialDelay Duration `json:"initialDelay,omitempty"`
+	Period       Duration `json:"period,omitempty"`
+}
+
+// ServiceReplicas bounds the replica count; Target is the count when no
+// autoscaling metric is set, and the start otherwise.
+type ServiceReplicas struct {
+	Min    int `json:"min"`
+	Max    int `json:"max,omitempty"`
+	Target int `json:"target,omitempty"`
+}
+
+// ServiceAutoscaling scales between min and max on the proxy's metrics.
+type ServiceAutoscaling struct {
+	// Metric is inflight or rps; empty keeps the replica count at target.
+	Metric string `json:"metric,omitempty"`
+	// Target is the metric's value per ready replica to aim for.
+	Target float64 `json:"target,omitempty"`
+	// ScaleUpWindow and ScaleDownWindow: the count changes to the highest
+	// (up) or lowest-but-highest (down) recommendation seen over the window,
+	// so a short burst or lull does not flap it.
+	ScaleUpWindow   Duration `json:"scaleUpWindow,omitempty"`
+	ScaleDownWindow Duration `json:"scaleDownWindow,omitempty"`
+	// ScaleFromZeroTimeout is how long a request waits for a first replica
+	// when there is none (min 0); then it gets 503.
+	ScaleFromZeroTimeout Duration `json:"scaleFromZeroTimeout,omitempty"`
+	// QueueLimit bounds requests held while no replica is ready; past it
+	// they get 503 with Retry-After.
+	QueueLimit int `json:"queueLimit,omitempty"`
+}
+
+// RollingUpdate bounds a rolling update: how many replicas above the count
+// may run and how many below it may be unready meanwhile.
+type RollingUpdate struct {
+	MaxSurge       int `json:"maxSurge,omitempty"`
+	MaxUnavailable int `json:"maxUnavailable,omitempty"`
+}
+
+// ServiceAuth says who may call the service.
+type ServiceAuth struct {
+	Mode string `json:"mode,omitempty"`
+}
+
+// Service defaults.
+const (
+	DefaultProbeTimeout         = Duration(2 * time.Second)
+	DefaultProbePeriod          = Duration(time.Second)
+	DefaultScaleDownWindow      = Duration(60 * time.Second)
+	DefaultScaleFromZeroTimeout = Duration(120 * time.Second)
+	DefaultQueueLimit           = 100
+)
+
+// Default fills empty fields with their defaults. It is idempotent.
+func (s *ServiceSpec) Default() {
+	s.Template.Default()
+	if s.Readiness.Path == "" {
+		s.Readiness.Path = "/"
+	}
+	if s.Readiness.Timeout == 0 {
+		s.Readiness.Timeout = DefaultProbeTimeout
+	}
+	if s.Readiness.Period == 0 {
+		s.Readiness.Period = DefaultProbePeriod
+	}
+	if s.Replicas.Max == 0 {
+		s.Replicas.Max = max(s.Replicas.Min, s.Replicas.Target, 1)
+	}
+	if s.Replicas.Target == 0 && s.Autoscaling.Metric == "" {
+		s.Replicas.Target = max(s.Replicas.Min, 1)
+	}
+	if s.Autoscaling.ScaleDownWindow == 0 {
+		s.Autoscaling.ScaleDownWindow = DefaultScaleDownWindow
+	}
+	if s.Autoscaling.ScaleFromZeroTimeout == 0 {
+		s.Autoscaling.ScaleFromZeroTimeout = DefaultScaleFromZeroTimeout
+	}
+	if s.Autoscaling.QueueLimit == 0 {
+		s.Autoscaling.QueueLimit = DefaultQueueLimit
+	}
+	if s.Update.MaxSurge == 0 && s.Update.MaxUnavailable == 0 {
+		s.Update.MaxSurge = 1
+	}
+	if s.Auth.Mode == "" {
+		s.Auth.Mode = AuthToken
+	}
+}
+
+// Validate reports every problem in s, with paths under prefix (usually
+// "spec"); knownGPU is as for JobSpec.Validate.
+func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
+	fe := s.Template.Validate(prefix+".template", knownGPU)
+	p := func(f string) string { return prefix + "." + f }
+	if s.Template.Replicas > 1 {
+		fe.Add(p("template.replicas"), "must be 1: a service replica is one process; scale with spec.replicas")
+	}
+	if s.Template.Array > 0 {
+		fe.Add(p("template.array"), "must be empty: a service replica is not an array job")
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		fe.Add(p("port"), "must be a TCP port, 1 to 65535")
+	} else if s.Port+s.Replicas.Max+s.Update.MaxSurge > 65535 {
+		fe.Add(p("port"), "port + replicas.max + update.maxSurge must stay ≤ 65535 (replica i listens on port+i)")
+	}
+	if r := s.Readiness.Path; r != "" && !strings.HasPrefix(r, "/") {
+		fe.Add(p("readiness.path"), "must start with /")
+	}
+	for f, d := range map[string]Duration{"readiness.timeout": s.Readiness.Timeout, "readiness.initialDelay": s.Readiness.InitialDelay,
+		"readiness.period": s.Readiness.Period, "autoscaling.scaleUpWindow": s.Autoscaling.ScaleUpWindow,
+		"autoscaling.scaleDownWindow": s.Autoscaling.ScaleDownWindow, "autoscaling.scaleFromZeroTimeout": s.Autoscaling.ScaleFromZeroTimeout} {
+		if d < 0 {
+			fe.Add(p(f), "must be ≥ 0")
+		} else if d.D() > 24*time.Hour {
+			fe.Add(p(f), "must be ≤ 24h")
+		}
+	}
+	r := s.Replicas
+	switch {
+	case r.Min < 0:
+		fe.Add(p("replicas.min"), "must be ≥ 0")
+	case r.Max < 0:
+		fe.Add(p("replicas.max"), "must be ≥ 0")
+	case r.Max > 0 && r.Min > r.Max:
+		fe.Add(p("replicas.min"), fmt.Sprintf("must be ≤ replicas.max (%d)", r.Max))
+	case r.Target < 0 || (r.Target > 0 && (r.Target < r.Min || (r.Max > 0 && r.Target > r.Max))):
+		fe.Add(p("replicas.target"), "must lie between replicas.min and replicas.max")
+	}
+	if r.Max+s.Update.MaxSurge > MaxServiceSlots {
+		fe.Add(p("replicas.max"), fmt.Sprintf("replicas.max + update.maxSurge must be ≤ %d", MaxServiceSlots))
+	}
+	a := s.Autoscaling
+	switch a.Metric {
+	case "":
+	case ScaleOnInFlight, ScaleOnRate:
+		if !(a.Target > 0) || a.Target > 1e6 {
+			fe.Add(p("autoscaling.target"), "must be > 0 and ≤ 1e6 (the metric's value per replica)")
+		}
+	default:
+		fe.Add(p("autoscaling.metric"), fmt.Sprintf("%q is not a metric: use inflight or rps", a.Metric))
+	}
+	if a.QueueLimit < 0 || a.QueueLimit > 100000 {
+		fe.Add(p("autoscaling.queueLimit"), "must be 0 to 100000")
+	}
+	if s.Update.MaxSurge < 0 {
+		fe.Add(p("update.maxSurge"), "must be ≥ 0")
+	}
+	if s.Update.MaxUnavailable < 0 {
+		fe.Add(p("update.maxUnavailable"), "must be ≥ 0")
+	}
+	switch s.Auth.Mode {
+	case "", AuthPublic, AuthToken:
+	default:
+		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use public or token", s.Auth.Mode))
+	}
+	return fe
+}
+
+// Service is a service as the server keeps it.
+type Service struct {
+	Name    string            `json:"name"`
+	Project string            `json:"project"`
+	User    string            `json:"user,omitempty"`
+	Tags    map[string]string `json:"tags,omitempty"`
+	Spec    ServiceSpec       `json:"spec"`
+	// Generation increases when the spec changes; replicas of an older
+	// one are replaced by a rolling update.
+	Generation int `json:"generation"`
+	// Trusted is set when an admin applied the service: its replicas are
+	// trusted jobs (Job.Trusted).
+	Trusted   bool      `json:"trusted,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// ServiceReplica is one replica as the server sees it.
+type ServiceReplica struct {
+	Job        string   `json:"job"`
+	Slot       int      `json:"slot"`
+	Generation int      `json:"generation"`
+	State      string   `json:"state"` // pending, starting, ready, unready, draining
+	JobState   JobState `json:"jobState"`
+	Address    string   `json:"address,omitempty"`
+	InFlight   int      `json:"inFlight"`
+}
+
+// Replica states a service reports.
+const (
+	ReplicaPending  = "pending"  // the job is not running yet
+	ReplicaStarting = "starting" // running, not yet ready
+	ReplicaReady    = "ready"
+	ReplicaUnready  = "unready" // was ready, fails its probe now
+	ReplicaDraining = "draining"
+)
+
+// ReplicaStates lists replica states, for metrics.
+var ReplicaStates = []string{ReplicaPending, ReplicaStarting, ReplicaReady, ReplicaUnready, ReplicaDraining}
+
+// ServiceStatus is a service with what its replicas and proxy report.
+type ServiceStatus struct {
+	Service
+	// Desired is the replica count the autoscaler asks for now.
+	Desired  int              `json:"desired"`
+	Ready    int              `json:"ready"`
+	Replicas []ServiceReplica `json:"replicas"`
+	InFlight int              `json:"inFlight"`
+	Requests int64            `json:"requests"`
+	Tokens   int64            `json:"tokens"`
+	URL      string           `json:"url"`
+	// Events are the autoscaler's latest decisions, oldest first.
+	Events []Event `json:"events,omitempty"`
+}

@@ -1,0 +1,600 @@
+// Package services runs inference endpoints: it keeps each service's
+// replicas (jobs it submits through the controller, tagged with the
+// service) at the count its autoscaler decides, probes their readiness,
+// replaces the ones that end, rolls them to a new spec, and proxies
+// /services/NAME/… to the ready ones.
+//
+// The Manager has its own lock and talks to the controller only through
+// its public job API (Controller), so replicas obey the same queues,
+// quotas, budgets and preemption as any job.
+package services
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Controller is what the Manager needs of the control plane.
+type Controller interface {
+	Submit(ctx context.Context, s model.Submission) (*model.Job, bool, error)
+	Jobs(f model.JobFilter) []*model.Job
+	Cancel(ctx context.Context, id string) (*model.Job, error)
+	Attempts(jobID string) ([]*model.Attempt, error)
+	Nodes() []model.NodeInfo
+	RecordEvent(ctx context.Context, ev model.Event) error
+}
+
+// Config configures a Manager.
+type Config struct {
+	Controller Controller // required
+	// Path is the JSON file the services are kept in (in the data dir).
+	Path  string // required
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Interval is how often replicas are reconciled (500 ms).
+	Interval time.Duration
+	// DrainTimeout bounds how long a replica being removed keeps its
+	// in-flight requests before it is stopped anyway (30 s).
+	DrainTimeout time.Duration
+	// StripCookies are cookie names the proxy never forwards to a replica
+	// nor lets one set (the dashboard's session cookies).
+	StripCookies []string
+	// Metrics receives the proxy's series; nil records none.
+	Metrics *Metrics
+}
+
+// Manager keeps services and their replicas. It is safe for concurrent use.
+type Manager struct {
+	cfg    Config
+	client *http.Client // probes
+	wake   chan struct{}
+
+	mu   sync.Mutex
+	svcs map[string]*entry
+}
+
+// entry is one service and what the Manager knows of its replicas.
+type entry struct {
+	svc      model.Service
+	scaler   *Autoscaler
+	desired  int
+	replicas map[string]*backend // by job id
+	// changed is closed (and replaced) when a replica becomes ready, to
+	// wake requests held for one.
+	changed chan struct{}
+	// resumed is set once the replicas running at start were counted.
+	resumed  bool
+	waiting  int
+	rate     rateMeter
+	requests int64
+	tokens   int64
+	events   []model.Event // the latest decisions, newest last
+}
+
+// backend is one replica.
+type backend struct {
+	job      string
+	slot     int
+	gen      int
+	jobState model.JobState
+	addr     string // host:port once running
+	started  time.Time
+	ready    bool
+	wasReady bool
+	draining time.Time // when it began draining; zero if not
+	// stopped is set once its job was cancelled, so it is asked once.
+	stopped   bool
+	nextProbe time.Time
+	inFlight  int
+}
+
+func (b *backend) state() string {
+	switch {
+	case !b.draining.IsZero():
+		return model.ReplicaDraining
+	case b.ready:
+		return model.ReplicaReady
+	case b.wasReady:
+		return model.ReplicaUnready
+	case b.addr != "":
+		return model.ReplicaStarting
+	}
+	return model.ReplicaPending
+}
+
+// New loads the services kept at cfg.Path.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Controller == nil || cfg.Path == "" {
+		return nil, errors.New("services: Controller and Path are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 500 * time.Millisecond
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 30 * time.Second
+	}
+	m := &Manager{cfg: cfg, svcs: map[string]*entry{}, wake: make(chan struct{}, 1),
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+	data, err := os.ReadFile(cfg.Path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading services: %w", err)
+	}
+	if len(data) > 0 {
+		var list []model.Service
+		if err := json.Unmarshal(data, &list); err != nil {
+			return nil, fmt.Errorf("reading services from %s: %w", cfg.Path, err)
+		}
+		for _, s := range list {
+			m.svcs[s.Name] = newEntry(s)
+		}
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.replicas = m.replicaCounts
+	}
+	return m, nil
+}
+
+func newEntry(s model.Service) *entry {
+	return &entry{svc: s, scaler: NewAutoscaler(s.Spec), replicas: map[string]*backend{}, changed: make(chan struct{})}
+}
+
+// save writes every service to the file, durably: a temporary file synced
+// and renamed over the old one, then the folder synced. Called with m.mu
+// held, so saves reach the disk in the order the changes reached memory.
+func (m *Manager) saveLocked() error {
+	list := make([]model.Service, 0, len(m.svcs))
+	for _, e := range m.svcs {
+		list = append(list, e.svc)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := m.cfg.Path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("saving services: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, m.cfg.Path)
+	}
+	if err != nil {
+		return fmt.Errorf("saving services: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(m.cfg.Path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Apply creates s or replaces its spec; a changed spec starts a new
+// generation, which a rolling update brings every replica to. It returns
+// the service as stored and whether it is new. A service of the same name
+// in another project is a conflict.
+func (m *Manager) Apply(_ context.Context, s model.Service) (model.ServiceStatus, bool, error) {
+	now := m.cfg.Clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.svcs[s.Name]
+	if ok && e.svc.Project != s.Project {
+		return model.ServiceStatus{}, false, fmt.Errorf("service %s belongs to project %s: %w", s.Name, e.svc.Project, model.ErrConflict)
+	}
+	if !ok {
+		s.Generation, s.CreatedAt, s.UpdatedAt = 1, now, now
+		e = newEntry(s)
+		m.svcs[s.Name] = e
+	} else {
+		same, _ := json.Marshal(e.svc.Spec)
+		next, _ := json.Marshal(s.Spec)
+		s.CreatedAt, s.Generation, s.UpdatedAt = e.svc.CreatedAt, e.svc.Generation, e.svc.UpdatedAt
+		if string(same) != string(next) || e.svc.Trusted != s.Trusted {
+			s.Generation++
+			s.UpdatedAt = now
+		}
+		prev := e.svc
+		e.svc = s
+		if prev.Spec.Replicas != s.Spec.Replicas || prev.Spec.Autoscaling != s.Spec.Autoscaling {
+			e.scaler = NewAutoscaler(s.Spec)
+			if s.Spec.Autoscaling.Metric != "" {
+				e.scaler.Resume(e.desired, now)
+			}
+		}
+	}
+	if err := m.saveLocked(); err != nil {
+		return model.ServiceStatus{}, false, err
+	}
+	m.poke()
+	return m.statusLocked(e), !ok, nil
+}
+
+// Delete removes a service; its replicas are cancelled by the next
+// reconciliation.
+func (m *Manager) Delete(_ context.Context, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.svcs[name]; !ok {
+		return fmt.Errorf("service %s: %w", name, model.ErrNotFound)
+	}
+	delete(m.svcs, name)
+	if err := m.saveLocked(); err != nil {
+		return err
+	}
+	m.poke()
+	return nil
+}
+
+// Get returns one service with its replicas.
+func (m *Manager) Get(name string) (model.ServiceStatus, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.svcs[name]
+	if !ok {
+		return model.ServiceStatus{}, fmt.Errorf("service %s: %w", name, model.ErrNotFound)
+	}
+	return m.statusLocked(e), nil
+}
+
+// List returns the services of projects (nil: every project), by name.
+func (m *Manager) List(projects map[string]bool) []model.ServiceStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []model.ServiceStatus{}
+	for _, e := range m.svcs {
+		if projects == nil || projects[e.svc.Project] {
+			out = append(out, m.statusLocked(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
+	st := model.ServiceStatus{Service: e.svc, Desired: e.desired, Requests: e.requests, Tokens: e.tokens,
+		URL: "/services/" + e.svc.Name + "/", Replicas: []model.ServiceReplica{}, Events: slices.Clone(e.events)}
+	for _, b := range e.replicas {
+		st.InFlight += b.inFlight
+		if b.ready && b.draining.IsZero() {
+			st.Ready++
+		}
+		st.Replicas = append(st.Replicas, model.ServiceReplica{Job: b.job, Slot: b.slot, Generation: b.gen, State: b.state(),
+			JobState: b.jobState, Address: b.addr, InFlight: b.inFlight})
+	}
+	sort.Slice(st.Replicas, func(i, j int) bool { return st.Replicas[i].Slot < st.Replicas[j].Slot })
+	st.InFlight += e.waiting
+	return st
+}
+
+func (m *Manager) replicaCounts() map[[2]string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[[2]string]int{}
+	for name, e := range m.svcs {
+		for _, s := range model.ReplicaStates {
+			out[[2]string{name, s}] = 0
+		}
+		for _, b := range e.replicas {
+			out[[2]string{name, b.state()}]++
+		}
+	}
+	return out
+}
+
+// poke wakes the reconciler.
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	t := m.cfg.Clock.NewTicker(m.cfg.Interval)
+	defer t.Stop()
+	for {
+		m.Reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		case <-m.wake:
+		}
+	}
+}
+
+// liveStates are the job states of a replica that has not ended.
+var liveStates = []model.JobState{model.JobQueued, model.JobAdmitted, model.JobProvisioning, model.JobRunning}
+
+// action is a controller call a reconciliation decided, made after the
+// Manager's lock is released.
+type action struct {
+	submit *model.Submission
+	cancel string
+	event  *model.Event
+}
+
+// Reconcile brings every service one step closer to its desired replicas:
+// it reads the replica jobs, probes the running ones, decides the count,
+// then submits and cancels jobs.
+func (m *Manager) Reconcile(ctx context.Context) {
+	jobs := m.cfg.Controller.Jobs(model.JobFilter{States: liveStates, Limit: 1 << 20})
+	byService := map[string][]*model.Job{}
+	for _, j := range jobs {
+		if name := j.Tags[model.TagService]; name != "" {
+			byService[name] = append(byService[name], j)
+		}
+	}
+	addrs := m.nodeAddrs()
+	m.mu.Lock()
+	var acts []action
+	for name, js := range byService {
+		if _, ok := m.svcs[name]; ok {
+			continue
+		}
+		for _, j := range js { // a deleted service's replicas
+			if j.Tags[model.TagServiceSlot] != "" && j.Tags[model.TagServiceGeneration] != "" {
+				acts = append(acts, action{cancel: j.ID})
+			}
+		}
+	}
+	now := m.cfg.Clock.Now()
+	var probes []*probe
+	for name, e := range m.svcs {
+		m.syncReplicasLocked(e, byService[name], addrs)
+		probes = append(probes, m.dueProbesLocked(e, now)...)
+	}
+	m.mu.Unlock()
+
+	m.runProbes(ctx, probes)
+
+	m.mu.Lock()
+	for _, p := range probes {
+		m.applyProbeLocked(p, now)
+	}
+	for _, e := range m.svcs {
+		acts = append(acts, m.planLocked(e, now)...)
+	}
+	m.mu.Unlock()
+	for _, a := range acts {
+		switch {
+		case a.submit != nil:
+			if _, _, err := m.cfg.Controller.Submit(ctx, *a.submit); err != nil {
+				m.cfg.Log.Warn("submitting a service replica", "service", a.submit.Tags[model.TagService], "err", err)
+			}
+		case a.cancel != "":
+			if _, err := m.cfg.Controller.Cancel(ctx, a.cancel); err != nil && !errors.Is(err, model.ErrConflict) {
+				m.cfg.Log.Warn("stopping a service replica", "job", a.cancel, "err", err)
+			}
+		case a.event != nil:
+			if err := m.cfg.Controller.RecordEvent(ctx, *a.event); err != nil {
+				m.cfg.Log.Warn("recording a service event", "err", err)
+			}
+		}
+	}
+}
+
+// nodeAddrs maps node ids to the host their replicas listen on: the
+// node's gpufleet.dev/address label, else loopback (the local node, the
+// simulated ones: they run on this machine).
+func (m *Manager) nodeAddrs() map[string]string {
+	out := map[string]string{}
+	for _, n := range m.cfg.Controller.Nodes() {
+		host := "127.0.0.1"
+		if a := n.Labels["gpufleet.dev/address"]; a != "" {
+			host = a
+			if h, _, err := net.SplitHostPort(a); err == nil {
+				host = h
+			}
+		}
+		out[n.ID] = host
+	}
+	return out
+}
+
+// syncReplicasLocked updates e's replicas from the live jobs of the
+// service.
+func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, addrs map[string]string) {
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if j.Project != e.svc.Project {
+			continue
+		}
+		seen[j.ID] = true
+		b, ok := e.replicas[j.ID]
+		if !ok {
+			slot, _ := strconv.Atoi(j.Tags[model.TagServiceSlot])
+			gen, _ := strconv.Atoi(j.Tags[model.TagServiceGeneration])
+			b = &backend{job: j.ID, slot: slot, gen: gen}
+			e.replicas[j.ID] = b
+		}
+		b.jobState = j.State
+		addr := ""
+		if j.State == model.JobRunning {
+			if as, err := m.cfg.Controller.Attempts(j.ID); err == nil {
+				for _, a := range slices.Backward(as) {
+					if !a.State.Terminal() && len(a.Replicas) > 0 {
+						if host, ok := addrs[a.Replicas[0].NodeID]; ok {
+							addr = net.JoinHostPort(host, strconv.Itoa(e.svc.Spec.Port+b.slot))
+						}
+						if a.StartedAt != nil {
+							b.started = *a.StartedAt
+						}
+						break
+					}
+				}
+			}
+		}
+		if addr != b.addr { // moved (requeued and placed again) or stopped
+			b.addr, b.ready, b.wasReady, b.nextProbe = addr, false, false, time.Time{}
+		}
+	}
+	for id := range e.replicas {
+		if !seen[id] {
+			delete(e.replicas, id)
+		}
+	}
+	if !e.resumed {
+		e.resumed = true
+		if n := len(e.replicas); n > 0 && e.svc.Spec.Autoscaling.Metric != "" {
+			e.scaler.Resume(n, m.cfg.Clock.Now())
+			e.desired = e.scaler.Current()
+		}
+	}
+}
+
+// planLocked decides e's replica count and returns the jobs to submit and
+// cancel: new-generation replicas up to desired (+ maxSurge while old ones
+// remain), old ones stopped as long as ready replicas stay at desired −
+// maxUnavailable, extra ones drained and stopped.
+func (m *Manager) planLocked(e *entry, now time.Time) []action {
+	var acts []action
+	ready := 0
+	inFlight := e.waiting
+	for _, b := range e.replicas {
+		inFlight += b.inFlight
+		if b.ready && b.draining.IsZero() {
+			ready++
+		}
+	}
+	d := e.scaler.Decide(Load{Ready: ready, InFlight: inFlight, Rate: e.rate.rate(now), Waiting: e.waiting}, now)
+	if d.Replicas != e.desired {
+		ev := model.Event{Time: now, Kind: model.EventServiceScale, Object: "service/" + e.svc.Name,
+			Message: fmt.Sprintf("replicas %d → %d: %s", e.desired, d.Replicas, d.Reason),
+			Fields:  map[string]string{"from": strconv.Itoa(e.desired), "to": strconv.Itoa(d.Replicas), "raw": strconv.Itoa(d.Raw)}}
+		e.events = append(e.events, ev)
+		if len(e.events) > 20 {
+			e.events = e.events[len(e.events)-20:]
+		}
+		acts = append(acts, action{event: &ev})
+		m.cfg.Log.Info("service scaled", "service", e.svc.Name, "from", e.desired, "to", d.Replicas, "reason", d.Reason)
+		e.desired = d.Replicas
+	}
+	spec := e.svc.Spec
+	var cur, old []*backend
+	for _, b := range e.replicas {
+		if !b.draining.IsZero() {
+			if !b.stopped && (b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
+				b.stopped = true
+				acts = append(acts, action{cancel: b.job})
+			}
+			continue
+		}
+		if b.gen == e.svc.Generation {
+			cur = append(cur, b)
+		} else {
+			old = append(old, b)
+		}
+	}
+	// The worst first: pending, then starting, then ready; a higher slot
+	// before a lower one.
+	worst := func(bs []*backend) {
+		sort.Slice(bs, func(i, j int) bool {
+			ri, rj := rank(bs[i]), rank(bs[j])
+			if ri != rj {
+				return ri < rj
+			}
+			return bs[i].slot > bs[j].slot
+		})
+	}
+	worst(cur)
+	worst(old)
+	limit := e.desired
+	if len(old) > 0 {
+		limit = e.desired + spec.Update.MaxSurge
+	}
+	used := map[int]bool{}
+	for _, b := range e.replicas {
+		used[b.slot] = true
+	}
+	for len(cur) < e.desired && (len(old) == 0 || len(cur)+len(old) < limit) {
+		slot := 0
+		for used[slot] {
+			slot++
+		}
+		used[slot] = true
+		acts = append(acts, action{submit: m.submission(e, slot)})
+		cur = append(cur, &backend{slot: slot}) // counted until the job appears
+	}
+	minReady := e.desired - spec.Update.MaxUnavailable
+	for _, b := range old {
+		if !b.ready {
+			b.draining = now
+			continue
+		}
+		if ready-1 >= minReady {
+			b.draining = now
+			ready--
+		}
+	}
+	if extra := len(cur) - e.desired; extra > 0 && len(old) == 0 {
+		for _, b := range cur[:extra] {
+			if b.job != "" {
+				b.draining = now
+			}
+		}
+	}
+	return acts
+}
+
+func rank(b *backend) int {
+	switch {
+	case b.ready:
+		return 2
+	case b.addr != "":
+		return 1
+	}
+	return 0
+}
+
+// submission is a new replica job of e in slot.
+func (m *Manager) submission(e *entry, slot int) *model.Submission {
+	spec := e.svc.Spec.Template
+	spec.Replicas = 1
+	spec.Run.Env = maps(spec.Run.Env)
+	spec.Run.Env["PORT"] = strconv.Itoa(e.svc.Spec.Port + slot)
+	spec.Run.Env["GPUFLEET_SERVICE"] = e.svc.Name
+	tags := maps(e.svc.Tags)
+	tags[model.TagService] = e.svc.Name
+	tags[model.TagServiceGeneration] = strconv.Itoa(e.svc.Generation)
+	tags[model.TagServiceSlot] = strconv.Itoa(slot)
+	return &model.Submission{Name: fmt.Sprintf("%s-%d", e.svc.Name, slot), Project: e.svc.Project, User: e.svc.User,
+		Tags: tags, Spec: spec, Trusted: e.svc.Trusted}
+}
+
+func maps(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m)+3)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,466 @@
+package services
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// fakeControl runs each submitted replica as a real HTTP server on
+// 127.0.0.1:$PORT that answers with its generation's reply.
+type fakeControl struct {
+	mu      sync.Mutex
+	jobs    map[string]*model.Job
+	servers map[string]*http.Server
+	n       int
+	hold    bool // leave submitted jobs queued
+	submits int
+	cancels int
+	events  []model.Event
+	t       *testing.T
+}
+
+func newFake(t testing.TB) *fakeControl {
+	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}}
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, s := range f.servers {
+			s.Close()
+		}
+	})
+	return f
+}
+
+func (f *fakeControl) Submit(_ context.Context, s model.Submission) (*model.Job, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	f.submits++
+	j := &model.Job{ID: fmt.Sprintf("j%d", f.n), Name: s.Name, Project: s.Project, Tags: s.Tags, Spec: s.Spec, State: model.JobQueued, SubmittedAt: time.Now()}
+	f.jobs[j.ID] = j
+	if f.hold {
+		return j, true, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+s.Spec.Run.Env["PORT"])
+	if err != nil {
+		return nil, false, err
+	}
+	reply := s.Spec.Run.Env["REPLY"]
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/slow" {
+			time.Sleep(50 * time.Millisecond)
+		}
+		fmt.Fprintf(w, `{"reply":%q,"path":%q,"body":%q,"auth":%q,"usage":{"total_tokens":7}}`, reply, r.URL.Path, body, r.Header.Get("Authorization"))
+	})}
+	go srv.Serve(ln)
+	f.servers[j.ID] = srv
+	j.State = model.JobRunning
+	return j, true, nil
+}
+
+func (f *fakeControl) Jobs(flt model.JobFilter) []*model.Job {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*model.Job
+	for _, j := range f.jobs {
+		if !j.State.Terminal() {
+			c := *j
+			out = append(out, &c)
+		}
+	}
+	return out
+}
+
+func (f *fakeControl) Cancel(_ context.Context, id string) (*model.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok || j.State.Terminal() {
+		return nil, model.ErrConflict
+	}
+	f.cancels++
+	j.State = model.JobCancelled
+	if s := f.servers[id]; s != nil {
+		s.Close()
+	}
+	return j, nil
+}
+
+// crash ends a replica's process as a failure would.
+func (f *fakeControl) crash(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.servers[id].Close()
+	f.jobs[id].State = model.JobFailed
+}
+
+func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
+	f.mu.Lock()
+	start := f.jobs[id].SubmittedAt
+	f.mu.Unlock()
+	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
+}
+
+func (f *fakeControl) Nodes() []model.NodeInfo {
+	return []model.NodeInfo{{Node: &model.Node{ID: "n1"}}}
+}
+
+func (f *fakeControl) RecordEvent(_ context.Context, ev model.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, ev)
+	return nil
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func testService(t testing.TB, name string, minR, maxR int) model.Service {
+	s := model.Service{Name: name, Project: "default", Spec: model.ServiceSpec{
+		Template:    model.JobSpec{Run: model.RunSpec{Command: []string{"serve"}, Env: map[string]string{"REPLY": "v1"}}},
+		Port:        freePort(t),
+		Readiness:   model.ReadinessProbe{Path: "/health", Period: model.Duration(20 * time.Millisecond)},
+		Replicas:    model.ServiceReplicas{Min: minR, Max: maxR},
+		Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnInFlight, Target: 4, ScaleFromZeroTimeout: model.Duration(10 * time.Second)},
+		Auth:        model.ServiceAuth{Mode: model.AuthPublic},
+	}}
+	s.Spec.Default()
+	return s
+}
+
+func startManager(t testing.TB, f *fakeControl) (*Manager, *httptest.Server, *Metrics) {
+	reg := prometheus.NewRegistry()
+	met, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{Controller: f, Path: filepath.Join(t.TempDir(), "services.json"), Interval: 20 * time.Millisecond, Metrics: met, StripCookies: []string{"gpufleet_session"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/services/"), "/")
+		m.Proxy(w, r, name, "/"+rest, func(r *http.Request, _ string) int {
+			if r.Header.Get("Authorization") != "Bearer good" {
+				return http.StatusUnauthorized
+			}
+			return 0
+		})
+	}))
+	t.Cleanup(srv.Close)
+	return m, srv, met
+}
+
+func get(t *testing.T, url string, hdr ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"prompt":"hi"}`))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestScaleFromZeroServesTheHeldRequest(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "echo", 0, 3)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := m.Get("echo"); len(st.Replicas) != 0 {
+		t.Fatalf("min 0 and no traffic: want no replica, got %+v", st.Replicas)
+	}
+	code, body := get(t, srv.URL+"/services/echo/v1/completions", "Cookie", "gpufleet_session=secret; theirs=1")
+	if code != 200 || !strings.Contains(body, `"path":"/v1/completions"`) || !strings.Contains(body, `"body":"{\"prompt\":\"hi\"}"`) {
+		t.Fatalf("held request: %d %s", code, body)
+	}
+	st, _ := m.Get("echo")
+	if st.Ready != 1 || st.Requests != 1 || st.Tokens != 7 {
+		t.Fatalf("after one request: %+v", st)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.events) == 0 || f.events[0].Kind != model.EventServiceScale {
+		t.Fatalf("the scale-up was not recorded as an event: %+v", f.events)
+	}
+}
+
+func TestQueueLimitAndTimeoutAnswer503(t *testing.T) {
+	f := newFake(t)
+	f.hold = true // replicas never start
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "stuck", 0, 1)
+	s.Spec.Autoscaling.QueueLimit = 1
+	s.Spec.Autoscaling.ScaleFromZeroTimeout = model.Duration(300 * time.Millisecond)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan int)
+	go func() {
+		resp, err := http.Get(srv.URL + "/services/stuck/")
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	time.Sleep(100 * time.Millisecond)
+	resp, err := http.Get(srv.URL + "/services/stuck/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the queue limit: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code := <-first; code != 503 {
+		t.Fatalf("held past scaleFromZeroTimeout: want 503, got %d", code)
+	}
+}
+
+func TestTokenAuthAndStrippedCredentials(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "private", 1, 1)
+	s.Spec.Auth.Mode = model.AuthToken
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, srv.URL+"/services/private/x"); code != 401 {
+		t.Fatalf("no token: want 401, got %d", code)
+	}
+	code, body := get(t, srv.URL+"/services/private/x", "Authorization", "Bearer good")
+	if code != 200 || strings.Contains(body, "good") {
+		t.Fatalf("with a token: %d %s (the token must not reach the replica)", code, body)
+	}
+	if code, _ := get(t, srv.URL+"/services/nope/x"); code != 404 {
+		t.Fatalf("unknown service: %d", code)
+	}
+}
+
+// load sends requests from workers until stop, counting failures.
+func load(t *testing.T, url string, workers int, stop <-chan struct{}) (ok, failed *atomic.Int64, wait func()) {
+	ok, failed = &atomic.Int64{}, &atomic.Int64{}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Get(url)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	return ok, failed, wg.Wait
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRollingUpdateAndCrashLoseNoRequest(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "roll", 2, 4)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{} // fixed at the target
+	s.Spec.Replicas.Target = 2
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 ready replicas", func() bool { st, _ := m.Get("roll"); return st.Ready == 2 })
+	stop := make(chan struct{})
+	ok, failed, wait := load(t, srv.URL+"/services/roll/slow", 8, stop)
+
+	// A replica's process dies: its requests go to the other, and it is replaced.
+	st, _ := m.Get("roll")
+	f.crash(st.Replicas[0].Job)
+	waitFor(t, "a replacement", func() bool {
+		st, _ := m.Get("roll")
+		f.mu.Lock()
+		submits := f.submits
+		f.mu.Unlock()
+		return st.Ready == 2 && submits >= 3
+	})
+
+	// A rolling update to a new reply.
+	s.Spec.Template.Run.Env = map[string]string{"REPLY": "v2"}
+	if st, _, err := m.Apply(context.Background(), s); err != nil || st.Generation != 2 {
+		t.Fatalf("apply: %v %+v", err, st.Generation)
+	}
+	waitFor(t, "every replica at generation 2", func() bool {
+		st, _ := m.Get("roll")
+		if st.Ready != 2 || len(st.Replicas) != 2 {
+			return false
+		}
+		for _, r := range st.Replicas {
+			if r.Generation != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wait()
+	if failed.Load() != 0 || ok.Load() == 0 {
+		t.Fatalf("through a crash and a rolling update: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+	if _, body := get(t, srv.URL+"/services/roll/"); !strings.Contains(body, `"reply":"v2"`) {
+		t.Fatalf("after the update: %s", body)
+	}
+	f.mu.Lock()
+	t.Logf("%d requests, 0 failed, %d replicas submitted, %d cancelled", ok.Load(), f.submits, f.cancels)
+	f.mu.Unlock()
+}
+
+func TestServicesPersistAndConflict(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "services.json")
+	m, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testService(t, "kept", 1, 1)
+	if _, created, err := m.Apply(context.Background(), s); err != nil || !created {
+		t.Fatal(err, created)
+	}
+	if _, created, _ := m.Apply(context.Background(), s); created {
+		t.Fatal("a second apply of the same spec created it again")
+	}
+	if st, _ := m.Get("kept"); st.Generation != 1 {
+		t.Fatalf("unchanged spec bumped the generation: %d", st.Generation)
+	}
+	other := s
+	other.Project = "other"
+	if _, _, err := m.Apply(context.Background(), other); err == nil {
+		t.Fatal("another project took the service's name")
+	}
+	m2, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m2.Get("kept"); err != nil || st.Spec.Port != s.Spec.Port {
+		t.Fatalf("reloaded: %v %+v", err, st)
+	}
+	if err := m2.Delete(context.Background(), "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if len(m2.List(nil)) != 0 {
+		t.Fatal("deleted service still listed")
+	}
+}
+
+// TestRestartKeepsRunningReplicas: a Manager that starts with replicas
+// already running (a server restart) keeps them instead of scaling a
+// min-0 service down to its minimum at once.
+func TestRestartKeepsRunningReplicas(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "services.json")
+	m, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := testService(t, "warm", 0, 3)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	for slot := range 2 {
+		if _, _, err := f.Submit(context.Background(), *m.submission(m.svcs["warm"], slot)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m2, err := New(Config{Controller: f, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2.Reconcile(context.Background())
+	m2.Reconcile(context.Background())
+	st, _ := m2.Get("warm")
+	f.mu.Lock()
+	cancels := f.cancels
+	f.mu.Unlock()
+	if st.Desired != 2 || cancels != 0 {
+		t.Fatalf("after a restart with 2 replicas running: desired %d, %d cancelled", st.Desired, cancels)
+	}
+}
+
+// TestForeignTaggedJobsLeaveReplicasAlone: a job of another project tagged
+// with a service's name is neither adopted nor a reason to stop the
+// service's own replicas.
+func TestForeignTaggedJobsLeaveReplicasAlone(t *testing.T) {
+	f := newFake(t)
+	m, _, _ := startManager(t, f)
+	s := testService(t, "own", 1, 1)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("own"); return st.Ready == 1 })
+	f.mu.Lock()
+	f.n++
+	f.jobs["foreign"] = &model.Job{ID: "foreign", Project: "other", State: model.JobRunning, SubmittedAt: time.Now(),
+		Tags: map[string]string{model.TagService: "own", model.TagServiceSlot: "0", model.TagServiceGeneration: "1"}}
+	f.mu.Unlock()
+	time.Sleep(200 * time.Millisecond) // several reconciliations at 20 ms
+	st, _ := m.Get("own")
+	f.mu.Lock()
+	cancels := f.cancels
+	f.mu.Unlock()
+	if st.Ready != 1 || len(st.Replicas) != 1 || st.Replicas[0].Job == "foreign" || cancels != 0 {
+		t.Fatalf("a foreign tagged job changed the service: %+v, %d cancelled", st.Replicas, cancels)
+	}
+}
