@@ -49,8 +49,9 @@ type Notification struct {
 type NotificationSpec struct {
 	// Scope selects jobs by project, queue and tags (every field set must
 	// match); empty matches every job. Budget firings match by the
-	// budget's project; alerts by their job's, or always when they have
-	// no job and the scope names no queue or tags.
+	// budget's project; alerts by their job's project, queue and tags (an
+	// alert about no job matches a scope naming no project or tags, and
+	// a queue alert a scope naming its queue or none).
 	Scope  model.BudgetScope `json:"scope,omitempty"`
 	Events []string          `json:"events"`
 	// StuckAfter is how long a job waits queued before stuck-queued
