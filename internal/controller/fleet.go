@@ -245,7 +245,7 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	}
 	rev := &model.Revision{
 		Number: curNum + 1, CreatedAt: c.cfg.Clock.Now(), Author: opts.Author, Message: opts.Message,
-		RollbackOf: opts.RollbackOf, Digest: digest, Documents: docs,
+		RollbackOf: opts.RollbackOf, Commit: opts.Commit, CommitAuthor: opts.CommitAuthor, Digest: digest, Documents: docs,
 	}
 	if rev.Documents == nil {
 		rev.Documents = []json.RawMessage{}
