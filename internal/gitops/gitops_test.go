@@ -105,7 +105,6 @@ func queueDoc(name string, weight int) string {
 	return "apiVersion: gpufleet.dev/v1\nkind: Queue\nmetadata: {name: " + name + "}\nspec: {weight: " + strconv.Itoa(weight) + "}\n"
 }
 
-
 // newController runs a controller on a SQLite file.
 func newController(t *testing.T) *controller.Controller {
 	t.Helper()
@@ -302,5 +301,3 @@ func TestRedactURL(t *testing.T) {
 		t.Errorf("redactURL: %q", got)
 	}
 }
-
-
