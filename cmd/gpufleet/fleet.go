@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/fleet"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 )
 
@@ -106,6 +107,19 @@ against the fleet: what autoApply would apply, or has not yet.`,
 	cmd.Flags().BoolVar(&pending, "pending", false, "show the plan of the git repository's head the server follows (GitOps)")
 	outputFlag(cmd, &out)
 	return cmd
+}
+
+// writeGitDrift prints one line comparing the fleet with the head of the
+// git repository the server follows.
+func writeGitDrift(w io.Writer, st *gitops.Status) {
+	switch {
+	case st.Head == nil:
+		fmt.Fprintf(w, "GitOps: no commit of %s fetched yet (%s)\n", st.URL, cmpOr(st.Error, "waiting for the first poll"))
+	case st.InSync:
+		fmt.Fprintf(w, "GitOps: the fleet matches %s@%s\n", st.Branch, st.Head.SHA[:min(12, len(st.Head.SHA))])
+	case st.Pending != nil:
+		fmt.Fprintf(w, "GitOps: the fleet differs from %s@%s in %d documents (gpufleet plan --pending)\n", st.Branch, st.Head.SHA[:min(12, len(st.Head.SHA))], len(st.Pending.Changes))
+	}
 }
 
 // planPending prints the GitOps status: the head commit, and the plan of
@@ -265,6 +279,9 @@ func newHistoryCmd(g *globals) *cobra.Command {
 			if r.RollbackOf > 0 && msg == "" {
 				msg = fmt.Sprintf("rollback to %d", r.RollbackOf)
 			}
+			if r.Commit != "" {
+				msg = strings.TrimSpace(fmt.Sprintf("%s (git %s by %s)", msg, r.Commit[:min(12, len(r.Commit))], r.CommitAuthor))
+			}
 			row(tw, num, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), dash(r.Author), r.Digest[:min(12, len(r.Digest))], dash(msg))
 		}
 	})
@@ -326,6 +343,9 @@ or deleted through the queue API. Exits 0 either way.`,
 			rep, err := c.Drift(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if out == "table" && rep.GitOps != nil {
+				writeGitDrift(cmd.OutOrStdout(), rep.GitOps)
 			}
 			if out == "table" && len(rep.Findings) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "No drift: the running fleet matches revision %d.\n", rep.Revision)
