@@ -358,7 +358,8 @@ func (c *Controller) checkWebhookLocked(fe *model.FieldErrors, p string, h *mani
 	}
 }
 
-// webhookUsersLocked returns the budgets whose webhook names the secret k.
+// webhookUsersLocked returns the budgets and notifications ("budget NAME",
+// "notification NAME") whose webhook or receiver names the secret k.
 // Callers hold c.mu.
 func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	var out []string
@@ -368,7 +369,7 @@ func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	for _, b := range c.fleet.set.Budgets {
 		for _, ref := range b.Spec.Webhook.Refs() {
 			if p, n, _ := ref.Split(); p == k.Project && n == k.Name {
-				out = append(out, b.Metadata.Name)
+				out = append(out, "budget "+b.Metadata.Name)
 				break
 			}
 		}
@@ -376,7 +377,7 @@ func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	for _, d := range c.fleet.set.Notifications {
 		for _, ref := range d.Spec.Receiver.Refs() {
 			if p, n, _ := ref.Split(); p == k.Project && n == k.Name {
-				out = append(out, "Notification/"+d.Metadata.Name)
+				out = append(out, "notification "+d.Metadata.Name)
 				break
 			}
 		}

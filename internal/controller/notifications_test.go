@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,6 +83,10 @@ func TestNotificationDocuments(t *testing.T) {
 	}
 	if _, err := h.c.ApplyFleet(ctx, set, ApplyOptions{Author: "t"}); err != nil {
 		t.Fatal(err)
+	}
+	// A secret a Notification's receiver names cannot be deleted.
+	if err := h.c.Vault().DeleteSecret(ctx, "ops", "TEAMS"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("deleting a receiver's secret: %v, want ErrConflict", err)
 	}
 
 	h.registerNode("own", 2, model.Owned)
