@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,6 +194,28 @@ func TestNotificationDocuments(t *testing.T) {
 	}
 	if n := len(sink.got("/json")); n != 1 {
 		t.Errorf("json receiver got %d posts, want only c's stuck-queued", n)
+	}
+
+	// The next job placed (b or c) fails: Slack hears of b's failure
+	// only, with its exit code.
+	next := h.waitDesired(1).Replicas[0]
+	h.sync(running(next.ID))
+	h.sync(exited(next.ID, 3, "boom"))
+	h.waitJob(next.JobID, model.JobFailed)
+	h.c.deliverDue(ctx)
+	wantSlack := 1
+	t.Logf("placed next: %s (b is %s)", next.JobID, b.ID)
+	if next.JobID == b.ID {
+		wantSlack = 2
+	}
+	sl = sink.got("/slack")
+	if len(sl) != wantSlack {
+		t.Fatalf("slack got %d posts after %s failed, want %d", len(sl), next.JobID, wantSlack)
+	}
+	if wantSlack == 2 {
+		if !bytes.Contains(sl[1], []byte(`"*Job `+b.ID+` failed*`)) || !bytes.Contains(sl[1], []byte(`*Exit code*\n3`)) {
+			t.Errorf("slack failure message %s", sl[1])
+		}
 	}
 	// Delivered, stuck-queued does not fire again for the same wait.
 	h.clk.Advance(time.Hour)
