@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/fleet"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 )
 
@@ -46,11 +47,12 @@ func readFleet(files []string) (api.FleetRequest, error) {
 
 func newPlanCmd(g *globals) *cobra.Command {
 	var (
-		files []string
-		out   string
+		files   []string
+		out     string
+		pending bool
 	)
 	cmd := &cobra.Command{
-		Use:   "plan -f PATH",
+		Use:   "plan (-f PATH | --pending)",
 		Short: "Show what applying a fleet's manifests would create, update and delete, and what it costs",
 		Long: `Show what applying a fleet's manifests would change against the current
 revision: + create, ~ update (with each changed field), - delete, and each
@@ -61,13 +63,24 @@ node pool's cost per hour at its min and max size.
 A pool's price: a sim pool's nodes cost the cheapest catalog offer it may
 launch (its GPUs, clouds, regions, instance types and capacity types, spot
 included when allowed); a static pool's, its machines' declared prices
-(cheapest first); a kubernetes pool's, pricePerGPUHour × gpusPerNode.`,
+(cheapest first); a kubernetes pool's, pricePerGPUHour × gpusPerNode.
+
+--pending shows, on a server that follows a git repository (--gitops-repo,
+docs/gitops.md), the repository's head commit and the plan of its documents
+against the fleet: what autoApply would apply, or has not yet.`,
 		Example: `  gpufleet plan -f examples/fleet
-  gpufleet plan -f pools.yaml -f queues.yaml -o json`,
+  gpufleet plan -f pools.yaml -f queues.yaml -o json
+  gpufleet plan --pending`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
 				return err
+			}
+			if pending {
+				if len(files) > 0 {
+					return fmt.Errorf("--pending plans the server's git repository: give it without -f")
+				}
+				return planPending(cmd, g, out)
 			}
 			req, err := readFleet(files)
 			if err != nil {
@@ -91,8 +104,59 @@ included when allowed); a static pool's, its machines' declared prices
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "manifest file or directory (repeatable)")
+	cmd.Flags().BoolVar(&pending, "pending", false, "show the plan of the git repository's head the server follows (GitOps)")
 	outputFlag(cmd, &out)
 	return cmd
+}
+
+// writeGitDrift prints one line comparing the fleet with the head of the
+// git repository the server follows.
+func writeGitDrift(w io.Writer, st *gitops.Status) {
+	switch {
+	case st.Head == nil:
+		fmt.Fprintf(w, "GitOps: no commit of %s fetched yet (%s)\n", st.URL, cmpOr(st.Error, "waiting for the first poll"))
+	case st.InSync:
+		fmt.Fprintf(w, "GitOps: the fleet matches %s@%s\n", st.Branch, st.Head.SHA[:min(12, len(st.Head.SHA))])
+	case st.Pending != nil:
+		fmt.Fprintf(w, "GitOps: the fleet differs from %s@%s in %d documents (gpufleet plan --pending)\n", st.Branch, st.Head.SHA[:min(12, len(st.Head.SHA))], len(st.Pending.Changes))
+	}
+}
+
+// planPending prints the GitOps status: the head commit, and the plan of
+// its documents when the fleet does not match them.
+func planPending(cmd *cobra.Command, g *globals, out string) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	st, err := c.GitOps(cmd.Context())
+	if err != nil {
+		return err
+	}
+	if out != "table" {
+		return render(cmd.OutOrStdout(), out, st, nil)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "Repository %s, branch %s, path %s (autoApply %t)\n", st.URL, st.Branch, cmpOr(st.Path, "/"), st.AutoApply)
+	if st.Head != nil {
+		fmt.Fprintf(w, "Head %s by %s: %s\n", st.Head.SHA, st.Head.Author, st.Head.Subject)
+	}
+	if st.Applied > 0 {
+		fmt.Fprintf(w, "Applied as revision %d\n", st.Applied)
+	}
+	if st.Error != "" {
+		fmt.Fprintf(w, "Last poll failed: %s\n", st.Error)
+	}
+	switch {
+	case st.Head == nil:
+		fmt.Fprintln(w, "\nNo commit fetched yet.")
+	case st.InSync:
+		fmt.Fprintln(w, "\nThe fleet matches the head's documents.")
+	case st.Pending != nil:
+		fmt.Fprintf(w, "\nPending against revision %d:\n\n", st.BaseRevision)
+		writePlan(w, *st.Pending)
+	}
+	return nil
 }
 
 // writePlan prints changes the way terraform does.
@@ -215,6 +279,9 @@ func newHistoryCmd(g *globals) *cobra.Command {
 			if r.RollbackOf > 0 && msg == "" {
 				msg = fmt.Sprintf("rollback to %d", r.RollbackOf)
 			}
+			if r.Commit != "" {
+				msg = strings.TrimSpace(fmt.Sprintf("%s (git %s by %s)", msg, r.Commit[:min(12, len(r.Commit))], r.CommitAuthor))
+			}
 			row(tw, num, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), dash(r.Author), r.Digest[:min(12, len(r.Digest))], dash(msg))
 		}
 	})
@@ -276,6 +343,9 @@ or deleted through the queue API. Exits 0 either way.`,
 			rep, err := c.Drift(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if out == "table" && rep.GitOps != nil {
+				writeGitDrift(cmd.OutOrStdout(), rep.GitOps)
 			}
 			if out == "table" && len(rep.Findings) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "No drift: the running fleet matches revision %d.\n", rep.Revision)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/fleet"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -57,6 +58,9 @@ type RevisionList struct {
 type DriftReport struct {
 	Revision int             `json:"revision"`
 	Findings []fleet.Finding `json:"findings"`
+	// GitOps, when the server follows a repository, is how the fleet
+	// compares with the repository's head (docs/gitops.md).
+	GitOps *gitops.Status `json:"gitops,omitempty"`
 }
 
 // decodeBody decodes a JSON or YAML body strictly into v.
@@ -249,5 +253,18 @@ func (s *Server) drift(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cur, _ := s.cfg.Controller.Declared()
-	writeJSON(w, http.StatusOK, DriftReport{Revision: revNumber(cur), Findings: findings})
+	rep := DriftReport{Revision: revNumber(cur), Findings: findings}
+	if s.cfg.GitOps != nil {
+		st := s.cfg.GitOps.Status()
+		rep.GitOps = &st
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) gitopsStatus(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.GitOps == nil {
+		writeProblem(w, r, http.StatusNotFound, "this server follows no git repository: start it with --gitops-repo (docs/gitops.md)", nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.cfg.GitOps.Status())
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
 )
@@ -169,6 +170,9 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/drift", Perm: PermFleetRead, Kinds: users, Summary: "Where the running fleet differs from the declared one: pool sizes, lost nodes, instances gone or unknown, queues changed outside the fleet.",
 			Response: DriftReport{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.drift }},
+		{Method: "GET", Pattern: "/v1/gitops", Perm: PermFleetRead, Kinds: users, Summary: "The git repository the server follows (--gitops-repo): its head commit, the revision that applied it, whether the fleet matches it, and the pending plan when not (404 when the server follows none).",
+			Response: gitops.Status{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.gitopsStatus }},
 		{Method: "GET", Pattern: "/v1/nodes", Perm: PermNodesRead, Kinds: users, Summary: "Nodes, their GPUs and what holds them.",
 			Response: NodeList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listNodes }},

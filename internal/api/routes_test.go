@@ -136,6 +136,7 @@ func TestRouteDeclarations(t *testing.T) {
 		"GET /v1/revisions/{number}":                   {Perm: api.PermFleetRead, Kinds: users},
 		"POST /v1/rollback":                            {Perm: api.PermFleetManage, Kinds: users},
 		"GET /v1/drift":                                {Perm: api.PermFleetRead, Kinds: users},
+		"GET /v1/gitops":                               {Perm: api.PermFleetRead, Kinds: users},
 		"GET /v1/events":                               {Perm: api.PermNodesRead, Kinds: users},
 		"POST /v1/nodes/{id}/interrupt":                {Perm: api.PermFleetManage, Kinds: users},
 		"POST /v1/archives":                            {Perm: api.PermJobsSubmit, Kinds: users},

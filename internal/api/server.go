@@ -16,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/advisor"
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/catalog"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
@@ -69,6 +70,14 @@ type Config struct {
 	// Services runs inference services (/v1/services, /services/NAME/);
 	// nil answers 501.
 	Services Services
+	// GitOps reports the repository the server follows (GET /v1/gitops,
+	// and the drift report); nil when the server follows none.
+	GitOps GitOps
+}
+
+// GitOps is the server's GitOps component (package gitops).
+type GitOps interface {
+	Status() gitops.Status
 }
 
 // Server is the HTTP API.

@@ -533,6 +533,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.st.PutJob(j)
 	b.Jobs = append(b.Jobs, j)
 	c.attemptEventLocked(b, j, a, requeue)
+	c.notifyAttemptLocked(b, j, a, now)
 	c.cfg.Log.Info("attempt ended", "job_id", j.ID, "attempt", a.Number, "state", a.State, "reason", a.Reason, "job_state", j.State)
 }
 

@@ -130,6 +130,7 @@ func (c *Controller) CostPass(ctx context.Context) error {
 	b := &store.Batch{}
 	c.meterLocked(b, now)
 	stopped := c.budgetsLocked(b, now)
+	c.stuckLocked(b, now)
 	if b.Empty() {
 		c.mu.Unlock()
 		return nil
@@ -349,6 +350,7 @@ func (c *Controller) budgetsLocked(b *store.Batch, now time.Time) []string {
 		b.BudgetFired = append(b.BudgetFired, f.Key)
 		c.cfg.Log.Info("budget threshold fired", "budget", f.Budget, "threshold", f.Key.Threshold, "action", string(f.Action),
 			"basis", string(f.Basis), "spent", f.Spent.USD(), "limit", f.Limit.USD())
+		c.notifyLocked(b, budgetEvent(f, now))
 		hook := hooks[f.Budget]
 		if hook == nil && c.cfg.Cost.WebhookURL == "" {
 			continue

@@ -175,6 +175,7 @@ func (c *Controller) alertLocked(a Alert, b *store.Batch) {
 	c.tel.Record(a)
 	c.cfg.Metrics.alert(a.Rule)
 	c.cfg.Log.Warn("alert", "rule", a.Rule, "alert_id", a.ID, "job_id", a.Job, "node_id", a.Node, "queue", a.Queue, "summary", a.Summary)
+	c.notifyLocked(b, c.alertEventLocked(a))
 	if c.alertWebhookURL() == "" {
 		return
 	}

@@ -245,7 +245,7 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	}
 	rev := &model.Revision{
 		Number: curNum + 1, CreatedAt: c.cfg.Clock.Now(), Author: opts.Author, Message: opts.Message,
-		RollbackOf: opts.RollbackOf, Digest: digest, Documents: docs,
+		RollbackOf: opts.RollbackOf, Commit: opts.Commit, CommitAuthor: opts.CommitAuthor, Digest: digest, Documents: docs,
 	}
 	if rev.Documents == nil {
 		rev.Documents = []json.RawMessage{}
@@ -322,36 +322,44 @@ func (c *Controller) Drift(ctx context.Context) ([]fleet.Finding, error) {
 func (c *Controller) checkWebhooksLocked(set *manifest.Set) model.FieldErrors {
 	var fe model.FieldErrors
 	for _, b := range set.Budgets {
-		h := b.Spec.Webhook
-		if h == nil {
-			continue
-		}
-		p := fmt.Sprintf("Budget/%s: spec.webhook", b.Metadata.Name)
-		if h.Legacy() {
-			// Only a stored revision holds one (a rollback to it); a new
-			// revision must not record the URL in clear again.
-			fe.Add(p, manifest.InlineWebhookHelp)
-			continue
-		}
-		for field, ref := range map[string]model.SecretRef{"secretRef": h.SecretRef, "signingKeyRef": h.SigningKeyRef} {
-			if ref == "" {
-				continue
-			}
-			if project, name, ok := ref.Split(); ok {
-				if !c.vault.Has(project, name) {
-					fe.Add(p+"."+field, fmt.Sprintf("project %s has no secret %s (gpufleet secrets set %s %s)", project, name, project, name))
-				}
-			}
-		}
-		if h.SigningKeyRef == "" && len(c.cfg.Cost.WebhookSecret) == 0 {
-			fe.Add(p+".signingKeyRef", "is required: this server has no --webhook-secret to sign with")
-		}
+		c.checkWebhookLocked(&fe, fmt.Sprintf("Budget/%s: spec.webhook", b.Metadata.Name), b.Spec.Webhook)
+	}
+	for _, n := range set.Notifications {
+		c.checkWebhookLocked(&fe, fmt.Sprintf("Notification/%s: spec.receiver", n.Metadata.Name), n.Spec.Receiver)
 	}
 	slices.SortFunc(fe, func(a, b model.FieldError) int { return strings.Compare(a.Path, b.Path) })
 	return fe
 }
 
-// webhookUsersLocked returns the budgets whose webhook names the secret k.
+// checkWebhookLocked adds to fe, under path p, what is wrong with h as this
+// server sees it. Callers hold c.mu.
+func (c *Controller) checkWebhookLocked(fe *model.FieldErrors, p string, h *manifest.WebhookRef) {
+	if h == nil {
+		return
+	}
+	if h.Legacy() {
+		// Only a stored revision holds one (a rollback to it); a new
+		// revision must not record the URL in clear again.
+		fe.Add(p, manifest.InlineWebhookHelp)
+		return
+	}
+	for field, ref := range map[string]model.SecretRef{"secretRef": h.SecretRef, "signingKeyRef": h.SigningKeyRef} {
+		if ref == "" {
+			continue
+		}
+		if project, name, ok := ref.Split(); ok {
+			if !c.vault.Has(project, name) {
+				fe.Add(p+"."+field, fmt.Sprintf("project %s has no secret %s (gpufleet secrets set %s %s)", project, name, project, name))
+			}
+		}
+	}
+	if h.SigningKeyRef == "" && len(c.cfg.Cost.WebhookSecret) == 0 {
+		fe.Add(p+".signingKeyRef", "is required: this server has no --webhook-secret to sign with")
+	}
+}
+
+// webhookUsersLocked returns the budgets and notifications ("budget NAME",
+// "notification NAME") whose webhook or receiver names the secret k.
 // Callers hold c.mu.
 func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	var out []string
@@ -361,7 +369,15 @@ func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	for _, b := range c.fleet.set.Budgets {
 		for _, ref := range b.Spec.Webhook.Refs() {
 			if p, n, _ := ref.Split(); p == k.Project && n == k.Name {
-				out = append(out, b.Metadata.Name)
+				out = append(out, "budget "+b.Metadata.Name)
+				break
+			}
+		}
+	}
+	for _, d := range c.fleet.set.Notifications {
+		for _, ref := range d.Spec.Receiver.Refs() {
+			if p, n, _ := ref.Split(); p == k.Project && n == k.Name {
+				out = append(out, "notification "+d.Metadata.Name)
 				break
 			}
 		}

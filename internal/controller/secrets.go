@@ -25,7 +25,7 @@ func (c *Controller) guardSecret(project, name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if users := c.webhookUsersLocked(store.SecretKey{Project: project, Name: name}); len(users) > 0 {
-		return fmt.Errorf("secret %s in project %s is the webhook of budget %s; apply the fleet without it first: %w", name, project, strings.Join(users, ", "), ErrConflict)
+		return fmt.Errorf("secret %s in project %s is the webhook of %s; apply the fleet without it first: %w", name, project, strings.Join(users, ", "), ErrConflict)
 	}
 	return nil
 }

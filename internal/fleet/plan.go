@@ -117,6 +117,8 @@ func Plan(current, desired *manifest.Set, offers Pricing) Result {
 		func(d manifest.Budget) string { return d.Metadata.Name }, nil)
 	diffKind(&r.Changes, manifest.KindPriorityClass, current.PriorityClasses, desired.PriorityClasses,
 		func(d manifest.PriorityClass) string { return d.Metadata.Name }, nil)
+	diffKind(&r.Changes, manifest.KindNotification, current.Notifications, desired.Notifications,
+		func(d manifest.Notification) string { return d.Metadata.Name }, nil)
 	for _, d := range desired.NodePools {
 		c := PoolCost(d.Spec, offers)
 		r.MinPerHour += c.MinPerHour

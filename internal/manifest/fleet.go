@@ -117,11 +117,13 @@ type Set struct {
 	// PriorityClasses come last in Documents, so the digests of sets
 	// recorded before the kind existed do not change.
 	PriorityClasses []PriorityClass `json:"priorityClasses,omitempty"`
+	// Notifications come after them for the same reason.
+	Notifications []Notification `json:"notifications,omitempty"`
 }
 
 // Len counts the documents in s.
 func (s *Set) Len() int {
-	return len(s.NodePools) + len(s.Queues) + len(s.Projects) + len(s.Budgets) + len(s.PriorityClasses)
+	return len(s.NodePools) + len(s.Queues) + len(s.Projects) + len(s.Budgets) + len(s.PriorityClasses) + len(s.Notifications)
 }
 
 // sort orders each kind by name.
@@ -131,6 +133,7 @@ func (s *Set) sort() {
 	slices.SortStableFunc(s.Projects, func(a, b Project) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.Budgets, func(a, b Budget) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 	slices.SortStableFunc(s.PriorityClasses, func(a, b PriorityClass) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
+	slices.SortStableFunc(s.Notifications, func(a, b Notification) int { return cmp.Compare(a.Metadata.Name, b.Metadata.Name) })
 }
 
 // Documents returns s as canonical JSON documents, NodePools, then Queues,
@@ -161,6 +164,9 @@ func (s *Set) Documents() ([]json.RawMessage, string) {
 	for _, d := range s.PriorityClasses {
 		add(d)
 	}
+	for _, d := range s.Notifications {
+		add(d)
+	}
 	h := sha256.New()
 	for _, d := range docs {
 		h.Write(d)
@@ -180,7 +186,7 @@ type header struct {
 
 // ParseDocument decodes one fleet document strictly, by its kind, fills
 // defaults and validates it. It returns *NodePool, *Queue, *Project,
-// *Budget or *PriorityClass, or every problem, with paths from the
+// *Budget, *PriorityClass or *Notification, or every problem, with paths from the
 // document's root.
 func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any, model.FieldErrors) {
 	return parseDocument(data, format, knownGPU, false)
@@ -209,8 +215,10 @@ func parseDocument(data []byte, format Format, knownGPU func(string) bool, store
 		doc = &Budget{}
 	case KindPriorityClass:
 		doc = &PriorityClass{}
+	case KindNotification:
+		doc = &Notification{}
 	default:
-		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project, Budget or PriorityClass" + got(h.Kind)}}
+		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project, Budget, PriorityClass or Notification" + got(h.Kind)}}
 	}
 	fe := decode(data, format, reflect.ValueOf(doc).Elem())
 	if np, ok := doc.(*NodePool); ok {
@@ -348,6 +356,9 @@ func parse(sources []Source, knownGPU func(string) bool, stored bool) (*Set, mod
 			case *PriorityClass:
 				kind, name = KindPriorityClass, v.Metadata.Name
 				set.PriorityClasses = append(set.PriorityClasses, *v)
+			case *Notification:
+				kind, name = KindNotification, v.Metadata.Name
+				set.Notifications = append(set.Notifications, *v)
 			}
 			at := fmt.Sprintf("%s[%d]", src.Name, i)
 			if first, dup := where[kind+"/"+name]; dup {

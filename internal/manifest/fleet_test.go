@@ -61,7 +61,7 @@ func TestParseFleet(t *testing.T) {
 		"unknown kind and bad header": {
 			files: map[string]string{"a.yaml": "apiVersion: v2\nkind: Pool\n---\napiVersion: gpufleet.dev/v1\nkind: Job\n"},
 			want: model.FieldErrors{
-				{Path: "a.yaml[0].kind", Message: `must be NodePool, Queue, Project, Budget or PriorityClass, got "Pool"`},
+				{Path: "a.yaml[0].kind", Message: `must be NodePool, Queue, Project, Budget, PriorityClass or Notification, got "Pool"`},
 				{Path: "a.yaml[1].kind", Message: "Job manifests are submitted with `gpufleet run -f`, not declared in the fleet"},
 			},
 		},

@@ -505,6 +505,10 @@ type Revision struct {
 	Message string `json:"message,omitempty"`
 	// RollbackOf is the revision whose documents this one re-applied.
 	RollbackOf int `json:"rollbackOf,omitempty"`
+	// Commit and CommitAuthor are the git commit (SHA, "Name <email>")
+	// whose documents GitOps applied (docs/gitops.md); empty otherwise.
+	Commit       string `json:"commit,omitempty"`
+	CommitAuthor string `json:"commitAuthor,omitempty"`
 	// Digest is the SHA-256 of the documents, hex; equal sets of documents
 	// have equal digests.
 	Digest    string            `json:"digest"`

@@ -5,6 +5,7 @@ import (
 	"math"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -89,6 +90,12 @@ type Job struct {
 	// nodes that do not isolate workloads (Node.NotIsolated).
 	Trusted bool `json:"trusted,omitempty"`
 
+	// NotifiedStuck records the Notification documents whose stuck-queued
+	// event already fired for this job, each as "NAME@ENQUEUEDAT"
+	// (notifications.StuckKey), so it fires once per time the job enters
+	// the queue, across restarts.
+	NotifiedStuck []string `json:"notifiedStuck,omitempty"`
+
 	// Seq orders jobs by acceptance; it never repeats.
 	Seq uint64 `json:"seq"`
 	// Version increases with every committed change.
@@ -110,6 +117,7 @@ func (j *Job) Clone() *Job {
 		t := *j.RetryAt
 		c.RetryAt = &t
 	}
+	c.NotifiedStuck = slices.Clone(j.NotifiedStuck)
 	return &c
 }
 

@@ -85,6 +85,9 @@ type ApplyOptions struct {
 	BaseRevision int
 	// RollbackOf records the revision whose documents are re-applied.
 	RollbackOf int
+	// Commit and CommitAuthor record the git commit a GitOps apply comes
+	// from (Revision.Commit).
+	Commit, CommitAuthor string
 }
 
 // ApplyResult is what an apply did.

@@ -102,6 +102,8 @@ type Config struct {
 	// AgentURL is the URL agents gpufleet installs on SSH fleets' hosts
 	// reach this server at; empty: the URL it listens on.
 	AgentURL string
+	// GitOps follows a git repository declaring the fleet (gitops.go).
+	GitOps GitOpsConfig
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -440,16 +442,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	gitSync, err := newGitOps(c.GitOps, ctrl, cat, provs.Price, log)
+	if err != nil {
+		return err
+	}
+	var gitStatus api.GitOps
+	if gitSync != nil {
+		gitStatus = gitSync
+	}
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs})
+		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus})
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	errc := make(chan stopped, 6)
+	errc := make(chan stopped, 7)
 	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.CP, kube.Nodes = ctrl, poolNodes{ctrl}
@@ -458,6 +468,10 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
 	go func() { errc <- stopped{"services", svcs.Run(ctx)} }()
 	running := []string{"api", "controller", "kubernetes runner", "ssh fleet", "services"}
+	if gitSync != nil {
+		go func() { errc <- stopped{"gitops", gitSync.Run(ctx)} }()
+		running = append(running, "gitops")
+	}
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {

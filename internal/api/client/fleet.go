@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -62,6 +63,15 @@ func (c *Client) Revisions(ctx context.Context) (*api.RevisionList, error) {
 func (c *Client) Revision(ctx context.Context, n int) (*model.Revision, error) {
 	var out model.Revision
 	if _, err := c.do(ctx, "GET", fmt.Sprintf("/v1/revisions/%d", n), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GitOps reports the git repository the server follows.
+func (c *Client) GitOps(ctx context.Context) (*gitops.Status, error) {
+	var out gitops.Status
+	if _, err := c.do(ctx, "GET", "/v1/gitops", nil, nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
