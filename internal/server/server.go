@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
@@ -38,6 +39,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
+	"github.com/gpufleet/gpufleet/internal/server/leader"
+	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
 
@@ -92,6 +95,11 @@ type Config struct {
 	AcceptLostWrites bool
 	// ShutdownTimeout bounds a shutdown, from the signal to exit.
 	ShutdownTimeout time.Duration
+	// ReplicaID names this replica in the leader election, which every
+	// server on a PostgreSQL store takes part in (default
+	// DefaultReplicaID). AdvertiseURL is where the other replicas send
+	// clients while this one leads (default: the listener's URL).
+	ReplicaID, AdvertiseURL string
 }
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
@@ -281,6 +289,49 @@ func Run(ctx context.Context, cfg Config) error {
 		url = "https://" + ln.Addr().String()
 	}
 
+	// With replicas (a PostgreSQL store), serve as a follower until this
+	// replica leads; then fence every write with the lease.
+	var (
+		sw        *switchHandler
+		httpSrv   *http.Server
+		errc      = make(chan stopped, 5)
+		el        *leader.Elector
+		lease     store.Lease
+		haRunning []string
+	)
+	if c.replicated() {
+		if c.ReplicaID == "" {
+			c.ReplicaID = DefaultReplicaID()
+		}
+		leaser, ok := st.(store.Leaser)
+		if !ok {
+			return fmt.Errorf("store %s has no leases", describeStore(c))
+		}
+		if el, err = leader.New(leader.Config{Leaser: leaser, ID: c.ReplicaID, URL: advertiseURL(c.AdvertiseURL, url), Log: log, Registry: reg}); err != nil {
+			return err
+		}
+		sw = &switchHandler{}
+		sw.set(followerHandler(el, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		httpSrv = &http.Server{Handler: sw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+		haRunning = []string{"api"}
+		log.Info("following: campaigning for the controller lease", "replica", c.ReplicaID, "url", advertiseURL(c.AdvertiseURL, url))
+		if lease, err = el.Campaign(ctx); err != nil {
+			return errors.Join(drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log), ignoreCanceled(err))
+		}
+		log.Info("leading: loading state from the store", "replica", c.ReplicaID, "epoch", lease.Epoch)
+		st = fencedStore{backingStore: st, fence: lease.Fence()}
+		go func() { errc <- stopped{"leader lease", el.Hold(ctx, lease)} }()
+		haRunning = append(haRunning, "leader lease")
+		defer func() {
+			rctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+			defer stop()
+			if err := el.Release(rctx, lease); err != nil {
+				log.Warn("releasing the controller lease", "err", err)
+			}
+		}()
+	}
+
 	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
 	if err != nil {
 		return err
@@ -363,7 +414,12 @@ func Run(ctx context.Context, cfg Config) error {
 		HeartbeatInterval: c.heartbeatInterval(),
 		Cost:              costCfg,
 		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
-		Fatal:             func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
+		Fatal: func(err error) {
+			if store.IsFenced(err) {
+				err = fmt.Errorf("%w: %w", leader.ErrLost, err)
+			}
+			cancel(fmt.Errorf("store failed: %w", err))
+		},
 	})
 	if err != nil {
 		return err
@@ -388,18 +444,23 @@ func Run(ctx context.Context, cfg Config) error {
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st})
+		Catalog: cat, Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st,
+		Leader: leaderLine(el)})
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-
-	errc := make(chan stopped, 4)
-	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+	running := []string{"api"}
+	if sw != nil {
+		sw.set(srv.Handler())
+		running = haRunning
+	} else {
+		httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+	}
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.cp, kube.nodes = ctrl, ctrl
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner"}
+	running = append(running, "controller", "kubernetes runner")
 	if !c.NoAgent {
 		ag, err := localAgent(ctx, c, ctrl, inv, demoType, serverCA, iso, log)
 		if err != nil {
