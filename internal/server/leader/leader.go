@@ -124,6 +124,15 @@ func (e *Elector) Current() (Leader, bool) {
 	return e.leader, e.self
 }
 
+// Metrics are the Elector's series (for tests and embedding).
+type Metrics struct {
+	Leader  prometheus.Gauge
+	Changes prometheus.Counter
+}
+
+// Metrics returns gpufleet_leader{replica} and gpufleet_leader_changes_total.
+func (e *Elector) Metrics() Metrics { return Metrics{Leader: e.isLead, Changes: e.changes} }
+
 // ID is this replica's.
 func (e *Elector) ID() string { return e.cfg.ID }
 
