@@ -55,7 +55,19 @@ func New(servers string, hc *http.Client) *Set {
 		hc = http.DefaultClient
 	}
 	own := *hc
-	own.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	orig := hc.CheckRedirect
+	own.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.Response != nil && req.Response.Header.Get(RoleHeader) == "follower" {
+			return http.ErrUseLastResponse // Do follows it, and remembers the leader
+		}
+		if orig != nil {
+			return orig(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
 	return &Set{hc: &own, urls: urls, cur: urls[0]}
 }
 
@@ -92,8 +104,9 @@ func (s *Set) next(failed string) {
 }
 
 // Do sends the request build makes for a server base URL. A transport
-// error moves on to the next server; a redirect (307/308) to the leader, or
-// a follower's 503 naming it, is followed once per hop. It gives up after
+// error moves on to the next server; a follower's answer (RoleHeader
+// "follower": a 307 to the leader, or a 503 naming it or none) is followed
+// to the leader, which is remembered, or to the next server. It gives up after
 // trying every server and following a few redirects, returning the last
 // error or answer. build is called once per try, so a request body must be
 // re-readable (req.GetBody set, as for bytes readers) to be tried twice.
@@ -118,9 +131,8 @@ func (s *Set) Do(build func(base string) (*http.Request, error)) (*http.Response
 			continue
 		}
 		redirect := resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect
-		follower := resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(RoleHeader) == "follower"
-		if !redirect && !follower {
-			return resp, nil
+		if resp.Header.Get(RoleHeader) != "follower" || !redirect && resp.StatusCode != http.StatusServiceUnavailable {
+			return resp, nil // an answer (a follower's own /healthz or /metrics too)
 		}
 		leader := baseOf(resp.Header.Get(LeaderHeader))
 		if redirect {

@@ -119,3 +119,23 @@ func TestSplit(t *testing.T) {
 		t.Errorf("Split = %q", got)
 	}
 }
+
+// TestLeadersOwnRedirects: a redirect from a server that is not a follower
+// is the client's usual redirect, followed as before.
+func TestLeadersOwnRedirects(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /a", http.RedirectHandler("/b", http.StatusSeeOther))
+	mux.HandleFunc("GET /b", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("b")) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	s := endpoints.New(srv.URL, nil)
+	resp, err := s.Do(func(base string) (*http.Request, error) { return http.NewRequest("GET", base+"/a", nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "b" {
+		t.Errorf("got %q, want the redirect followed to b", b)
+	}
+}
