@@ -96,9 +96,11 @@ func waitLeader(t *testing.T, rs []*replica, within time.Duration) *replica {
 	}
 }
 
-func metricValue(t *testing.T, url, series string) string {
+func metricValue(t *testing.T, url, token, series string) string {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
+	req, _ := http.NewRequest("GET", url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +141,14 @@ func TestFailover(t *testing.T) {
 	if code, role, body := rs[0].readyz(); lead != rs[0] && (code != 503 || role != "follower" || !strings.Contains(body, "the leader is "+lead.id)) {
 		t.Errorf("a follower's /readyz = %d %s %q, want 503 naming %s", code, role, body, lead.id)
 	}
-	if v := metricValue(t, lead.url, fmt.Sprintf(`gpufleet_leader{replica=%q}`, lead.id)); v != "1" {
-		t.Errorf("gpufleet_leader on the leader = %q, want 1", v)
-	}
 	tokenB, err := os.ReadFile(filepath.Join(lead.dataDir, tokenFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	token := strings.TrimSpace(string(tokenB))
+	if v := metricValue(t, lead.url, token, fmt.Sprintf(`gpufleet_leader{replica=%q}`, lead.id)); v != "1" {
+		t.Errorf("gpufleet_leader on the leader = %q, want 1", v)
+	}
 	var urls []string
 	for _, r := range rs {
 		urls = append(urls, r.url)
@@ -195,7 +197,7 @@ func TestFailover(t *testing.T) {
 			for i := range next {
 				key := fmt.Sprintf("burst-%d", i)
 				for {
-					v, err := c.SubmitJob(ctx, shJob(key, fmt.Sprintf("echo x >> %s/%s.starts", marks, key)), client.SubmitOptions{IdempotencyKey: key})
+					v, err := submitOnce(ctx, c, key, shJob(key, fmt.Sprintf("echo x >> %s/%s.starts", marks, key)))
 					if err == nil {
 						mu.Lock()
 						if prev, ok := acked[key]; ok && prev != v.ID {
@@ -233,12 +235,12 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	second := waitLeader(t, rest, 10*time.Second-time.Since(killedAt))
-	t.Logf("failover: %s leads %s after the kill", second.id, time.Since(killedAt).Round(time.Millisecond))
+	t.Logf("failover: %s answers as leader %s after the kill (%s); its log:\n%s", second.id, time.Since(killedAt).Round(time.Millisecond), killedAt.UTC().Format(time.RFC3339Nano), leaderLog(second))
 	wg.Wait()
 	if len(acked) != burst {
 		t.Fatalf("%d of %d submissions acknowledged", len(acked), burst)
 	}
-	if v := metricValue(t, second.url, "gpufleet_leader_changes_total"); v == "" || v == "0" {
+	if v := metricValue(t, second.url, token, "gpufleet_leader_changes_total"); v == "" || v == "0" {
 		t.Errorf("gpufleet_leader_changes_total on the new leader = %q", v)
 	}
 
@@ -292,9 +294,13 @@ func TestFailover(t *testing.T) {
 	}
 	t.Logf("%s took over %s after %s froze", third.id, time.Since(frozenAt).Round(time.Millisecond), second.id)
 	// A job submitted to the new leader runs and finishes once.
-	v, err := c.SubmitJob(ctx, shJob("after-freeze", fmt.Sprintf("echo x >> %s/after-freeze.starts", marks)), client.SubmitOptions{IdempotencyKey: "after-freeze"})
-	if err != nil {
-		t.Fatal(err)
+	var v *api.JobView
+	for v == nil {
+		// The client's remembered leader is frozen: the first try times
+		// out and the next goes to another replica.
+		if v, err = submitOnce(ctx, c, "after-freeze", shJob("after-freeze", fmt.Sprintf("echo x >> %s/after-freeze.starts", marks))); err != nil && ctx.Err() != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := second.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -320,6 +326,25 @@ func TestFailover(t *testing.T) {
 	checkStarts(t, filepath.Join(marks, "after-freeze.starts"))
 }
 
+// submitOnce is one try of a submission, bounded: a frozen server does not
+// answer at all.
+func submitOnce(ctx context.Context, c *client.Client, key string, manifest []byte) (*api.JobView, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.SubmitJob(ctx, manifest, client.SubmitOptions{IdempotencyKey: key})
+}
+
+// leaderLog is the replica's log lines about the election and readiness.
+func leaderLog(r *replica) string {
+	var b strings.Builder
+	for _, l := range strings.Split(r.out.String(), "\n") {
+		if strings.Contains(l, "lead") || strings.Contains(l, "gpufleet is up") || strings.Contains(l, "store open") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
 func checkStarts(t *testing.T, path string) {
 	t.Helper()
 	b, _ := os.ReadFile(path)
@@ -332,7 +357,9 @@ func waitReadyNodes(t *testing.T, c *client.Client, want int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		nodes, _ := c.Nodes(context.Background())
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		nodes, _ := c.Nodes(cctx)
+		cancel()
 		ready := 0
 		for _, n := range nodes.Nodes {
 			if n.State == model.NodeReady {
@@ -353,7 +380,9 @@ func waitJobState(t *testing.T, c *client.Client, id string, ok func(*api.JobVie
 	t.Helper()
 	deadline := time.Now().Add(120 * time.Second)
 	for {
-		v, err := c.Job(context.Background(), id)
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := c.Job(cctx, id)
+		cancel()
 		if err == nil && ok(v) {
 			return v
 		}

@@ -123,11 +123,13 @@ func (s *Set) Do(build func(base string) (*http.Request, error)) (*http.Response
 		}
 		resp, err := s.hc.Do(req)
 		if err != nil {
+			// Whatever stopped it (refused, reset, the caller's deadline
+			// with a frozen server), the next call tries another server.
+			s.next(base)
 			if req.Context().Err() != nil {
 				return nil, err
 			}
 			lastErr = err
-			s.next(base)
 			continue
 		}
 		redirect := resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect
