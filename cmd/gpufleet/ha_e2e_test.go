@@ -88,7 +88,7 @@ func waitLeader(t *testing.T, rs []*replica, within time.Duration) *replica {
 		if time.Now().After(deadline) {
 			var logs strings.Builder
 			for _, r := range rs {
-				fmt.Fprintf(&logs, "--- %s:\n%s\n", r.id, tail(r.out.String()))
+				fmt.Fprintf(&logs, "--- %s:\n%s\n", r.id, lastOf(r.out.String(), 3000))
 			}
 			t.Fatalf("no leader within %s\n%s", within, logs.String())
 		}
@@ -288,7 +288,7 @@ func TestFailover(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not take over from the frozen %s:\n%s", third.id, second.id, tail(third.out.String()))
+			t.Fatalf("%s did not take over from the frozen %s:\n%s", third.id, second.id, lastOf(third.out.String(), 4000))
 		}
 		time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
 	}
@@ -314,10 +314,10 @@ func TestFailover(t *testing.T) {
 			t.Errorf("the thawed old leader exited with %v, want a non-zero exit", err)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("the thawed old leader %s is still running:\n%s", second.id, tail(second.out.String()))
+		t.Fatalf("the thawed old leader %s is still running:\n%s", second.id, lastOf(second.out.String(), 6000))
 	}
 	if out := second.out.String(); !strings.Contains(out, "leadership lost") {
-		t.Errorf("the thawed leader's log does not say it lost leadership:\n%s", tail(out))
+		t.Errorf("the thawed leader's log does not say it lost leadership:\n%s", lastOf(out, 4000))
 	}
 	if code, role, _ := third.readyz(); code != 200 || role != "leader" {
 		t.Errorf("after the old leader thawed, %s answers %d %s", third.id, code, role)
@@ -343,6 +343,13 @@ func leaderLog(r *replica) string {
 		}
 	}
 	return b.String()
+}
+
+func lastOf(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
 
 func checkStarts(t *testing.T, path string) {

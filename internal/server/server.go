@@ -102,6 +102,9 @@ type Config struct {
 	ReplicaID, AdvertiseURL string
 }
 
+// stepDownBound bounds the shutdown of a leader that lost its lease.
+const stepDownBound = 2 * time.Second
+
 // minWebhookSecret is the shortest webhook signing secret accepted.
 const minWebhookSecret = 16
 
@@ -491,6 +494,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	begun := time.Now()
 	deadline = begun.Add(c.shutdownTimeout())
+	if cause := context.Cause(ctx); errors.Is(cause, leader.ErrLost) {
+		// A deposed leader's writes are fenced: nothing is gained by
+		// waiting for its requests, and the new leader already serves.
+		log.Error("stepping down: no longer the leader; exiting for a restart as a follower", "err", cause)
+		deadline = begun.Add(min(c.shutdownTimeout(), stepDownBound))
+	}
 	// Cancelling first stops every pass, launch and sync at once.
 	cancel(nil)
 	if simN != nil {
