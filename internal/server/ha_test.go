@@ -70,3 +70,16 @@ func TestAdvertiseURL(t *testing.T) {
 		t.Errorf("unspecified host kept: %s", got)
 	}
 }
+
+func TestValidateReplicaFlags(t *testing.T) {
+	c := Config{DataDir: "/d", Listen: "127.0.0.1:7777", LogLevel: "info", MeterInterval: time.Minute, HeartbeatTimeout: time.Minute,
+		ReplicaID: "a b", AdvertiseURL: "fleet:7777"}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "--replica-id") || !strings.Contains(err.Error(), `--advertise-url: "fleet:7777" is not an http(s) URL`) {
+		t.Errorf("Validate = %v, want --replica-id and --advertise-url refused", err)
+	}
+	c.ReplicaID, c.AdvertiseURL = "a", "https://a.example:7777"
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate = %v", err)
+	}
+}

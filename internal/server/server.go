@@ -159,6 +159,14 @@ func (c *Config) Validate() error {
 			fe.Add("--webhook-secret", fmt.Sprintf("is required with %s (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it", flag))
 		}
 	}
+	if v := c.AdvertiseURL; v != "" {
+		if u, err := neturl.Parse(v); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			fe.Add("--advertise-url", fmt.Sprintf("%q is not an http(s) URL", v))
+		}
+	}
+	if c.ReplicaID != "" && strings.ContainsAny(c.ReplicaID, " \t\n") {
+		fe.Add("--replica-id", "must not contain spaces")
+	}
 	if c.WebhookSecret != "" && len(c.WebhookSecret) < minWebhookSecret {
 		fe.Add("--webhook-secret", fmt.Sprintf("must be at least %d characters", minWebhookSecret))
 	}
