@@ -100,7 +100,8 @@ Workloads keep running when the agent or the server stops; a restarted agent
 back. The agent's state is in DATA_DIR/agent.`,
 		Example: `  GPUFLEET_TOKEN=gfa_… gpufleet agent --server http://fleet.example:7777
   gpufleet agent --server https://fleet:7777 --token "$(cat /etc/gpufleet/agent.token)" --label rack=r2
-  gpufleet agent --server http://127.0.0.1:7777 --fake-gpus 4xH100 --data-dir /tmp/node-a   # a demo node`,
+  gpufleet agent --server http://127.0.0.1:7777 --fake-gpus 4xH100 --data-dir /tmp/node-a   # a demo node
+  gpufleet agent --server https://a:7777 --server https://b:7777 --server https://c:7777     # replicas: follows the leader`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
