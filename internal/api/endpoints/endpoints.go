@@ -106,13 +106,15 @@ func (s *Set) next(failed string) {
 // Do sends the request build makes for a server base URL. A transport
 // error moves on to the next server; a follower's answer (RoleHeader
 // "follower": a 307 to the leader, or a 503 naming it or none) is followed
-// to the leader, which is remembered, or to the next server. It gives up after
-// trying every server and following a few redirects, returning the last
-// error or answer. build is called once per try, so a request body must be
+// to the leader, which is remembered, or to the next server. It gives up,
+// returning the last error, after as many failures as there are servers
+// (so a lone unreachable server costs one attempt, as without replicas) or
+// a few redirects. build is called once per try, so a request body must be
 // re-readable (req.GetBody set, as for bytes readers) to be tried twice.
 func (s *Set) Do(build func(base string) (*http.Request, error)) (*http.Response, error) {
 	var lastErr error
-	for try := 0; try < len(s.urls)+3; try++ {
+	failed := 0 // servers that did not answer, or followers that know no leader
+	for try := 0; try < len(s.urls)+3 && failed < len(s.urls); try++ {
 		base := s.Current()
 		req, err := build(base)
 		if err != nil {
@@ -130,6 +132,7 @@ func (s *Set) Do(build func(base string) (*http.Request, error)) (*http.Response
 				return nil, err
 			}
 			lastErr = err
+			failed++
 			continue
 		}
 		redirect := resp.StatusCode == http.StatusTemporaryRedirect || resp.StatusCode == http.StatusPermanentRedirect
@@ -146,6 +149,7 @@ func (s *Set) Do(build func(base string) (*http.Request, error)) (*http.Response
 			// A follower that knows no leader yet (an election is on).
 			lastErr = fmt.Errorf("%s is a follower and knows no leader yet (an election may be in progress): %s", base, resp.Status)
 			s.next(base)
+			failed++
 			continue
 		}
 		s.set(leader)

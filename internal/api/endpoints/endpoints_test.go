@@ -139,3 +139,24 @@ func TestLeadersOwnRedirects(t *testing.T) {
 		t.Errorf("got %q, want the redirect followed to b", b)
 	}
 }
+
+// TestOneAttemptPerServer: a server that drops every connection is tried
+// once per call, not retried.
+func TestOneAttemptPerServer(t *testing.T) {
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if _, err := post(t, endpoints.New(srv.URL, hc), "x"); err == nil {
+		t.Fatal("a dropped connection succeeded")
+	}
+	if hits != 1 {
+		t.Errorf("one server, %d attempts; want 1", hits)
+	}
+}
