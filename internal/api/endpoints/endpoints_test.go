@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpufleet/gpufleet/internal/api/endpoints"
@@ -31,9 +32,9 @@ func post(t *testing.T, s *endpoints.Set, body string) (*http.Response, error) {
 // TestFindsAndRemembersLeader: a dead server is skipped, a follower's 307
 // is followed with the body intact, and the leader is remembered.
 func TestFindsAndRemembersLeader(t *testing.T) {
-	var leaderHits, followerHits int
+	var leaderHits, followerHits atomic.Int32
 	lead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		leaderHits++
+		leaderHits.Add(1)
 		b, _ := io.ReadAll(r.Body)
 		if r.Method != "POST" || r.URL.RequestURI() != "/v1/jobs?x=1" || string(b) != "manifest" {
 			t.Errorf("leader got %s %s %q", r.Method, r.URL.RequestURI(), b)
@@ -42,7 +43,7 @@ func TestFindsAndRemembersLeader(t *testing.T) {
 	}))
 	defer lead.Close()
 	follow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		followerHits++
+		followerHits.Add(1)
 		w.Header().Set(endpoints.RoleHeader, "follower")
 		w.Header().Set("Location", lead.URL+r.URL.RequestURI())
 		w.WriteHeader(http.StatusTemporaryRedirect)
@@ -66,8 +67,8 @@ func TestFindsAndRemembersLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if leaderHits != 2 || followerHits != 1 {
-		t.Errorf("leader hit %d times, follower %d; want 2 and 1 (the leader remembered)", leaderHits, followerHits)
+	if leaderHits.Load() != 2 || followerHits.Load() != 1 {
+		t.Errorf("leader hit %d times, follower %d; want 2 and 1 (the leader remembered)", leaderHits.Load(), followerHits.Load())
 	}
 }
 
@@ -143,9 +144,9 @@ func TestLeadersOwnRedirects(t *testing.T) {
 // TestOneAttemptPerServer: a server that drops every connection is tried
 // once per call, not retried.
 func TestOneAttemptPerServer(t *testing.T) {
-	hits := 0
+	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits++
+		hits.Add(1)
 		conn, _, err := w.(http.Hijacker).Hijack()
 		if err == nil {
 			conn.Close()
@@ -156,7 +157,7 @@ func TestOneAttemptPerServer(t *testing.T) {
 	if _, err := post(t, endpoints.New(srv.URL, hc), "x"); err == nil {
 		t.Fatal("a dropped connection succeeded")
 	}
-	if hits != 1 {
-		t.Errorf("one server, %d attempts; want 1", hits)
+	if hits.Load() != 1 {
+		t.Errorf("one server, %d attempts; want 1", hits.Load())
 	}
 }
