@@ -16,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/agentapi/httpcp"
+	"github.com/gpufleet/gpufleet/internal/api/endpoints"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -58,11 +59,14 @@ func (c *agentConfig) Validate() error {
 	if c.DataDir == "" {
 		fe.Add("--data-dir", "is required")
 	}
-	switch u, err := url.Parse(c.Server); {
-	case c.Server == "":
-		fe.Add("--server", "is required: the server's URL, e.g. http://fleet.example:7777 (env GPUFLEET_SERVER)")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		fe.Add("--server", fmt.Sprintf("%q is not an http(s) URL", c.Server))
+	servers := endpoints.Split(c.Server)
+	if len(servers) == 0 {
+		fe.Add("--server", "is required: the server's URL, e.g. http://fleet.example:7777 (env GPUFLEET_SERVER), repeated or comma-separated for replicas")
+	}
+	for _, s := range servers {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fe.Add("--server", fmt.Sprintf("%q is not an http(s) URL", s))
+		}
 	}
 	if c.Token == "" {
 		fe.Add("--token", "is required: create one on the server with `gpufleet tokens create NODE --kind agent` (env GPUFLEET_TOKEN)")
@@ -108,7 +112,8 @@ Workloads keep running when the agent or the server stops; a restarted agent
 back. The agent's state is in DATA_DIR/agent.`,
 		Example: `  GPUFLEET_TOKEN=gfa_… gpufleet agent --server http://fleet.example:7777
   gpufleet agent --server https://fleet:7777 --token "$(cat /etc/gpufleet/agent.token)" --label rack=r2
-  gpufleet agent --server http://127.0.0.1:7777 --fake-gpus 4xH100 --data-dir /tmp/node-a   # a demo node`,
+  gpufleet agent --server http://127.0.0.1:7777 --fake-gpus 4xH100 --data-dir /tmp/node-a   # a demo node
+  gpufleet agent --server https://a:7777 --server https://b:7777 --server https://c:7777     # replicas: follows the leader`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.DataDir = g.dataDir
@@ -116,7 +121,15 @@ back. The agent's state is in DATA_DIR/agent.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&c.Server, "server", os.Getenv("GPUFLEET_SERVER"), "the server's URL (env GPUFLEET_SERVER)")
+	c.Server = os.Getenv("GPUFLEET_SERVER")
+	fromEnv := true
+	fl.Func("server", "the server's URL (env GPUFLEET_SERVER); repeat it or separate with commas for replicas (the agent follows the leader)", func(v string) error {
+		if fromEnv {
+			c.Server, fromEnv = "", false
+		}
+		c.Server = strings.Trim(c.Server+","+v, ",")
+		return nil
+	})
 	fl.StringVar(&c.Token, "token", os.Getenv("GPUFLEET_TOKEN"), "this node's agent token (env GPUFLEET_TOKEN, which keeps it out of ps)")
 	fl.StringVar(&c.Name, "name", "", "the node's display name (default: the host name)")
 	fl.StringVar(&c.Address, "address", "", "address other nodes reach this one at, for gangs' MASTER_ADDR (default: the IP this machine reaches the server from)")
@@ -170,7 +183,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 	}
 	addr := c.Address
 	if addr == "" {
-		addr = outboundIP(c.Server)
+		addr = outboundIP(endpoints.Split(c.Server)[0])
 	}
 	if addr != "" {
 		labels[static.LabelAddress] = addr

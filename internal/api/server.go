@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet/internal/advisor"
+	"github.com/gpufleet/gpufleet/internal/api/endpoints"
 	"github.com/gpufleet/gpufleet/internal/archive"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/gitops"
@@ -57,6 +58,9 @@ type Config struct {
 	Version      string
 	// Ready reports whether the server can take writes; nil means yes.
 	Ready func() error
+	// Leader, with replicas (HA), describes this replica as the leader on
+	// /readyz (a line after "ready", and X-Gpufleet-Role: leader).
+	Leader func() string
 	// Calibration holds GPU rates measured by `gpufleet bench`; the
 	// advisor uses them instead of datasheet rates where present.
 	Calibration advisor.Calibration
@@ -280,6 +284,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain")
+	if s.cfg.Leader != nil {
+		w.Header().Set(endpoints.RoleHeader, "leader")
+		_, _ = w.Write([]byte("ready\n" + s.cfg.Leader() + "\n"))
+		return
+	}
 	_, _ = w.Write([]byte("ready\n"))
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
 	"github.com/gpufleet/gpufleet/internal/agent/gpu"
@@ -45,6 +46,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/services"
+	"github.com/gpufleet/gpufleet/internal/server/leader"
+	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
 
@@ -104,7 +107,15 @@ type Config struct {
 	AgentURL string
 	// GitOps follows a git repository declaring the fleet (gitops.go).
 	GitOps GitOpsConfig
+	// ReplicaID names this replica in the leader election, which every
+	// server on a PostgreSQL store takes part in (default
+	// DefaultReplicaID). AdvertiseURL is where the other replicas send
+	// clients while this one leads (default: the listener's URL).
+	ReplicaID, AdvertiseURL string
 }
+
+// stepDownBound bounds the shutdown of a leader that lost its lease.
+const stepDownBound = 2 * time.Second
 
 // minWebhookSecret is the shortest webhook signing secret accepted.
 const minWebhookSecret = 16
@@ -162,6 +173,14 @@ func (c *Config) Validate() error {
 		if c.WebhookSecret == "" {
 			fe.Add("--webhook-secret", fmt.Sprintf("is required with %s (or set GPUFLEET_WEBHOOK_SECRET): receivers verify the X-Gpufleet-Signature header with it", flag))
 		}
+	}
+	if v := c.AdvertiseURL; v != "" {
+		if u, err := neturl.Parse(v); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			fe.Add("--advertise-url", fmt.Sprintf("%q is not an http(s) URL", v))
+		}
+	}
+	if c.ReplicaID != "" && strings.ContainsAny(c.ReplicaID, " \t\n") {
+		fe.Add("--replica-id", "must not contain spaces")
 	}
 	if c.WebhookSecret != "" && len(c.WebhookSecret) < minWebhookSecret {
 		fe.Add("--webhook-secret", fmt.Sprintf("must be at least %d characters", minWebhookSecret))
@@ -296,6 +315,49 @@ func Run(ctx context.Context, cfg Config) error {
 		url = "https://" + ln.Addr().String()
 	}
 
+	// With replicas (a PostgreSQL store), serve as a follower until this
+	// replica leads; then fence every write with the lease.
+	var (
+		sw        *switchHandler
+		httpSrv   *http.Server
+		errc      = make(chan stopped, 10) // one per component below
+		el        *leader.Elector
+		lease     store.Lease
+		haRunning []string
+	)
+	if c.replicated() {
+		if c.ReplicaID == "" {
+			c.ReplicaID = DefaultReplicaID()
+		}
+		leaser, ok := st.(store.Leaser)
+		if !ok {
+			return fmt.Errorf("store %s has no leases", describeStore(c))
+		}
+		if el, err = leader.New(leader.Config{Leaser: leaser, ID: c.ReplicaID, URL: advertiseURL(c.AdvertiseURL, url), Log: log, Registry: reg}); err != nil {
+			return err
+		}
+		sw = &switchHandler{}
+		sw.set(followerHandler(el, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		httpSrv = &http.Server{Handler: sw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+		haRunning = []string{"api"}
+		log.Info("following: campaigning for the controller lease", "replica", c.ReplicaID, "url", advertiseURL(c.AdvertiseURL, url))
+		if lease, err = el.Campaign(ctx); err != nil {
+			return errors.Join(drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log), ignoreCanceled(err))
+		}
+		log.Info("leading: loading state from the store", "replica", c.ReplicaID, "epoch", lease.Epoch)
+		st = fencedStore{backingStore: st, fence: lease.Fence()}
+		go func() { errc <- stopped{"leader lease", el.Hold(ctx, lease)} }()
+		haRunning = append(haRunning, "leader lease")
+		defer func() {
+			rctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+			defer stop()
+			if err := el.Release(rctx, lease); err != nil {
+				log.Warn("releasing the controller lease", "err", err)
+			}
+		}()
+	}
+
 	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
 	if err != nil {
 		return err
@@ -408,7 +470,12 @@ func Run(ctx context.Context, cfg Config) error {
 		HeartbeatInterval: c.heartbeatInterval(),
 		Cost:              costCfg,
 		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
-		Fatal:             func(err error) { cancel(fmt.Errorf("store failed: %w", err)) },
+		Fatal: func(err error) {
+			if store.IsFenced(err) {
+				err = fmt.Errorf("%w: %w", leader.ErrLost, err)
+			}
+			cancel(fmt.Errorf("store failed: %w", err))
+		},
 	})
 	if err != nil {
 		return err
@@ -453,21 +520,26 @@ func Run(ctx context.Context, cfg Config) error {
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus})
+		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus,
+		Leader: leaderLine(el)})
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-
-	errc := make(chan stopped, 7)
-	go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+	running := []string{"api"}
+	if sw != nil {
+		sw.set(srv.Handler())
+		running = haRunning
+	} else {
+		httpSrv = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
+	}
 	go func() { errc <- stopped{"controller", ctrl.Run(ctx)} }()
 	kube.CP, kube.Nodes = ctrl, poolNodes{ctrl}
 	go func() { errc <- stopped{"kubernetes runner", kube.Run(ctx)} }()
 	startSSHFleet(sshEnroll, sshDial, ctrl)
 	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
 	go func() { errc <- stopped{"services", svcs.Run(ctx)} }()
-	running := []string{"api", "controller", "kubernetes runner", "ssh fleet", "services"}
+	running = append(running, "controller", "kubernetes runner", "ssh fleet", "services")
 	if gitSync != nil {
 		go func() { errc <- stopped{"gitops", gitSync.Run(ctx)} }()
 		running = append(running, "gitops")
@@ -502,6 +574,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	begun := time.Now()
 	deadline = begun.Add(c.shutdownTimeout())
+	if cause := context.Cause(ctx); errors.Is(cause, leader.ErrLost) {
+		// A deposed leader's writes are fenced: nothing is gained by
+		// waiting for its requests, and the new leader already serves.
+		log.Error("stepping down: no longer the leader; exiting for a restart as a follower", "err", cause)
+		deadline = begun.Add(min(c.shutdownTimeout(), stepDownBound))
+	}
 	// Cancelling first stops every pass, launch and sync at once.
 	cancel(nil)
 	if simN != nil {

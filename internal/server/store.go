@@ -48,13 +48,11 @@ func describeStore(c *Config) string {
 	return "sqlite:" + filepath.Join(c.DataDir, DBFile)
 }
 
-// openStore opens the store --store names. With PostgreSQL this server is
-// the database's only writer (it holds its writer lock), as with SQLite:
-// several replicas need leader election, which is not wired yet
-// (docs/postgres.md).
+// openStore opens the store --store names. PostgreSQL is opened shared:
+// replicas elect a leader and fence its writes (ha.go, docs/postgres.md).
 func openStore(ctx context.Context, c *Config, log *slog.Logger, observe func(time.Duration, int)) (backingStore, error) {
 	if postgres.IsDSN(c.Store) {
-		st, err := postgres.Open(ctx, c.Store, postgres.Options{Logger: log, CommitObserver: observe})
+		st, err := postgres.Open(ctx, c.Store, postgres.Options{Logger: log, CommitObserver: observe, Shared: true})
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/api/endpoints"
 )
 
 // Paths of the agent protocol, relative to the server URL.
@@ -50,15 +51,15 @@ type Options struct {
 // Client calls one server with one agent token. It is safe for concurrent
 // use.
 type Client struct {
-	base    string
+	servers *endpoints.Set
 	token   string
-	hc      *http.Client
 	timeout time.Duration
 }
 
 var _ agentapi.ControlPlane = (*Client)(nil)
 
-// New returns a client of the server at base (e.g. "https://fleet:7777")
+// New returns a client of the server at base (e.g. "https://fleet:7777",
+// or several replicas comma-separated, of which it follows the leader)
 // that authenticates with token.
 func New(base, token string, opts Options) *Client {
 	hc := opts.HTTPClient
@@ -73,7 +74,7 @@ func New(base, token string, opts Options) *Client {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Client{base: strings.TrimRight(base, "/"), token: token, hc: hc, timeout: timeout}
+	return &Client{servers: endpoints.New(base, hc), token: token, timeout: timeout}
 }
 
 // Error is a refusal from the server: its status and what it said.
@@ -119,13 +120,14 @@ func (c *Client) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agentapi.
 // it and verifies its digest.
 func (c *Client) FetchArchive(ctx context.Context, digest string) (io.ReadCloser, error) {
 	ctx, cancel := context.WithTimeout(ctx, ArchiveTimeout)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+ArchivesPath+digest, nil)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("building archive request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
+	resp, err := c.servers.Do(func(base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+ArchivesPath+digest, nil)
+		if err != nil {
+			return nil, fmt.Errorf("building archive request: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		return req, nil
+	})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("fetching archive %s: %w", digest, err)
@@ -158,19 +160,21 @@ func (c *Client) call(ctx context.Context, path string, timeout time.Duration, i
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	resp, err := c.servers.Do(func(base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, fmt.Errorf("building %s request: %w", path, err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		return req, nil
+	})
 	if err != nil {
-		return fmt.Errorf("building %s request: %w", path, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("calling %s%s: %w", c.base, path, err)
+		return fmt.Errorf("calling %s%s: %w", c.servers.Current(), path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("calling %s%s: %w", c.base, path, readError(resp))
+		return fmt.Errorf("calling %s%s: %w", c.servers.Current(), path, readError(resp))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decoding %s answer: %w", path, err)

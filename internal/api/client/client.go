@@ -16,18 +16,21 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/api/endpoints"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// Client calls one gpufleet server. It is safe for concurrent use.
+// Client calls a gpufleet server, or the leader among several. It is safe
+// for concurrent use.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
+	servers *endpoints.Set
+	token   string
 }
 
-// New returns a client for server (e.g. "http://127.0.0.1:7777") with a
-// bearer token. hc may be nil for a default client.
+// New returns a client for server (e.g. "http://127.0.0.1:7777", or a
+// comma-separated list of replicas: "https://a:7777,https://b:7777", of
+// which it finds and remembers the leader) with a bearer token. hc may be
+// nil for a default client.
 func New(server, token string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{Transport: &http.Transport{
@@ -36,29 +39,45 @@ func New(server, token string, hc *http.Client) *Client {
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	return &Client{base: strings.TrimRight(server, "/"), token: token, hc: hc}
+	return &Client{servers: endpoints.New(server, hc), token: token}
 }
 
-// Server returns the server URL.
-func (c *Client) Server() string { return c.base }
+// Server returns the server URL: the one last known to lead.
+func (c *Client) Server() string { return c.servers.Current() }
 
 func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, body io.Reader, out any) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	first, err := http.NewRequestWithContext(ctx, method, c.servers.Current()+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
 	for k, v := range hdr {
-		req.Header[k] = v
+		first.Header[k] = v
 	}
 	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		first.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := c.hc.Do(req)
+	sent := false
+	resp, err := c.servers.Do(func(base string) (*http.Request, error) {
+		req := first
+		if sent { // another server: the same request, its body from the start
+			req = first.Clone(ctx)
+			if first.GetBody != nil {
+				req.Body, _ = first.GetBody()
+			}
+		}
+		sent = true
+		u, err := url.Parse(base + path)
+		if err != nil {
+			return nil, fmt.Errorf("building request: %w", err)
+		}
+		req.URL, req.Host = u, u.Host
+		return req, nil
+	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("calling gpufleet server at %s: %w", c.base, err)
+			return nil, fmt.Errorf("calling gpufleet server at %s: %w", c.Server(), err)
 		}
-		return nil, &UnreachableError{Server: c.base, Err: err}
+		return nil, &UnreachableError{Server: c.Server(), Err: err}
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()

@@ -1,0 +1,184 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpufleet/gpufleet/internal/server/leader"
+	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/postgres"
+	"github.com/gpufleet/gpufleet/internal/store/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func open(t *testing.T, dsn string) *postgres.Store {
+	t.Helper()
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func elector(t *testing.T, l store.Leaser, id string, reg prometheus.Registerer) *leader.Elector {
+	t.Helper()
+	e, err := leader.New(leader.Config{Leaser: l, ID: id, URL: "http://" + id + ":7777", Registry: reg,
+		TTL: 1500 * time.Millisecond, RenewInterval: 200 * time.Millisecond, RenewDeadline: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestOneLeaderThenTakeover: of two replicas one leads; the other follows,
+// naming it; the leader's clean exit (Release) hands over at once, to a
+// new epoch; the metrics follow.
+func TestOneLeaderThenTakeover(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	a, b := elector(t, open(t, dsn), "a", regA), elector(t, open(t, dsn), "b", regB)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdCtx, stopHold := context.WithCancel(ctx)
+	held := make(chan error, 1)
+	go func() { held <- a.Hold(holdCtx, la) }()
+
+	won := make(chan store.Lease, 1)
+	go func() {
+		lb, err := b.Campaign(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		won <- lb
+	}()
+	// b follows, naming a, for several of a's renewals (past a's first TTL).
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-won:
+			t.Fatal("b leads while a holds and renews the lease")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if l, self := b.Current(); self || l.ID != "a" || l.URL != "http://a:7777" || l.Epoch != la.Epoch {
+		t.Fatalf("b sees leader %+v (self %v), want a at epoch %d", l, self, la.Epoch)
+	}
+	if got := testutil.ToFloat64(a.Metrics().Leader); got != 1 {
+		t.Errorf("gpufleet_leader on a = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(b.Metrics().Leader); got != 0 {
+		t.Errorf("gpufleet_leader on b = %v, want 0", got)
+	}
+
+	stopHold()
+	if err := <-held; err != nil {
+		t.Fatalf("Hold after its context ended: %v", err)
+	}
+	released := time.Now()
+	if err := a.Release(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-won
+	if took := time.Since(released); took > time.Second {
+		t.Errorf("b took over %s after a released, want within one campaign interval", took)
+	}
+	if lb.Epoch != la.Epoch+1 || !strings.HasPrefix(lb.Holder, "b ") {
+		t.Errorf("b's lease = %+v, want the epoch after %d", lb, la.Epoch)
+	}
+	if got := testutil.ToFloat64(b.Metrics().Changes); got != 2 {
+		t.Errorf("gpufleet_leader_changes_total on b = %v, want 2 (a's term, then b's)", got)
+	}
+	if n, err := testutil.GatherAndCount(regB, "gpufleet_leader", "gpufleet_leader_changes_total"); err != nil || n != 2 {
+		t.Errorf("b's registry has %d leader series (%v), want 2", n, err)
+	}
+}
+
+// stalled is a Leaser whose renewals hang until their context ends: a
+// leader cut off from the database.
+type stalled struct{ store.Leaser }
+
+func (stalled) Renew(ctx context.Context, _ store.Lease, _ time.Duration) (store.Lease, error) {
+	<-ctx.Done()
+	return store.Lease{}, ctx.Err()
+}
+
+// TestStepsDownBeforeExpiry: a leader that cannot renew gives up at its
+// renew deadline, while its lease still stands in the database (no other
+// replica could have acquired it yet), so it stops before anyone else leads.
+func TestStepsDownBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	st := open(t, dsn)
+	a := elector(t, stalled{st}, "a", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	err = a.Hold(ctx, la)
+	took := time.Since(began)
+	if !errors.Is(err, leader.ErrLost) {
+		t.Fatalf("Hold = %v, want ErrLost", err)
+	}
+	if took > 1300*time.Millisecond {
+		t.Errorf("stepped down after %s, want at the 1s renew deadline", took)
+	}
+	// Still a's term: another replica is refused until the TTL passes.
+	var held *store.HeldError
+	if _, err := open(t, dsn).Acquire(ctx, leader.LeaseName, "b http://b", time.Second); !errors.As(err, &held) {
+		t.Fatalf("b's Acquire right after a stepped down = %v, want HeldError (a's lease not yet expired)", err)
+	}
+	if _, self := a.Current(); self {
+		t.Error("a still reports itself leader after stepping down")
+	}
+}
+
+// TestTakenOver: a leader whose lease another replica took (its renewals
+// failed past the TTL) learns it at its next renewal.
+func TestTakenOver(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	st := open(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := elector(t, st, "a", nil)
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1600 * time.Millisecond) // past the 1.5s TTL: a paused leader
+	if _, err := open(t, dsn).Acquire(ctx, leader.LeaseName, "b http://b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Hold(ctx, la); !errors.Is(err, leader.ErrLost) || !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("Hold = %v, want ErrLost and ErrLeaseLost", err)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []leader.Config{
+		{ID: ""},
+		{ID: "a b"},
+		{ID: "a", TTL: time.Second, RenewDeadline: 2 * time.Second},
+	} {
+		if _, err := leader.New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
