@@ -107,6 +107,7 @@ var accessCases = map[string]accessCase{
 	"GET /v1/revisions/{number}":         {min: model.RoleViewer, build: get("/v1/revisions/1")},
 	"POST /v1/rollback":                  {min: model.RoleAdmin, build: send("POST", "/v1/rollback", `{"to": 99}`)},
 	"GET /v1/drift":                      {min: model.RoleViewer, build: get("/v1/drift")},
+	"GET /v1/gitops":                     {min: model.RoleViewer, build: get("/v1/gitops")},
 	"GET /v1/nodes":                      {min: model.RoleViewer, build: get("/v1/nodes")},
 	"GET /v1/alerts":                     {min: model.RoleViewer, build: get("/v1/alerts")},
 	"GET /v1/events":                     {min: model.RoleViewer, build: get("/v1/events")},
