@@ -140,6 +140,7 @@ func IgnoreNotFound(err error) error {
 //     scaled down; their cost is the machines' declared prices.
 //   - InterruptionWatcher: reclaims instances with notice; the scale loop
 //     drains their nodes. Interrupter: can be told to (drills, demos).
+//     NoticeSink: learns its notices from the instances' agents.
 //   - Biller: reports what each instance cost, so stop times are the
 //     provider's.
 //   - PriceSource: live prices that override the embedded catalog's.
@@ -166,6 +167,18 @@ type InterruptionWatcher interface {
 	// until its instance is gone, so a caller that missed one (restart,
 	// lost poll) still sees it. Safe for concurrent use.
 	Notices(ctx context.Context) ([]Notice, error)
+}
+
+// NoticeSink is implemented by InterruptionWatchers whose notices come
+// from the instances themselves: the cloud has no API that lists them, so
+// each instance's agent reads its own (instance metadata) and carries it
+// on its sync, and the server hands it here once it has checked that the
+// reporting node is that instance's.
+type NoticeSink interface {
+	// ReportNotice records n for the instance n.InstanceID; Notices
+	// returns it from then on while the instance lives. Idempotent: an
+	// instance keeps its first deadline. Safe for concurrent use.
+	ReportNotice(n Notice) error
 }
 
 // Interrupter is implemented by providers that can be told to reclaim an

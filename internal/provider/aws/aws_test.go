@@ -418,7 +418,7 @@ func TestSettingsValidate(t *testing.T) {
 			s := testSettings("")
 			tc.edit(&s)
 			var got []string
-			if err := s.Validate(); err != nil {
+			if err := s.Validate("spec.aws").Err(); err != nil {
 				var fe model.FieldErrors
 				if !errors.As(err, &fe) {
 					t.Fatalf("Validate error %T is not field errors", err)

@@ -12,7 +12,10 @@ import (
 // ReasonSpotInterruption is the Notice.Reason of an EC2 spot interruption.
 const ReasonSpotInterruption = "spot-interruption"
 
-var _ provider.InterruptionWatcher = (*Provider)(nil)
+var (
+	_ provider.InterruptionWatcher = (*Provider)(nil)
+	_ provider.NoticeSink          = (*Provider)(nil)
+)
 
 // ReportNotice records a spot interruption notice for one of this pool's
 // instances, as the instance's agent read it from instance metadata and
