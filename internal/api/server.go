@@ -66,6 +66,9 @@ type Config struct {
 	UI http.Handler
 	// Audit reads the audit log for GET /v1/audit; nil answers 501.
 	Audit AuditReader
+	// Joiner exchanges launched instances' join tokens (POST
+	// /v1/agent/join); nil answers 501.
+	Joiner Joiner
 }
 
 // Server is the HTTP API.

@@ -176,7 +176,7 @@ func (c *Controller) scale(ctx context.Context) {
 			}
 			c.nodeGoneLocked(n, b, now, nodeStop{why: "instance is gone (interrupted or stopped by its provider)", at: at})
 			continue
-		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID]:
+		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID] && !selfJoining(drivers[n.Provider]):
 			c.scaleSt.started[n.ID] = true
 			if sc.StartNode != nil {
 				toStart = append(toStart, n)
@@ -770,4 +770,11 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 		return nt, nil
 	}
 	return provider.Notice{}, fmt.Errorf("node %s: provider %s is not configured: %w", id, n.Provider, ErrNotFound)
+}
+
+// selfJoining reports whether p's instances register their nodes
+// themselves (provider.SelfJoining): the loop then waits for the agent.
+func selfJoining(p provider.Provider) bool {
+	_, ok := p.(provider.SelfJoining)
+	return ok
 }

@@ -141,6 +141,7 @@ func IgnoreNotFound(err error) error {
 //   - InterruptionWatcher: reclaims instances with notice; the scale loop
 //     drains their nodes. Interrupter: can be told to (drills, demos).
 //     NoticeSink: learns its notices from the instances' agents.
+//   - SelfJoining: its instances' agents register their nodes themselves.
 //   - Biller: reports what each instance cost, so stop times are the
 //     provider's.
 //   - PriceSource: live prices that override the embedded catalog's.
@@ -179,6 +180,15 @@ type NoticeSink interface {
 	// returns it from then on while the instance lives. Idempotent: an
 	// instance keeps its first deadline. Safe for concurrent use.
 	ReportNotice(n Notice) error
+}
+
+// SelfJoining is implemented by drivers whose instances start gpufleet's
+// agent themselves (from their user-data) and register their node: the
+// scale loop leaves such a node launching until its agent registers,
+// rather than starting it (controller.ScaleConfig.StartNode) or marking
+// it ready with the offer's GPUs.
+type SelfJoining interface {
+	SelfJoining()
 }
 
 // Interrupter is implemented by providers that can be told to reclaim an
