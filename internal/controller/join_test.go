@@ -12,7 +12,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
-	)
+)
 
 // joiningCloud is a fakeCloud whose instances run their own agents
 // (SelfJoining) and whose notices come from them (NoticeSink), as EC2's.
