@@ -181,8 +181,8 @@ func (c *Client) call(ctx context.Context, path string, timeout time.Duration, i
 
 // Join exchanges the client's token, a launched instance's one-time join
 // token, for its node's agent token. A refusal is an *Error with status
-// 403 (spent, expired, or another instance); 409 means the launch has not
-// been recorded yet, and the call may be retried.
+// 401 (spent or expired) or 403 (another instance); 409 means the launch
+// has not been recorded yet, and the call may be retried.
 func (c *Client) Join(ctx context.Context, instanceID string) (agentapi.JoinResponse, error) {
 	var resp agentapi.JoinResponse
 	err := c.call(ctx, JoinPath, c.timeout, agentapi.JoinRequest{InstanceID: instanceID}, &resp)

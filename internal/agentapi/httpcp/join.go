@@ -33,8 +33,8 @@ var ErrNoJoinToken = errors.New("no agent token stored and no join token")
 // is none, the one the server at base gives for o.JoinToken (POST
 // /v1/agent/join), which it then stores. The exchange is retried while
 // the server is unreachable, failing (5xx) or has not recorded the launch
-// yet (409); any other refusal (403: spent, expired, another instance) is
-// returned at once, as the token will never be accepted.
+// yet (409); any other refusal (401: spent or expired; 403: another
+// instance) is returned at once, as the token will never be accepted.
 func JoinAndStore(ctx context.Context, base string, o JoinOptions) (string, error) {
 	if b, err := os.ReadFile(o.TokenFile); err == nil && strings.TrimSpace(string(b)) != "" {
 		return strings.TrimSpace(string(b)), nil
