@@ -406,3 +406,18 @@ func (f *Server) terminateInstances(w http.ResponseWriter, form url.Values) {
 	}
 	f.render(w, "terminate-instances.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Instances": out})
 }
+
+// Live returns copies of the instances not terminated or shutting down,
+// ordered by id.
+func (f *Server) Live() []Instance {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	var out []Instance
+	for _, in := range f.Instances {
+		if in.State != "terminated" && in.State != "shutting-down" {
+			out = append(out, *in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
