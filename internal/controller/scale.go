@@ -790,7 +790,6 @@ func selfJoining(p provider.Provider) bool {
 	return ok
 }
 
-
 // ReasonPoolRemoved is the reason of terminating a removed pool's
 // instances.
 const ReasonPoolRemoved = "pool removed"
