@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +21,11 @@ import (
 // TestAWSPool is issue 16's done-when, with EC2 an httptest server in this
 // test (internal/provider/aws/ec2test) and the "instance" a local
 // `gpufleet agent` started as its user-data would start it: a queued job
-// scales the aws pool up; the first zone answers
+// scales the aws pool up; the first zone tried (use1-az1) answers
 // InsufficientInstanceCapacity and the launch fails over to the other; the
 // agent joins with the join token from the user-data, registers, and runs
-// the job; deleting the pool terminates every instance.
+// the job; a spot notice it reads from instance metadata (a fake IMDSv2
+// here) drains its node; deleting the pool terminates every instance.
 func TestAWSPool(t *testing.T) {
 	ec2 := ec2test.New(t)
 	ec2.Mu.Lock()
@@ -85,9 +89,13 @@ spec:
 	if m == nil {
 		t.Fatalf("no join token in the user-data:\n%s", inst.UserData)
 	}
+	md := &fakeIMDS{instanceID: inst.ID}
+	mdSrv := httptest.NewServer(md)
+	defer mdSrv.Close()
 	a := &remoteAgent{t: t, node: inst.ID, dataDir: t.TempDir(),
-		args: []string{"--server", "http://" + listen, "--fake-gpus", "1xA10G", "--name", inst.ID, "--label", model.LabelInstance + "=" + inst.ID},
-		env:  append(cleanEnv(), "GPUFLEET_JOIN_TOKEN="+m[1], "GPUFLEET_INSTANCE_ID="+inst.ID)}
+		args: []string{"--server", "http://" + listen, "--fake-gpus", "1xA10G", "--name", inst.ID, "--label", model.LabelInstance + "=" + inst.ID,
+			"--imds", "--imds-endpoint", mdSrv.URL},
+		env: append(cleanEnv(), "GPUFLEET_JOIN_TOKEN="+m[1], "GPUFLEET_INSTANCE_ID="+inst.ID)}
 	a.start()
 	v := s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
 	if v.State != model.JobSucceeded {
@@ -113,6 +121,26 @@ spec:
 		t.Fatalf("no node for instance %s: %+v", inst.ID, nodes.Nodes)
 	}
 
+	// A spot notice, read by the agent from instance metadata, drains it.
+	md.interrupt(time.Now().Add(2 * time.Minute))
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		draining := false
+		if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes.Nodes {
+			draining = draining || n.Labels[model.LabelInstance] == inst.ID && n.State == model.NodeDraining
+		}
+		if draining {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node is not draining after its spot notice: %+v\nserver log:\n%s\nagent log:\n%s", nodes.Nodes, s.out, a.out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling another process's work; bounded by the deadline
+	}
+
 	// The pool goes: every instance is terminated.
 	if err := os.Remove(poolFile); err != nil {
 		t.Fatal(err)
@@ -127,5 +155,41 @@ spec:
 			t.Fatalf("instances left after the pool went: %+v\nserver log:\n%s", ec2.Live(), s.out)
 		}
 		time.Sleep(100 * time.Millisecond) // polling another process's work; bounded by the deadline
+	}
+}
+
+// fakeIMDS is the instance metadata the agent reads (IMDSv2): its
+// instance id and, once interrupt is called, a spot interruption notice.
+type fakeIMDS struct {
+	instanceID string
+	mu         sync.Mutex
+	action     string // the instance-action document; empty: none (404)
+}
+
+func (m *fakeIMDS) interrupt(at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.action = fmt.Sprintf(`{"action": "terminate", "time": %q}`, at.UTC().Format("2006-01-02T15:04:05Z"))
+}
+
+func (m *fakeIMDS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPut && r.URL.Path == "/latest/api/token" {
+		_, _ = w.Write([]byte("imds-session"))
+		return
+	}
+	if r.Header.Get("X-aws-ec2-metadata-token") != "imds-session" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	m.mu.Lock()
+	action := m.action
+	m.mu.Unlock()
+	switch {
+	case r.URL.Path == "/latest/meta-data/instance-id":
+		_, _ = w.Write([]byte(m.instanceID))
+	case r.URL.Path == "/latest/meta-data/spot/instance-action" && action != "":
+		_, _ = w.Write([]byte(action))
+	default:
+		http.NotFound(w, r)
 	}
 }
