@@ -136,3 +136,47 @@ func TestLaunchedInstanceJoinsAndIsDrainedByItsNotice(t *testing.T) {
 		t.Fatalf("node after its notice: %s, want draining", n.State)
 	}
 }
+
+// TestRemovedPoolIsRetired: the instances launched into a pool a fleet
+// revision removes are terminated by the pool's driver, then the pool is
+// forgotten.
+func TestRemovedPoolIsRetired(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	cloud := &joiningCloud{fakeCloud: &fakeCloud{offers: []model.Offer{cloudA}}}
+	st := openSQLite(t, filepath.Join(t.TempDir(), "gpufleet.db"))
+	defer st.Close()
+	c := newCloudController(t, clk, st, cloud)
+	defer c.Close()
+	submitTrain(t, c, func(*model.JobSpec) {})
+	if err := c.pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.scaleWait(ctx)
+	nodes := c.Nodes()
+	if len(nodes) != 1 || nodes[0].Labels[model.LabelInstance] == "" {
+		t.Fatalf("nodes after a scale cycle: %+v, want one launched", nodes)
+	}
+	c.mu.Lock()
+	c.retirePoolsLocked(c.fleet.pools, nil)
+	c.fleet.pools = nil
+	c.mu.Unlock()
+	c.scaleWait(ctx)
+	if n := c.Nodes()[0]; n.State != model.NodeTerminated {
+		t.Fatalf("the removed pool's node is %s, want terminated", n.State)
+	}
+	terminated := false
+	for _, ev := range c.Events(EventFilter{}) {
+		terminated = terminated || ev.Fields["reason"] == ReasonPoolRemoved
+	}
+	if !terminated {
+		t.Error("no termination event with reason " + ReasonPoolRemoved)
+	}
+	c.scaleWait(ctx)
+	c.mu.Lock()
+	left := len(c.scaleSt.retired)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d retired pools remembered after their nodes are gone", left)
+	}
+}
