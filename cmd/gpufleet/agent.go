@@ -30,6 +30,11 @@ type agentConfig struct {
 	DataDir string
 	Server  string
 	Token   string
+	// JoinToken is a launched instance's one-time join token, exchanged
+	// for Token on first contact when Token is empty (agentjoin.go);
+	// InstanceID is the instance it is exchanged for.
+	JoinToken  string
+	InstanceID string
 	// CA pins the server's certificate (or its CA) for an https server.
 	CA       string
 	Name     string
@@ -68,8 +73,10 @@ func (c *agentConfig) Validate() error {
 			fe.Add("--server", fmt.Sprintf("%q is not an http(s) URL", s))
 		}
 	}
-	if c.Token == "" {
-		fe.Add("--token", "is required: create one on the server with `gpufleet tokens create NODE --kind agent` (env GPUFLEET_TOKEN)")
+	if c.Token == "" && c.JoinToken == "" {
+		if _, err := os.Stat(filepath.Join(c.DataDir, joinedTokenFile)); err != nil {
+			fe.Add("--token", "is required: create one on the server with `gpufleet tokens create NODE --kind agent` (env GPUFLEET_TOKEN); a launched instance joins with GPUFLEET_JOIN_TOKEN instead")
+		}
 	}
 	if c.Address != "" && strings.ContainsAny(c.Address, " /") {
 		fe.Add("--address", "must be a host name or IP address")
@@ -131,6 +138,8 @@ back. The agent's state is in DATA_DIR/agent.`,
 		return nil
 	})
 	fl.StringVar(&c.Token, "token", os.Getenv("GPUFLEET_TOKEN"), "this node's agent token (env GPUFLEET_TOKEN, which keeps it out of ps)")
+	c.JoinToken = os.Getenv("GPUFLEET_JOIN_TOKEN")
+	fl.StringVar(&c.InstanceID, "instance-id", os.Getenv("GPUFLEET_INSTANCE_ID"), "this machine's cloud instance id, which a join with GPUFLEET_JOIN_TOKEN is for (env GPUFLEET_INSTANCE_ID; with --imds read from instance metadata)")
 	fl.StringVar(&c.Name, "name", "", "the node's display name (default: the host name)")
 	fl.StringVar(&c.Address, "address", "", "address other nodes reach this one at, for gangs' MASTER_ADDR (default: the IP this machine reaches the server from)")
 	fl.StringArrayVar(&c.Labels, "label", nil, "node label key=value (repeatable)")
@@ -199,6 +208,10 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 			return fmt.Errorf("reading --ca: %w", err)
 		}
 	}
+	token, err := agentToken(ctx, c, cpOpts.HTTPClient, log)
+	if err != nil {
+		return err
+	}
 	iso, notes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
 	if err != nil {
 		return err
@@ -219,7 +232,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		Notices:      notices,
 		Telemetry:    src,
 		Dir:          filepath.Join(c.DataDir, "agent"),
-		ControlPlane: httpcp.New(c.Server, c.Token, cpOpts),
+		ControlPlane: httpcp.New(c.Server, token, cpOpts),
 		Registration: agentapi.Registration{
 			Name: name, Provider: c.Provider, Pool: c.Pool, PricePerHour: c.PricePerHour, GPUs: inv.GPUs, GPUSource: inv.Source,
 			CPU: float64(runtime.NumCPU()), Memory: server.TotalMemory(), Labels: labels,

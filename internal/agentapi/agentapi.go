@@ -87,6 +87,25 @@ type Registration struct {
 	Driver string `json:"driver,omitempty"`
 }
 
+// JoinRequest is a launched instance's first contact: it presents its
+// one-time join token as the bearer and says which instance it is.
+type JoinRequest struct {
+	// InstanceID is the cloud's id of the machine (instance metadata);
+	// the server accepts it only if it is the instance the launch
+	// returned for the join token's node.
+	InstanceID string `json:"instanceId"`
+}
+
+// JoinResponse is the node's agent token, given once, and its node id.
+type JoinResponse struct {
+	NodeID string `json:"nodeId"`
+	Token  string `json:"token"`
+}
+
+// ErrJoinRefused: a join token that is unknown, expired, already used, or
+// presented by another instance than its node's.
+var ErrJoinRefused = errors.New("join refused")
+
 // RegisterResponse names the node and how often it must sync.
 type RegisterResponse struct {
 	NodeID            string         `json:"nodeId"`

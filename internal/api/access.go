@@ -73,6 +73,7 @@ var MinRole = map[Permission]model.Role{
 	PermUsersManage:   model.RoleAdmin,
 	PermAuditRead:     model.RoleAdmin,
 	PermAgent:         model.RoleAdmin, // never a user's: agents only
+	PermAgentJoin:     model.RoleAdmin, // never a user's: join tokens only
 }
 
 // access is what authorisation learned about a request.

@@ -128,6 +128,7 @@ var accessCases = map[string]accessCase{
 		return req{Method: "POST", Path: "/v1/archives?project=" + p, Body: []byte("not a tarball")}
 	}},
 	"GET /v1/archives/{digest}": {min: agentOnly, build: get("/v1/archives/sha256:" + strings.Repeat("0", 64))},
+	"POST /v1/agent/join":       {min: agentOnly, build: send("POST", "/v1/agent/join", `{"instanceId": "i-0123456789abcdef0"}`)},
 	"POST /v1/agent/register":   {min: agentOnly, build: send("POST", "/v1/agent/register", `{}`)},
 	"POST /v1/agent/sync":       {min: agentOnly, build: send("POST", "/v1/agent/sync", `{"nodeId": "node-q"}`)},
 	"GET /v1/projects/{project}/secrets": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
@@ -210,7 +211,7 @@ func TestAccessMatrix(t *testing.T) {
 		if rt.Public {
 			continue // anyone, with or without a token
 		}
-		if got := api.MinRole[rt.Perm]; got != ac.min && !(ac.min == agentOnly && rt.Perm == api.PermAgent) {
+		if got := api.MinRole[rt.Perm]; got != ac.min && !(ac.min == agentOnly && (rt.Perm == api.PermAgent || rt.Perm == api.PermAgentJoin)) {
 			t.Errorf("route %s: permission %s needs role %q, the test declares %q", key, rt.Perm, got, ac.min)
 		}
 		if got := api.RouteProject(rt); got != cmp.Or(ac.project, "none") {

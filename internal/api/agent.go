@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -54,6 +55,28 @@ func tokSubject(t *model.Token) string {
 		return ""
 	}
 	return t.Subject
+}
+
+// agentJoin exchanges the bearer join token for the node's agent token.
+func (s *Server) agentJoin(w http.ResponseWriter, r *http.Request) {
+	var req agentapi.JoinRequest
+	if !decodeAgent(w, r, &req) {
+		return
+	}
+	if s.cfg.Joiner == nil {
+		writeProblem(w, r, http.StatusNotImplemented, "this server launches no instances that join", nil)
+		return
+	}
+	secret, _ := auth.Bearer(r.Header.Get("Authorization"))
+	resp, err := s.cfg.Joiner.Join(r.Context(), secret, req.InstanceID)
+	switch {
+	case errors.Is(err, agentapi.ErrJoinRefused):
+		writeProblem(w, r, http.StatusForbidden, err.Error(), nil)
+	case err != nil:
+		writeProblem(w, r, statusOf(err), err.Error(), fieldErrors(err))
+	default:
+		writeJSON(w, http.StatusOK, resp)
+	}
 }
 
 // agentRegister registers the token's node. An agent that sends no node id

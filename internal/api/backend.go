@@ -65,6 +65,13 @@ type Identity interface {
 	RotateToken(ctx context.Context, id string) (*model.Token, string, error)
 }
 
+// Joiner exchanges a launched instance's one-time join token for its
+// node's agent token. Refusals wrap agentapi.ErrJoinRefused; a node whose
+// launch has not returned yet, model.ErrConflict.
+type Joiner interface {
+	Join(ctx context.Context, joinSecret, instanceID string) (agentapi.JoinResponse, error)
+}
+
 // Roles answers what a token may do and manages project grants.
 type Roles interface {
 	// Roles returns the projects a user token holds a role in and the

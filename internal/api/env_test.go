@@ -139,7 +139,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	}
 	srv, err := api.New(api.Config{
 		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs,
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs, Joiner: ctrl,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)

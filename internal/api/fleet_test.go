@@ -162,7 +162,7 @@ func TestFleetRefusals(t *testing.T) {
 		paths       []string
 	}{
 		"field paths per document": {
-			path: "/v1/plan", body: fleetBody(t, "", poolDoc, `{"apiVersion": "gpufleet.dev/v1", "kind": "NodePool", "metadata": {"name": "gpu"}, "spec": {"provider": "aws", "min": 2, "max": 1}}`),
+			path: "/v1/plan", body: fleetBody(t, "", poolDoc, `{"apiVersion": "gpufleet.dev/v1", "kind": "NodePool", "metadata": {"name": "gpu"}, "spec": {"provider": "gce", "min": 2, "max": 1}}`),
 			status: http.StatusBadRequest, paths: []string{"documents[1].spec.max", "documents[1].spec.provider"},
 		},
 		"unknown body field":             {path: "/v1/apply", body: []byte(`{"documents": [], "mesage": "x"}`), status: http.StatusBadRequest, paths: []string{"mesage"}},

@@ -36,6 +36,10 @@ const (
 	// PermAgent is the agent protocol (DESIGN.md §4): only agent tokens hold
 	// it, each for its own node.
 	PermAgent Permission = "agent.sync"
+	// PermAgentJoin exchanges a launched instance's one-time join token
+	// for its node's agent token: only join tokens hold it, and nothing
+	// else.
+	PermAgentJoin Permission = "agent.join"
 	// PermProjectsRead lists the projects a user holds a role in.
 	PermProjectsRead Permission = "projects.read"
 	// PermUsersManage grants and revokes roles (admins only).
@@ -100,6 +104,7 @@ var (
 	usersJobs  = []model.TokenKind{model.TokenUser, model.TokenJob}
 	allHolders = []model.TokenKind{model.TokenUser, model.TokenAgent, model.TokenJob}
 	agents     = []model.TokenKind{model.TokenAgent}
+	joiners    = []model.TokenKind{model.TokenJoin}
 )
 
 // Routes is the table every endpoint is served from.
@@ -238,6 +243,10 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/archives/{digest}", Perm: PermAgent, Kinds: agents,
 			Summary: "Agent protocol: download an uploaded working directory by content address; only the archive of a job with a replica desired on the token's node (any other: 404).", ResponseType: "application/gzip", Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.downloadArchive }},
+		{Method: "POST", Pattern: "/v1/agent/join", Perm: PermAgentJoin, Kinds: joiners,
+			Summary: "A launched instance's first contact: exchange its one-time join token (the bearer) for its node's agent token, once, for the instance its launch returned.",
+			Request: agentapi.JoinRequest{}, Response: agentapi.JoinResponse{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.agentJoin }},
 		{Method: "POST", Pattern: "/v1/agent/register", Perm: PermAgent, Kinds: agents, Scope: scopeOwnNode,
 			Summary: "Agent protocol: announce the token's node and its GPUs (creates the node on first registration).",
 			Request: agentapi.Registration{}, Response: agentapi.RegisterResponse{}, Status: 200,

@@ -142,6 +142,7 @@ func TestRouteDeclarations(t *testing.T) {
 		"POST /v1/archives":                            {Perm: api.PermJobsSubmit, Kinds: users},
 		"GET /v1/alerts":                               {Perm: api.PermNodesRead, Kinds: users},
 		"GET /v1/archives/{digest}":                    {Perm: api.PermAgent, Kinds: agents},
+		"POST /v1/agent/join":                          {Perm: api.PermAgentJoin, Kinds: []model.TokenKind{model.TokenJoin}},
 		"POST /v1/agent/register":                      {Perm: api.PermAgent, Kinds: agents},
 		"POST /v1/agent/sync":                          {Perm: api.PermAgent, Kinds: agents},
 		"POST /v1/agent/logs":                          {Perm: api.PermAgent, Kinds: agents},

@@ -77,6 +77,9 @@ type Config struct {
 	// GitOps reports the repository the server follows (GET /v1/gitops,
 	// and the drift report); nil when the server follows none.
 	GitOps GitOps
+	// Joiner exchanges launched instances' join tokens (POST
+	// /v1/agent/join); nil answers 501.
+	Joiner Joiner
 }
 
 // GitOps is the server's GitOps component (package gitops).

@@ -22,6 +22,7 @@ var prefixes = map[model.TokenKind]string{
 	model.TokenUser:  "gfu_",
 	model.TokenAgent: "gfa_",
 	model.TokenJob:   "gfj_",
+	model.TokenJoin:  "gfn_",
 }
 
 // New mints a token of kind for subject, valid for ttl from now. It returns

@@ -47,9 +47,14 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 		}
 		n = &model.Node{ID: id, RegisteredAt: now, Version: 1}
 	}
+	launched := n.Labels[labelOffer] != "" && n.Labels[model.LabelInstance] != ""
+	kept := n.Clone()
 	n.Name, n.Provider, n.GPUs, n.GPUSource = r.Name, r.Provider, r.GPUs, r.GPUSource
 	n.CPU, n.Memory, n.Labels = r.CPU, r.Memory, r.Labels
 	n.Region, n.Zone, n.InstanceType, n.CapacityType = r.Region, r.Zone, r.InstanceType, r.CapacityType
+	if launched {
+		keepLaunched(n, kept)
+	}
 	n.Runtimes, n.NotIsolated, n.Driver = r.Runtimes, r.NotIsolated, r.Driver
 	// A launched node keeps the pool and price the scale loop gave it; a
 	// runner that states its pool (a Kubernetes pool's virtual node) states
@@ -83,6 +88,26 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	return agentapi.RegisterResponse{NodeID: id, HeartbeatInterval: model.Duration(c.cfg.HeartbeatInterval)}, nil
 }
 
+// keepLaunched keeps on n, a node the scale loop launched, what the launch
+// decided rather than what its agent says of itself: its provider, offer,
+// instance id and the labels the scale loop set. An agent on a cloud
+// instance registers as an owned machine by default, and must not be able
+// to claim another instance (its notices are trusted for that one).
+func keepLaunched(n, launched *model.Node) {
+	n.Provider, n.InstanceType, n.CapacityType = launched.Provider, launched.InstanceType, launched.CapacityType
+	n.Region, n.Zone = cmpOr(launched.Region, n.Region), cmpOr(launched.Zone, n.Zone)
+	labels := make(map[string]string, len(n.Labels)+5)
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	for _, k := range []string{labelOffer, model.LabelInstance, labelForJobs, labelGPUs, labelGPUModel} {
+		if v, ok := launched.Labels[k]; ok {
+			labels[k] = v
+		}
+	}
+	n.Labels = labels
+}
+
 // Sync records the agent's observations, then returns the node's desired
 // replicas, waiting up to req.Wait for a change when the agent is current.
 func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
@@ -111,6 +136,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	}
 	gen, changed := c.nodeGen.get(req.NodeID), c.nodeGen.changed(req.NodeID)
 	c.mu.Unlock()
+	c.reportNotices(n, req.Notices)
 	if tcm := c.observeTelemetry(req.NodeID, req.Telemetry, allocs); tcm != nil {
 		cm = tcm // acknowledged after cm: waiting for it waits for both
 	}

@@ -255,7 +255,9 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 		c.mu.Unlock() // not reached: c.mu orders every apply
 		return ApplyResult{}, err
 	}
+	oldPools := c.fleet.pools
 	c.fleet.adopt(decl)
+	c.retirePoolsLocked(oldPools, c.fleet.pools)
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	b.Revisions = []*model.Revision{rev}

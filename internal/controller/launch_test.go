@@ -82,7 +82,7 @@ var (
 
 // newCloudController is a controller, not running, on st whose pool "gpu"
 // launches on f through the registry, as the server wires a driver.
-func newCloudController(t *testing.T, clk *clock.Fake, st store.Store, f *fakeCloud) *Controller {
+func newCloudController(t *testing.T, clk *clock.Fake, st store.Store, f provider.Provider) *Controller {
 	t.Helper()
 	logs, err := logstore.New(t.TempDir())
 	if err != nil {

@@ -67,6 +67,9 @@ type scaleState struct {
 	// deadlines are the notice deadlines of live instances, by instance
 	// id: their stop time when the provider reports none.
 	deadlines map[string]time.Time
+	// retired are pools a fleet revision removed, by name, kept (in
+	// memory) until every instance launched into them is terminated.
+	retired map[string]*model.NodePool
 }
 
 // Node labels the scale loop sets.
@@ -104,6 +107,13 @@ func (c *Controller) scale(ctx context.Context) {
 	listed := slices.Clone(sc.Providers)
 	for _, p := range pools {
 		if d := view.byPool[p.Name]; d != nil && !slices.ContainsFunc(listed, func(l provider.Provider) bool { return l.Name() == d.Name() }) {
+			listed = append(listed, d)
+		}
+	}
+	// The drivers of removed pools, listed until their instances are gone.
+	retired := c.retiredDrivers()
+	for _, d := range retired {
+		if !slices.ContainsFunc(listed, func(l provider.Provider) bool { return l.Name() == d.Name() }) {
 			listed = append(listed, d)
 		}
 	}
@@ -176,7 +186,7 @@ func (c *Controller) scale(ctx context.Context) {
 			}
 			c.nodeGoneLocked(n, b, now, nodeStop{why: "instance is gone (interrupted or stopped by its provider)", at: at})
 			continue
-		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID]:
+		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID] && !selfJoining(drivers[n.Provider]):
 			c.scaleSt.started[n.ID] = true
 			if sc.StartNode != nil {
 				toStart = append(toStart, n)
@@ -245,6 +255,7 @@ func (c *Controller) scale(ctx context.Context) {
 	c.mu.Unlock()
 
 	acts := autoscaler.Decide(input)
+	acts = append(acts, c.retireActions(retired, anodes)...)
 
 	c.mu.Lock()
 	if !b.Empty() {
@@ -770,4 +781,72 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 		return nt, nil
 	}
 	return provider.Notice{}, fmt.Errorf("node %s: provider %s is not configured: %w", id, n.Provider, ErrNotFound)
+}
+
+// selfJoining reports whether p's instances register their nodes
+// themselves (provider.SelfJoining): the loop then waits for the agent.
+func selfJoining(p provider.Provider) bool {
+	_, ok := p.(provider.SelfJoining)
+	return ok
+}
+
+// ReasonPoolRemoved is the reason of terminating a removed pool's
+// instances.
+const ReasonPoolRemoved = "pool removed"
+
+// retirePoolsLocked remembers the launching pools of old that cur no
+// longer declares, so the scale loop terminates their instances. Callers
+// hold c.mu.
+func (c *Controller) retirePoolsLocked(old, cur []*model.NodePool) {
+	for _, p := range old {
+		if slices.ContainsFunc(cur, func(q *model.NodePool) bool { return q.Name == p.Name }) {
+			continue
+		}
+		if c.scaleSt.retired == nil {
+			c.scaleSt.retired = map[string]*model.NodePool{}
+		}
+		c.scaleSt.retired[p.Name] = p
+	}
+	for _, p := range cur {
+		delete(c.scaleSt.retired, p.Name) // declared again
+	}
+}
+
+// retiredDrivers returns the launching drivers of removed pools, by pool
+// name, forgetting the pools none of whose nodes is live any more.
+func (c *Controller) retiredDrivers() map[string]provider.Provider {
+	c.mu.Lock()
+	live := map[string]bool{}
+	for _, n := range c.st.Nodes() {
+		if n.State != model.NodeTerminated && n.Pool != "" {
+			live[n.Pool] = true
+		}
+	}
+	var pools []*model.NodePool
+	for name, p := range c.scaleSt.retired {
+		if !live[name] {
+			delete(c.scaleSt.retired, name)
+			continue
+		}
+		pools = append(pools, p)
+	}
+	c.mu.Unlock()
+	out := map[string]provider.Provider{}
+	for _, p := range pools {
+		if d := c.driverFor(p); d != nil && provider.Launches(d) {
+			out[p.Name] = d
+		}
+	}
+	return out
+}
+
+// retireActions terminates the instances of nodes in removed pools.
+func (c *Controller) retireActions(retired map[string]provider.Provider, nodes []autoscaler.Node) []autoscaler.Action {
+	var acts []autoscaler.Action
+	for _, n := range nodes {
+		if d := retired[n.Pool]; d != nil && n.InstanceID != "" && n.State != model.NodeTerminated && n.Provider == d.Name() {
+			acts = append(acts, autoscaler.Action{Kind: autoscaler.Terminate, Pool: n.Pool, Provider: n.Provider, NodeID: n.ID, InstanceID: n.InstanceID, Offer: n.Offer, Reason: ReasonPoolRemoved})
+		}
+	}
+	return acts
 }

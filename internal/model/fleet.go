@@ -39,7 +39,7 @@ type NodePool struct {
 
 // NodePoolSpec is what a NodePool manifest declares.
 type NodePoolSpec struct {
-	// Provider is sim, static, local or kubernetes.
+	// Provider is sim, static, local, kubernetes, ssh or aws.
 	Provider string `json:"provider"`
 	// Settings for the provider named; only that provider's block may be
 	// set.
@@ -47,6 +47,7 @@ type NodePoolSpec struct {
 	Static     *StaticPoolSettings     `json:"static,omitempty"`
 	Kubernetes *KubernetesPoolSettings `json:"kubernetes,omitempty"`
 	SSH        *SSHPoolSettings        `json:"ssh,omitempty"`
+	AWS        *AWSPoolSettings        `json:"aws,omitempty"`
 	// Regions limits where nodes launch (shell patterns such as "eu-*").
 	Regions RegionPolicy `json:"regions,omitzero"`
 	// InstanceTypes, when set, are the only instance types launched.
@@ -275,15 +276,15 @@ func (s *NodePoolSpec) Default() {
 func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
 	var fe FieldErrors
 	p := func(f string) string { return prefix + "." + f }
-	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil, ProviderSSH: s.SSH != nil}
+	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil, ProviderSSH: s.SSH != nil, ProviderAWS: s.AWS != nil}
 	switch s.Provider {
-	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes, ProviderSSH:
+	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes, ProviderSSH, ProviderAWS:
 	case "":
-		fe.Add(p("provider"), "is required: sim, static, local, kubernetes or ssh")
+		fe.Add(p("provider"), "is required: sim, static, local, kubernetes, ssh or aws")
 	default:
-		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local, kubernetes or ssh", s.Provider))
+		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local, kubernetes, ssh or aws", s.Provider))
 	}
-	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic, ProviderSSH} {
+	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic, ProviderSSH, ProviderAWS} {
 		if blocks[name] && name != s.Provider {
 			fe.Add(p(name), fmt.Sprintf("is set but the provider is %q", s.Provider))
 		}
@@ -328,6 +329,13 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 			fe.Add(p("ssh.hosts"), "an ssh pool lists at least one host")
 		} else {
 			fe = append(fe, s.SSH.Validate(p("ssh"))...)
+		}
+	}
+	if s.Provider == ProviderAWS {
+		if s.AWS == nil {
+			fe.Add(p("aws"), "an aws pool needs its aws block: region, subnets, securityGroups, ami and bootstrap")
+		} else {
+			fe = append(fe, s.AWS.Validate(p("aws"))...)
 		}
 	}
 	if s.Provider == ProviderKubernetes && s.Kubernetes != nil {

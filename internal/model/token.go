@@ -10,6 +10,10 @@ const (
 	TokenUser  TokenKind = "user"
 	TokenAgent TokenKind = "agent"
 	TokenJob   TokenKind = "job"
+	// TokenJoin is a launched instance's one-time token: its agent
+	// exchanges it once, on first contact, for its node's agent token.
+	// It authorizes nothing else.
+	TokenJoin TokenKind = "join"
 )
 
 // Token is an API credential as the store keeps it: only the SHA-256 of the

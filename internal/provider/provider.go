@@ -140,6 +140,8 @@ func IgnoreNotFound(err error) error {
 //     scaled down; their cost is the machines' declared prices.
 //   - InterruptionWatcher: reclaims instances with notice; the scale loop
 //     drains their nodes. Interrupter: can be told to (drills, demos).
+//     NoticeSink: learns its notices from the instances' agents.
+//   - SelfJoining: its instances' agents register their nodes themselves.
 //   - Biller: reports what each instance cost, so stop times are the
 //     provider's.
 //   - PriceSource: live prices that override the embedded catalog's.
@@ -166,6 +168,27 @@ type InterruptionWatcher interface {
 	// until its instance is gone, so a caller that missed one (restart,
 	// lost poll) still sees it. Safe for concurrent use.
 	Notices(ctx context.Context) ([]Notice, error)
+}
+
+// NoticeSink is implemented by InterruptionWatchers whose notices come
+// from the instances themselves: the cloud has no API that lists them, so
+// each instance's agent reads its own (instance metadata) and carries it
+// on its sync, and the server hands it here once it has checked that the
+// reporting node is that instance's.
+type NoticeSink interface {
+	// ReportNotice records n for the instance n.InstanceID; Notices
+	// returns it from then on while the instance lives. Idempotent: an
+	// instance keeps its first deadline. Safe for concurrent use.
+	ReportNotice(n Notice) error
+}
+
+// SelfJoining is implemented by drivers whose instances start gpufleet's
+// agent themselves (from their user-data) and register their node: the
+// scale loop leaves such a node launching until its agent registers,
+// rather than starting it (controller.ScaleConfig.StartNode) or marking
+// it ready with the offer's GPUs.
+type SelfJoining interface {
+	SelfJoining()
 }
 
 // Interrupter is implemented by providers that can be told to reclaim an

@@ -31,6 +31,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
+	"github.com/gpufleet/gpufleet/internal/controller/identity"
 	"github.com/gpufleet/gpufleet/internal/cost"
 	"github.com/gpufleet/gpufleet/internal/datadir"
 	"github.com/gpufleet/gpufleet/internal/logstore"
@@ -45,8 +46,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/ssh"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
-	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/server/leader"
+	"github.com/gpufleet/gpufleet/internal/services"
 	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/web"
 )
@@ -432,6 +433,7 @@ func Run(ctx context.Context, cfg Config) error {
 		{Name: model.ProviderKubernetes, Price: kubernetes.PoolPrice},
 		{Name: model.ProviderSim, Price: sim.PoolPrice, New: simNew},
 		{Name: ssh.Name, Price: ssh.PoolPrice},
+		awsDriver(cat, func() *identity.Identity { return ctrlIdentity(ctrl) }, log),
 	}
 	provs, err := registry.New(drivers...)
 	if err != nil {
@@ -520,7 +522,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus,
+		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus, Joiner: ctrl,
 		Leader: leaderLine(el)})
 	if err != nil {
 		return err

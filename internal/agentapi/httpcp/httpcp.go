@@ -25,6 +25,7 @@ import (
 
 // Paths of the agent protocol, relative to the server URL.
 const (
+	JoinPath     = "/v1/agent/join"
 	RegisterPath = "/v1/agent/register"
 	SyncPath     = "/v1/agent/sync"
 	LogsPath     = "/v1/agent/logs"
@@ -180,6 +181,16 @@ func (c *Client) call(ctx context.Context, path string, timeout time.Duration, i
 		return fmt.Errorf("decoding %s answer: %w", path, err)
 	}
 	return nil
+}
+
+// Join exchanges the client's token, a launched instance's one-time join
+// token, for its node's agent token. A refusal is an *Error with status
+// 401 (spent or expired) or 403 (another instance); 409 means the launch
+// has not been recorded yet, and the call may be retried.
+func (c *Client) Join(ctx context.Context, instanceID string) (agentapi.JoinResponse, error) {
+	var resp agentapi.JoinResponse
+	err := c.call(ctx, JoinPath, c.timeout, agentapi.JoinRequest{InstanceID: instanceID}, &resp)
+	return resp, err
 }
 
 // readError turns a refusal into an *Error, keeping the problem's detail.

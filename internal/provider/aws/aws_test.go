@@ -21,6 +21,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/aws/ec2test"
 	"github.com/gpufleet/gpufleet/internal/provider/providertest"
 )
 
@@ -73,9 +74,9 @@ func testSettings(endpoint string) Settings {
 	}
 }
 
-func newTestProvider(t *testing.T, f *fakeEC2, pool string, edit func(*Settings), opts ...func(*Options)) (*Provider, *joins) {
+func newTestProvider(t *testing.T, f *ec2test.Server, pool string, edit func(*Settings), opts ...func(*Options)) (*Provider, *joins) {
 	t.Helper()
-	s := testSettings(f.srv.URL)
+	s := testSettings(f.URL())
 	if edit != nil {
 		edit(&s)
 	}
@@ -115,26 +116,26 @@ func findOffer(t *testing.T, p *Provider, typ, zone string, ct model.CapacityTyp
 }
 
 func TestConformance(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	p, j := newTestProvider(t, f, "gpu", nil)
-	f.capacity["p4d.24xlarge/use1-az1/on-demand"] = 2
-	f.spotQuota = 1
+	f.Capacity["p4d.24xlarge/use1-az1/on-demand"] = 2
+	f.SpotQuota = 1
 	g5 := findOffer(t, p, "g5.xlarge", "use1-az1", model.OnDemand)
 	providertest.Run(t, p, providertest.Options{
 		Offer:    &g5,
 		Capacity: &providertest.Limit{Offer: findOffer(t, p, "p4d.24xlarge", "use1-az1", model.OnDemand), N: 2},
 		Quota:    &providertest.Limit{Offer: findOffer(t, p, "p5.48xlarge", "use1-az6", model.Spot), N: 1},
 	})
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.templates) != 0 {
-		t.Errorf("launch templates left behind: %v", f.templates)
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if len(f.Templates) != 0 {
+		t.Errorf("launch templates left behind: %v", f.Templates)
 	}
 	// Every instance is tagged for the fleet, the pool and its node, and
 	// booted with a join token minted for it.
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, in := range f.instances {
+	for _, in := range f.Instances {
 		got := map[string]string{}
 		for _, tg := range in.Tags {
 			got[tg.Key] = tg.Value
@@ -146,13 +147,13 @@ func TestConformance(t *testing.T) {
 			t.Errorf("instance %s user-data lacks its join token or node:\n%s", in.ID, in.UserData)
 		}
 	}
-	if len(j.issued) < len(f.instances) {
-		t.Errorf("%d join tokens for %d instances", len(j.issued), len(f.instances))
+	if len(j.issued) < len(f.Instances) {
+		t.Errorf("%d join tokens for %d instances", len(j.issued), len(f.Instances))
 	}
 }
 
 func TestOffers(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	p, _ := newTestProvider(t, f, "gpu", nil)
 	offers, err := p.Offers(context.Background())
 	if err != nil {
@@ -198,17 +199,17 @@ func TestOffers(t *testing.T) {
 	if p5.GPU != "H100" || p5.GPUCount != 8 || p5.GPUMemory != 80*model.GiB {
 		t.Errorf("p5.48xlarge offer = %+v; want 8 H100 of 80 GiB", p5)
 	}
-	if n := f.callCount("DescribeInstanceTypes"); n != 2 {
+	if n := f.CallCount("DescribeInstanceTypes"); n != 2 {
 		t.Errorf("DescribeInstanceTypes calls = %d; want 2 (two pages)", n)
 	}
 }
 
 func TestOffersRefresh(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	clk := clock.NewFake(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
 	p, _ := newTestProvider(t, f, "gpu", nil, func(o *Options) { o.Clock = clk })
 	calls := func() [2]int {
-		return [2]int{f.callCount("DescribeInstanceTypes"), f.callCount("DescribeSpotPriceHistory")}
+		return [2]int{f.CallCount("DescribeInstanceTypes"), f.CallCount("DescribeSpotPriceHistory")}
 	}
 	for _, step := range []struct {
 		advance time.Duration
@@ -231,7 +232,7 @@ func TestOffersRefresh(t *testing.T) {
 
 func TestLaunchErrors(t *testing.T) {
 	tests := map[string]struct {
-		setup func(f *fakeEC2)
+		setup func(f *ec2test.Server)
 		typ   string
 		zone  string
 		ct    model.CapacityType
@@ -239,27 +240,27 @@ func TestLaunchErrors(t *testing.T) {
 		calls int // CreateFleet calls the SDK made
 	}{
 		"insufficient capacity": {
-			setup: func(f *fakeEC2) { f.capacity["g5.xlarge/use1-az6/on-demand"] = 0 },
+			setup: func(f *ec2test.Server) { f.Capacity["g5.xlarge/use1-az6/on-demand"] = 0 },
 			typ:   "g5.xlarge", zone: "use1-az6", ct: model.OnDemand,
 			check: provider.IsInsufficientCapacity, calls: 1,
 		},
 		"vCPU limit": {
-			setup: func(f *fakeEC2) { f.fail["CreateFleet"] = "VcpuLimitExceeded" },
+			setup: func(f *ec2test.Server) { f.Fail["CreateFleet"] = "VcpuLimitExceeded" },
 			typ:   "p5.48xlarge", zone: "use1-az6", ct: model.OnDemand,
 			check: provider.IsQuotaExceeded, calls: 1,
 		},
 		"spot instance count": {
-			setup: func(f *fakeEC2) { f.spotQuota = 0 },
+			setup: func(f *ec2test.Server) { f.SpotQuota = 0 },
 			typ:   "p5.48xlarge", zone: "use1-az6", ct: model.Spot,
 			check: provider.IsQuotaExceeded, calls: 1,
 		},
 		"throttled past the retryer": {
-			setup: func(f *fakeEC2) { f.throttle["CreateFleet"] = 100 },
+			setup: func(f *ec2test.Server) { f.Throttle["CreateFleet"] = 100 },
 			typ:   "g5.xlarge", zone: "use1-az1", ct: model.OnDemand,
 			check: provider.IsTransient, calls: testAttempts,
 		},
 		"throttled then through": {
-			setup: func(f *fakeEC2) { f.throttle["CreateFleet"] = testAttempts - 1 },
+			setup: func(f *ec2test.Server) { f.Throttle["CreateFleet"] = testAttempts - 1 },
 			typ:   "g5.xlarge", zone: "use1-az1", ct: model.OnDemand,
 			check: func(err error) bool { return err == nil }, calls: testAttempts,
 		},
@@ -267,7 +268,7 @@ func TestLaunchErrors(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeEC2(t)
+			f := ec2test.New(t)
 			p, _ := newTestProvider(t, f, "gpu", nil)
 			o := findOffer(t, p, tc.typ, tc.zone, tc.ct)
 			tc.setup(f)
@@ -288,23 +289,23 @@ func TestLaunchErrors(t *testing.T) {
 			if errors.As(err, &ice) && ice.Offer != o {
 				t.Errorf("capacity error offer = %+v, want %+v", ice.Offer, o)
 			}
-			if n := f.callCount("CreateFleet"); n != tc.calls {
+			if n := f.CallCount("CreateFleet"); n != tc.calls {
 				t.Errorf("CreateFleet calls = %d, want %d", n, tc.calls)
 			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if len(f.templates) != 0 {
-				t.Errorf("launch templates left behind: %v", f.templates)
+			f.Mu.Lock()
+			defer f.Mu.Unlock()
+			if len(f.Templates) != 0 {
+				t.Errorf("launch templates left behind: %v", f.Templates)
 			}
 		})
 	}
 }
 
 func TestPartialFulfilment(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	p, _ := newTestProvider(t, f, "gpu", func(s *Settings) { s.AnyZone = true })
 	// A spot launch may use either zone; use1-az6 (listed first) is full.
-	f.capacity["g5.xlarge/use1-az6/spot"] = 0
+	f.Capacity["g5.xlarge/use1-az6/spot"] = 0
 	asked := findOffer(t, p, "g5.xlarge", "use1-az6", model.Spot)
 	in, err := p.Launch(context.Background(), provider.LaunchRequest{Offer: asked, Token: "node-1"})
 	if err != nil {
@@ -321,7 +322,7 @@ func TestPartialFulfilment(t *testing.T) {
 		t.Errorf("List = %+v", listed)
 	}
 	// Both zones full: no instance, and the fleet's errors say why.
-	f.capacity["g5.xlarge/use1-az1/spot"] = 1
+	f.Capacity["g5.xlarge/use1-az1/spot"] = 1
 	_, err = p.Launch(context.Background(), provider.LaunchRequest{Offer: asked, Token: "node-2"})
 	if !provider.IsInsufficientCapacity(err) {
 		t.Errorf("Launch with both zones full: %v, want insufficient capacity", err)
@@ -329,8 +330,8 @@ func TestPartialFulfilment(t *testing.T) {
 }
 
 func TestLaunchIdempotentAcrossRestart(t *testing.T) {
-	f := newFakeEC2(t)
-	f.noZoneID = true // zones from the subnets' names, as older answers need
+	f := ec2test.New(t)
+	f.NoZoneID = true // zones from the subnets' names, as older answers need
 	p, _ := newTestProvider(t, f, "gpu", nil)
 	o := findOffer(t, p, "g5.xlarge", "use1-az6", model.OnDemand)
 	req := provider.LaunchRequest{Offer: o, Token: "node-7", Labels: map[string]string{"gpufleet.dev/node": "node-7"}}
@@ -346,7 +347,7 @@ func TestLaunchIdempotentAcrossRestart(t *testing.T) {
 	if again.ID != first.ID || !sameOfferForTest(again.Offer, o) || again.Labels["gpufleet.dev/node"] != "node-7" {
 		t.Errorf("relaunch after a restart = %+v; want %s with its offer and labels", again, first.ID)
 	}
-	if n := f.callCount("CreateFleet"); n != 1 {
+	if n := f.CallCount("CreateFleet"); n != 1 {
 		t.Errorf("CreateFleet calls = %d, want 1", n)
 	}
 	if len(j.issued) != 0 {
@@ -359,7 +360,7 @@ func sameOfferForTest(a, b model.Offer) bool {
 }
 
 func TestPoolsAreApart(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	a, _ := newTestProvider(t, f, "a", nil)
 	b, _ := newTestProvider(t, f, "b", nil)
 	o := findOffer(t, a, "g5.xlarge", "use1-az1", model.OnDemand)
@@ -418,7 +419,7 @@ func TestSettingsValidate(t *testing.T) {
 			s := testSettings("")
 			tc.edit(&s)
 			var got []string
-			if err := s.Validate(); err != nil {
+			if err := s.Validate("spec.aws").Err(); err != nil {
 				var fe model.FieldErrors
 				if !errors.As(err, &fe) {
 					t.Fatalf("Validate error %T is not field errors", err)
@@ -486,7 +487,7 @@ func TestUserData(t *testing.T) {
 }
 
 func TestReportedNotices(t *testing.T) {
-	f := newFakeEC2(t)
+	f := ec2test.New(t)
 	p, _ := newTestProvider(t, f, "gpu", nil)
 	ctx := context.Background()
 	o := findOffer(t, p, "g5.xlarge", "use1-az6", model.Spot)
@@ -498,11 +499,11 @@ func TestReportedNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := f.callCount("DescribeInstances")
+	before := f.CallCount("DescribeInstances")
 	if got, err := p.Notices(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("Notices with none reported = %v, %v", got, err)
 	}
-	if n := f.callCount("DescribeInstances"); n != before {
+	if n := f.CallCount("DescribeInstances"); n != before {
 		t.Errorf("Notices called EC2 with nothing reported")
 	}
 	issued := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)

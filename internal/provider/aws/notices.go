@@ -12,7 +12,15 @@ import (
 // ReasonSpotInterruption is the Notice.Reason of an EC2 spot interruption.
 const ReasonSpotInterruption = "spot-interruption"
 
-var _ provider.InterruptionWatcher = (*Provider)(nil)
+var (
+	_ provider.InterruptionWatcher = (*Provider)(nil)
+	_ provider.NoticeSink          = (*Provider)(nil)
+	_ provider.SelfJoining         = (*Provider)(nil)
+)
+
+// SelfJoining declares that an instance's agent, started by its
+// user-data, registers its node (after exchanging its join token).
+func (p *Provider) SelfJoining() {}
 
 // ReportNotice records a spot interruption notice for one of this pool's
 // instances, as the instance's agent read it from instance metadata and

@@ -1,4 +1,8 @@
-package aws
+// Package ec2test is an EC2 endpoint for tests: an httptest server that
+// speaks EC2's Query protocol (form-encoded Action=… requests, XML
+// answers) to the SDK's real serializers, deserializers and retryer, with
+// instances, capacity per type/zone/lifecycle and a spot quota as state.
+package ec2test
 
 import (
 	"bytes"
@@ -29,76 +33,81 @@ import (
 var testdata embed.FS
 
 // The pool's subnets, as testdata/describe-subnets.xml describes them.
-var fakeSubnets = map[string][2]string{ // subnet → zone name, zone id
+var Subnets = map[string][2]string{ // subnet → zone name, zone id
 	"subnet-0a1b2c3d4e5f60001": {"us-east-1a", "use1-az6"},
 	"subnet-0a1b2c3d4e5f60002": {"us-east-1b", "use1-az1"},
 }
 
-type fakeTag struct{ Key, Value string }
+type Tag struct{ Key, Value string }
 
-type fakeInstance struct {
+type Instance struct {
 	ID, Reservation, AMI, InstanceType, Lifecycle string
 	SubnetID, Zone, ZoneID                        string
 	State                                         string
 	StateCode                                     int
 	LaunchTime                                    string
-	Tags                                          []fakeTag
+	Tags                                          []Tag
 	ZoneIDInDescribe                              bool
 	// UserData is what the launch template gave the instance.
 	UserData string
 }
 
-type fakeFleetError struct{ InstanceType, SubnetID, Lifecycle, Code, Message string }
+type fleetError struct{ InstanceType, SubnetID, Lifecycle, Code, Message string }
 
-// fakeEC2 is the test's EC2. Its fields after mu are guarded by mu.
-type fakeEC2 struct {
-	t    *testing.T
+// Server is the test's EC2. Its fields after Mu are guarded by Mu.
+type Server struct {
+	t    testing.TB
 	srv  *httptest.Server
 	tmpl *template.Template
 
-	mu        sync.Mutex
+	Mu        sync.Mutex
 	seq       int
-	instances map[string]*fakeInstance
-	templates map[string]string // launch template name → user-data
+	Instances map[string]*Instance
+	Templates map[string]string // launch template name → user-data
 	fleets    map[string][]byte // client token → the answer given
 	calls     map[string]int    // by action
-	// capacity is the most live instances per "type/zone id/lifecycle";
+	// Capacity is the most live instances per "type/zone id/lifecycle";
 	// absent: unlimited.
-	capacity map[string]int
-	// spotQuota is the most live spot instances; -1: unlimited.
-	spotQuota int
-	// throttle answers the next N calls of an action RequestLimitExceeded.
-	throttle map[string]int
-	// fail answers every call of an action with this error code.
-	fail map[string]string
-	// pageSize is DescribeInstances' page size, to exercise paging.
-	pageSize int
-	// noZoneID leaves availabilityZoneId out of DescribeInstances, as
+	Capacity map[string]int
+	// SpotQuota is the most live spot instances; -1: unlimited.
+	SpotQuota int
+	// Throttle answers the next N calls of an action RequestLimitExceeded.
+	Throttle map[string]int
+	// Fail answers every call of an action with this error code.
+	Fail map[string]string
+	// PageSize is DescribeInstances' page size, to exercise paging.
+	PageSize int
+	// NoZoneID leaves availabilityZoneId out of DescribeInstances, as
 	// older answers do.
-	noZoneID bool
+	NoZoneID bool
 }
 
-func newFakeEC2(t *testing.T) *fakeEC2 {
+// URL is the endpoint to give the driver (Settings.Endpoint).
+func (f *Server) URL() string { return f.srv.URL }
+
+// New starts a server, closed at t's cleanup.
+func New(t testing.TB) *Server {
 	t.Helper()
 	tmpl, err := template.ParseFS(testdata, "testdata/*.tmpl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeEC2{t: t, tmpl: tmpl, instances: map[string]*fakeInstance{}, templates: map[string]string{},
-		fleets: map[string][]byte{}, calls: map[string]int{}, capacity: map[string]int{}, spotQuota: -1,
-		throttle: map[string]int{}, fail: map[string]string{}, pageSize: 2}
+	f := &Server{t: t, tmpl: tmpl, Instances: map[string]*Instance{}, Templates: map[string]string{},
+		fleets: map[string][]byte{}, calls: map[string]int{}, Capacity: map[string]int{}, SpotQuota: -1,
+		Throttle: map[string]int{}, Fail: map[string]string{}, PageSize: 2}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
-func (f *fakeEC2) callCount(action string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// CallCount is how many calls of action the server answered.
+func (f *Server) CallCount(action string) int {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	return f.calls[action]
 }
 
-func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -108,16 +117,16 @@ func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action := r.Form.Get("Action")
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	f.calls[action]++
 	f.seq++
-	if f.throttle[action] > 0 {
-		f.throttle[action]--
+	if f.Throttle[action] > 0 {
+		f.Throttle[action]--
 		f.apiError(w, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 		return
 	}
-	if c := f.fail[action]; c != "" {
+	if c := f.Fail[action]; c != "" {
 		f.apiError(w, http.StatusBadRequest, c, "injected by the test")
 		return
 	}
@@ -137,7 +146,7 @@ func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.static(w, "describe-instance-type-offerings.xml")
 	case "DescribeSpotPriceHistory":
-		if r.Form.Get("ProductDescription.1") != spotProduct || r.Form.Get("StartTime") == "" {
+		if r.Form.Get("ProductDescription.1") != "Linux/UNIX" || r.Form.Get("StartTime") == "" {
 			f.apiError(w, http.StatusBadRequest, "InvalidParameterValue", "test expects Linux/UNIX prices from now")
 			return
 		}
@@ -146,11 +155,11 @@ func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
 		f.createLaunchTemplate(w, r.Form)
 	case "DeleteLaunchTemplate":
 		name := r.Form.Get("LaunchTemplateName")
-		if _, ok := f.templates[name]; !ok {
+		if _, ok := f.Templates[name]; !ok {
 			f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.NotFoundException", "no template "+name)
 			return
 		}
-		delete(f.templates, name)
+		delete(f.Templates, name)
 		f.render(w, "delete-launch-template.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Time": time.Now().UTC().Format(time.RFC3339), "ID": "lt-0abcdef1234567890", "Name": name})
 	case "CreateFleet":
 		f.createFleet(w, r.Form)
@@ -163,9 +172,9 @@ func (f *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeEC2) requestID() string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", f.seq) }
+func (f *Server) requestID() string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", f.seq) }
 
-func (f *fakeEC2) static(w http.ResponseWriter, name string) {
+func (f *Server) static(w http.ResponseWriter, name string) {
 	b, err := testdata.ReadFile("testdata/" + name)
 	if err != nil {
 		f.t.Error(err)
@@ -174,7 +183,7 @@ func (f *fakeEC2) static(w http.ResponseWriter, name string) {
 	_, _ = w.Write(b)
 }
 
-func (f *fakeEC2) render(w http.ResponseWriter, name string, data any) {
+func (f *Server) render(w http.ResponseWriter, name string, data any) {
 	var b bytes.Buffer
 	if err := f.tmpl.ExecuteTemplate(&b, name, data); err != nil {
 		f.t.Errorf("rendering %s: %v", name, err)
@@ -183,7 +192,7 @@ func (f *fakeEC2) render(w http.ResponseWriter, name string, data any) {
 	_, _ = w.Write(b.Bytes())
 }
 
-func (f *fakeEC2) apiError(w http.ResponseWriter, status int, code, msg string) {
+func (f *Server) apiError(w http.ResponseWriter, status int, code, msg string) {
 	var b bytes.Buffer
 	if err := f.tmpl.ExecuteTemplate(&b, "error.xml.tmpl", map[string]string{"Code": code, "Message": msg, "RequestID": f.requestID()}); err != nil {
 		f.t.Error(err)
@@ -206,20 +215,20 @@ func list(form url.Values, prefix string) []string {
 }
 
 // tags reads prefix.Tag.N.Key/Value.
-func tags(form url.Values, prefix string) []fakeTag {
-	var out []fakeTag
+func tags(form url.Values, prefix string) []Tag {
+	var out []Tag
 	for i := 1; ; i++ {
 		k := form.Get(fmt.Sprintf("%s.Tag.%d.Key", prefix, i))
 		if k == "" {
 			return out
 		}
-		out = append(out, fakeTag{k, form.Get(fmt.Sprintf("%s.Tag.%d.Value", prefix, i))})
+		out = append(out, Tag{k, form.Get(fmt.Sprintf("%s.Tag.%d.Value", prefix, i))})
 	}
 }
 
-func (f *fakeEC2) createLaunchTemplate(w http.ResponseWriter, form url.Values) {
+func (f *Server) createLaunchTemplate(w http.ResponseWriter, form url.Values) {
 	name := form.Get("LaunchTemplateName")
-	if _, ok := f.templates[name]; ok {
+	if _, ok := f.Templates[name]; ok {
 		f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.AlreadyExistsException", "Launch template name already in use.")
 		return
 	}
@@ -235,13 +244,13 @@ func (f *fakeEC2) createLaunchTemplate(w http.ResponseWriter, form url.Values) {
 		f.apiError(w, http.StatusBadRequest, "InvalidUserData.Malformed", err.Error())
 		return
 	}
-	f.templates[name] = string(ud)
+	f.Templates[name] = string(ud)
 	f.render(w, "create-launch-template.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Time": time.Now().UTC().Format(time.RFC3339), "ID": "lt-0abcdef1234567890", "Name": name})
 }
 
-func (f *fakeEC2) live(match func(*fakeInstance) bool) int {
+func (f *Server) live(match func(*Instance) bool) int {
 	n := 0
-	for _, in := range f.instances {
+	for _, in := range f.Instances {
 		if in.State != "terminated" && in.State != "shutting-down" && match(in) {
 			n++
 		}
@@ -249,7 +258,7 @@ func (f *fakeEC2) live(match func(*fakeInstance) bool) int {
 	return n
 }
 
-func (f *fakeEC2) createFleet(w http.ResponseWriter, form url.Values) {
+func (f *Server) createFleet(w http.ResponseWriter, form url.Values) {
 	token := form.Get("ClientToken")
 	if b, ok := f.fleets[token]; ok {
 		w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
@@ -265,48 +274,48 @@ func (f *fakeEC2) createFleet(w http.ResponseWriter, form url.Values) {
 		f.t.Errorf("spot fleet allocation strategy = %q", form.Get("SpotOptions.AllocationStrategy"))
 	}
 	ltName := form.Get("LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateName")
-	ud, ok := f.templates[ltName]
+	ud, ok := f.Templates[ltName]
 	if !ok {
 		f.apiError(w, http.StatusBadRequest, "InvalidLaunchTemplateName.NotFoundException", "no template "+ltName)
 		return
 	}
-	var instTags []fakeTag
+	var instTags []Tag
 	for i := 1; form.Get(fmt.Sprintf("TagSpecification.%d.ResourceType", i)) != ""; i++ {
 		if form.Get(fmt.Sprintf("TagSpecification.%d.ResourceType", i)) == "instance" {
 			instTags = tags(form, fmt.Sprintf("TagSpecification.%d", i))
 		}
 	}
 	data := map[string]any{"RequestID": f.requestID(), "FleetID": fmt.Sprintf("fleet-%08x-0000-4000-8000-%012x", f.seq, f.seq), "Template": ltName}
-	var errs []fakeFleetError
-	var launched []*fakeInstance
+	var errs []fleetError
+	var launched []*Instance
 	for i := 1; ; i++ {
 		p := fmt.Sprintf("LaunchTemplateConfigs.1.Overrides.%d.", i)
 		typ, sub := form.Get(p+"InstanceType"), form.Get(p+"SubnetId")
 		if typ == "" {
 			break
 		}
-		z, ok := fakeSubnets[sub]
+		z, ok := Subnets[sub]
 		if !ok {
 			f.apiError(w, http.StatusBadRequest, "InvalidSubnetID.NotFound", "no subnet "+sub)
 			return
 		}
 		key := typ + "/" + z[1] + "/" + lifecycle
-		if n, limited := f.capacity[key]; limited && f.live(func(in *fakeInstance) bool { return in.InstanceType+"/"+in.ZoneID+"/"+in.Lifecycle == key }) >= n {
-			errs = append(errs, fakeFleetError{typ, sub, lifecycle, "InsufficientInstanceCapacity",
+		if n, limited := f.Capacity[key]; limited && f.live(func(in *Instance) bool { return in.InstanceType+"/"+in.ZoneID+"/"+in.Lifecycle == key }) >= n {
+			errs = append(errs, fleetError{typ, sub, lifecycle, "InsufficientInstanceCapacity",
 				fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s).", typ, z[0])})
 			continue
 		}
-		if lifecycle == "spot" && f.spotQuota >= 0 && f.live(func(in *fakeInstance) bool { return in.Lifecycle == "spot" }) >= f.spotQuota {
-			errs = append(errs, fakeFleetError{typ, sub, lifecycle, "MaxSpotInstanceCountExceeded", "Max spot instance count exceeded"})
+		if lifecycle == "spot" && f.SpotQuota >= 0 && f.live(func(in *Instance) bool { return in.Lifecycle == "spot" }) >= f.SpotQuota {
+			errs = append(errs, fleetError{typ, sub, lifecycle, "MaxSpotInstanceCountExceeded", "Max spot instance count exceeded"})
 			continue
 		}
-		in := &fakeInstance{
+		in := &Instance{
 			ID: fmt.Sprintf("i-%017x", 0x0a000000+f.seq), Reservation: fmt.Sprintf("r-%017x", f.seq), AMI: "ami-0123456789abcdef0",
 			InstanceType: typ, Lifecycle: lifecycle, SubnetID: sub, Zone: z[0], ZoneID: z[1],
 			State: "pending", StateCode: 0, LaunchTime: time.Now().UTC().Truncate(time.Second).Format("2006-01-02T15:04:05.000Z"),
 			Tags: instTags, UserData: ud,
 		}
-		f.instances[in.ID] = in
+		f.Instances[in.ID] = in
 		launched = append(launched, in)
 		break // capacity 1: the first pool with room fills it
 	}
@@ -322,14 +331,14 @@ func (f *fakeEC2) createFleet(w http.ResponseWriter, form url.Values) {
 
 var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8,17}$`)
 
-func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
+func (f *Server) describeInstances(w http.ResponseWriter, form url.Values) {
 	ids := list(form, "InstanceId")
 	for _, id := range ids {
 		if !instanceIDRE.MatchString(id) {
 			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.Malformed", fmt.Sprintf("Invalid id: %q", id))
 			return
 		}
-		if f.instances[id] == nil {
+		if f.Instances[id] == nil {
 			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 			return
 		}
@@ -342,8 +351,8 @@ func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
 	for i := 1; form.Get(fmt.Sprintf("Filter.%d.Name", i)) != ""; i++ {
 		filters = append(filters, filter{form.Get(fmt.Sprintf("Filter.%d.Name", i)), list(form, fmt.Sprintf("Filter.%d.Value", i))})
 	}
-	var match []*fakeInstance
-	for _, in := range f.instances {
+	var match []*Instance
+	for _, in := range f.Instances {
 		ok := len(ids) == 0 || slices.Contains(ids, in.ID)
 		for _, fl := range filters {
 			switch {
@@ -351,7 +360,7 @@ func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
 				ok = ok && slices.Contains(fl.values, in.State)
 			case strings.HasPrefix(fl.name, "tag:"):
 				key := strings.TrimPrefix(fl.name, "tag:")
-				i := slices.IndexFunc(in.Tags, func(t fakeTag) bool { return t.Key == key })
+				i := slices.IndexFunc(in.Tags, func(t Tag) bool { return t.Key == key })
 				ok = ok && i >= 0 && slices.Contains(fl.values, in.Tags[i].Value)
 			default:
 				f.t.Errorf("the test's EC2 does not filter by %s", fl.name)
@@ -361,13 +370,13 @@ func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
 			match = append(match, in)
 		}
 	}
-	slices.SortFunc(match, func(a, b *fakeInstance) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(match, func(a, b *Instance) int { return strings.Compare(a.ID, b.ID) })
 	start, _ := strconv.Atoi(form.Get("NextToken"))
-	end := min(start+f.pageSize, len(match))
-	page := make([]fakeInstance, 0, end-start)
+	end := min(start+f.PageSize, len(match))
+	page := make([]Instance, 0, end-start)
 	for _, in := range match[start:end] {
 		c := *in
-		c.ZoneIDInDescribe = !f.noZoneID
+		c.ZoneIDInDescribe = !f.NoZoneID
 		page = append(page, c)
 	}
 	next := ""
@@ -383,11 +392,11 @@ func (f *fakeEC2) describeInstances(w http.ResponseWriter, form url.Values) {
 	}
 }
 
-func (f *fakeEC2) terminateInstances(w http.ResponseWriter, form url.Values) {
+func (f *Server) terminateInstances(w http.ResponseWriter, form url.Values) {
 	ids := list(form, "InstanceId")
-	var out []fakeInstance
+	var out []Instance
 	for _, id := range ids {
-		in := f.instances[id]
+		in := f.Instances[id]
 		if in == nil {
 			f.apiError(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 			return
@@ -396,4 +405,19 @@ func (f *fakeEC2) terminateInstances(w http.ResponseWriter, form url.Values) {
 		in.State, in.StateCode = "terminated", 48
 	}
 	f.render(w, "terminate-instances.xml.tmpl", map[string]any{"RequestID": f.requestID(), "Instances": out})
+}
+
+// Live returns copies of the instances not terminated or shutting down,
+// ordered by id.
+func (f *Server) Live() []Instance {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	var out []Instance
+	for _, in := range f.Instances {
+		if in.State != "terminated" && in.State != "shutting-down" {
+			out = append(out, *in)
+		}
+	}
+	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
