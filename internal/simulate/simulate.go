@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	clk := clock.NewFake(Start)
-	sp, err := sim.New(sim.Config{Catalog: cat, Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario})
+	sp, err := sim.New(sim.Config{Catalog: cat, Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario, Providers: clouds(cfg.Fleet)})
 	if err != nil {
 		return nil, err
 	}
@@ -305,4 +305,22 @@ func ledgerTotal(ms *memStore) model.Money {
 		total += e.Cost
 	}
 	return total
+}
+
+// clouds is every cloud the fleet's sim pools name; nil (all) when one
+// names none.
+func clouds(set *manifest.Set) []string {
+	var out []string
+	for _, p := range set.NodePools {
+		if p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 {
+			return nil
+		}
+		for _, c := range p.Spec.Sim.Clouds {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
