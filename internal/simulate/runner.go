@@ -58,6 +58,7 @@ type vjob struct {
 type vreplica struct {
 	node   string
 	job    string
+	rank   int
 	status agentapi.ReplicaStatus
 	sent   bool // its exit was reported
 }
@@ -136,7 +137,7 @@ func (r *runner) sync(ctx context.Context, now time.Time) error {
 				if err := r.start(spec, now); err != nil {
 					return err
 				}
-				rp = &vreplica{node: n.ID, job: spec.JobID, status: agentapi.ReplicaStatus{ID: spec.ID, Phase: agentapi.PhaseRunning, StartedAt: now}}
+				rp = &vreplica{node: n.ID, job: spec.JobID, rank: spec.Rank, status: agentapi.ReplicaStatus{ID: spec.ID, Phase: agentapi.PhaseRunning, StartedAt: now}}
 				r.replicas[spec.ID] = rp
 			}
 			if spec.Stop && rp.status.Phase == agentapi.PhaseRunning {
@@ -172,7 +173,7 @@ func (r *runner) advance(ctx context.Context, rp *vreplica, now time.Time) {
 	}
 	v := r.jobs[rp.job]
 	end := v.started.Add(v.runtime - v.base)
-	if v.interval > 0 && strings.HasSuffix(rp.status.ID, "-0") {
+	if v.interval > 0 && rp.rank == 0 {
 		upto := now
 		if end.Before(upto) {
 			upto = end
@@ -197,7 +198,7 @@ func (r *runner) exit(rp *vreplica, code int, reason string, t time.Time) {
 		StartedAt: rp.status.StartedAt, EndedAt: &ended}
 	v := r.jobs[rp.job]
 	r.busyGPUSeconds += v.gpus * t.Sub(rp.status.StartedAt).Seconds()
-	if code != 0 && strings.HasSuffix(rp.status.ID, "-0") {
+	if code != 0 && rp.rank == 0 {
 		r.lostWork += v.base + t.Sub(v.started) - v.saved
 	}
 }

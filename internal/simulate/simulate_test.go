@@ -108,6 +108,9 @@ func philly(t *testing.T, n int) *trace.Trace {
 	}
 	tr.Jobs = tr.Jobs[:n]
 	for i := range tr.Jobs {
+		// Short jobs keep the test quick; the interval makes resumption
+		// matter.
+		tr.Jobs[i].Runtime = min(tr.Jobs[i].Runtime, 3*time.Hour)
 		tr.Jobs[i].CheckpointInterval = 10 * time.Minute
 	}
 	return tr
@@ -116,12 +119,12 @@ func philly(t *testing.T, n int) *trace.Trace {
 // TestDeterministic: the same trace, fleet and seed give the same report
 // (digest over every job outcome and cloud event), and every job ends.
 func TestDeterministic(t *testing.T) {
-	scn, err := sim.ParseScenario([]byte("offers:\n  - match: {capacityType: spot}\n    interruptionRate: 0.5\n"))
+	scn, err := sim.ParseScenario([]byte("offers:\n  - match: {capacityType: spot}\n    interruptionRate: 1\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func() *Result {
-		res, err := Run(context.Background(), Config{Fleet: parseFleet(t, spotFleet), Trace: philly(t, 60), Seed: 7, Scenario: scn})
+		res, err := Run(context.Background(), Config{Fleet: parseFleet(t, spotFleet), Trace: philly(t, 25), Seed: 7, Scenario: scn})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +140,13 @@ func TestDeterministic(t *testing.T) {
 	}
 	if a.CostUSD != a.BilledUSD {
 		t.Errorf("the ledger says $%.6f, the clouds billed $%.6f", a.CostUSD, a.BilledUSD)
+	}
+	if a.Interruptions == 0 || a.Preemptions == 0 || a.LostWork <= 0 {
+		t.Errorf("%d interruptions, %d preemptions, %s lost work: the scenario did not bite", a.Interruptions, a.Preemptions, a.LostWork)
+	}
+	// Lost work is bounded by one checkpoint interval per preemption.
+	if a.LostWork > time.Duration(a.Preemptions)*10*time.Minute {
+		t.Errorf("%s of work lost over %d preemptions: more than one 10m interval each", a.LostWork, a.Preemptions)
 	}
 	if a.GPUUtilisation <= 0 || a.GPUUtilisation > 1 {
 		t.Errorf("GPU utilisation %.3f out of (0, 1]", a.GPUUtilisation)
