@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func TestReadJSONL(t *testing.T) {
@@ -136,5 +138,23 @@ func TestBuiltin(t *testing.T) {
 	}
 	if _, err := Builtin("helios"); err == nil {
 		t.Error("an unknown built-in trace gives no error")
+	}
+}
+
+func TestFromJobs(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	done := &model.Job{ID: "j2", Project: "p", State: model.JobSucceeded, SubmittedAt: t0.Add(time.Minute), StartedAt: at(2 * time.Minute), FinishedAt: at(62 * time.Minute)}
+	done.Spec.Replicas, done.Spec.Resources.GPUs, done.Spec.Queue = 2, 8, "batch"
+	done.Spec.Checkpoint.Interval = model.Duration(10 * time.Minute)
+	queued := &model.Job{ID: "j1", State: model.JobQueued, SubmittedAt: t0}
+	cancelled := &model.Job{ID: "j3", State: model.JobCancelled, SubmittedAt: t0.Add(time.Hour)}
+	tr := FromJobs("history", []*model.Job{cancelled, done, queued})
+	if len(tr.Jobs) != 1 || tr.Skipped["not ended"] != 1 || tr.Skipped["never ran"] != 1 {
+		t.Fatalf("jobs %+v, skipped %v", tr.Jobs, tr.Skipped)
+	}
+	j := tr.Jobs[0]
+	if j.Submit != time.Minute || j.Runtime != time.Hour || j.GPUs != 8 || j.Replicas != 2 || j.Queue != "batch" || j.Project != "p" || j.CheckpointInterval != 10*time.Minute {
+		t.Errorf("exported as %+v", j)
 	}
 }
