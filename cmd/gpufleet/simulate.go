@@ -21,7 +21,7 @@ func newSimulateCmd() *cobra.Command {
 	var (
 		fleet, compare, traceName, from, to, speed, out, scenario string
 		seed                                                      int64
-		tick                                                      time.Duration
+		tick, horizon                                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -106,7 +106,7 @@ gives the same report (see its digest).`,
 				if len(problems) > 0 {
 					return fmt.Errorf("the fleet %s is invalid:\n  %s", dir, strings.ReplaceAll(problems.Err().Error(), "; ", "\n  "))
 				}
-				res, err := simulate.Run(cmd.Context(), simulate.Config{Fleet: set, Trace: tr, Seed: seed, Tick: tick, Scenario: scn, Catalog: cat})
+				res, err := simulate.Run(cmd.Context(), simulate.Config{Fleet: set, Trace: tr, Seed: seed, Tick: tick, Horizon: horizon, Scenario: scn, Catalog: cat})
 				if err != nil {
 					return fmt.Errorf("simulating %s: %w", dir, err)
 				}
@@ -127,6 +127,7 @@ gives the same report (see its digest).`,
 	f.StringVar(&speed, "speed", "max", "how fast simulated time runs: max (event to event)")
 	f.Int64Var(&seed, "seed", 1, "seed of every random choice (capacity, boot delays, interruptions)")
 	f.DurationVar(&tick, "tick", time.Minute, "longest clock step while jobs wait or nodes idle")
+	f.DurationVar(&horizon, "horizon", 30*24*time.Hour, "stop this long after the last submission; jobs not ended count as unfinished")
 	f.StringVar(&scenario, "scenario", "", "a sim scenario file overriding the simulated clouds' defaults (as up --sim-scenario)")
 	f.StringVarP(&out, "output", "o", "table", "table or json")
 	return cmd
