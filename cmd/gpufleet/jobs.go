@@ -26,7 +26,7 @@ func newJobsCmd(g *globals) *cobra.Command {
 		Aliases: []string{"job"},
 		Short:   "List, inspect, follow and cancel jobs",
 	}
-	cmd.AddCommand(newJobsListCmd(g), newJobsGetCmd(g), newJobsLogsCmd(g), newJobsCancelCmd(g), newJobsTopCmd(g))
+	cmd.AddCommand(newJobsListCmd(g), newJobsGetCmd(g), newJobsLogsCmd(g), newJobsCancelCmd(g), newJobsTopCmd(g), newJobsExportCmd(g))
 	return cmd
 }
 

@@ -634,3 +634,13 @@ func (p *Provider) end(in *instance, t time.Time, kind EventKind) {
 }
 
 func (p *Provider) record(e Event) { p.events = append(p.events, e) }
+
+// NextDue is when the next scheduled change of an instance falls due (a
+// boot completes, a spot notice or a stop), as of Clock's now; false when
+// nothing is due. A simulation on a fake clock advances to it.
+func (p *Provider) NextDue() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sync()
+	return p.nextDue, !p.nextDue.IsZero()
+}
