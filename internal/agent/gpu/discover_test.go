@@ -30,6 +30,10 @@ func fakeNvidiaSMI(t *testing.T, query, topo string) string {
 	return writeScript(t, script)
 }
 
+// writeScript writes an executable script. The tests that write and run
+// scripts do not run in parallel: a fork by another test while the file is
+// still open for writing keeps it busy, and running it fails with "text
+// file busy" (ETXTBSY; golang/go#22315).
 func writeScript(t *testing.T, script string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nvidia-smi")
@@ -40,7 +44,6 @@ func writeScript(t *testing.T, script string) string {
 }
 
 func TestDiscoverWithNvidiaSMI(t *testing.T) {
-	t.Parallel()
 	smi := fakeNvidiaSMI(t, "a100x4-pcie-bridged-query.csv", "a100x4-pcie-bridged-topo.txt")
 	got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: smi})
 	if err != nil {
@@ -59,7 +62,6 @@ func TestDiscoverWithNvidiaSMI(t *testing.T) {
 }
 
 func TestDiscoverWithoutTopologyAssumesPCIe(t *testing.T) {
-	t.Parallel()
 	smi := writeScript(t, "#!/bin/sh\n[ \"$1\" = topo ] && exit 1\necho '0, GPU-x, NVIDIA L4, 23034'\n")
 	got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: smi})
 	if err != nil {
@@ -74,7 +76,6 @@ func TestDiscoverWithoutTopologyAssumesPCIe(t *testing.T) {
 }
 
 func TestDiscoverNvidiaSMIFailures(t *testing.T) {
-	t.Parallel()
 	tests := map[string]struct {
 		script  string
 		want    gpu.Inventory
@@ -95,8 +96,7 @@ func TestDiscoverNvidiaSMIFailures(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: writeScript(t, tc.script)})
+					got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: writeScript(t, tc.script)})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Discover error = %v; want one containing %q", err, tc.wantErr)
@@ -114,7 +114,6 @@ func TestDiscoverNvidiaSMIFailures(t *testing.T) {
 }
 
 func TestDiscoverFake(t *testing.T) {
-	t.Parallel()
 	got, err := gpu.Discover(context.Background(), gpu.Options{Fake: "2xT4", MemoryOf: catalog})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +141,6 @@ func TestDiscoverWithoutGPUs(t *testing.T) {
 }
 
 func TestDiscoverNamedNvidiaSMIMissingIsAnError(t *testing.T) {
-	t.Parallel()
 	_, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: filepath.Join(t.TempDir(), "nvidia-smi")})
 	if err == nil {
 		t.Fatal("Discover with a missing named nvidia-smi succeeded")
