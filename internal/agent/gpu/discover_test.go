@@ -96,7 +96,7 @@ func TestDiscoverNvidiaSMIFailures(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-					got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: writeScript(t, tc.script)})
+			got, err := gpu.Discover(context.Background(), gpu.Options{NvidiaSMI: writeScript(t, tc.script)})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Discover error = %v; want one containing %q", err, tc.wantErr)
