@@ -367,6 +367,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if len(costCfg.WebhookSecret) == 0 {
+		key, path, err := loadWebhookSecret(c.DataDir)
+		if err != nil {
+			return err
+		}
+		costCfg.WebhookSecret = key
+		log.Info("webhooks signed with the data dir's own key (give --webhook-secret to choose one)", "key_file", path)
+	}
 	var (
 		ctrl      *controller.Controller
 		simOffers func(context.Context) []model.Offer
