@@ -268,6 +268,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	c.loadCost(dump)
 	c.outbox = c.newOutbox(dump.Notifications)
 	c.loadUnavailable(dump.Meta)
+	c.loadRetired(dump.Meta)
 	comCtx, stopCom := context.WithCancel(context.Background())
 	c.stopCom, c.comDone = stopCom, make(chan struct{})
 	go func() { c.com.run(comCtx); close(c.comDone) }()

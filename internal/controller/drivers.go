@@ -149,19 +149,37 @@ func (c *Controller) livePrices(ctx context.Context, d provider.Provider, offers
 	return offers
 }
 
-// driverNamed returns the wired or pool driver called name, or nil.
-func (c *Controller) driverNamed(name string) provider.Provider {
-	for _, p := range c.cfg.Scale.Providers {
-		if p.Name() == name {
-			return p
+// nodeDriver returns the driver of node n: its pool's (declared or
+// removed, while its instances are retired), else the wired driver named
+// as its provider; nil when none is. Two pools of one driver never stand
+// in for each other.
+func (c *Controller) nodeDriver(n *model.Node) provider.Provider {
+	c.mu.Lock()
+	var pool *model.NodePool
+	for _, p := range c.fleet.pools {
+		if p.Name == n.Pool {
+			pool = p
 		}
 	}
-	pd := &c.scaleSt.drivers
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	for _, e := range pd.pools {
-		if e.p != nil && e.p.Name() == name {
-			return e.p
+	if pool == nil {
+		pool = c.scaleSt.retired[n.Pool]
+	}
+	if pool == nil && len(c.fleet.pools) == 0 {
+		for _, p := range c.cfg.Scale.DefaultPools {
+			if p.Name == n.Pool {
+				pool = p
+			}
+		}
+	}
+	c.mu.Unlock()
+	if pool != nil {
+		if d := c.driverFor(pool); d != nil {
+			return d
+		}
+	}
+	for _, p := range c.cfg.Scale.Providers {
+		if p.Name() == n.Provider {
+			return p
 		}
 	}
 	return nil

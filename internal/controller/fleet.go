@@ -257,7 +257,7 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	}
 	oldPools := c.fleet.pools
 	c.fleet.adopt(decl)
-	c.retirePoolsLocked(oldPools, c.fleet.pools)
+	c.retirePoolsLocked(b, oldPools, c.fleet.pools)
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	b.Revisions = []*model.Revision{rev}

@@ -12,6 +12,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // joiningCloud is a fakeCloud whose instances run their own agents
@@ -35,14 +36,6 @@ func (j *joiningCloud) Notices(context.Context) ([]provider.Notice, error) {
 	j.nmu.Lock()
 	defer j.nmu.Unlock()
 	return append([]provider.Notice(nil), j.reported...), nil
-}
-
-func (j *joiningCloud) run() {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for i := range j.insts {
-		j.insts[i].State = provider.StateRunning
-	}
 }
 
 // TestLaunchedInstanceJoinsAndIsDrainedByItsNotice: a launched node waits
@@ -158,7 +151,7 @@ func TestRemovedPoolIsRetired(t *testing.T) {
 		t.Fatalf("nodes after a scale cycle: %+v, want one launched", nodes)
 	}
 	c.mu.Lock()
-	c.retirePoolsLocked(c.fleet.pools, nil)
+	c.retirePoolsLocked(&store.Batch{}, c.fleet.pools, nil)
 	c.fleet.pools = nil
 	c.mu.Unlock()
 	c.scaleWait(ctx)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,18 +26,28 @@ import (
 type fakeCloud struct {
 	offers []model.Offer
 
-	mu       sync.Mutex
-	errs     map[string]error // offer key → error
-	hold     chan struct{}
-	launched []string // offer keys, in call order
-	insts    []provider.Instance
+	mu         sync.Mutex
+	errs       map[string]error // offer key → error
+	hold       chan struct{}
+	launched   []string // offer keys, in call order
+	insts      []provider.Instance
+	terminated []string // instance ids, in call order
 }
 
 func (f *fakeCloud) Name() string { return "cloud" }
 func (f *fakeCloud) Offers(context.Context) ([]model.Offer, error) {
 	return append([]model.Offer(nil), f.offers...), nil
 }
-func (f *fakeCloud) Terminate(context.Context, string) error { return nil }
+
+// Terminate removes the instance from the inventory, recording its id;
+// an unknown id is success (already gone).
+func (f *fakeCloud) Terminate(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.terminated = append(f.terminated, id)
+	f.insts = slices.DeleteFunc(f.insts, func(in provider.Instance) bool { return in.ID == id })
+	return nil
+}
 func (f *fakeCloud) List(context.Context) ([]provider.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
@@ -67,8 +69,9 @@ type scaleState struct {
 	// deadlines are the notice deadlines of live instances, by instance
 	// id: their stop time when the provider reports none.
 	deadlines map[string]time.Time
-	// retired are pools a fleet revision removed, by name, kept (in
-	// memory) until every instance launched into them is terminated.
+	// retired are pools a fleet revision removed, by name, kept until
+	// every instance launched into them is terminated; persisted under
+	// metaRetired with the revision that removed them.
 	retired map[string]*model.NodePool
 }
 
@@ -103,31 +106,20 @@ func (c *Controller) scale(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	view := c.launchDrivers(ctx, pools, true)
-	// Every driver that is wired or launches for a pool, once by name.
-	listed := slices.Clone(sc.Providers)
-	for _, p := range pools {
-		if d := view.byPool[p.Name]; d != nil && !slices.ContainsFunc(listed, func(l provider.Provider) bool { return l.Name() == d.Name() }) {
-			listed = append(listed, d)
-		}
-	}
 	// The drivers of removed pools, listed until their instances are gone.
-	retired := c.retiredDrivers()
-	for _, d := range retired {
-		if !slices.ContainsFunc(listed, func(l provider.Provider) bool { return l.Name() == d.Name() }) {
-			listed = append(listed, d)
-		}
-	}
-	drivers := map[string]provider.Provider{}
+	retired := c.retiredDrivers(ctx)
+	src := c.inventorySources(pools, view.byPool, retired)
+	drivers := src.drivers
 	inv := map[string][]provider.Instance{}
 	var notices []provider.Notice
-	for _, p := range listed {
-		drivers[p.Name()] = p
+	for _, k := range src.keys() {
+		p := drivers[k]
 		list, err := p.List(ctx)
 		if err != nil {
-			c.cfg.Log.Warn("listing provider inventory", "provider", p.Name(), "err", err)
+			c.cfg.Log.Warn("listing provider inventory", "provider", p.Name(), "inventory", k, "err", err)
 			continue
 		}
-		inv[p.Name()] = list
+		inv[k] = list
 		if w, ok := p.(provider.InterruptionWatcher); ok {
 			ns, err := w.Notices(ctx)
 			if err == nil {
@@ -139,7 +131,7 @@ func (c *Controller) scale(ctx context.Context) {
 	// The instances of live nodes that the providers no longer list
 	// stopped on the providers' side: ask their bills when (I/O, so
 	// before the lock).
-	stops := c.stopTimes(ctx, drivers, inv, now)
+	stops := c.stopTimes(ctx, drivers, inv, now, src.keyOf)
 
 	c.mu.Lock()
 	c.scaleSt.init()
@@ -167,26 +159,27 @@ func (c *Controller) scale(ctx context.Context) {
 		if n.State == model.NodeLaunching && c.scaleSt.inflight[n.ID] {
 			// Its launch is still queued or running: capacity in flight
 			// for its jobs, not yet an instance to check.
-			anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: n.Provider, State: n.State, Offer: nodeOffer(n),
+			anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: src.keyOf(n), State: n.State, Offer: nodeOffer(n),
 				LaunchedAt: n.RegisteredAt, FreeGPUs: nodeGPUCount(n), ForJobs: splitJobs(n.Labels[labelForJobs])})
 			continue
 		}
 		if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
 			continue
 		}
-		if _, listed := inv[n.Provider]; !listed {
+		key := src.keyOf(n)
+		if _, listed := inv[key]; !listed {
 			continue
 		}
-		in, alive := running[n.Provider+"\x00"+iid]
+		in, alive := running[key+"\x00"+iid]
 		switch {
 		case !alive:
-			at := stops[n.Provider+"\x00"+iid]
+			at := stops[key+"\x00"+iid]
 			if nt, ok := c.scaleSt.deadlines[iid]; ok && at.IsZero() {
 				at = nt
 			}
 			c.nodeGoneLocked(n, b, now, nodeStop{why: "instance is gone (interrupted or stopped by its provider)", at: at})
 			continue
-		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID] && !selfJoining(drivers[n.Provider]):
+		case n.State == model.NodeLaunching && in.State == provider.StateRunning && !c.scaleSt.started[n.ID] && !selfJoining(drivers[key]):
 			c.scaleSt.started[n.ID] = true
 			if sc.StartNode != nil {
 				toStart = append(toStart, n)
@@ -222,7 +215,7 @@ func (c *Controller) scale(ctx context.Context) {
 		if n.State == model.NodeLaunching {
 			free = nodeGPUCount(n)
 		}
-		anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: n.Provider, InstanceID: iid, State: n.State, Offer: offer,
+		anodes = append(anodes, autoscaler.Node{ID: n.ID, Pool: n.Pool, Provider: key, InstanceID: iid, State: n.State, Offer: offer,
 			LaunchedAt: n.RegisteredAt, Busy: busy, IdleSince: c.scaleSt.idleSince[n.ID], FreeGPUs: free, ForJobs: splitJobs(n.Labels[labelForJobs])})
 	}
 	// Instances of nodes the store knows but whose provider has no pool
@@ -254,8 +247,8 @@ func (c *Controller) scale(ctx context.Context) {
 		Memory: c.scaleSt.memory.Clone(), LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	c.mu.Unlock()
 
-	acts := autoscaler.Decide(input)
-	acts = append(acts, c.retireActions(retired, anodes)...)
+	acts := dedupeLeaks(autoscaler.Decide(input), drivers)
+	acts = append(acts, retireActions(src, retired, anodes)...)
 
 	c.mu.Lock()
 	if !b.Empty() {
@@ -500,7 +493,7 @@ func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autos
 	err := p.Terminate(ctx, a.InstanceID)
 	var at time.Time
 	if err == nil {
-		at = c.stopTimes(ctx, map[string]provider.Provider{a.Provider: p}, nil, now, a.InstanceID)[a.Provider+"\x00"+a.InstanceID]
+		at = c.stopTimes(ctx, map[string]provider.Provider{a.Provider: p}, nil, now, nil, a.InstanceID)[a.Provider+"\x00"+a.InstanceID]
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -521,14 +514,20 @@ func (c *Controller) terminate(ctx context.Context, p provider.Provider, a autos
 		if a.Reason == autoscaler.ReasonLeak {
 			kind = model.EventLeak
 		}
-		msg := fmt.Sprintf("terminated instance %s/%s: %s", a.Provider, a.InstanceID, a.Reason)
+		// The driver's name, not its inventory key: events speak of
+		// providers.
+		name := p.Name()
+		msg := fmt.Sprintf("terminated instance %s/%s: %s", name, a.InstanceID, a.Reason)
 		fields := map[string]string{"instance": a.InstanceID, "reason": a.Reason}
+		if a.Pool != "" {
+			fields["pool"] = a.Pool
+		}
 		if err != nil {
-			msg = fmt.Sprintf("terminating instance %s/%s (%s): %v", a.Provider, a.InstanceID, a.Reason, err)
+			msg = fmt.Sprintf("terminating instance %s/%s (%s): %v", name, a.InstanceID, a.Reason, err)
 		} else {
 			fields[FieldStoppedAt] = cmpTime(at, now).Format(time.RFC3339Nano)
 		}
-		obj := "instance/" + a.Provider + "/" + a.InstanceID
+		obj := "instance/" + name + "/" + a.InstanceID
 		if a.NodeID != "" {
 			obj = "node/" + a.NodeID
 		}
@@ -548,14 +547,15 @@ const (
 	FieldStoppedAt  = "stoppedAt"
 )
 
-// stopTimes returns when the providers stopped instances (provider name
-// and instance id joined by NUL → time), from the bills of the providers
-// that are a provider.Biller. It asks only about the given ids, or, when
-// none are given, about the instances of live nodes missing from inv (an
-// instance whose provider is missing from inv is not asked about). Without
-// a bill entry an instance has no time here, and the caller falls back to
-// a notice's deadline or now.
-func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.Provider, inv map[string][]provider.Instance, now time.Time, ids ...string) map[string]time.Time {
+// stopTimes returns when the providers stopped instances (inventory key
+// and instance id joined by NUL → time), from the bills of the drivers
+// (by inventory key) that are a provider.Biller. It asks only about the
+// given ids, or, when none are given, about the instances of live nodes
+// missing from inv (keyOf gives a node's key; an instance whose key is
+// missing from inv is not asked about). Without a bill entry an instance
+// has no time here, and the caller falls back to a notice's deadline or
+// now.
+func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.Provider, inv map[string][]provider.Instance, now time.Time, keyOf func(*model.Node) string, ids ...string) map[string]time.Time {
 	billers := false
 	for _, d := range drivers {
 		_, ok := d.(provider.Biller)
@@ -582,8 +582,9 @@ func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.
 			if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
 				continue
 			}
-			if _, ok := inv[n.Provider]; ok && !listed[n.Provider+"\x00"+iid] {
-				want[n.Provider] = append(want[n.Provider], iid)
+			k := keyOf(n)
+			if _, ok := inv[k]; ok && !listed[k+"\x00"+iid] {
+				want[k] = append(want[k], iid)
 			}
 		}
 		c.mu.Unlock()
@@ -752,7 +753,7 @@ func (c *Controller) InterruptNode(ctx context.Context, id string) (provider.Not
 	if !ok || n.Labels[model.LabelInstance] == "" || n.State == model.NodeTerminated {
 		return provider.Notice{}, fmt.Errorf("node %s has no live instance: %w", id, ErrNotFound)
 	}
-	if p := c.driverNamed(n.Provider); p != nil {
+	if p := c.nodeDriver(n); p != nil {
 		ip, ok := p.(provider.Interrupter)
 		if !ok {
 			return provider.Notice{}, fmt.Errorf("provider %s cannot interrupt instances", p.Name())
@@ -794,10 +795,18 @@ func selfJoining(p provider.Provider) bool {
 // instances.
 const ReasonPoolRemoved = "pool removed"
 
-// retirePoolsLocked remembers the launching pools of old that cur no
-// longer declares, so the scale loop terminates their instances. Callers
-// hold c.mu.
-func (c *Controller) retirePoolsLocked(old, cur []*model.NodePool) {
+// metaRetired is the store's meta key holding the removed pools whose
+// instances are still to be terminated (JSON, by name), so a restart
+// before they are all gone still terminates them.
+const metaRetired = "scale.retired"
+
+// retirePoolsLocked remembers the pools of old that cur no longer
+// declares, so the scale loop terminates the instances launched into them,
+// and writes what it remembers into b, the batch that records the fleet
+// revision removing them: the revision and the retirement are durable
+// together. Callers hold c.mu.
+func (c *Controller) retirePoolsLocked(b *store.Batch, old, cur []*model.NodePool) {
+	changed := false
 	for _, p := range old {
 		if slices.ContainsFunc(cur, func(q *model.NodePool) bool { return q.Name == p.Name }) {
 			continue
@@ -806,15 +815,59 @@ func (c *Controller) retirePoolsLocked(old, cur []*model.NodePool) {
 			c.scaleSt.retired = map[string]*model.NodePool{}
 		}
 		c.scaleSt.retired[p.Name] = p
+		changed = true
 	}
 	for _, p := range cur {
-		delete(c.scaleSt.retired, p.Name) // declared again
+		if _, ok := c.scaleSt.retired[p.Name]; ok {
+			delete(c.scaleSt.retired, p.Name) // declared again
+			changed = true
+		}
+	}
+	if changed {
+		c.persistRetiredLocked(b)
+	}
+}
+
+// persistRetiredLocked writes the retired pools into b. Callers hold c.mu.
+func (c *Controller) persistRetiredLocked(b *store.Batch) {
+	pools := make([]*model.NodePool, 0, len(c.scaleSt.retired))
+	for _, p := range c.scaleSt.retired {
+		pools = append(pools, p)
+	}
+	slices.SortFunc(pools, func(a, b *model.NodePool) int { return strings.Compare(a.Name, b.Name) })
+	data, err := json.Marshal(pools)
+	if err != nil {
+		panic(err) // plain data
+	}
+	if b.Meta == nil {
+		b.Meta = map[string]string{}
+	}
+	b.Meta[metaRetired] = string(data)
+}
+
+// loadRetired restores the retired pools (New).
+func (c *Controller) loadRetired(meta map[string]string) {
+	v, ok := meta[metaRetired]
+	if !ok {
+		return
+	}
+	var pools []*model.NodePool
+	if err := json.Unmarshal([]byte(v), &pools); err != nil {
+		c.cfg.Log.Warn("ignoring unreadable retired pools", "err", err)
+		return
+	}
+	for _, p := range pools {
+		if c.scaleSt.retired == nil {
+			c.scaleSt.retired = map[string]*model.NodePool{}
+		}
+		c.scaleSt.retired[p.Name] = p
 	}
 }
 
 // retiredDrivers returns the launching drivers of removed pools, by pool
-// name, forgetting the pools none of whose nodes is live any more.
-func (c *Controller) retiredDrivers() map[string]provider.Provider {
+// name, forgetting (durably) the pools none of whose nodes is live any
+// more.
+func (c *Controller) retiredDrivers(ctx context.Context) map[string]provider.Provider {
 	c.mu.Lock()
 	live := map[string]bool{}
 	for _, n := range c.st.Nodes() {
@@ -823,14 +876,27 @@ func (c *Controller) retiredDrivers() map[string]provider.Provider {
 		}
 	}
 	var pools []*model.NodePool
+	forgot := false
 	for name, p := range c.scaleSt.retired {
 		if !live[name] {
 			delete(c.scaleSt.retired, name)
+			forgot = true
 			continue
 		}
 		pools = append(pools, p)
 	}
+	var cm *commit
+	if forgot {
+		b := &store.Batch{}
+		c.persistRetiredLocked(b)
+		cm = c.com.submit(b)
+	}
 	c.mu.Unlock()
+	if cm != nil {
+		if err := cm.wait(ctx); err != nil {
+			c.cfg.Log.Warn("recording the retired pools", "err", err)
+		}
+	}
 	out := map[string]provider.Provider{}
 	for _, p := range pools {
 		if d := c.driverFor(p); d != nil && provider.Launches(d) {
@@ -840,13 +906,106 @@ func (c *Controller) retiredDrivers() map[string]provider.Provider {
 	return out
 }
 
-// retireActions terminates the instances of nodes in removed pools.
-func (c *Controller) retireActions(retired map[string]provider.Provider, nodes []autoscaler.Node) []autoscaler.Action {
+// retireActions terminates the instances of nodes in removed pools, each
+// through its own pool's driver.
+func retireActions(src sources, retired map[string]provider.Provider, nodes []autoscaler.Node) []autoscaler.Action {
 	var acts []autoscaler.Action
 	for _, n := range nodes {
-		if d := retired[n.Pool]; d != nil && n.InstanceID != "" && n.State != model.NodeTerminated && n.Provider == d.Name() {
+		if retired[n.Pool] != nil && n.InstanceID != "" && n.State != model.NodeTerminated && n.Provider == src.pools[n.Pool] {
 			acts = append(acts, autoscaler.Action{Kind: autoscaler.Terminate, Pool: n.Pool, Provider: n.Provider, NodeID: n.ID, InstanceID: n.InstanceID, Offer: n.Offer, Reason: ReasonPoolRemoved})
 		}
 	}
 	return acts
+}
+
+// sources are the drivers one scale cycle lists, each once, under an
+// inventory key: a wired driver (ScaleConfig.Providers) under its name, a
+// pool's driver that is not one of them under "pool/" and the pool's
+// name. Keys, not driver names, tell inventories apart, so two pools of
+// one driver (two aws pools in different regions or subnets) each list,
+// keep and terminate only their own instances.
+type sources struct {
+	drivers map[string]provider.Provider // by key
+	pools   map[string]string            // pool name → key
+}
+
+// keyOf is the inventory key of node n: its pool's driver's, else (a
+// node of no launching pool) its provider's name.
+func (s sources) keyOf(n *model.Node) string {
+	if k, ok := s.pools[n.Pool]; ok {
+		return k
+	}
+	return n.Provider
+}
+
+// keys lists the keys, sorted.
+func (s sources) keys() []string {
+	out := make([]string, 0, len(s.drivers))
+	for k := range s.drivers {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// inventorySources keys the wired drivers and the drivers of the
+// declared (byPool) and removed (retired) pools.
+func (c *Controller) inventorySources(pools []*model.NodePool, byPool, retired map[string]provider.Provider) sources {
+	s := sources{drivers: map[string]provider.Provider{}, pools: map[string]string{}}
+	for _, p := range c.cfg.Scale.Providers {
+		if _, dup := s.drivers[p.Name()]; !dup {
+			s.drivers[p.Name()] = p
+		}
+	}
+	add := func(pool string, d provider.Provider) {
+		for k, e := range s.drivers {
+			if sameDriver(e, d) {
+				s.pools[pool] = k
+				return
+			}
+		}
+		k := "pool/" + pool
+		s.drivers[k] = d
+		s.pools[pool] = k
+	}
+	for _, p := range pools {
+		if d := byPool[p.Name]; d != nil {
+			add(p.Name, d)
+		}
+	}
+	names := make([]string, 0, len(retired))
+	for name := range retired {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		add(name, retired[name])
+	}
+	return s
+}
+
+// sameDriver reports whether a and b are one driver value (a factory that
+// returns a wired driver for its pools shares that driver's inventory).
+func sameDriver(a, b provider.Provider) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// dedupeLeaks keeps one termination per instance among the leaks Decide
+// found: drivers that share an inventory (the views a simulator gives each
+// pool) list the same instance under each of their keys.
+func dedupeLeaks(acts []autoscaler.Action, drivers map[string]provider.Provider) []autoscaler.Action {
+	seen := map[string]bool{}
+	out := acts[:0]
+	for _, a := range acts {
+		if a.Kind == autoscaler.Terminate && a.Reason == autoscaler.ReasonLeak {
+			k := drivers[a.Provider].Name() + "\x00" + a.InstanceID
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		}
+		out = append(out, a)
+	}
+	return out
 }
