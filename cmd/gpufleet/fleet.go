@@ -16,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/server"
 )
 
 const fleetHelp = `A fleet is a set of manifests (apiVersion: gpufleet.dev/v1) of kind NodePool,
@@ -34,7 +35,7 @@ func readFleet(files []string) (api.FleetRequest, error) {
 	if cat, err := catalog.Load(); err == nil {
 		known = cat.KnownGPU
 	}
-	set, problems, err := manifest.ParseDocuments(files, known)
+	set, problems, err := manifest.ParseDocuments(files, manifest.Checks{KnownGPU: known, Pool: server.PoolChecks().CheckPool})
 	if err != nil {
 		return api.FleetRequest{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/simulate"
 	"github.com/gpufleet/gpufleet/internal/trace"
 )
@@ -99,7 +100,7 @@ gives the same report (see its digest).`,
 			}
 			var runs []simulate.Named
 			for _, dir := range dirs {
-				set, problems, err := manifest.ParseDocuments([]string{dir}, cat.KnownGPU)
+				set, problems, err := manifest.ParseDocuments([]string{dir}, manifest.Checks{KnownGPU: cat.KnownGPU, Pool: server.PoolChecks().CheckPool})
 				if err != nil {
 					return err
 				}

@@ -86,7 +86,8 @@ func (s *Server) desiredFleet(w http.ResponseWriter, r *http.Request) (FleetRequ
 		if err != nil {
 			problems.Add("documents", "not valid JSON")
 		} else {
-			set, problems = manifest.Parse([]manifest.Source{{Name: "documents", Data: docs, Format: manifest.JSON}}, s.cfg.Catalog.KnownGPU)
+			set, problems = manifest.Parse([]manifest.Source{{Name: "documents", Data: docs, Format: manifest.JSON}},
+				manifest.Checks{KnownGPU: s.cfg.Catalog.KnownGPU, Pool: s.cfg.CheckPool})
 		}
 	}
 	if len(req.Message) > 1000 {

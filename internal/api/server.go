@@ -43,6 +43,10 @@ type Config struct {
 	// PoolPrice prices a NodePool by its driver for `gpufleet plan`
 	// (the provider registry's); nil leaves pools unpriced.
 	PoolPrice provider.PoolPricer
+	// CheckPool fills in a NodePool's driver defaults and reports what
+	// its driver finds wrong with it (the provider registry's CheckPool);
+	// nil leaves pools' driver settings unchecked.
+	CheckPool func(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors
 	// Owned lists the offers of machines that exist already (the
 	// fixed-capacity pools' machines at their declared prices), which
 	// GET /v1/offers and POST /v1/advise show beside the catalog's; nil:

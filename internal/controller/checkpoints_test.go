@@ -39,7 +39,7 @@ func TestDesiredSetCarriesCheckpointSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, fe := manifest.Parse([]manifest.Source{{Name: "pool.yaml", Data: []byte(ckptPool), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "pool.yaml", Data: []byte(ckptPool), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}

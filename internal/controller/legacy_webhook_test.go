@@ -131,7 +131,7 @@ func TestLegacyInlineWebhookStillLoadsAndDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := strings.Replace(budgetDoc, `"webhook":"`+hookURL+`"`, `"webhook":{"secretRef":"ops/BUDGET_HOOK"}`, 1)
-	set, problems := manifest.Parse([]manifest.Source{{Name: "documents", Data: []byte(moved), Format: manifest.JSON}}, nil)
+	set, problems := manifest.Parse([]manifest.Source{{Name: "documents", Data: []byte(moved), Format: manifest.JSON}}, manifest.Checks{})
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}

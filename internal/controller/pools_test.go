@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/logstore"
+	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/registry"
@@ -113,5 +114,58 @@ func (f *fakeCloud) run() {
 	defer f.mu.Unlock()
 	for i := range f.insts {
 		f.insts[i].State = provider.StateRunning
+	}
+}
+
+// TestRemovedPoolSurvivesARestart: the revision removing a pool records
+// its retirement with it, so a controller restarted on the same store
+// before the pool's instances are terminated still terminates them, and
+// then forgets the pool for good.
+func TestRemovedPoolSurvivesARestart(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	east, west := &fakeCloud{offers: []model.Offer{cloudA}}, &fakeCloud{offers: []model.Offer{cloudC}}
+	st := openSQLite(t, filepath.Join(t.TempDir(), "gpufleet.db"))
+	defer st.Close()
+	pool := func(name string) manifest.NodePool {
+		return manifest.NodePool{APIVersion: "gpufleet.dev/v1", Kind: manifest.KindNodePool, Metadata: manifest.ObjectMeta{Name: name},
+			Spec: model.NodePoolSpec{Provider: "cloud", Min: 1, Max: 2}}
+	}
+	c := twoPoolController(t, clk, st, east, west)
+	if _, err := c.ApplyFleet(ctx, &manifest.Set{NodePools: []manifest.NodePool{pool("east"), pool("west")}}, ApplyOptions{Author: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	c.scaleWait(ctx)
+	if len(east.insts) != 1 || len(west.insts) != 1 {
+		t.Fatalf("instances: east %+v, west %+v; want one each", east.insts, west.insts)
+	}
+	westID := west.insts[0].ID
+	if _, err := c.ApplyFleet(ctx, &manifest.Set{NodePools: []manifest.NodePool{pool("east")}}, ApplyOptions{Author: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// The server stops before a scale cycle terminates west's instance.
+	c.Close()
+	if len(west.terminated) != 0 {
+		t.Fatalf("terminated before the restart: %v", west.terminated)
+	}
+
+	c = twoPoolController(t, clk, st, east, west)
+	c.scaleWait(ctx)
+	if !slices.Equal(west.terminated, []string{westID}) || len(east.terminated) != 0 {
+		t.Fatalf("after the restart, terminated: east %v, west %v; want west's %s", east.terminated, west.terminated, westID)
+	}
+	c.scaleWait(ctx) // no live node of west is left: it is forgotten
+	c.Close()
+	c = twoPoolController(t, clk, st, east, west)
+	defer c.Close()
+	c.mu.Lock()
+	retired := len(c.scaleSt.retired)
+	c.mu.Unlock()
+	if retired != 0 {
+		t.Errorf("%d retired pools loaded after west's instances were gone, want 0", retired)
+	}
+	c.scaleWait(ctx)
+	if len(west.terminated) != 1 {
+		t.Errorf("west's instances terminated %d times, want once", len(west.terminated))
 	}
 }

@@ -25,7 +25,7 @@ func TestProjectQuotaIsEnforced(t *testing.T) {
 	ctx := context.Background()
 	st := newMemStore()
 	h := newHarness(t, st, clock.NewFake(t0))
-	set, fe := manifest.Parse([]manifest.Source{{Name: "projects.yaml", Data: []byte(nlpQuota), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "projects.yaml", Data: []byte(nlpQuota), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}

@@ -61,7 +61,7 @@ func TestStaticPoolsDriveTheStaticProvider(t *testing.T) {
 	}
 
 	// 1. Apply the pool: the provider follows it.
-	set, fe := manifest.Parse([]manifest.Source{{Name: "owned.yaml", Data: []byte(ownedPool), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "owned.yaml", Data: []byte(ownedPool), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}

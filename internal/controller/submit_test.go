@@ -26,7 +26,7 @@ spec: {value: 50, preemptible: false}
 func TestSubmitChecksQueueAndPriorityClass(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, newMemStore(), clock.NewFake(t0))
-	set, fe := manifest.Parse([]manifest.Source{{Name: "classes.yaml", Data: []byte(protectedClass), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "classes.yaml", Data: []byte(protectedClass), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	OpenSecret func(project, name string) (string, error)
 	// KnownGPU validates GPU models in the documents (nil: any).
 	KnownGPU func(string) bool
+	// CheckPool checks NodePools against their drivers (the provider
+	// registry's CheckPool; nil: not checked).
+	CheckPool func(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors
 	// Pricing prices the plans.
 	Pricing fleet.Pricing
 	Target  Target
@@ -190,7 +193,7 @@ func (s *Syncer) poll(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Head = &head
-	set, fe := manifest.Parse(sources, s.cfg.KnownGPU)
+	set, fe := manifest.Parse(sources, manifest.Checks{KnownGPU: s.cfg.KnownGPU, Pool: s.cfg.CheckPool})
 	if len(fe) > 0 {
 		return st, fmt.Errorf("commit %s: %w", short(head.SHA), fe.Err())
 	}

@@ -185,7 +185,7 @@ func TestSyncLocalRepository(t *testing.T) {
 	}
 
 	// A manual apply is drift: reported against the head, not reverted.
-	manual, fe := manifest.Parse([]manifest.Source{{Name: "m.yaml", Data: []byte(queueDoc("research", 5)), Format: manifest.YAML}}, nil)
+	manual, fe := manifest.Parse([]manifest.Source{{Name: "m.yaml", Data: []byte(queueDoc("research", 5)), Format: manifest.YAML}}, manifest.Checks{})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}

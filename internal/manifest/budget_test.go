@@ -25,7 +25,7 @@ spec:
     - {percent: 80, action: notify}
     - {percent: 90, action: stop-spot, basis: forecast}
 `
-	set, fe := Parse([]Source{{Name: "b.yaml", Data: []byte(good)}}, nil)
+	set, fe := Parse([]Source{{Name: "b.yaml", Data: []byte(good)}}, Checks{})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}
@@ -60,7 +60,7 @@ spec:
   bogus: 1
   thresholds: [{percent: 0, action: explode}]
 `
-	_, fe = Parse([]Source{{Name: "b.yaml", Data: []byte(bad)}}, nil)
+	_, fe = Parse([]Source{{Name: "b.yaml", Data: []byte(bad)}}, Checks{})
 	var paths []string
 	for _, e := range fe {
 		paths = append(paths, e.Path)
@@ -93,7 +93,7 @@ func TestBudgetWebhookIsAReference(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, fe := Parse([]Source{{Name: "b.yaml", Data: doc(tc.webhook)}}, nil)
+			_, fe := Parse([]Source{{Name: "b.yaml", Data: doc(tc.webhook)}}, Checks{})
 			var got []string
 			for _, e := range fe {
 				got = append(got, e.Path)
@@ -125,7 +125,7 @@ func TestBudgetInlineWebhookSaysWhatToDo(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, fe := Parse([]Source{{Name: "b.yaml", Data: doc(tc.webhook)}}, nil)
+			_, fe := Parse([]Source{{Name: "b.yaml", Data: doc(tc.webhook)}}, Checks{})
 			var at []string
 			for _, e := range fe {
 				if e.Path == tc.path {
@@ -198,7 +198,7 @@ func TestParseStoredInlineWebhook(t *testing.T) {
 		t.Errorf("a stored legacy budget with a bad amount: %v, want a problem at spec.amount", err)
 	}
 	// The same document submitted is refused at the field.
-	_, fe := Parse([]Source{{Name: "documents", Data: legacyBudgetDoc("legacy", url), Format: JSON}}, nil)
+	_, fe := Parse([]Source{{Name: "documents", Data: legacyBudgetDoc("legacy", url), Format: JSON}}, Checks{})
 	if len(fe) != 1 || fe[0].Path != "documents[0].spec.webhook" || !strings.Contains(fe[0].Message, "secretRef") {
 		t.Errorf("submitting the legacy form: %v, want one problem at documents[0].spec.webhook", fe)
 	}

@@ -175,6 +175,20 @@ func (s *Set) Documents() ([]json.RawMessage, string) {
 	return docs, hex.EncodeToString(h.Sum(nil))
 }
 
+// Checks are what validating a fleet's documents needs from outside this
+// package. The zero value accepts any GPU model and checks no pool
+// against its driver.
+type Checks struct {
+	// KnownGPU says whether a GPU model exists (the catalog's KnownGPU);
+	// nil accepts any name.
+	KnownGPU func(string) bool
+	// Pool fills in a NodePool's driver defaults and reports the problems
+	// its driver sees, with paths under prefix (registry.Registry's
+	// CheckPool); nil leaves pools' settings unchecked, as for stored
+	// revisions, which were checked when recorded.
+	Pool func(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors
+}
+
 // header is what every document starts with; metadata and spec are
 // decoded once the kind is known.
 type header struct {
@@ -188,13 +202,13 @@ type header struct {
 // defaults and validates it. It returns *NodePool, *Queue, *Project,
 // *Budget, *PriorityClass or *Notification, or every problem, with paths from the
 // document's root.
-func ParseDocument(data []byte, format Format, knownGPU func(string) bool) (any, model.FieldErrors) {
-	return parseDocument(data, format, knownGPU, false)
+func ParseDocument(data []byte, format Format, checks Checks) (any, model.FieldErrors) {
+	return parseDocument(data, format, checks, false)
 }
 
 // parseDocument is ParseDocument; stored accepts what earlier versions
 // recorded and this one no longer accepts from users (see inlineWebhook).
-func parseDocument(data []byte, format Format, knownGPU func(string) bool, stored bool) (any, model.FieldErrors) {
+func parseDocument(data []byte, format Format, checks Checks, stored bool) (any, model.FieldErrors) {
 	var h header
 	if fe := decode(data, format, reflect.ValueOf(&h).Elem()); len(fe) > 0 {
 		return nil, fe
@@ -221,8 +235,11 @@ func parseDocument(data []byte, format Format, knownGPU func(string) bool, store
 		return nil, model.FieldErrors{{Path: "kind", Message: "must be NodePool, Queue, Project, Budget, PriorityClass or Notification" + got(h.Kind)}}
 	}
 	fe := decode(data, format, reflect.ValueOf(doc).Elem())
-	if np, ok := doc.(*NodePool); ok {
-		np.Spec.Default()
+	var found model.FieldErrors
+	if np, ok := doc.(*NodePool); ok && checks.Pool != nil {
+		// The driver's defaults first (a static pool's min and max),
+		// then the problems it sees in its settings.
+		found = checks.Pool(&np.Spec, "spec", checks.KnownGPU)
 	}
 	var legacy *WebhookRef
 	if b, ok := doc.(*Budget); ok {
@@ -231,7 +248,7 @@ func parseDocument(data []byte, format Format, knownGPU func(string) bool, store
 			b.Spec.Webhook = nil // the walk leaves an empty one behind
 		}
 	}
-	for _, e := range doc.Validate(knownGPU) {
+	for _, e := range append(found, doc.Validate(checks.KnownGPU)...) {
 		if !slices.ContainsFunc(fe, func(d model.FieldError) bool { return within(e.Path, d.Path) }) {
 			fe = append(fe, e)
 		}
@@ -307,12 +324,12 @@ const maxDocuments = 10000
 // Set. Problems are reported as NAME[i].path (document i of the source,
 // counting from 0); names must be unique per kind across all sources. It
 // returns every problem at once and a nil Set if there is any.
-func Parse(sources []Source, knownGPU func(string) bool) (*Set, model.FieldErrors) {
-	return parse(sources, knownGPU, false)
+func Parse(sources []Source, checks Checks) (*Set, model.FieldErrors) {
+	return parse(sources, checks, false)
 }
 
 // parse is Parse; stored is parseDocument's.
-func parse(sources []Source, knownGPU func(string) bool, stored bool) (*Set, model.FieldErrors) {
+func parse(sources []Source, checks Checks, stored bool) (*Set, model.FieldErrors) {
 	var (
 		set   Set
 		fe    model.FieldErrors
@@ -331,7 +348,7 @@ func parse(sources []Source, knownGPU func(string) bool, stored bool) (*Set, mod
 				fe.Add(src.Name, fmt.Sprintf("a fleet holds at most %d documents", maxDocuments))
 				return nil, fe
 			}
-			doc, problems := parseDocument(d.data, d.format, knownGPU, stored)
+			doc, problems := parseDocument(d.data, d.format, checks, stored)
 			for _, p := range InDocument(i, problems) {
 				p.Path = src.Name + p.Path
 				fe = append(fe, p)
@@ -423,7 +440,7 @@ func splitSource(src Source) ([]rawDoc, model.FieldErrors) {
 // parses them with Parse, naming each source by its path as given. An
 // error is returned for a path that cannot be read; problems with the
 // documents come back as FieldErrors.
-func ParseDocuments(paths []string, knownGPU func(string) bool) (*Set, model.FieldErrors, error) {
+func ParseDocuments(paths []string, checks Checks) (*Set, model.FieldErrors, error) {
 	var sources []Source
 	for _, p := range paths {
 		files, err := manifestFiles(p)
@@ -438,7 +455,7 @@ func ParseDocuments(paths []string, knownGPU func(string) bool) (*Set, model.Fie
 			sources = append(sources, Source{Name: f, Data: data, Format: formatOf(f)})
 		}
 	}
-	set, fe := Parse(sources, knownGPU)
+	set, fe := Parse(sources, checks)
 	return set, fe, nil
 }
 
@@ -487,7 +504,7 @@ func ParseStored(docs []json.RawMessage) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decoding stored fleet documents: %w", err)
 	}
-	set, fe := parse([]Source{{Name: "documents", Data: arr, Format: JSON}}, nil, true)
+	set, fe := parse([]Source{{Name: "documents", Data: arr, Format: JSON}}, Checks{}, true)
 	if len(fe) > 0 {
 		return nil, fmt.Errorf("decoding stored fleet documents: %w", fe.Err())
 	}

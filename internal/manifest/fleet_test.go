@@ -119,7 +119,7 @@ spec:
 					t.Fatal(err)
 				}
 			}
-			set, fe, err := ParseDocuments([]string{dir}, knownTestGPU)
+			set, fe, err := ParseDocuments([]string{dir}, driverChecks)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,11 +159,11 @@ const jsonProject = `{"apiVersion": "gpufleet.dev/v1", "kind": "Project", "metad
 // set and digest, whatever order the sources declared it in.
 func TestStoredRoundTrip(t *testing.T) {
 	t.Parallel()
-	a, fe := Parse([]Source{{Name: "a", Data: []byte(goodQueue + "---\n" + goodPool + "---\n" + goodProject)}}, knownTestGPU)
+	a, fe := Parse([]Source{{Name: "a", Data: []byte(goodQueue + "---\n" + goodPool + "---\n" + goodProject)}}, Checks{KnownGPU: knownTestGPU})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}
-	b, fe := Parse([]Source{{Name: "b", Data: []byte(goodProject + "---\n" + goodPool)}, {Name: "c", Data: []byte(goodQueue)}}, knownTestGPU)
+	b, fe := Parse([]Source{{Name: "b", Data: []byte(goodProject + "---\n" + goodPool)}, {Name: "c", Data: []byte(goodQueue)}}, Checks{KnownGPU: knownTestGPU})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}
@@ -188,7 +188,7 @@ func FuzzParseDocuments(f *testing.F) {
 	f.Add([]byte(`[` + jsonProject + `, {"kind": "Queue"}]`))
 	f.Add([]byte("apiVersion: gpufleet.dev/v1\nkind: NodePool\nmetadata: {name: s}\nspec: {provider: static, static: {machines: [{name: a, address: x, gpus: 2xH100}]}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		set, fe := Parse([]Source{{Name: "f", Data: data}}, knownTestGPU)
+		set, fe := Parse([]Source{{Name: "f", Data: data}}, Checks{KnownGPU: knownTestGPU})
 		if len(fe) > 0 {
 			if set != nil {
 				t.Fatal("a set despite problems")

@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
 
 func TestParseKubernetesPool(t *testing.T) {
@@ -30,7 +32,7 @@ spec:
     clientQPS: 200
     clientBurst: 400
 `
-	set, fe := Parse([]Source{{Name: "pool.yaml", Data: []byte(doc)}}, nil)
+	set, fe := Parse([]Source{{Name: "pool.yaml", Data: []byte(doc)}}, Checks{})
 	if len(fe) > 0 {
 		t.Fatalf("Parse: %v", fe)
 	}
@@ -43,12 +45,25 @@ spec:
 		t.Errorf("kubernetes settings (-want +got):\n%s", diff)
 	}
 
-	_, fe = Parse([]Source{{Name: "pool.yaml", Data: []byte(strings.Replace(doc, "    image:", "    imag:", 1))}}, nil)
+	_, fe = Parse([]Source{{Name: "pool.yaml", Data: []byte(strings.Replace(doc, "    image:", "    imag:", 1))}}, Checks{})
 	if len(fe) == 0 || !strings.Contains(fe.Error(), "spec.kubernetes.imag") {
 		t.Errorf("an unknown key: %v", fe)
 	}
-	_, fe = Parse([]Source{{Name: "pool.yaml", Data: []byte(strings.Replace(doc, "namespace: ml-jobs", "namespace: ML_jobs", 1))}}, nil)
+	_, fe = Parse([]Source{{Name: "pool.yaml", Data: []byte(strings.Replace(doc, "namespace: ml-jobs", "namespace: ML_jobs", 1))}}, driverChecks)
 	if len(fe) == 0 || !strings.Contains(fe.Error(), "spec.kubernetes.namespace") {
 		t.Errorf("a bad namespace: %v", fe)
 	}
 }
+
+// driverChecks checks pools as the server's registry does, for the
+// drivers these tests declare (the registry itself is wired in
+// internal/server).
+var driverChecks = Checks{KnownGPU: knownTestGPU, Pool: func(spec *model.NodePoolSpec, prefix string, known func(string) bool) model.FieldErrors {
+	switch spec.Provider {
+	case static.Name:
+		return static.CheckPool(spec, prefix, known)
+	case kubernetes.Name:
+		return kubernetes.CheckPool(spec, prefix, known)
+	}
+	return nil
+}}

@@ -17,7 +17,7 @@ spec:
   receiver: {secretRef: nlp/SLACK_HOOK}
   format: slack
 `
-	doc, fe := ParseDocument([]byte(src), YAML, nil)
+	doc, fe := ParseDocument([]byte(src), YAML, Checks{})
 	if len(fe) > 0 {
 		t.Fatalf("problems: %v", fe)
 	}
@@ -25,7 +25,7 @@ spec:
 	if n.Spec.StuckAfter.D() != 30*time.Minute || n.Spec.Receiver.SecretRef != "nlp/SLACK_HOOK" || !n.Spec.Wants(EventFailed) || n.Spec.Wants(EventBudget) {
 		t.Errorf("parsed %+v", n.Spec)
 	}
-	set, fe := Parse([]Source{{Name: "n.yaml", Data: []byte(src), Format: YAML}}, nil)
+	set, fe := Parse([]Source{{Name: "n.yaml", Data: []byte(src), Format: YAML}}, Checks{})
 	if len(fe) > 0 || len(set.Notifications) != 1 || set.Len() != 1 {
 		t.Fatalf("set %+v, problems %v", set, fe)
 	}
@@ -54,7 +54,7 @@ func TestNotificationProblems(t *testing.T) {
 		{`{events: [failed], receiver: {secretRef: a/B}, formt: slack}`, `spec.formt: unknown field (did you mean "format"?)`},
 	} {
 		src := "apiVersion: gpufleet.dev/v1\nkind: Notification\nmetadata: {name: n}\nspec: " + tc.spec + "\n"
-		_, fe := ParseDocument([]byte(src), YAML, nil)
+		_, fe := ParseDocument([]byte(src), YAML, Checks{})
 		if !strings.Contains(fe.Error(), tc.want) {
 			t.Errorf("spec %s: problems %q, want %q", tc.spec, fe.Error(), tc.want)
 		}

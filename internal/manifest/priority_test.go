@@ -33,7 +33,7 @@ func TestParsePriorityClass(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			set, fe := Parse([]Source{{Name: "c.yaml", Data: []byte(tc.doc), Format: YAML}}, nil)
+			set, fe := Parse([]Source{{Name: "c.yaml", Data: []byte(tc.doc), Format: YAML}}, Checks{})
 			if diff := cmp.Diff(tc.wantErr, fe); diff != "" {
 				t.Fatalf("problems (-want +got):\n%s", diff)
 			}

@@ -34,7 +34,7 @@ func TestPoolCheckpointStorage(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			doc := goodPool + "  " + tc.block + "\n"
-			v, fe := ParseDocument([]byte(doc), YAML, knownTestGPU)
+			v, fe := ParseDocument([]byte(doc), YAML, Checks{KnownGPU: knownTestGPU})
 			var paths []string
 			for _, e := range fe {
 				paths = append(paths, e.Path)
@@ -50,7 +50,7 @@ func TestPoolCheckpointStorage(t *testing.T) {
 			}
 		})
 	}
-	if _, fe := ParseDocument([]byte(goodPool+"  checkpointStorage: {s3: {bucket: ckpt, secretAccessKey: x}}\n"), YAML, nil); !strings.Contains(fe.Error(), "secretAccessKey") {
+	if _, fe := ParseDocument([]byte(goodPool+"  checkpointStorage: {s3: {bucket: ckpt, secretAccessKey: x}}\n"), YAML, Checks{}); !strings.Contains(fe.Error(), "secretAccessKey") {
 		t.Errorf("an inline secret's error does not name the field: %v", fe)
 	}
 }

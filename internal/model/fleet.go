@@ -5,15 +5,16 @@ import (
 	"fmt"
 	"math"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 )
 
-// Pool providers a NodePool may name.
+// Names of the pool drivers gpufleet ships, for code outside the core
+// that must name one (wiring, tests, the CLI's defaults). The core never
+// branches on them: a pool's driver declares what it can do
+// (provider.FixedCapacity, …).
 const (
 	ProviderSim        = "sim"
 	ProviderStatic     = "static"
@@ -156,90 +157,6 @@ type KubernetesPoolSettings struct {
 	KeepFinished *Duration `json:"keepFinished,omitempty"`
 }
 
-// Validate reports every problem in k, with paths under prefix (usually
-// "spec.kubernetes").
-func (k *KubernetesPoolSettings) Validate(prefix string) FieldErrors {
-	var fe FieldErrors
-	p := func(f string) string { return prefix + "." + f }
-	if k.InCluster && (k.Kubeconfig != "" || k.Context != "") {
-		fe.Add(p("inCluster"), "uses the service account of the pod gpufleet runs in: leave kubeconfig and context out")
-	}
-	if strings.TrimSpace(k.Kubeconfig) != k.Kubeconfig {
-		fe.Add(p("kubeconfig"), "must not start or end with spaces")
-	}
-	if k.Namespace != "" && !ValidName(k.Namespace) {
-		fe.Add(p("namespace"), fmt.Sprintf("%q is not a namespace name: lower-case letters, digits and dashes (at most 63)", k.Namespace))
-	}
-	for field, v := range map[string]string{"gpuResource": k.GPUResource, "gpuModelLabel": k.GPUModelLabel, "capacityTypeLabel": k.CapacityTypeLabel} {
-		if v != "" {
-			if msg := qualifiedNameProblem(v); msg != "" {
-				fe.Add(p(field), fmt.Sprintf("%q %s", v, msg))
-			}
-		}
-	}
-	if bad(k.PricePerGPUHour) || k.PricePerGPUHour < 0 {
-		fe.Add(p("pricePerGPUHour"), "must be a non-negative number of USD per GPU-hour")
-	}
-	if strings.ContainsFunc(k.Image, unicode.IsSpace) {
-		fe.Add(p("image"), fmt.Sprintf("%q is not an image reference", k.Image))
-	}
-	if k.QueueName != "" && !validLabelValue(k.QueueName) {
-		fe.Add(p("queueName"), fmt.Sprintf("%q is not a label value (at most 63 letters, digits, '-', '_' and '.')", k.QueueName))
-	}
-	for _, key := range sortedKeys(k.NodeSelector) {
-		kp := fmt.Sprintf("%s[%q]", p("nodeSelector"), key)
-		if msg := qualifiedNameProblem(key); msg != "" {
-			fe.Add(kp, fmt.Sprintf("key %s", msg))
-		}
-		if !validLabelValue(k.NodeSelector[key]) {
-			fe.Add(kp, fmt.Sprintf("%q is not a label value (at most 63 letters, digits, '-', '_' and '.')", k.NodeSelector[key]))
-		}
-	}
-	if bad(k.ClientQPS) || k.ClientQPS < 0 {
-		fe.Add(p("clientQPS"), "must not be negative (0: the default, 500)")
-	}
-	if k.ClientBurst < 0 {
-		fe.Add(p("clientBurst"), "must not be negative (0: the default, 1000)")
-	}
-	if k.PendingTimeout < 0 {
-		fe.Add(p("pendingTimeout"), "must not be negative (0: the default, 10m)")
-	}
-	if k.KeepFinished != nil && (*k.KeepFinished < 0 || k.KeepFinished.D() > maxKeepFinished) {
-		fe.Add(p("keepFinished"), "must be between 0 (delete finished Jobs at once) and 8760h")
-	}
-	return fe
-}
-
-// maxKeepFinished bounds KubernetesPoolSettings.KeepFinished to a year,
-// well inside ttlSecondsAfterFinished's int32 seconds.
-const maxKeepFinished = 365 * 24 * time.Hour
-
-// labelNameRE is the name part of a Kubernetes label key or resource name;
-// labelValueRE a label value.
-var (
-	labelNameRE    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelValueRE   = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
-	dnsSubdomainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
-
-// qualifiedNameProblem says what is wrong with a Kubernetes qualified name
-// (a label key or extended resource name: [prefix/]name), or "" when
-// nothing is.
-func qualifiedNameProblem(s string) string {
-	prefix, name, found := strings.Cut(s, "/")
-	if !found {
-		prefix, name = "", s
-	} else if prefix == "" || len(prefix) > 253 || !dnsSubdomainRE.MatchString(prefix) {
-		return "has a prefix that is not a DNS subdomain (such as nvidia.com)"
-	}
-	if !labelNameRE.MatchString(name) {
-		return "is not a label key or resource name: [prefix/]name, the name at most 63 letters, digits, '-', '_' and '.'"
-	}
-	return ""
-}
-
-func validLabelValue(s string) bool { return labelValueRE.MatchString(s) }
-
 // PoolRequirements select instance types by their GPUs.
 type PoolRequirements struct {
 	// GPUModels are catalog model names; empty means any.
@@ -260,87 +177,23 @@ func (s *NodePoolSpec) EffectiveCapacityTypes() []CapacityType {
 	return s.CapacityTypes
 }
 
-// Default fills what a static pool leaves out: min and max default to the
-// number of machines.
-func (s *NodePoolSpec) Default() {
-	if s.Provider == ProviderStatic && s.Static != nil && s.Min == 0 && s.Max == 0 {
-		s.Min, s.Max = len(s.Static.Machines), len(s.Static.Machines)
-	}
-	if s.Provider == ProviderSSH && s.SSH != nil && s.Min == 0 && s.Max == 0 {
-		s.Min, s.Max = len(s.SSH.Hosts), len(s.SSH.Hosts)
-	}
-}
-
 // Validate reports every problem in s, with paths under prefix (usually
 // "spec"). knownGPU says whether a GPU model exists; nil accepts any name.
 func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) FieldErrors {
 	var fe FieldErrors
 	p := func(f string) string { return prefix + "." + f }
-	blocks := map[string]bool{ProviderSim: s.Sim != nil, ProviderStatic: s.Static != nil, ProviderKubernetes: s.Kubernetes != nil, ProviderSSH: s.SSH != nil, ProviderAWS: s.AWS != nil}
-	switch s.Provider {
-	case ProviderSim, ProviderStatic, ProviderLocal, ProviderKubernetes, ProviderSSH, ProviderAWS:
-	case "":
-		fe.Add(p("provider"), "is required: sim, static, local, kubernetes, ssh or aws")
-	default:
-		fe.Add(p("provider"), fmt.Sprintf("%q is not sim, static, local, kubernetes, ssh or aws", s.Provider))
+	switch {
+	case s.Provider == "":
+		fe.Add(p("provider"), "is required: the pool's driver, such as aws, ssh, static, kubernetes, local or sim")
+	case !ValidName(s.Provider):
+		fe.Add(p("provider"), fmt.Sprintf("%q is not a driver name (lower-case letters, digits and dashes)", s.Provider))
 	}
-	for _, name := range []string{ProviderKubernetes, ProviderSim, ProviderStatic, ProviderSSH, ProviderAWS} {
-		if blocks[name] && name != s.Provider {
-			fe.Add(p(name), fmt.Sprintf("is set but the provider is %q", s.Provider))
+	// Only the provider's own block may be set; what is in it is its
+	// driver's to check (registry.Driver.Check).
+	for _, b := range s.settingsBlocks() {
+		if b.set && b.name != s.Provider {
+			fe.Add(p(b.name), fmt.Sprintf("is set but the provider is %q", s.Provider))
 		}
-	}
-	if s.Sim != nil {
-		for i, c := range s.Sim.Clouds {
-			if strings.TrimSpace(c) == "" {
-				fe.Add(fmt.Sprintf("%s[%d]", p("sim.clouds"), i), "must not be empty")
-			}
-		}
-	}
-	if s.Provider == ProviderStatic {
-		if s.Static == nil || len(s.Static.Machines) == 0 {
-			fe.Add(p("static.machines"), "a static pool lists at least one machine")
-		} else {
-			seen := map[string]int{}
-			for i, m := range s.Static.Machines {
-				mp := fmt.Sprintf("%s[%d]", p("static.machines"), i)
-				if !ValidName(m.Name) {
-					fe.Add(mp+".name", "must be lower-case letters, digits and dashes (at most 63)")
-				} else if j, dup := seen[m.Name]; dup {
-					fe.Add(mp+".name", fmt.Sprintf("%q is also machine %d", m.Name, j))
-				} else {
-					seen[m.Name] = i
-				}
-				if strings.TrimSpace(m.Address) == "" {
-					fe.Add(mp+".address", "is required (host:port of the machine's agent, or its host name)")
-				}
-				if _, model, err := ParseGPUCount(m.GPUs); err != nil {
-					fe.Add(mp+".gpus", err.Error())
-				} else if knownGPU != nil && !knownGPU(model) {
-					fe.Add(mp+".gpus", fmt.Sprintf("unknown GPU model %q (see `gpufleet offers` for the catalog's models)", model))
-				}
-				if bad(m.PricePerHour) || m.PricePerHour < 0 {
-					fe.Add(mp+".pricePerHour", "must be a non-negative number of USD per hour")
-				}
-			}
-		}
-	}
-	if s.Provider == ProviderSSH {
-		if s.SSH == nil {
-			fe.Add(p("ssh.hosts"), "an ssh pool lists at least one host")
-		} else {
-			fe = append(fe, s.SSH.Validate(p("ssh"))...)
-		}
-	}
-	if s.Provider == ProviderAWS {
-		if s.AWS == nil {
-			fe.Add(p("aws"), "an aws pool needs its aws block: region, subnets, securityGroups, ami and bootstrap")
-		} else {
-			fe = append(fe, s.AWS.Validate(p("aws"))...)
-		}
-	}
-	if s.Provider == ProviderKubernetes && s.Kubernetes != nil {
-		// No block means every default: the current kubeconfig context.
-		fe = append(fe, s.Kubernetes.Validate(p("kubernetes"))...)
 	}
 	for i, r := range s.Regions.Allow {
 		if _, err := path.Match(r, ""); r == "" || err != nil {
@@ -381,10 +234,6 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 		fe.Add(p("max"), fmt.Sprintf("must be between 0 and %d", maxPoolNodes))
 	case s.Max < s.Min:
 		fe.Add(p("max"), fmt.Sprintf("must be at least min (%d)", s.Min))
-	case s.Provider == ProviderStatic && s.Static != nil && s.Max > len(s.Static.Machines):
-		fe.Add(p("max"), fmt.Sprintf("must be at most the %d machines listed", len(s.Static.Machines)))
-	case s.Provider == ProviderSSH && s.SSH != nil && s.Max > len(s.SSH.Hosts):
-		fe.Add(p("max"), fmt.Sprintf("must be at most the %d hosts listed", len(s.SSH.Hosts)))
 	}
 	if s.IdleTimeout < 0 {
 		fe.Add(p("idleTimeout"), "must not be negative")
@@ -398,6 +247,19 @@ func (s *NodePoolSpec) Validate(prefix string, knownGPU func(string) bool) Field
 	fe = append(fe, validateLabels(p("labels"), s.Labels)...)
 	fe = append(fe, validateLabels(p("tags"), s.Tags)...)
 	return fe
+}
+
+// settingsBlock is one driver's settings block in a NodePoolSpec: the
+// name of its field, which is the name of the driver that reads it.
+type settingsBlock struct {
+	name string
+	set  bool
+}
+
+// settingsBlocks lists the spec's settings blocks. A driver's block is a
+// field here; its contents are checked by the driver's own package.
+func (s *NodePoolSpec) settingsBlocks() []settingsBlock {
+	return []settingsBlock{{"aws", s.AWS != nil}, {"kubernetes", s.Kubernetes != nil}, {"sim", s.Sim != nil}, {"ssh", s.SSH != nil}, {"static", s.Static != nil}}
 }
 
 func validateLabels(prefix string, m map[string]string) FieldErrors {

@@ -35,11 +35,10 @@ func (j joinTokens) JoinToken(ctx context.Context, pool, node string) (string, e
 	return id.MintJoinToken(ctx, pool, node, awsJoinTTL)
 }
 
-// awsDriver is the registry entry of EC2 pools: each pool's driver is
-// built from its spec.aws block; id gives the identity component its join
-// tokens come from.
-func awsDriver(cat *catalog.Catalog, id func() *identity.Identity, log *slog.Logger) registry.Driver {
-	return registry.Driver{Name: aws.Name, Price: aws.PoolPrice, New: func(pool *model.NodePool) (provider.Provider, error) {
+// awsFactory builds EC2 pools' drivers, each from its spec.aws block; id
+// gives the identity component its join tokens come from.
+func awsFactory(cat *catalog.Catalog, id func() *identity.Identity, log *slog.Logger) registry.Factory {
+	return func(pool *model.NodePool) (provider.Provider, error) {
 		if pool.Spec.AWS == nil {
 			return nil, fmt.Errorf("pool %s has no spec.aws block", pool.Name)
 		}
@@ -47,7 +46,7 @@ func awsDriver(cat *catalog.Catalog, id func() *identity.Identity, log *slog.Log
 			Cluster: awsCluster, Pool: pool.Name, Catalog: cat,
 			JoinTokens: joinTokens{id: id}, Logger: log.With("component", "aws"),
 		})
-	}}
+	}
 }
 
 // ctrlIdentity is ctrl's identity component, nil before ctrl exists.

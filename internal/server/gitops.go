@@ -10,7 +10,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/model"
-	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/registry"
 )
 
 // GitOpsConfig makes the server follow a git repository that declares the
@@ -29,7 +29,7 @@ type GitOpsConfig struct {
 
 // newGitOps returns the GitOps component, nil when c follows no
 // repository. Secrets open from the controller's vault.
-func newGitOps(c GitOpsConfig, ctrl *controller.Controller, cat *catalog.Catalog, price provider.PoolPricer, log *slog.Logger) (*gitops.Syncer, error) {
+func newGitOps(c GitOpsConfig, ctrl *controller.Controller, cat *catalog.Catalog, drivers *registry.Registry, log *slog.Logger) (*gitops.Syncer, error) {
 	if c.Repo == "" {
 		return nil, nil
 	}
@@ -44,8 +44,8 @@ func newGitOps(c GitOpsConfig, ctrl *controller.Controller, cat *catalog.Catalog
 		return "", fmt.Errorf("project %s has no secret %s (gpufleet secrets set %s %s)", project, name, project, name)
 	}
 	s, err := gitops.New(gitops.Config{URL: c.Repo, Branch: c.Branch, Path: c.Path, Interval: c.Interval, AutoApply: c.AutoApply,
-		CredentialsRef: model.SecretRef(c.CredentialsRef), OpenSecret: open, KnownGPU: cat.KnownGPU,
-		Pricing: fleet.Pricing{Offers: cat, Pool: price}, Target: ctrl, Log: log.With("component", "gitops")})
+		CredentialsRef: model.SecretRef(c.CredentialsRef), OpenSecret: open, KnownGPU: cat.KnownGPU, CheckPool: drivers.CheckPool,
+		Pricing: fleet.Pricing{Offers: cat, Pool: drivers.Price}, Target: ctrl, Log: log.With("component", "gitops")})
 	if err != nil {
 		return nil, fmt.Errorf("--gitops-repo: %w", err)
 	}

@@ -37,13 +37,12 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
-	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+	"github.com/gpufleet/gpufleet/internal/provider/aws"
 	kubepools "github.com/gpufleet/gpufleet/internal/provider/kubernetes/pools"
 	"github.com/gpufleet/gpufleet/internal/provider/local"
 	"github.com/gpufleet/gpufleet/internal/provider/registry"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
 	"github.com/gpufleet/gpufleet/internal/provider/sim/live"
-	"github.com/gpufleet/gpufleet/internal/provider/ssh"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/server/leader"
@@ -431,19 +430,15 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("demo GPUs priced from the catalog", "instance_type", typ, "price_per_hour", p.PerHour.String())
 		}
 	}
-	// The provider drivers, by the name a NodePool's spec.provider gives:
-	// what each builds for a pool (New; nil where a component of its own
-	// follows the pools) and how it prices one. Adding a driver adds one
-	// entry here.
-	drivers := []registry.Driver{
-		{Name: static.Name, Price: static.PoolPrice},
-		{Name: local.Name, Price: local.PoolPrice},
-		{Name: model.ProviderKubernetes, Price: kubernetes.PoolPrice},
-		{Name: model.ProviderSim, Price: sim.PoolPrice, New: simNew},
-		{Name: ssh.Name, Price: ssh.PoolPrice},
-		awsDriver(cat, func() *identity.Identity { return ctrlIdentity(ctrl) }, log),
+	// The drivers, with what the scale loop builds for their pools where
+	// it launches into them.
+	builders := map[string]registry.Factory{
+		aws.Name: awsFactory(cat, func() *identity.Identity { return ctrlIdentity(ctrl) }, log),
 	}
-	provs, err := registry.New(drivers...)
+	if simNew != nil {
+		builders[sim.Name] = simNew
+	}
+	provs, err := registry.New(Drivers(builders)...)
 	if err != nil {
 		return err
 	}
@@ -519,7 +514,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	gitSync, err := newGitOps(c.GitOps, ctrl, cat, provs.Price, log)
+	gitSync, err := newGitOps(c.GitOps, ctrl, cat, provs, log)
 	if err != nil {
 		return err
 	}
@@ -530,7 +525,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
-		Catalog: cat, PoolPrice: provs.Price, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus, Joiner: ctrl,
+		Catalog: cat, PoolPrice: provs.Price, CheckPool: provs.CheckPool, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus, Joiner: ctrl,
 		Leader: leaderLine(el)})
 	if err != nil {
 		return err

@@ -30,7 +30,7 @@ spec:
 
 func parseFleet(t *testing.T, doc string) *manifest.Set {
 	t.Helper()
-	set, fe := manifest.Parse([]manifest.Source{{Name: "fleet.yaml", Data: []byte(doc), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "fleet.yaml", Data: []byte(doc), Format: manifest.YAML}}, manifest.Checks{})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}

@@ -25,7 +25,7 @@ kind: Project
 metadata: {name: ml}
 spec: {quota: {A100: %g}}
 `, max, quota)
-	s, fe := manifest.Parse([]manifest.Source{{Name: "fleet.yaml", Data: []byte(doc), Format: manifest.YAML}}, nil)
+	s, fe := manifest.Parse([]manifest.Source{{Name: "fleet.yaml", Data: []byte(doc), Format: manifest.YAML}}, manifest.Checks{})
 	if len(fe) > 0 {
 		t.Fatal(fe)
 	}

@@ -123,7 +123,7 @@ var (
 // EC2 call until Offers or Launch.
 func New(ctx context.Context, s Settings, opts Options) (*Provider, error) {
 	var fe model.FieldErrors
-	fe = append(fe, s.Validate(settingsPath)...)
+	fe = append(fe, ValidateSettings(s, settingsPath)...)
 	if opts.Cluster == "" {
 		fe.Add("cluster", "is required: the fleet's name, tagged on every instance")
 	}

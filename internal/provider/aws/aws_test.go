@@ -419,7 +419,7 @@ func TestSettingsValidate(t *testing.T) {
 			s := testSettings("")
 			tc.edit(&s)
 			var got []string
-			if err := s.Validate("spec.aws").Err(); err != nil {
+			if err := ValidateSettings(s, "spec.aws").Err(); err != nil {
 				var fe model.FieldErrors
 				if !errors.As(err, &fe) {
 					t.Fatalf("Validate error %T is not field errors", err)
@@ -538,5 +538,23 @@ func TestReportedNotices(t *testing.T) {
 	}
 	if diff := cmp.Diff([]provider.Notice{na}, got); diff != "" {
 		t.Errorf("Notices after terminating %s (-want +got):\n%s", b.ID, diff)
+	}
+}
+
+// TestCheckPool: an aws pool needs its block, checked with field paths
+// under the manifest's spec.
+func TestCheckPool(t *testing.T) {
+	s := testSettings("")
+	spec := model.NodePoolSpec{Provider: Name, AWS: &s, Max: 4}
+	if fe := CheckPool(&spec, "spec", nil); len(fe) > 0 {
+		t.Errorf("CheckPool: %v", fe)
+	}
+	s.Subnets = []string{"subnet-x"}
+	if fe := CheckPool(&spec, "spec", nil); len(fe) != 1 || fe[0].Path != "spec.aws.subnets[0]" {
+		t.Errorf("a bad subnet: %v", fe)
+	}
+	spec.AWS = nil
+	if fe := CheckPool(&spec, "spec", nil); len(fe) != 1 || fe[0].Path != "spec.aws" {
+		t.Errorf("an aws pool without its block: %v", fe)
 	}
 }

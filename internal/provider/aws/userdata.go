@@ -37,7 +37,7 @@ func (u UserData) Render() (string, error) {
 			return "", fmt.Errorf("rendering user-data: %s must be one non-empty line", name)
 		}
 	}
-	if fe := u.Bootstrap.Validate("bootstrap", true); len(fe) > 0 {
+	if fe := ValidateBootstrap(u.Bootstrap, "bootstrap", true); len(fe) > 0 {
 		return "", fmt.Errorf("rendering user-data: %w", fe.Err())
 	}
 	var b bytes.Buffer

@@ -76,7 +76,7 @@ func (o Options) validate() error {
 	if o.Client == nil {
 		fe.Add("client", "is required")
 	}
-	fe = append(fe, o.Settings.Validate("settings")...)
+	fe = append(fe, ValidateSettings(&o.Settings, "settings")...)
 	for name, v := range map[string]int64{"workers": int64(o.Workers), "logStreams": int64(o.LogStreams), "logChunkSize": int64(o.LogChunkSize),
 		"syncWait": int64(o.SyncWait), "registerInterval": int64(o.RegisterInterval), "retryBackoff": int64(o.RetryBackoff),
 		"maxRetryBackoff": int64(o.MaxRetryBackoff), "resync": int64(o.Resync)} {

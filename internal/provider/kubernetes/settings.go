@@ -106,7 +106,7 @@ func withDefaults(s model.KubernetesPoolSettings) model.KubernetesPoolSettings {
 // limited to s.ClientQPS with bursts of s.ClientBurst (defaults 500 and
 // 1000). It reads files but does not contact the cluster.
 func NewClient(s model.KubernetesPoolSettings) (kubernetes.Interface, error) {
-	if fe := s.Validate("kubernetes"); len(fe) > 0 {
+	if fe := ValidateSettings(&s, "kubernetes"); len(fe) > 0 {
 		return nil, fmt.Errorf("configuring kubernetes client: %w", fe.Err())
 	}
 	s = withDefaults(s)

@@ -5,9 +5,9 @@
 // decides what a pool can do from the capabilities its driver declares
 // (provider.Launches, provider.FixedCapacity, …), never from the name.
 //
-// Adding a driver touches its own package (the Provider, its settings
-// validation and its PoolPricer), its settings block in model.NodePoolSpec,
-// and one Driver in the server's wiring.
+// Adding a driver touches its own package (the Provider, its pool check
+// and its PoolPricer), its settings block in model.NodePoolSpec, and one
+// Driver in the server's wiring.
 package registry
 
 import (
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -37,6 +38,12 @@ type Driver struct {
 	New Factory
 	// Price prices a pool from its spec; nil: the pool is not priced.
 	Price provider.PoolPricer
+	// Check fills in the driver's defaults of a pool's spec and reports
+	// every problem with the pool as this driver sees it (its settings
+	// block above all), with field paths under prefix ("spec"); knownGPU,
+	// when not nil, says whether a GPU model exists. Nil: the driver has
+	// no settings to check.
+	Check func(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors
 }
 
 // Registry is the set of drivers, and the drivers built for pools. Safe
@@ -109,6 +116,24 @@ func (r *Registry) Price(spec model.NodePoolSpec) provider.PoolPrice {
 		return provider.PoolPrice{Unknown: fmt.Sprintf("provider %q is not priced", spec.Provider)}
 	}
 	return d.Price(spec)
+}
+
+// CheckPool checks a pool's spec with its driver's Check (filling in the
+// driver's defaults first), under prefix; a pool naming no registered
+// driver is a problem at prefix.provider. A spec without a provider is
+// left to model.NodePoolSpec.Validate. It is manifest.Checks.Pool.
+func (r *Registry) CheckPool(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors {
+	if spec.Provider == "" {
+		return nil
+	}
+	d, ok := r.drivers[spec.Provider]
+	switch {
+	case !ok:
+		return model.FieldErrors{{Path: prefix + ".provider", Message: fmt.Sprintf("%q is not a registered driver (%s)", spec.Provider, strings.Join(r.Names(), ", "))}}
+	case d.Check == nil:
+		return nil
+	}
+	return d.Check(spec, prefix, knownGPU)
 }
 
 // ErrUnknownDriver: a pool names a driver that is not registered.

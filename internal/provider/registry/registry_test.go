@@ -89,3 +89,37 @@ func TestFor(t *testing.T) {
 		t.Errorf("after Forget the pool is built again: err %v, builds %d", err, builds)
 	}
 }
+
+// TestCheckPool: a pool is checked by its own driver's Check (which may
+// fill in defaults); an unregistered driver is a problem at
+// spec.provider; a driver without Check has nothing to check.
+func TestCheckPool(t *testing.T) {
+	t.Parallel()
+	r, err := New(
+		Driver{Name: "cloud", Check: func(spec *model.NodePoolSpec, prefix string, known func(string) bool) model.FieldErrors {
+			spec.Max = 7
+			if !known("H100") {
+				return model.FieldErrors{{Path: prefix + ".cloud", Message: "no H100"}}
+			}
+			return nil
+		}},
+		Driver{Name: "owned"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := model.NodePoolSpec{Provider: "cloud"}
+	if fe := r.CheckPool(&spec, "spec", func(string) bool { return true }); len(fe) > 0 || spec.Max != 7 {
+		t.Errorf("CheckPool: %v, max %d; want no problems and the driver's default", fe, spec.Max)
+	}
+	if fe := r.CheckPool(&spec, "spec", func(string) bool { return false }); len(fe) != 1 || fe[0].Path != "spec.cloud" {
+		t.Errorf("the driver's problem: %v", fe)
+	}
+	if fe := r.CheckPool(&model.NodePoolSpec{Provider: "owned"}, "spec", nil); len(fe) > 0 {
+		t.Errorf("a driver without Check: %v", fe)
+	}
+	want := model.FieldErrors{{Path: "spec.provider", Message: `"gcp" is not a registered driver (cloud, owned)`}}
+	if diff := cmp.Diff(want, r.CheckPool(&model.NodePoolSpec{Provider: "gcp"}, "spec", nil)); diff != "" {
+		t.Errorf("an unregistered driver (-want +got):\n%s", diff)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
@@ -65,4 +66,19 @@ func PoolPrice(s model.NodePoolSpec) provider.PoolPrice {
 		pp.Clouds = slices.Clone(s.Sim.Clouds)
 	}
 	return pp
+}
+
+// CheckPool is the sim driver's check of a pool (registry.Driver.Check):
+// the clouds its sim block names, with field paths under prefix.
+func CheckPool(spec *model.NodePoolSpec, prefix string, _ func(string) bool) model.FieldErrors {
+	var fe model.FieldErrors
+	if spec.Sim == nil {
+		return nil
+	}
+	for i, c := range spec.Sim.Clouds {
+		if strings.TrimSpace(c) == "" {
+			fe.Add(fmt.Sprintf("%s.sim.clouds[%d]", prefix, i), "must not be empty")
+		}
+	}
+	return fe
 }

@@ -13,6 +13,7 @@ package static
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -110,6 +111,49 @@ func (c Config) Validate(prefix string, knownGPU func(string) bool) model.FieldE
 		if strings.ContainsAny(m.Address, " /") {
 			fe.Add(p+".address", "must be a host name or IP address")
 		}
+	}
+	return fe
+}
+
+// CheckPool is the static driver's check of a pool (registry.Driver.Check):
+// min and max default to the number of machines, the pool lists at least
+// one machine in its static block, each valid (knownGPU, when not nil,
+// checks GPU models against the catalog), with field paths under prefix
+// (spec.static.machines[1].gpus), and max is at most the machines listed.
+func CheckPool(spec *model.NodePoolSpec, prefix string, knownGPU func(string) bool) model.FieldErrors {
+	var fe model.FieldErrors
+	p := func(f string) string { return prefix + "." + f }
+	if spec.Static == nil || len(spec.Static.Machines) == 0 {
+		fe.Add(p("static.machines"), "a static pool lists at least one machine")
+		return fe
+	}
+	if spec.Min == 0 && spec.Max == 0 {
+		spec.Min, spec.Max = len(spec.Static.Machines), len(spec.Static.Machines)
+	}
+	seen := map[string]int{}
+	for i, m := range spec.Static.Machines {
+		mp := fmt.Sprintf("%s[%d]", p("static.machines"), i)
+		if !model.ValidName(m.Name) {
+			fe.Add(mp+".name", "must be lower-case letters, digits and dashes (at most 63)")
+		} else if j, dup := seen[m.Name]; dup {
+			fe.Add(mp+".name", fmt.Sprintf("%q is also machine %d", m.Name, j))
+		} else {
+			seen[m.Name] = i
+		}
+		if strings.TrimSpace(m.Address) == "" {
+			fe.Add(mp+".address", "is required (host:port of the machine's agent, or its host name)")
+		}
+		if _, gpu, err := model.ParseGPUCount(m.GPUs); err != nil {
+			fe.Add(mp+".gpus", err.Error())
+		} else if knownGPU != nil && !knownGPU(gpu) {
+			fe.Add(mp+".gpus", fmt.Sprintf("unknown GPU model %q (see `gpufleet offers` for the catalog's models)", gpu))
+		}
+		if math.IsNaN(m.PricePerHour) || math.IsInf(m.PricePerHour, 0) || m.PricePerHour < 0 {
+			fe.Add(mp+".pricePerHour", "must be a non-negative number of USD per hour")
+		}
+	}
+	if spec.Max > len(spec.Static.Machines) {
+		fe.Add(p("max"), fmt.Sprintf("must be at most the %d machines listed", len(spec.Static.Machines)))
 	}
 	return fe
 }

@@ -130,3 +130,30 @@ func TestSetPools(t *testing.T) {
 		t.Errorf("List after the pools are gone: %d machines", len(list))
 	}
 }
+
+// TestCheckPool: a static pool's min and max default to its machines;
+// each machine is checked with its field path; max is at most the
+// machines.
+func TestCheckPool(t *testing.T) {
+	known := func(m string) bool { return m == "H100" }
+	spec := model.NodePoolSpec{Provider: Name, Static: &model.StaticPoolSettings{Machines: []model.StaticMachine{
+		{Name: "a", Address: "10.0.0.1", GPUs: "8xH100", PricePerHour: 10},
+	}}}
+	if fe := CheckPool(&spec, "spec", known); len(fe) > 0 || spec.Min != 1 || spec.Max != 1 {
+		t.Fatalf("CheckPool: %v; min, max = %d, %d", fe, spec.Min, spec.Max)
+	}
+	spec.Max = 3
+	spec.Static.Machines = append(spec.Static.Machines, model.StaticMachine{Name: "a", GPUs: "2xB999", PricePerHour: -1})
+	var got []string
+	for _, e := range CheckPool(&spec, "spec", known) {
+		got = append(got, e.Path)
+	}
+	want := []string{"spec.static.machines[1].name", "spec.static.machines[1].address", "spec.static.machines[1].gpus", "spec.static.machines[1].pricePerHour", "spec.max"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("problem paths (-want +got):\n%s", diff)
+	}
+	spec.Static = nil
+	if fe := CheckPool(&spec, "spec", known); len(fe) != 1 || fe[0].Path != "spec.static.machines" {
+		t.Errorf("no machines: %v", fe)
+	}
+}
