@@ -70,6 +70,10 @@ type Config struct {
 	// gpufleet (provider name → instance ids), for drift reports; a
 	// provider missing from the map is not checked.
 	Inventory func(ctx context.Context) (map[string][]string, error)
+	// Machines, when set, lists the machines the fixed-capacity drivers
+	// declare (provider.FixedCapacity.Machines), each with its pool, for
+	// drift reports (a machine without a node).
+	Machines func(ctx context.Context) ([]model.Node, error)
 	// Scale wires the autoscaler loop; the zero value disables it.
 	Scale ScaleConfig
 	// PoolsChanged, when set, is given the declared pools once New has

@@ -305,8 +305,15 @@ func (c *Controller) Drift(ctx context.Context) ([]fleet.Finding, error) {
 			return nil, fmt.Errorf("listing provider instances: %w", err)
 		}
 	}
+	var machines []model.Node
+	if c.cfg.Machines != nil {
+		var err error
+		if machines, err = c.cfg.Machines(ctx); err != nil {
+			return nil, fmt.Errorf("listing declared machines: %w", err)
+		}
+	}
 	c.mu.Lock()
-	w := fleet.World{Pools: c.fleet.pools, Nodes: c.st.Nodes(), Inventory: inv,
+	w := fleet.World{Pools: c.fleet.pools, Nodes: c.st.Nodes(), Inventory: inv, Machines: machines,
 		DeclaredQueues: map[string]model.QueueSpec{}, LiveQueues: map[string]model.QueueSpec{}}
 	for _, q := range c.fleet.set.Queues {
 		w.DeclaredQueues[q.Metadata.Name] = q.Spec

@@ -44,14 +44,7 @@ func TestStaticPoolsDriveTheStaticProvider(t *testing.T) {
 	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, PassGap: -1, HeartbeatTimeout: time.Hour,
 		Fatal:        func(err error) { t.Errorf("fatal: %v", err) },
 		PoolsChanged: st.SetPools,
-		Inventory: func(ctx context.Context) (map[string][]string, error) {
-			list, err := st.List(ctx)
-			ids := []string{}
-			for _, in := range list {
-				ids = append(ids, in.ID)
-			}
-			return map[string][]string{static.Name: ids}, err
-		}})
+		Machines:     st.Machines})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +54,7 @@ func TestStaticPoolsDriveTheStaticProvider(t *testing.T) {
 	}
 
 	// 1. Apply the pool: the provider follows it.
-	set, fe := manifest.Parse([]manifest.Source{{Name: "owned.yaml", Data: []byte(ownedPool), Format: manifest.YAML}}, manifest.Checks{})
+	set, fe := manifest.Parse([]manifest.Source{{Name: "owned.yaml", Data: []byte(ownedPool), Format: manifest.YAML}}, manifest.Checks{Pool: static.CheckPool})
 	if fe != nil {
 		t.Fatal(fe)
 	}
@@ -101,9 +94,9 @@ func TestStaticPoolsDriveTheStaticProvider(t *testing.T) {
 		}
 		return out
 	}
-	stray := "Node/stray " + fleet.UnmanagedNode + ": owned machine stray (agent lab-pc) is listed in no static pool: add it to one, or stop its agent"
-	missing := func(m, addr string) string {
-		return "NodePool/owned " + fleet.MachineMissing + ": machine " + m + " (" + addr + ") has no node; is its agent running?"
+	stray := "Node/stray " + fleet.UnmanagedNode + ": owned machine stray (agent lab-pc, provider static) is listed in no pool: add it to one, or stop its agent"
+	missing := func(m, _ string) string {
+		return "NodePool/owned " + fleet.MachineMissing + ": machine " + m + " (static) has no node; is its agent running?"
 	}
 	want := []string{
 		"NodePool/owned " + fleet.BelowMin + ": 0 live nodes, min 2",

@@ -23,8 +23,9 @@ const (
 	// UnknownInstance: a provider lists an instance no node stands for
 	// (a leak, or capacity launched outside gpufleet).
 	UnknownInstance = "unknown-instance"
-	// MachineMissing: a static pool's machine has no node (its agent never
-	// registered, or was removed).
+	// MachineMissing: a machine a pool declares (a fixed-capacity
+	// driver's: static, ssh) has no node (its agent never registered, or
+	// was removed).
 	MachineMissing = "machine-missing"
 	// QueueMissing: a declared queue does not exist (deleted through the
 	// queue API).
@@ -50,10 +51,14 @@ type World struct {
 	DeclaredQueues map[string]model.QueueSpec
 	LiveQueues     map[string]model.QueueSpec
 	Nodes          []*model.Node
-	// Inventory maps a provider name to the ids of the instances it holds
-	// for gpufleet. Providers missing from it are not checked for gone or
-	// unknown instances.
+	// Inventory maps a launching provider's name to the ids of the
+	// instances it holds for gpufleet. Providers missing from it are not
+	// checked for gone or unknown instances.
 	Inventory map[string][]string
+	// Machines are the machines fixed-capacity drivers declare
+	// (provider.FixedCapacity.Machines), each with its pool: they are
+	// checked against the nodes that registered, not as instances.
+	Machines []model.Node
 }
 
 // Drift reports every difference between the declared fleet and the
@@ -89,8 +94,8 @@ func Drift(w World) []Finding {
 			continue
 		}
 		if _, ok := pools[n.Pool]; !ok {
-			if n.Pool == "" && n.Provider == model.ProviderStatic {
-				add("Node", n.ID, UnmanagedNode, "owned machine %s (agent %s) is listed in no static pool: add it to one, or stop its agent", n.ID, n.Name)
+			if n.Pool == "" && n.CapacityType == model.Owned {
+				add("Node", n.ID, UnmanagedNode, "owned machine %s (agent %s, provider %s) is listed in no pool: add it to one, or stop its agent", n.ID, n.Name, n.Provider)
 			} else if n.Pool == "" {
 				add("Node", n.ID, UnmanagedNode, "node %s (%s) belongs to no pool", n.Name, n.Provider)
 			} else {
@@ -99,9 +104,7 @@ func Drift(w World) []Finding {
 		} else {
 			live[n.Pool]++
 		}
-		// Owned machines are checked against the pools that list them
-		// (machine-missing, unmanaged-node), not as instances.
-		if ids, checked := w.Inventory[n.Provider]; checked && n.Provider != model.ProviderStatic && !contains(ids, id) {
+		if ids, checked := w.Inventory[n.Provider]; checked && !contains(ids, id) {
 			add("Node", n.ID, InstanceGone, "provider %s no longer lists instance %s of node %s", n.Provider, id, n.Name)
 		}
 	}
@@ -112,18 +115,13 @@ func Drift(w World) []Finding {
 		case k > p.Spec.Max:
 			add("NodePool", p.Name, AboveMax, "%d live nodes, max %d", k, p.Spec.Max)
 		}
-		if p.Spec.Static != nil {
-			for _, m := range p.Spec.Static.Machines {
-				if !byName[p.Name+"/"+m.Name] {
-					add("NodePool", p.Name, MachineMissing, "machine %s (%s) has no node; is its agent running?", m.Name, m.Address)
-				}
-			}
+	}
+	for _, m := range w.Machines {
+		if _, declared := pools[m.Pool]; declared && !byName[m.Pool+"/"+m.ID] {
+			add("NodePool", m.Pool, MachineMissing, "machine %s (%s) has no node; is its agent running?", m.ID, m.Provider)
 		}
 	}
 	for prov, ids := range w.Inventory {
-		if prov == model.ProviderStatic {
-			continue
-		}
 		for _, id := range ids {
 			if _, ok := instanceOf[id]; !ok {
 				add("Instance", id, UnknownInstance, "provider %s lists instance %s, which no node stands for", prov, id)

@@ -141,20 +141,23 @@ func TestDrift(t *testing.T) {
 		{ID: "n2", Name: "n2", Provider: "sim", Pool: "gpu", State: model.NodeLost},
 		{ID: "n3", Name: "n3", Provider: "local", State: model.NodeReady},
 		{ID: "n4", Name: "n4", Provider: "sim", Pool: "gpu", State: model.NodeTerminated},
+		{ID: "box", Name: "lab-pc", Provider: "ssh", CapacityType: model.Owned, State: model.NodeReady},
 	}
 	got := Drift(World{
 		Pools: pools, Nodes: nodes,
 		Inventory:      map[string][]string{"sim": {"n2", "i-leak"}},
+		Machines:       []model.Node{{ID: "m1", Pool: "owned", Provider: "static"}, {ID: "m2", Pool: "removed", Provider: "static"}},
 		DeclaredQueues: map[string]model.QueueSpec{"a": {Weight: 2}, "b": {}},
 		LiveQueues:     map[string]model.QueueSpec{"a": {Weight: 1}},
 	})
 	want := []Finding{
 		{Kind: "Instance", Name: "i-leak", Issue: UnknownInstance, Detail: "provider sim lists instance i-leak, which no node stands for"},
+		{Kind: "Node", Name: "box", Issue: UnmanagedNode, Detail: "owned machine box (agent lab-pc, provider ssh) is listed in no pool: add it to one, or stop its agent"},
 		{Kind: "Node", Name: "n1", Issue: InstanceGone, Detail: "provider sim no longer lists instance n1 of node n1"},
 		{Kind: "Node", Name: "n2", Issue: NodeLost, Detail: "node n2 of pool gpu stopped reporting (last heartbeat 0001-01-01T00:00:00Z)"},
 		{Kind: "Node", Name: "n3", Issue: UnmanagedNode, Detail: "node n3 (local) belongs to no pool"},
 		{Kind: "NodePool", Name: "gpu", Issue: BelowMin, Detail: "1 live nodes, min 2"},
-		{Kind: "NodePool", Name: "owned", Issue: MachineMissing, Detail: "machine m1 (10.0.0.1) has no node; is its agent running?"},
+		{Kind: "NodePool", Name: "owned", Issue: MachineMissing, Detail: "machine m1 (static) has no node; is its agent running?"},
 		{Kind: "Queue", Name: "a", Issue: QueueChanged, Detail: "its spec differs from the declared one (changed with `gpufleet queues apply`?)"},
 		{Kind: "Queue", Name: "b", Issue: QueueMissing, Detail: "declared but does not exist (deleted outside the fleet?)"},
 	}

@@ -463,7 +463,8 @@ func Run(ctx context.Context, cfg Config) error {
 	ctrl, err = controller.New(ctx, controller.Config{
 		Offers:       simOffers,
 		Scale:        scaleC,
-		Inventory:    kube.Inventory(providerInventory(append(slices.Clip(scaleC.Providers), owned, sshFleet))),
+		Inventory:    kube.Inventory(providerInventory(scaleC.Providers)),
+		Machines:     declaredMachines(owned, sshFleet),
 		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools, sshFleet.SetPools),
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
@@ -738,6 +739,22 @@ func providerInventory(provs []provider.Provider) func(context.Context) (map[str
 			out[p.Name()] = ids
 		}
 		return out, nil
+	}
+}
+
+// declaredMachines lists the machines fixed-capacity drivers declare,
+// each with its pool, for drift.
+func declaredMachines(ps ...provider.FixedCapacity) func(context.Context) ([]model.Node, error) {
+	return func(ctx context.Context) ([]model.Node, error) {
+		var all []model.Node
+		for _, p := range ps {
+			ms, err := p.Machines(ctx)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, ms...)
+		}
+		return all, nil
 	}
 }
 
