@@ -421,3 +421,15 @@ func (f *Server) Live() []Instance {
 	slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
+
+// Tagged returns the live instances (as Live) that carry tag key=value:
+// what DescribeInstances with a tag:KEY filter lists, less terminated ones.
+func (f *Server) Tagged(key, value string) []Instance {
+	var out []Instance
+	for _, in := range f.Live() {
+		if slices.Contains(in.Tags, Tag{Key: key, Value: value}) {
+			out = append(out, in)
+		}
+	}
+	return out
+}

@@ -2,101 +2,20 @@ package imds
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
-// mockVersion is the amazon-ec2-metadata-mock release .ci/run builds into
-// ~/.cache/gpufleet/ec2-metadata-mock-<version>/.
-const mockVersion = "v1.13.0"
-
-// mockBinary finds AWS's ec2-metadata-mock: $GPUFLEET_EC2_METADATA_MOCK,
-// the CI cache, or PATH. With CI=true a missing binary fails the test.
-func mockBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("GPUFLEET_EC2_METADATA_MOCK"); p != "" {
-		return p
-	}
-	cache := os.Getenv("GPUFLEET_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "gpufleet")
-	}
-	if p := filepath.Join(cache, "ec2-metadata-mock-"+mockVersion, "ec2-metadata-mock"); fileExists(p) {
-		return p
-	}
-	if p, err := exec.LookPath("ec2-metadata-mock"); err == nil {
-		return p
-	}
-	msg := "ec2-metadata-mock not found: go install github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock@" + mockVersion + " (or run .ci/run)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
-// startMock starts ec2-metadata-mock on a loopback port, IMDSv2 only, with
-// args (its spot subcommand and schedule), and returns its URL.
+// startMock starts AWS's ec2-metadata-mock on a loopback port with args
+// (its spot subcommand and schedule) and returns its URL.
 func startMock(t *testing.T, args ...string) string {
 	t.Helper()
-	bin := mockBinary(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	home := t.TempDir() // it looks for a config file in $HOME
-	cmd := exec.Command(bin, append(args, "--imdsv2", "--hostname", "127.0.0.1", "--port", strconv.Itoa(port))...)
-	cmd.Env = append(os.Environ(), "HOME="+home)
-	cmd.Dir = home
-	log, err := os.Create(filepath.Join(home, "mock.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(log.Name())
-			t.Logf("ec2-metadata-mock log:\n%s", b)
-		}
-	})
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		req, _ := http.NewRequest(http.MethodPut, url+tokenPath, nil)
-		req.Header.Set("X-aws-ec2-metadata-token-ttl-seconds", "60")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ec2-metadata-mock did not answer on %s", url)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return testutil.StartMetadataMock(t, testutil.MetadataMock{Args: args})
 }
 
 func TestSpotInterruptionFromMetadataMock(t *testing.T) {
