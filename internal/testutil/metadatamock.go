@@ -125,4 +125,6 @@ func StartMetadataMock(t testing.TB, m MetadataMock) string {
 }
 
 // String names the mock in failure messages.
-func (m MetadataMock) String() string { return fmt.Sprintf("ec2-metadata-mock %v on %s", m.Args, m.Addr) }
+func (m MetadataMock) String() string {
+	return fmt.Sprintf("ec2-metadata-mock %v on %s", m.Args, m.Addr)
+}
