@@ -2,7 +2,6 @@ package testutil
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -122,9 +121,4 @@ func StartMetadataMock(t testing.TB, m MetadataMock) string {
 		}
 		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen; bounded by the deadline
 	}
-}
-
-// String names the mock in failure messages.
-func (m MetadataMock) String() string {
-	return fmt.Sprintf("ec2-metadata-mock %v on %s", m.Args, m.Addr)
 }
