@@ -173,6 +173,20 @@ func TestFeedMirrorMatchesLoad(t *testing.T) {
 	if applied == 0 {
 		t.Fatal("the follower applied no change: the test exercised nothing")
 	}
+	// Stopped, then caught up (a takeover): it reads only the tail, the
+	// commits since it stopped, one change each.
+	for i := 600; i < 610; i++ {
+		b := randomBatch(r, i)
+		b.Fence = lease.Fence()
+		mustCommit(t, s, b)
+	}
+	before := applied
+	if n, err := f.CatchUp(ctx); err != nil || n != 10 || applied-before != 10 {
+		t.Fatalf("CatchUp after 10 commits = %d, %v (applied %d); want the 10-change tail", n, err, applied-before)
+	}
+	if got := f.Mirror().Seq(); got != want+10 {
+		t.Fatalf("after the tail the follower is at change %d, want %d", got, want+10)
+	}
 	got := f.Mirror().Dump(now)
 	wantDump, err := s.Load(ctx)
 	if err != nil {
