@@ -33,7 +33,7 @@ func TestFencedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fa := fencedStore{backingStore: a, fence: la.Fence()}
+	fa := &fencedStore{backingStore: a, fence: la.Fence()}
 	if err := store.Commit(ctx, fa, &store.Batch{Meta: map[string]string{"k": "a1"}}); err != nil {
 		t.Fatalf("the leader's commit: %v", err)
 	}

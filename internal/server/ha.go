@@ -18,12 +18,14 @@ import (
 )
 
 // High availability (docs/postgres.md): on a shared PostgreSQL store every
-// replica campaigns for the controller lease. A follower runs no controller
-// and loads no state; its API sends every request but /healthz, /readyz and
-// /metrics to the leader (307, or 503 while none is known). The replica
-// that wins loads the store and runs as a single server does, every batch
-// fenced by its lease; when it loses the lease it stops (Run returns an
-// error wrapping leader.ErrLost, or the store's *store.FencedError), and
+// replica campaigns for the controller lease. A follower runs no loops; it
+// keeps a mirror of the store current from the change feed and answers
+// reads from it (follow.go); its API sends every other request but
+// /healthz, /readyz and /metrics to the leader (307, or 503 while none is
+// known). The replica that wins catches up with the feed's tail, builds
+// its controller from the mirror and runs as a single server does, every
+// batch fenced by its lease; when it loses the lease it stops (Run returns
+// an error wrapping leader.ErrLost, or the store's *store.FencedError), and
 // its supervisor restarts it as a follower.
 
 // DefaultReplicaID is this process's replica ID: host name and PID.
@@ -37,10 +39,21 @@ func DefaultReplicaID() string {
 // database.
 type fencedStore struct {
 	backingStore
-	fence *store.Fence
+	fence  *store.Fence
+	loaded *store.Dump
 }
 
-func (s fencedStore) Submit(b *store.Batch) <-chan error {
+// Load returns the state the replica brought from following (its mirror,
+// caught up), once; without it, the store's.
+func (s *fencedStore) Load(ctx context.Context) (*store.Dump, error) {
+	if d := s.loaded; d != nil {
+		s.loaded = nil
+		return d, nil
+	}
+	return s.backingStore.Load(ctx)
+}
+
+func (s *fencedStore) Submit(b *store.Batch) <-chan error {
 	if b != nil {
 		b.Fence = s.fence
 	}
@@ -58,10 +71,14 @@ func (s *switchHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // followerHandler answers while this replica follows: /healthz is ok,
 // /readyz says follower and names the leader (503: a load balancer routes
-// to the leader only), /metrics serves the registry, and every other
+// writes to the leader only), /metrics serves the registry, the reads a
+// follower serves are answered from its own state, and every other
 // request is redirected to the leader (307 keeps the method and body) or,
 // with no leader known, refused with 503.
-func followerHandler(el *leader.Elector, metrics http.Handler) http.Handler {
+//
+// reads, when set, answers the reads a follower serves from its own state
+// (follow.go) and reports whether it did.
+func followerHandler(el *leader.Elector, metrics http.Handler, reads func(http.ResponseWriter, *http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l, _ := el.Current()
 		w.Header().Set(endpoints.RoleHeader, "follower")
@@ -78,6 +95,9 @@ func followerHandler(el *leader.Elector, metrics http.Handler) http.Handler {
 			return
 		case "/readyz":
 			problem(w, http.StatusServiceUnavailable, followerDetail(el.ID(), l))
+			return
+		}
+		if reads != nil && reads(w, r) {
 			return
 		}
 		if l.URL == "" {

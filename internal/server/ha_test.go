@@ -45,7 +45,7 @@ func TestFollowerHandler(t *testing.T) {
 				_, _ = el.Campaign(ctx) // sees the holder, then times out
 				cancel()
 			}
-			h := followerHandler(el, http.NotFoundHandler())
+			h := followerHandler(el, http.NotFoundHandler(), nil)
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("POST", tc.path, strings.NewReader("{}")))
 			body, _ := io.ReadAll(rec.Body)

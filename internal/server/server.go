@@ -336,17 +336,38 @@ func Run(ctx context.Context, cfg Config) error {
 		if el, err = leader.New(leader.Config{Leaser: leaser, ID: c.ReplicaID, URL: advertiseURL(c.AdvertiseURL, url), Log: log, Registry: reg}); err != nil {
 			return err
 		}
+		feed, ok := st.(store.Feed)
+		if !ok {
+			return fmt.Errorf("store %s has no change feed", describeStore(c))
+		}
+		fol, err := startFollowing(ctx, followConfig{feed: feed, keyring: keyring, redactor: redactor, logs: logs, cat: cat, version: c.Version, log: log})
+		if err != nil {
+			return err
+		}
 		sw = &switchHandler{}
-		sw.set(followerHandler(el, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		sw.set(followerHandler(el, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), fol.serveRoute))
 		httpSrv = &http.Server{Handler: sw, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		go func() { errc <- stopped{"api", ignoreClosed(httpSrv.Serve(ln))} }()
 		haRunning = []string{"api"}
-		log.Info("following: campaigning for the controller lease", "replica", c.ReplicaID, "url", advertiseURL(c.AdvertiseURL, url))
+		log.Info("following: serving reads from the replica's state, campaigning for the controller lease", "replica", c.ReplicaID, "url", advertiseURL(c.AdvertiseURL, url))
 		if lease, err = el.Campaign(ctx); err != nil {
+			fol.close()
 			return errors.Join(drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log), ignoreCanceled(err))
 		}
-		log.Info("leading: loading state from the store", "replica", c.ReplicaID, "epoch", lease.Epoch)
-		st = fencedStore{backingStore: st, fence: lease.Fence()}
+		fs := &fencedStore{backingStore: st, fence: lease.Fence()}
+		began := time.Now()
+		dump, tail, err := fol.takeOver(ctx)
+		switch {
+		case err == nil:
+			fs.loaded = dump
+			log.Info("leading: took over from the replica's state", "replica", c.ReplicaID, "epoch", lease.Epoch,
+				"seq", fol.f.Mirror().Seq(), "tail_changes", tail, "took", time.Since(began).Round(time.Millisecond).String())
+		case errors.Is(err, store.ErrChangesPruned):
+			log.Warn("leading: the replica fell behind the store's change feed; loading state from the store", "replica", c.ReplicaID, "epoch", lease.Epoch)
+		default:
+			return errors.Join(err, drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log))
+		}
+		st = fs
 		go func() { errc <- stopped{"leader lease", el.Hold(ctx, lease)} }()
 		haRunning = append(haRunning, "leader lease")
 		defer func() {

@@ -66,6 +66,10 @@ type Config struct {
 	// KeepDir keeps the temporary data dir (and the server's log) for a
 	// look afterwards.
 	KeepDir bool
+	// Store is a postgres:// DSN the server keeps its state in (a fresh
+	// database: the run counts every job in it); empty: SQLite in the
+	// data dir.
+	Store string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -144,6 +148,7 @@ func main() {
 	flag.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	flag.BoolVar(&c.KeepDir, "keep", false, "keep the temporary data dir and server log")
 	flag.StringVar(&output, "o", "table", "output: table or json")
+	flag.StringVar(&c.Store, "store", os.Getenv("GPUFLEET_LOADTEST_STORE"), "a postgres:// DSN of an empty database for the server's state (env GPUFLEET_LOADTEST_STORE, which keeps the password out of ps); default: SQLite in the data dir")
 	flag.Parse()
 	if output != "table" && output != "json" {
 		fmt.Fprintln(os.Stderr, "loadtest: -o: must be table or json")

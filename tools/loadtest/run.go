@@ -125,7 +125,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			return nil, err
 		}
 	}
-	srv, err := startServer(ctx, bin, dir, c.Nodes == 0)
+	srv, err := startServer(ctx, bin, dir, c.Nodes == 0, c.Store)
 	if err != nil {
 		return nil, err
 	}

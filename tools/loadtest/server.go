@@ -63,9 +63,11 @@ type server struct {
 
 // startServer runs bin on a fresh data dir under dir, listening on a port
 // of the loopback address the kernel picks. localAgent selects `up` with its
-// agent; otherwise `server --no-local-agent`. It returns once the API is
-// ready and the admin token is written.
-func startServer(ctx context.Context, bin, dir string, localAgent bool) (*server, error) {
+// agent; otherwise `server --no-local-agent`. storeDSN, when set, is the
+// PostgreSQL store (GPUFLEET_STORE): the server then runs as a replica and
+// is ready once it leads. It returns once the API is ready and the admin
+// token is written.
+func startServer(ctx context.Context, bin, dir string, localAgent bool, storeDSN string) (*server, error) {
 	s := &server{dataDir: filepath.Join(dir, "data"), exited: make(chan struct{})}
 	args := []string{"server", "--no-local-agent"}
 	if localAgent {
@@ -83,6 +85,9 @@ func startServer(ctx context.Context, bin, dir string, localAgent bool) (*server
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = lf, lf
 	s.cmd.Env = serverEnv()
+	if storeDSN != "" {
+		s.cmd.Env = append(s.cmd.Env, "GPUFLEET_STORE="+storeDSN)
+	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	if err := s.cmd.Start(); err != nil {
 		lf.Close()

@@ -21,3 +21,13 @@ func BenchmarkSubmissions64(b *testing.B) {
 	st := s.Stats()
 	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
 }
+
+// BenchmarkSubmissions64Shared is BenchmarkSubmissions64 on a store opened
+// as server replicas open it: each commit also writes the change feed
+// (changes row and notification), which followers tail.
+func BenchmarkSubmissions64Shared(b *testing.B) {
+	s := openTest(b, pgtest.DSN(b), Options{Shared: true})
+	storetest.BenchSubmissions(b, s, 64)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
+}

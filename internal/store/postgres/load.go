@@ -26,12 +26,22 @@ func (s *Store) Load(ctx context.Context) (*store.Dump, error) {
 	return d, nil
 }
 
-func (s *Store) load(ctx context.Context) (*store.Dump, error) {
+func (s *Store) load(ctx context.Context) (*store.Dump, error) { return s.loadWith(ctx, nil, false) }
+
+// loadWith loads the store; also, when set, runs in the same transaction
+// (Snapshot reads the commit count there), and tombstones includes the
+// delivered notifications.
+func (s *Store) loadWith(ctx context.Context, also func(pgx.Tx) error, tombstones bool) (*store.Dump, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction: %w", err)
 	}
 	defer tx.Rollback(ctx) // a no-op once committed
+	if also != nil {
+		if err := also(tx); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := tx.Exec(ctx, `DELETE FROM idempotency WHERE expires <= $1`, encode.Time(s.clock.Now())); err != nil {
 		return nil, fmt.Errorf("deleting expired idempotency records: %w", err)
 	}
@@ -81,7 +91,7 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if len(head) > 0 {
 		d.AuditHead = head[0]
 	}
-	if err := loadCost(ctx, tx, d); err != nil {
+	if err := loadCost(ctx, tx, d, tombstones); err != nil {
 		return nil, err
 	}
 	err = each(ctx, tx, `SELECT key, value FROM meta`, func(r pgx.Rows) error {
@@ -203,7 +213,7 @@ func loadIdempotency(ctx context.Context, tx pgx.Tx) ([]store.Idempotency, error
 
 // loadCost reads the ledger in append order, the fired keys, every metric
 // report and the undelivered notifications.
-func loadCost(ctx context.Context, tx pgx.Tx, d *store.Dump) error {
+func loadCost(ctx context.Context, tx pgx.Tx, d *store.Dump, tombstones bool) error {
 	ledger, err := loadObjects[model.LedgerEntry](ctx, tx, "ledger entry", `SELECT id::text AS key, data FROM ledger_entries ORDER BY id`)
 	if err != nil {
 		return err
@@ -237,7 +247,7 @@ func loadCost(ctx context.Context, tx pgx.Tx, d *store.Dump) error {
 	for _, m := range metrics {
 		d.Metrics = append(d.Metrics, *m)
 	}
-	d.Notifications, err = loadObjects[store.Notification](ctx, tx, "notification", `SELECT id, data FROM notifications WHERE delivered = 0 ORDER BY id COLLATE "C"`)
+	d.Notifications, err = loadObjects[store.Notification](ctx, tx, "notification", notificationsSQL[tombstones])
 	return err
 }
 

@@ -80,7 +80,14 @@ type Store struct {
 	// once started.
 	conn *pgx.Conn
 
-	gc        *groupcommit.Committer[batch]
+	gc *groupcommit.Committer[batch]
+	// prune is the committer's record of when the change feed may be
+	// pruned up to which seq (feed.go); only the committer uses it.
+	prune pruner
+	// listener is the connection Wait listens on (feed.go).
+	listenMu sync.Mutex
+	listener *pgx.Conn
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -94,6 +101,9 @@ var (
 type batch struct {
 	rows  []encode.Row
 	fence *store.Fence
+	// change is the batch's change record (encode.Change), made only by
+	// a shared store, which keeps the change feed.
+	change []byte
 }
 
 // IsDSN reports whether s names a PostgreSQL database (postgres:// or
@@ -257,7 +267,13 @@ func (s *Store) Submit(b *store.Batch) <-chan error {
 		c := *b.Fence
 		f = &c
 	}
-	return s.gc.Submit(batch{rows: rows, fence: f})
+	var change []byte
+	if s.opts.Shared && len(rows) > 0 {
+		if change, err = encode.Change(rows); err != nil {
+			return groupcommit.Failed(err)
+		}
+	}
+	return s.gc.Submit(batch{rows: rows, fence: f, change: change})
 }
 
 // Close stops accepting batches, waits until every batch already submitted
@@ -281,6 +297,12 @@ func (s *Store) Close() error {
 				s.closeErr = fmt.Errorf("closing connection to %s: %w", s.desc, err)
 			}
 		}
+		s.listenMu.Lock()
+		if s.listener != nil {
+			s.listener.Close(context.Background())
+			s.listener = nil
+		}
+		s.listenMu.Unlock()
 		s.pool.Close()
 	})
 	return s.closeErr

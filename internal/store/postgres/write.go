@@ -114,9 +114,17 @@ func (s *Store) writeFast(ctx context.Context, group []batch) error {
 		}
 	}
 	pb.Queue(markCommit, encode.Time(time.Now()))
+	feed := s.queueChange(pb, group, nil)
 	br := s.conn.SendBatch(ctx, pb)
-	for range pb.Len() {
-		if _, err := br.Exec(); err != nil {
+	var seq int64
+	for i := range pb.Len() {
+		var err error
+		if feed >= 0 && i == feed {
+			err = br.QueryRow().Scan(&seq)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			br.Close()
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) {
@@ -132,6 +140,7 @@ func (s *Store) writeFast(ctx context.Context, group []batch) error {
 		}
 		return fmt.Errorf("committing: %w", err)
 	}
+	s.prune.committed(uint64(seq), time.Now())
 	return nil
 }
 
@@ -158,9 +167,30 @@ func (s *Store) writeIsolated(ctx context.Context, group []batch) (errs []error,
 	if _, err := tx.Exec(ctx, markCommit, encode.Time(time.Now())); err != nil {
 		return nil, fmt.Errorf("counting the commit: %w", err)
 	}
+	pb := &pgx.Batch{}
+	var seq int64
+	if feed := s.queueChange(pb, group, errs); feed >= 0 {
+		br := tx.SendBatch(ctx, pb)
+		for i := range pb.Len() {
+			var err error
+			if i == feed {
+				err = br.QueryRow().Scan(&seq)
+			} else {
+				_, err = br.Exec()
+			}
+			if err != nil {
+				br.Close()
+				return nil, fmt.Errorf("recording the change: %w", err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return nil, fmt.Errorf("recording the change: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("committing: %w", err)
 	}
+	s.prune.committed(uint64(seq), time.Now())
 	return errs, nil
 }
 
