@@ -46,6 +46,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
   gpufleet advise --preset llama-3-8b --task qlora --tokens 2e7 --spot --limit 10
   gpufleet advise --preset llama-3-70b --task serving --input-tokens 1000 --output-tokens 200 --concurrency 64 --target-latency 10s
   gpufleet advise --layers 32 --hidden 4096 --heads 32 --vocab 32000 --task pretrain --tokens 2e11 --deadline 72h
+  gpufleet advise --preset llama-3-8b --task full-finetune --tokens 1e9 --instance-type p5.48xlarge --price-per-gpu-hour 2.5
   gpufleet advise -f workload.yaml --explain -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -192,6 +193,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown, every term with its formula")
 	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model)")
 	fl.Float64Var(&req.MeasuredTokensPerSecond, "tokens-per-second", 0, "training: your measured tokens/s per GPU (e.g. global batch tokens ÷ step time ÷ GPUs)")
+	fl.Float64Var(&req.PricePerGPUHour, "price-per-gpu-hour", 0, "price every offer at this USD rate per GPU-hour instead of its listed price (your negotiated rate or own hardware; reserved rows are left out)")
 	fl.StringSliceVar(&req.InstanceTypes, "instance-type", nil, "instance-type patterns (e.g. 'p4d.*,p5.48xlarge')")
 	// Plan pins (training): what is set is fixed, the rest searched.
 	fl.IntVar(&p.Pin.GPUs, "num-gpus", 0, "pin: total GPUs (whole nodes of an offer)")
@@ -331,6 +333,8 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		dst.MeasuredTFLOPS = src.MeasuredTFLOPS
 	case "tokens-per-second":
 		dst.MeasuredTokensPerSecond = src.MeasuredTokensPerSecond
+	case "price-per-gpu-hour":
+		dst.PricePerGPUHour = src.PricePerGPUHour
 	case "num-gpus":
 		d.Pin.GPUs = s.Pin.GPUs
 	case "nodes":

@@ -55,6 +55,15 @@ func TestAdviseCLI(t *testing.T) {
 			args: []string{"advise", "--preset", "llama-2-7b", "--task", "full-finetune", "--tokens", "1e8", "--tp", "3", "--zero", "3", "--pp", "2"}, wantCode: 1,
 			want: []string{"profile.pin.tp", "profile.pin.zero"},
 		},
+		"a given price replaces the listed one": {
+			args: []string{"advise", "--preset", "llama-2-7b", "--task", "full-finetune", "--tokens", "1e8", "--instance-type", "p4d.24xlarge",
+				"--on-demand", "--price-per-gpu-hour", "2", "--limit", "1"},
+			want: []string{"$16.00", "price given: $2 per GPU-hour"},
+		},
+		"a negative price names the field": {
+			args: []string{"advise", "--preset", "llama-2-7b", "--task", "full-finetune", "--tokens", "1e8", "--price-per-gpu-hour", "-1"}, wantCode: 1,
+			want: []string{"pricePerGPUHour: must be between 0 and 10000"},
+		},
 		"serving": {
 			args: []string{"advise", "--preset", "llama-3-70b", "--task", "serving", "--input-tokens", "1000", "--output-tokens", "200", "--concurrency", "32", "--limit", "3"},
 			want: []string{"$/MTOK", "replica"},

@@ -35,7 +35,7 @@ type groundTruth struct {
 
 type truthCase struct {
 	ID      string  `json:"id"`
-	Kind    string  `json:"kind"`  // memory, fit, throughput, time
+	Kind    string  `json:"kind"`  // memory, fit, throughput, serving, time, cost
 	Split   string  `json:"split"` // fit or check
 	Source  string  `json:"source"`
 	Request Request `json:"request"`
@@ -124,6 +124,20 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 		return row.Hours, nil
 	case "modelFLOPsGPUHours":
 		return res.Workload.ModelFLOPs / (tm.RatePerGPU * tm.Goodput) / 3600, nil
+	case "modelFLOPsCost":
+		// The GPU-hours above at the write-up's stated price per GPU-hour.
+		if r.PricePerGPUHour <= 0 {
+			return 0, fmt.Errorf("modelFLOPsCost needs pricePerGPUHour")
+		}
+		return res.Workload.ModelFLOPs / (tm.RatePerGPU * tm.Goodput) / 3600 * r.PricePerGPUHour, nil
+	case "cost":
+		return row.Cost, nil
+	case "steadyHours":
+		// Steps × step time, without goodput: what a source that projects
+		// "steps × seconds per iteration" states.
+		return tm.Steps * tm.StepTime / 3600, nil
+	case "steadyCost":
+		return row.PricePerHour * float64(row.Nodes) * tm.Steps * tm.StepTime / 3600, nil
 	}
 	return 0, fmt.Errorf("unknown metric %q", c.Metric)
 }

@@ -77,6 +77,10 @@ type Options struct {
 	// (training tokens/s per GPU) replace the utilisation model.
 	MeasuredTFLOPS          float64
 	MeasuredTokensPerSecond float64
+	// PricePerGPUHour, when > 0, prices every offer at this USD rate per
+	// GPU-hour instead of its listed price; reserved rows (derived from the
+	// listed price) are left out.
+	PricePerGPUHour float64
 }
 
 // Result is a ranking of offers for one workload.
@@ -318,10 +322,14 @@ func Rank(p Profile, o Options) (Result, error) {
 			continue
 		}
 		// 4. Cost the offer.
-		if isSpot || wantOD {
-			quotes = append(quotes, w.quote(of, string(of.CapacityType), of.PricePerHour, false, &st.sr, o))
+		price := of.PricePerHour
+		if o.PricePerGPUHour > 0 {
+			price = o.PricePerGPUHour * float64(of.GPUCount)
 		}
-		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" {
+		if isSpot || wantOD {
+			quotes = append(quotes, w.quote(of, string(of.CapacityType), price, false, &st.sr, o))
+		}
+		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
 			label := Reserved1y
 			if term == 1 {
 				label = Reserved3y
@@ -633,6 +641,9 @@ func (w *workload) assumptions(o Options) []string {
 			"serving: decode bound by HBM bandwidth (70% utilisation) over weights + KV cache, prefill by compute (50% utilisation); continuous batching; single-node tensor parallelism only",
 			"serving: no speculative decoding, prefix caching or quantised KV unless set; $/Mtok counts output tokens",
 		)
+	}
+	if o.PricePerGPUHour > 0 {
+		a = append(a, fmt.Sprintf("price given: $%.4g per GPU-hour replaces every offer's listed price; no reserved rows", o.PricePerGPUHour))
 	}
 	a = append(a, "multi-node network bandwidth from a per-instance table of provider pages (the catalog has none)")
 	if len(o.Calibration.GPUs) > 0 {

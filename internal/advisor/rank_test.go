@@ -3,6 +3,7 @@ package advisor
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,5 +316,54 @@ func TestMeasuredRate(t *testing.T) {
 	req.MeasuredTokensPerSecond = 1
 	if fe := req.Validate(nil); len(fe) != 1 || fe[0].Path != "measuredTokensPerSecond" {
 		t.Errorf("both rates: %v", fe)
+	}
+}
+
+// TestPricePerGPUHour: a given price replaces every listed one (cost is
+// price × GPUs × hours), leaves out the reserved rows derived from listed
+// prices, and says so.
+func TestPricePerGPUHour(t *testing.T) {
+	t.Parallel()
+	p := Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e8}
+	res := rank(t, p, Options{PricePerGPUHour: 2, InstanceTypes: []string{"p4d.24xlarge", "p5.48xlarge"}, Limit: -1})
+	if len(res.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for _, r := range res.Rows {
+		if r.Derived || strings.HasPrefix(r.Capacity, "reserved") {
+			t.Errorf("%s %s: reserved row with a given price", r.InstanceType, r.Capacity)
+		}
+		if want := 2 * float64(r.GPUsPerNode); r.PricePerHour != want {
+			t.Errorf("%s: price %v per hour, want %v", r.InstanceType, r.PricePerHour, want)
+		}
+		if r.Capacity == "on-demand" {
+			if want := 2 * float64(r.GPUs) * r.Hours; math.Abs(r.Cost/want-1) > 1e-9 {
+				t.Errorf("%s: cost %v, want 2 × %d GPUs × %v h = %v", r.InstanceType, r.Cost, r.GPUs, r.Hours, want)
+			}
+		}
+	}
+	if !slices.ContainsFunc(res.Assumptions, func(a string) bool { return strings.Contains(a, "$2 per GPU-hour") }) {
+		t.Errorf("assumptions do not name the given price: %q", res.Assumptions)
+	}
+	listed := rank(t, p, Options{InstanceTypes: []string{"p4d.24xlarge"}, Limit: 1})
+	if listed.Rows[0].PricePerHour == 16 {
+		t.Fatal("the listed p4d price happens to be $2/GPU-hour; pick another price")
+	}
+}
+
+// TestMicroBatchIsTheRanksShare: a rank whose share of the global batch
+// is 3 sequences runs one micro-batch of 3, not two of 2 (which doubles
+// ZeRO-3's gathers per step).
+func TestMicroBatchIsTheRanksShare(t *testing.T) {
+	t.Parallel()
+	zero := 3
+	p := Profile{Preset: "llama-2-7b", Task: PreTrain, Tokens: 1e9, SequenceLength: 2048, GlobalBatch: 24,
+		Pin: Pin{GPUs: 8, ZeRO: &zero}}
+	res := rank(t, p, Options{InstanceTypes: []string{"p4de.24xlarge"}, Capacity: []string{"on-demand"}, Limit: 1, Explain: true})
+	if len(res.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	if mb := res.Rows[0].Plan.MicroBatch; mb != 3 {
+		t.Fatalf("micro-batch %d, want the rank's share 3 (plan %s)", mb, res.Rows[0].PlanText)
 	}
 }

@@ -36,6 +36,10 @@ type Request struct {
 	// offer ranked, so filter to the GPU it was measured on.
 	MeasuredTFLOPS          float64 `json:"measuredTFLOPS,omitempty"`
 	MeasuredTokensPerSecond float64 `json:"measuredTokensPerSecond,omitempty"`
+	// PricePerGPUHour, when set, replaces every ranked offer's listed price
+	// with this USD rate per GPU-hour (a negotiated rate, owned hardware's
+	// cost, or the price a published cost write-up assumed).
+	PricePerGPUHour float64 `json:"pricePerGPUHour,omitempty"`
 }
 
 // Validate checks the request's own fields and its profile, returning
@@ -91,6 +95,9 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 	if (r.MeasuredTFLOPS > 0 || r.MeasuredTokensPerSecond > 0) && !r.Profile.Task.Training() {
 		fe.Add("measuredTFLOPS", "measured rates apply to training workloads")
 	}
+	if r.PricePerGPUHour < 0 || r.PricePerGPUHour > 1e4 || math.IsNaN(r.PricePerGPUHour) {
+		fe.Add("pricePerGPUHour", "must be between 0 and 10000 USD per GPU-hour (0: the offers' listed prices)")
+	}
 	if r.Limit < -1 {
 		fe.Add("limit", "must be >= -1 (-1 means all)")
 	}
@@ -105,5 +112,6 @@ func (r Request) Options(offers []model.Offer, acc func(string) (catalog.Acceler
 		ReservedTerm: r.ReservedTerm, Deadline: r.Deadline.D(), MaxNodes: r.MaxNodes,
 		Limit: r.Limit, Explain: r.Explain,
 		MeasuredTFLOPS: r.MeasuredTFLOPS, MeasuredTokensPerSecond: r.MeasuredTokensPerSecond,
+		PricePerGPUHour: r.PricePerGPUHour,
 	}
 }

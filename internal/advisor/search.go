@@ -246,7 +246,10 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 }
 
 // growMicroBatch doubles the micro-batch while it fits, up to 8 and the
-// per-rank batch.
+// per-rank batch, then tries the per-rank batch itself: a rank whose share
+// of the global batch is 3 sequences runs them as one micro-batch of 3,
+// not two of 2, which would double its per-micro-batch work (ZeRO-3
+// gathers, pipeline flushes) for nothing.
 func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
 	limit := min(8, int(math.Ceil(float64(w.GlobalBatch)/float64(p.DP))))
 	for p.MicroBatch*2 <= limit {
@@ -254,9 +257,16 @@ func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
 		q.MicroBatch *= 2
 		qm := w.trainingMemory(q, capacity)
 		if qm.total() > capacity {
-			break
+			return p, m
 		}
 		p, m = q, qm
+	}
+	if p.MicroBatch < limit {
+		q := p
+		q.MicroBatch = limit
+		if qm := w.trainingMemory(q, capacity); qm.total() <= capacity {
+			return q, qm
+		}
 	}
 	return p, m
 }

@@ -47,6 +47,7 @@ func timeTerms(t *Timing, training bool) []Term {
 		ts.addSeconds("data-parallel comm per step (exposed)", "total − backward overlap window", t.Exposed)
 		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
 		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
+		ts.addSeconds("steady-state total", "step · steps (what a steps × seconds-per-step projection gives)", t.StepTime*t.Steps)
 		ts.addSeconds("total", "step · steps ÷ goodput (0.68: restarts, checkpoints, evaluation, stalls)", t.Seconds)
 		return ts
 	}
