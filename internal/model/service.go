@@ -27,7 +27,17 @@ const (
 const (
 	AuthPublic = "public" // anyone who reaches the server
 	AuthToken  = "token"  // a gpufleet token with a role in the service's project
+	AuthAPIKey = "apiKey" // a key held in one of the project's sealed secrets
 )
+
+// ServiceKeySecret is the project secret whose value the proxy sends to
+// every replica of the project's services as "Authorization: Bearer KEY"
+// and each replica gets in its environment under the same name, so a
+// replica that checks it (vLLM's --api-key "$GPUFLEET_SERVICE_KEY")
+// answers only the proxy, not another workload that can reach its port.
+// The service manager creates it (32 random bytes, hex) on a project's
+// first service.
+const ServiceKeySecret = "GPUFLEET_SERVICE_KEY"
 
 // MaxServiceSlots bounds max + maxSurge, so port + slot stays a small range.
 const MaxServiceSlots = 256
@@ -93,7 +103,12 @@ type RollingUpdate struct {
 
 // ServiceAuth says who may call the service.
 type ServiceAuth struct {
+	// Mode is token (default), public or apiKey.
 	Mode string `json:"mode,omitempty"`
+	// Secrets, for mode apiKey, name secrets of the service's project
+	// (gpufleet secrets set); a caller presenting any one's value as
+	// "Authorization: Bearer KEY" is let in. Several allow rotating keys.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Service defaults.
@@ -203,8 +218,25 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	}
 	switch s.Auth.Mode {
 	case "", AuthPublic, AuthToken:
+		if len(s.Auth.Secrets) > 0 {
+			fe.Add(p("auth.secrets"), "is only for auth.mode apiKey")
+		}
+	case AuthAPIKey:
+		if len(s.Auth.Secrets) == 0 {
+			fe.Add(p("auth.secrets"), "must name at least one secret of the project holding an API key (gpufleet secrets set PROJECT NAME)")
+		}
+		if len(s.Auth.Secrets) > 16 {
+			fe.Add(p("auth.secrets"), "must name at most 16 secrets")
+		}
+		for i, name := range s.Auth.Secrets {
+			if !secretNameRE.MatchString(name) {
+				fe.Add(fmt.Sprintf("%s[%d]", p("auth.secrets"), i), fmt.Sprintf("%q is not a secret name (letters, digits and _, not starting with a digit)", name))
+			} else if name == ServiceKeySecret {
+				fe.Add(fmt.Sprintf("%s[%d]", p("auth.secrets"), i), ServiceKeySecret+" is the key the proxy gives replicas; name a key of your own")
+			}
+		}
 	default:
-		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use public or token", s.Auth.Mode))
+		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use token, public or apiKey", s.Auth.Mode))
 	}
 	return fe
 }

@@ -69,10 +69,10 @@ var stmtSQL = [numStmts]string{
 		ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, data = excluded.data
 		WHERE excluded.generation >= services.generation`,
 	encode.DeleteService: `DELETE FROM services WHERE name = ?`,
-	markCommit:          `UPDATE store_commits SET seq = ?, at = ? WHERE id = 1`,
-	savepoint:           `SAVEPOINT batch`,
-	releaseSavepoint:    `RELEASE batch`,
-	rollbackToSavepoint: `ROLLBACK TO batch`,
+	markCommit:           `UPDATE store_commits SET seq = ?, at = ? WHERE id = 1`,
+	savepoint:            `SAVEPOINT batch`,
+	releaseSavepoint:     `RELEASE batch`,
+	rollbackToSavepoint:  `ROLLBACK TO batch`,
 }
 
 // statements are the prepared stmtSQL, indexed by stmt.
