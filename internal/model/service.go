@@ -253,7 +253,12 @@ type Service struct {
 	Generation int `json:"generation"`
 	// Trusted is set when an admin applied the service: its replicas are
 	// trusted jobs (Job.Trusted).
-	Trusted   bool      `json:"trusted,omitempty"`
+	Trusted bool `json:"trusted,omitempty"`
+	// Requests and Tokens count what the proxy served since the service
+	// was created (tokens from OpenAI-style usage); the server stores them
+	// every minute, so a restart loses at most a minute's count.
+	Requests  int64     `json:"requests,omitempty"`
+	Tokens    int64     `json:"tokens,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -292,6 +297,15 @@ type ServiceStatus struct {
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	URL      string           `json:"url"`
+	// Cost is what the ledger attributes to the service's replicas (jobs
+	// tagged with it) since it was created, in whole hours of the ledger
+	// from the hour it was created in; CostPerHour what its running
+	// replicas cost now (their share of their nodes' prices, as the ledger
+	// splits them: by GPUs, or by CPUs on a node without GPUs);
+	// CostPerMillionTokens is Cost per million Tokens (0 before any).
+	Cost                 Money `json:"cost"`
+	CostPerHour          Money `json:"costPerHour"`
+	CostPerMillionTokens Money `json:"costPerMillionTokens,omitempty"`
 	// Events are the autoscaler's latest decisions, oldest first.
 	Events []Event `json:"events,omitempty"`
 }

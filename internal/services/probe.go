@@ -13,6 +13,7 @@ type probe struct {
 	job     string
 	url     string
 	timeout time.Duration
+	key     string // the replica key, sent as a bearer token; "" for none
 	ok      bool
 }
 
@@ -20,12 +21,13 @@ type probe struct {
 func (m *Manager) dueProbesLocked(e *entry, now time.Time) []*probe {
 	var out []*probe
 	r := e.svc.Spec.Readiness
+	key := m.replicaKey(e.svc.Project)
 	for _, b := range e.replicas {
 		if b.addr == "" || now.Before(b.nextProbe) || now.Before(b.started.Add(r.InitialDelay.D())) {
 			continue
 		}
 		b.nextProbe = now.Add(r.Period.D())
-		out = append(out, &probe{service: e.svc.Name, job: b.job, url: "http://" + b.addr + r.Path, timeout: r.Timeout.D()})
+		out = append(out, &probe{service: e.svc.Name, job: b.job, url: "http://" + b.addr + r.Path, timeout: r.Timeout.D(), key: key})
 	}
 	return out
 }
@@ -43,6 +45,9 @@ func (m *Manager) runProbes(ctx context.Context, ps []*probe) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, nil)
 			if err != nil {
 				return
+			}
+			if p.key != "" {
+				req.Header.Set("Authorization", "Bearer "+p.key)
 			}
 			resp, err := m.client.Do(req)
 			if err != nil {
