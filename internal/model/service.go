@@ -73,6 +73,11 @@ type ServiceReplicas struct {
 	Min    int `json:"min"`
 	Max    int `json:"max,omitempty"`
 	Target int `json:"target,omitempty"`
+	// OnDemandShare is the share of the desired replicas (rounded up)
+	// that run on on-demand capacity (spot: never) whatever the
+	// template's spot policy; the others follow it (allowed: spot where
+	// there is some, else on-demand). 0 to 1.
+	OnDemandShare float64 `json:"onDemandShare,omitempty"`
 }
 
 // ServiceAutoscaling scales between min and max on the proxy's metrics.
@@ -193,6 +198,9 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 		fe.Add(p("replicas.min"), fmt.Sprintf("must be ≤ replicas.max (%d)", r.Max))
 	case r.Target < 0 || (r.Target > 0 && (r.Target < r.Min || (r.Max > 0 && r.Target > r.Max))):
 		fe.Add(p("replicas.target"), "must lie between replicas.min and replicas.max")
+	}
+	if !(r.OnDemandShare >= 0 && r.OnDemandShare <= 1) {
+		fe.Add(p("replicas.onDemandShare"), "must be 0 to 1 (the share of replicas kept on on-demand capacity)")
 	}
 	if r.Max+s.Update.MaxSurge > MaxServiceSlots {
 		fe.Add(p("replicas.max"), fmt.Sprintf("replicas.max + update.maxSurge must be ≤ %d", MaxServiceSlots))

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -130,14 +131,22 @@ type backend struct {
 	wasReady bool
 	draining time.Time // when it began draining; zero if not
 	// stopped is set once its job was cancelled, so it is asked once.
-	stopped   bool
+	stopped bool
+	// moving is set while the controller stops the replica's attempt
+	// (a spot notice on its node, a preemption): it gets no new requests
+	// and is not counted, so a replacement starts, while its requests in
+	// flight finish within the job's grace period. The job comes back as
+	// a replica where it is placed again.
+	moving bool
+	// onDemand is set when the replica's job never runs on spot.
+	onDemand  bool
 	nextProbe time.Time
 	inFlight  int
 }
 
 func (b *backend) state() string {
 	switch {
-	case !b.draining.IsZero():
+	case !b.draining.IsZero() || b.moving:
 		return model.ReplicaDraining
 	case b.ready:
 		return model.ReplicaReady
@@ -383,7 +392,7 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 	for _, b := range e.replicas {
 		st.InFlight += b.inFlight
 		st.CostPerHour += b.perHour
-		if b.ready && b.draining.IsZero() {
+		if b.ready && b.draining.IsZero() && !b.moving {
 			st.Ready++
 		}
 		st.Replicas = append(st.Replicas, model.ServiceReplica{Job: b.job, Slot: b.slot, Generation: b.gen, State: b.state(),
@@ -513,10 +522,11 @@ func (m *Manager) Reconcile(ctx context.Context) {
 // node is what the Manager needs of a node: the host its replicas listen
 // on, and its price and size, for their cost.
 type node struct {
-	host    string
-	perHour model.Money
-	gpus    int
-	cpu     float64
+	host     string
+	perHour  model.Money
+	gpus     int
+	cpu      float64
+	draining bool // a notice: it takes no new work
 }
 
 // nodes maps node ids to what the Manager needs of them. The host is the
@@ -532,7 +542,8 @@ func (m *Manager) nodes() map[string]node {
 				host = h
 			}
 		}
-		out[n.ID] = node{host: host, perHour: model.FromDollars(n.PricePerHour), gpus: len(n.GPUs), cpu: n.CPU}
+		out[n.ID] = node{host: host, perHour: model.FromDollars(n.PricePerHour), gpus: len(n.GPUs), cpu: n.CPU,
+			draining: n.State == model.NodeDraining}
 	}
 	return out
 }
@@ -566,7 +577,9 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 			e.replicas[j.ID] = b
 		}
 		b.jobState = j.State
+		b.onDemand = j.Spec.Spot == model.SpotNever
 		addr := ""
+		moving := false
 		b.perHour = 0
 		if j.State == model.JobRunning {
 			if as, err := m.cfg.Controller.Attempts(j.ID); err == nil {
@@ -575,7 +588,9 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 						if n, ok := nodes[a.Replicas[0].NodeID]; ok {
 							addr = net.JoinHostPort(n.host, strconv.Itoa(e.svc.Spec.Port+b.slot))
 							b.perHour = n.share(&j.Spec)
+							moving = n.draining
 						}
+						moving = moving || a.Stop
 						if a.StartedAt != nil {
 							b.started = *a.StartedAt
 						}
@@ -587,6 +602,10 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 		if addr != b.addr { // moved (requeued and placed again) or stopped
 			b.addr, b.ready, b.wasReady, b.nextProbe = addr, false, false, time.Time{}
 		}
+		if moving && !b.moving {
+			m.cfg.Log.Info("service replica moving: no new requests", "service", e.svc.Name, "job", j.ID)
+		}
+		b.moving = moving
 	}
 	for id := range e.replicas {
 		if !seen[id] {
@@ -612,7 +631,7 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	inFlight := e.waiting
 	for _, b := range e.replicas {
 		inFlight += b.inFlight
-		if b.ready && b.draining.IsZero() {
+		if b.ready && b.draining.IsZero() && !b.moving {
 			ready++
 		}
 	}
@@ -631,7 +650,11 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	}
 	spec := e.svc.Spec
 	var cur, old []*backend
+	onDemand := 0
 	for _, b := range e.replicas {
+		if b.moving && b.draining.IsZero() {
+			continue // the controller stops it; its job comes back
+		}
 		if !b.draining.IsZero() {
 			if !b.stopped && (b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
 				b.stopped = true
@@ -641,6 +664,9 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 		}
 		if b.gen == e.svc.Generation {
 			cur = append(cur, b)
+			if b.onDemand {
+				onDemand++
+			}
 		} else {
 			old = append(old, b)
 		}
@@ -672,7 +698,12 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 			slot++
 		}
 		used[slot] = true
-		acts = append(acts, action{submit: m.submission(e, slot)})
+		sub := m.submission(e, slot)
+		if want := int(math.Ceil(spec.Replicas.OnDemandShare * float64(e.desired))); onDemand < want {
+			sub.Spec.Spot = model.SpotNever
+			onDemand++
+		}
+		acts = append(acts, action{submit: sub})
 		cur = append(cur, &backend{slot: slot}) // counted until the job appears
 	}
 	minReady := e.desired - spec.Update.MaxUnavailable

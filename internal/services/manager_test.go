@@ -35,11 +35,13 @@ type fakeControl struct {
 	submits int
 	cancels int
 	events  []model.Event
-	t       *testing.T
+	// stopping are jobs whose attempt the controller stops (a notice).
+	stopping map[string]bool
+	t        *testing.T
 }
 
 func newFake(t testing.TB) *fakeControl {
-	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}}
+	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}, stopping: map[string]bool{}}
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -67,10 +69,17 @@ func (f *fakeControl) Submit(_ context.Context, s model.Submission) (*model.Job,
 	reply := s.Spec.Run.Env["REPLY"]
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/slow" {
+		switch r.URL.Path {
+		case "/slow":
 			time.Sleep(50 * time.Millisecond)
+		case "/long": // a stream that lasts 600 ms
+			for range 6 {
+				fmt.Fprintf(w, "data: {}\n\n")
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
-		fmt.Fprintf(w, `{"reply":%q,"path":%q,"body":%q,"auth":%q,"usage":{"total_tokens":7}}`, reply, r.URL.Path, body, r.Header.Get("Authorization"))
+		fmt.Fprintf(w, `{"reply":%q,"job":%q,"path":%q,"body":%q,"auth":%q,"usage":{"total_tokens":7}}`, reply, j.ID, r.URL.Path, body, r.Header.Get("Authorization"))
 	})}
 	go srv.Serve(ln)
 	f.servers[j.ID] = srv
@@ -117,8 +126,9 @@ func (f *fakeControl) crash(id string) {
 func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
 	f.mu.Lock()
 	start := f.jobs[id].SubmittedAt
+	stop := f.stopping[id]
 	f.mu.Unlock()
-	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
+	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
 }
 
 // Nodes is one node with 4 GPUs at $8/hour.
@@ -723,5 +733,94 @@ func TestCostAndUsage(t *testing.T) {
 	}
 	if got, _ := m2.Get("paid"); got.Requests != 3 || got.Tokens != 21 {
 		t.Fatalf("after a reopen: %d requests, %d tokens", got.Requests, got.Tokens)
+	}
+}
+
+// TestNoticeMovesAReplica: when the controller stops a replica's attempt
+// (a spot notice on its node), the replica gets no new request while its
+// stream in flight finishes, and a replacement starts at once.
+func TestNoticeMovesAReplica(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "mover", 2, 2)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{}
+	s.Spec.Replicas.Target = 2
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 ready replicas", func() bool { st, _ := m.Get("mover"); return st.Ready == 2 })
+	// Two streams, one per replica (least outstanding).
+	type answer struct {
+		code int
+		body string
+	}
+	streams := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(srv.URL + "/services/mover/long")
+			if err != nil {
+				streams <- answer{0, err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			streams <- answer{resp.StatusCode, string(b)}
+		}()
+	}
+	waitFor(t, "2 streams in flight", func() bool { st, _ := m.Get("mover"); return st.InFlight == 2 })
+	st, _ := m.Get("mover")
+	moved := st.Replicas[0].Job
+	f.mu.Lock()
+	f.stopping[moved] = true
+	f.mu.Unlock()
+	waitFor(t, "the replica draining", func() bool {
+		st, _ := m.Get("mover")
+		for _, r := range st.Replicas {
+			if r.Job == moved {
+				return r.State == model.ReplicaDraining
+			}
+		}
+		return false
+	})
+	for range 20 {
+		if _, body := get(t, srv.URL+"/services/mover/x"); strings.Contains(body, `"job":"`+moved+`"`) {
+			t.Fatalf("a new request went to the moving replica: %s", body)
+		}
+	}
+	for range 2 {
+		if a := <-streams; a.code != 200 || strings.Count(a.body, "data: ") != 6 {
+			t.Fatalf("a stream in flight: %d %q", a.code, a.body)
+		}
+	}
+	waitFor(t, "a replacement", func() bool {
+		st, _ := m.Get("mover")
+		return st.Ready == 2 && len(st.Replicas) == 3
+	})
+}
+
+// TestOnDemandShare: the share of replicas asked for runs on on-demand
+// capacity; the others keep the template's spot policy.
+func TestOnDemandShare(t *testing.T) {
+	f := newFake(t)
+	m, _, _ := startManager(t, f)
+	s := testService(t, "mixed", 3, 3)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{}
+	s.Spec.Replicas.Target = 3
+	s.Spec.Replicas.OnDemandShare = 0.5
+	s.Spec.Template.Spot = model.SpotAllowed
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 ready replicas", func() bool { st, _ := m.Get("mixed"); return st.Ready == 3 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	count := map[model.SpotPolicy]int{}
+	for _, j := range f.jobs {
+		count[j.Spec.Spot]++
+	}
+	if count[model.SpotNever] != 2 || count[model.SpotAllowed] != 1 {
+		t.Fatalf("spot policies of 3 replicas at onDemandShare 0.5: %v", count)
 	}
 }

@@ -330,7 +330,7 @@ func (m *Manager) acquire(ctx context.Context, service string, tried map[string]
 		}
 		var best *backend
 		for _, b := range e.replicas {
-			if !b.ready || !b.draining.IsZero() || tried[b.job] {
+			if !b.ready || !b.draining.IsZero() || b.moving || tried[b.job] {
 				continue
 			}
 			if best == nil || b.inFlight < best.inFlight || (b.inFlight == best.inFlight && b.slot < best.slot) {
