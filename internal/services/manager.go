@@ -183,6 +183,7 @@ func New(cfg Config) (*Manager, error) {
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	for _, s := range cfg.Stored {
 		m.svcs[s.Name] = newEntry(*s)
+		cfg.Metrics.touch(s.Name)
 	}
 	if len(cfg.Stored) == 0 && cfg.Legacy != "" {
 		if err := m.importLegacy(); err != nil {
@@ -235,6 +236,7 @@ func (m *Manager) importLegacy() error {
 	}
 	for _, s := range list {
 		m.svcs[s.Name] = newEntry(*s)
+		m.cfg.Metrics.touch(s.Name)
 	}
 	if err := os.Rename(m.cfg.Legacy, m.cfg.Legacy+".imported"); err != nil {
 		return fmt.Errorf("importing services: %w", err)
@@ -262,6 +264,7 @@ func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStat
 		s.Generation, s.CreatedAt, s.UpdatedAt = 1, now, now
 		e = newEntry(s)
 		m.svcs[s.Name] = e
+		m.cfg.Metrics.touch(s.Name)
 	} else {
 		same, _ := json.Marshal(e.svc.Spec)
 		next, _ := json.Marshal(s.Spec)
@@ -403,19 +406,24 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 	return st
 }
 
-func (m *Manager) replicaCounts() map[[2]string]int {
+// replicaCounts counts each service's replicas by state and sums what
+// they cost per hour now, for the metrics.
+func (m *Manager) replicaCounts() (map[[2]string]int, map[string]float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[[2]string]int{}
+	out, perHour := map[[2]string]int{}, map[string]float64{}
 	for name, e := range m.svcs {
 		for _, s := range model.ReplicaStates {
 			out[[2]string{name, s}] = 0
 		}
+		var c model.Money
 		for _, b := range e.replicas {
 			out[[2]string{name, b.state()}]++
+			c += b.perHour
 		}
+		perHour[name] = c.Dollars()
 	}
-	return out
+	return out, perHour
 }
 
 // poke wakes the reconciler.
