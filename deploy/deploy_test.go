@@ -185,7 +185,7 @@ func liveNames(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(t.TempDir(), "services.json"), Metrics: svcMetrics})
+	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Metrics: svcMetrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func liveNames(t *testing.T) map[string]bool {
 	}
 	rec = httptest.NewRecorder()
 	svcs.Proxy(rec, httptest.NewRequest(http.MethodGet, "/services/s/", nil), "s", "/", nil)
-	if m := gather(); m["gpufleet_service_requests_total"] == 0 || m["gpufleet_service_replicas"] == 0 {
+	if m := gather(); m["gpufleet_service_requests_total"] == 0 || m["gpufleet_service_replicas"] == 0 || m["gpufleet_service_cost_per_hour_dollars"] == 0 {
 		t.Fatalf("no service series after a request (status %d)", rec.Code)
 	}
 	return names

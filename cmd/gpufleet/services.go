@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 func newServicesCmd(g *globals) *cobra.Command {
@@ -45,7 +47,7 @@ func newServicesApplyCmd(g *globals) *cobra.Command {
     replicas: {min: 0, max: 4}
     autoscaling: {metric: inflight, target: 8, scaleDownWindow: 5m}
     update: {maxSurge: 1, maxUnavailable: 0}
-    auth: {mode: token}       # or public
+    auth: {mode: token}       # or public, or {mode: apiKey, secrets: [LLM_KEY]}
 
 A changed spec rolls the replicas to it; the same spec changes nothing.`,
 		Example: `  gpufleet services apply -f llm.yaml
@@ -93,9 +95,10 @@ func newServicesListCmd(g *globals) *cobra.Command {
 		ss, err := c.Services(ctx)
 		return api.ServiceList{Services: ss}, err
 	}, func(tw *tabwriter.Writer, l api.ServiceList) {
-		row(tw, "NAME", "PROJECT", "READY", "DESIRED", "MIN-MAX", "IN FLIGHT", "REQUESTS", "TOKENS", "URL")
+		row(tw, "NAME", "PROJECT", "READY", "DESIRED", "MIN-MAX", "IN FLIGHT", "REQUESTS", "TOKENS", "$/HOUR", "$/1M TOKENS", "URL")
 		for _, s := range l.Services {
-			row(tw, s.Name, s.Project, s.Ready, s.Desired, fmt.Sprintf("%d-%d", s.Spec.Replicas.Min, s.Spec.Replicas.Max), s.InFlight, s.Requests, s.Tokens, s.URL)
+			row(tw, s.Name, s.Project, s.Ready, s.Desired, fmt.Sprintf("%d-%d", s.Spec.Replicas.Min, s.Spec.Replicas.Max), s.InFlight, s.Requests, s.Tokens,
+				s.CostPerHour.USD(), perMillion(s), s.URL)
 		}
 	})
 }
@@ -103,7 +106,7 @@ func newServicesListCmd(g *globals) *cobra.Command {
 func newServicesGetCmd(g *globals) *cobra.Command {
 	return readCommand(g, &cobra.Command{
 		Use:   "get SERVICE",
-		Short: "Show one service: replicas, traffic and the autoscaler's decisions",
+		Short: "Show one service: replicas, traffic, cost ($/hour, $ per 1M tokens) and the autoscaler's decisions",
 		Example: `  gpufleet services get llm
   gpufleet services get llm -o yaml`,
 		Args: cobra.ExactArgs(1),
@@ -113,13 +116,16 @@ func newServicesGetCmd(g *globals) *cobra.Command {
 		row(tw, "NAME", s.Name)
 		row(tw, "PROJECT", s.Project)
 		row(tw, "URL", s.URL)
-		row(tw, "AUTH", s.Spec.Auth.Mode)
+		row(tw, "AUTH", authOf(s.Spec.Auth))
 		row(tw, "GENERATION", s.Generation)
 		row(tw, "REPLICAS", fmt.Sprintf("%d ready, %d desired (min %d, max %d)", s.Ready, s.Desired, s.Spec.Replicas.Min, s.Spec.Replicas.Max))
 		row(tw, "AUTOSCALING", dash(s.Spec.Autoscaling.Metric))
 		row(tw, "IN FLIGHT", s.InFlight)
 		row(tw, "REQUESTS", s.Requests)
 		row(tw, "TOKENS", s.Tokens)
+		row(tw, "COST NOW", s.CostPerHour.USD()+"/hour")
+		row(tw, "COST", s.Cost.USD()+" since "+s.CreatedAt.Format("2006-01-02 15:04")+" (the ledger)")
+		row(tw, "COST PER 1M TOKENS", perMillion(*s))
 		for _, r := range s.Replicas {
 			row(tw, fmt.Sprintf("REPLICA %d", r.Slot), fmt.Sprintf("%s %s gen %d %s in-flight %d", r.Job, r.State, r.Generation, dash(r.Address), r.InFlight))
 		}
@@ -148,4 +154,21 @@ func newServicesDeleteCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// perMillion is a service's cost per million tokens, or "-" before any
+// token was counted.
+func perMillion(s api.ServiceView) string {
+	if s.Tokens == 0 {
+		return "-"
+	}
+	return s.CostPerMillionTokens.USD()
+}
+
+// authOf says who may call a service.
+func authOf(a model.ServiceAuth) string {
+	if a.Mode == model.AuthAPIKey {
+		return a.Mode + " (" + strings.Join(a.Secrets, ", ") + ")"
+	}
+	return a.Mode
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,6 +121,27 @@ spec:
 	if job.Spec.Run.Env["PORT"] != strconv.Itoa(port) || job.Tags["gpufleet.dev/service"] != "echo" {
 		t.Fatalf("replica job: env %v tags %v", job.Spec.Run.Env, job.Tags)
 	}
+	// Any process on the node can reach the replica's port; one that does
+	// not hold the project's replica key (the proxy sends it, the replica
+	// checks it as vLLM's --api-key does) is refused. The key is a sealed
+	// secret named by the job, never in its spec.
+	for _, hdr := range []string{"", "Bearer guess"} {
+		req, _ := http.NewRequest("POST", "http://"+v.Replicas[0].Address+"/v1/completions", strings.NewReader(`{"prompt":"direct"}`))
+		if hdr != "" {
+			req.Header.Set("Authorization", hdr)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
+		}
+	}
+	if _, inEnv := job.Spec.Run.Env["GPUFLEET_SERVICE_KEY"]; inEnv || !slices.Contains(job.Spec.Run.Secrets, "GPUFLEET_SERVICE_KEY") {
+		t.Fatalf("replica job: secrets %v, env %v", job.Spec.Run.Secrets, job.Spec.Run.Env)
+	}
 	if list := s.gpufleet("services", "list"); !strings.Contains(list, "echo") || !strings.Contains(list, "/services/echo/") {
 		t.Fatalf("list:\n%s", list)
 	}
@@ -227,6 +249,15 @@ spec:
 		t.Fatalf("after the update: %s", body)
 	}
 	waitService("scaled back to 0", func(v api.ServiceView) bool { return v.Desired == 0 && len(v.Replicas) == 0 })
+
+	// The service is in the store: a server killed with SIGKILL and
+	// started again on its data dir has it, at its generation.
+	s.kill()
+	s = startServer(t, s.dataDir, freePort(t))
+	base = "http://" + s.listen + "/services/echo"
+	if v := get(); v.Name != "echo" || v.Generation != 2 || v.Spec.Port != port {
+		t.Fatalf("after a restart: %+v", v.Service)
+	}
 
 	s.gpufleet("services", "delete", "echo")
 	s.waitJob(job.ID, func(v api.JobView) bool { return v.State.Terminal() }, "cancelled with its service")

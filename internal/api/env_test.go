@@ -133,7 +133,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	}
 	// Services are kept but not reconciled (no Run): the API tests
 	// check their access and validation, not their replicas.
-	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(dir, "services.json")})
+	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Stored: ctrl.StoredServices(), Keys: ctrl.Vault()})
 	if err != nil {
 		tb.Fatal(err)
 	}

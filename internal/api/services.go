@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
@@ -101,6 +102,11 @@ func (s *Server) applyService(w http.ResponseWriter, r *http.Request) {
 	}
 	st, created, err := s.cfg.Services.Apply(r.Context(), model.Service{Name: m.Metadata.Name, Project: project,
 		User: caller(r).Subject, Tags: m.Metadata.Tags, Spec: m.Spec, Trusted: admin})
+	var fe model.FieldErrors
+	if errors.As(err, &fe) {
+		writeProblem(w, r, http.StatusBadRequest, "the service is invalid; fix the fields below", fe)
+		return
+	}
 	if err != nil {
 		writeProblem(w, r, statusOf(err), err.Error(), nil)
 		return
@@ -170,8 +176,12 @@ func (s *Server) deleteService(w http.ResponseWriter, r *http.Request) {
 }
 
 // proxyService serves /services/{name}/… : public services to anyone,
-// token services to bearer tokens with a role in the service's project.
-// Dashboard sessions are not accepted here (a page could ride them).
+// apiKey services to their keys (checked by the services manager), token
+// services to user tokens with a role in the service's project; a valid
+// token without one gets 404, as the API answers for a service it may not
+// see. Job and node tokens are refused (a workload's own token does not
+// open its project's services), and so are dashboard sessions (a page
+// could ride them).
 func (s *Server) proxyService(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Services == nil {
 		writeProblem(w, r, http.StatusNotImplemented, "this server runs no services", nil)
@@ -191,6 +201,6 @@ func (s *Server) proxyService(w http.ResponseWriter, r *http.Request) {
 		if _, global := s.cfg.Roles.Roles(tok); global || roleAtLeast(s.cfg.Roles.RoleIn(tok, project), model.RoleViewer) {
 			return 0
 		}
-		return http.StatusForbidden
+		return http.StatusNotFound
 	})
 }

@@ -20,8 +20,10 @@ func projectService(name, project, auth string) []byte {
 }
 
 // TestServicesAreProjectScoped: a tenant sees, changes and calls only the
-// services of projects it holds a role in; a public service anyone may
-// call; a bad manifest names its fields.
+// services of projects it holds a role in (a private service of another
+// project answers 404 through the proxy as in the API); a public service
+// anyone may call; an apiKey service only its keys; a bad manifest names
+// its fields.
 func TestServicesAreProjectScoped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envConfig{})
@@ -59,8 +61,17 @@ func TestServicesAreProjectScoped(t *testing.T) {
 		r := e.do(t, req{Method: "GET", Path: path, Token: token})
 		return r.Status
 	}
-	if got := call("/services/priv-a/v1/models", bob); got != http.StatusForbidden {
+	// To bob, a's private service does not exist, as in the API; his token
+	// is valid, so this is not a 401.
+	if got := call("/services/priv-a/v1/models", bob); got != http.StatusNotFound {
 		t.Fatalf("bob calls a's private service: %d", got)
+	}
+	if r := e.do(t, req{Method: "GET", Path: "/services/priv-a/v1/models", Token: bob}); strings.Contains(string(r.Body), `project a`) {
+		t.Fatalf("the refusal names the service's project: %s", r.Body)
+	}
+	_, agent := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-x"})
+	if got := call("/services/priv-a/v1/models", agent); got != http.StatusUnauthorized {
+		t.Fatalf("an agent token calls a private service: %d", got)
 	}
 	if got := call("/services/priv-a/v1/models", ""); got != http.StatusUnauthorized {
 		t.Fatalf("no token calls a private service: %d", got)
@@ -71,6 +82,34 @@ func TestServicesAreProjectScoped(t *testing.T) {
 	}
 	if got := call("/services/pub-a/v1/models", ""); got != http.StatusServiceUnavailable {
 		t.Fatalf("anyone calls a public service: %d", got)
+	}
+
+	// apiKey: the key is a secret of the project; a gpufleet token, even
+	// an admin's, is not a key; the secret must exist when applied.
+	keyed := []byte(strings.Replace(string(projectService("keyed-a", "a", "apiKey")), `"mode": "apiKey"`, `"mode": "apiKey", "secrets": ["LLM_KEY"]`, 1))
+	if r := e.do(t, req{Method: "POST", Path: "/v1/services", Body: keyed, Token: e.admin}); r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "spec.auth.secrets[0]") {
+		t.Fatalf("apply naming a missing secret: %d %s", r.Status, r.Body)
+	}
+	if r := e.do(t, req{Method: "PUT", Path: "/v1/projects/a/secrets/LLM_KEY", Body: []byte(`{"value": "sk-a-1"}`), Token: e.admin}); r.Status != http.StatusOK {
+		t.Fatalf("put secret: %d %s", r.Status, r.Body)
+	}
+	if r := e.do(t, req{Method: "POST", Path: "/v1/services", Body: keyed, Token: e.admin}); r.Status != http.StatusCreated {
+		t.Fatalf("apply: %d %s", r.Status, r.Body)
+	}
+	for _, c := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {e.admin, 401}, {ann, 401}, {"sk-a-2", 401}, {"sk-a-1", 503}} {
+		if got := call("/services/keyed-a/v1/models", c.token); got != c.want {
+			t.Errorf("apiKey service with %.8q…: %d, want %d", c.token, got, c.want)
+		}
+	}
+	// Applying a's services made a's replica key; users cannot write it.
+	if r := e.do(t, req{Method: "GET", Path: "/v1/projects/a/secrets", Token: e.admin}); !strings.Contains(string(r.Body), model.ServiceKeySecret) {
+		t.Fatalf("no replica key in project a: %s", r.Body)
+	}
+	if r := e.do(t, req{Method: "PUT", Path: "/v1/projects/a/secrets/" + model.ServiceKeySecret, Body: []byte(`{"value": "mine"}`), Token: e.admin}); r.Status != http.StatusBadRequest {
+		t.Fatalf("a user wrote the replica key: %d %s", r.Status, r.Body)
 	}
 
 	r := e.do(t, req{Method: "POST", Path: "/v1/services", Token: e.admin, Body: []byte(`{"apiVersion": "gpufleet.dev/v1", "kind": "Service",

@@ -199,6 +199,10 @@ type Controller struct {
 	// outbox is the webhook outbox (package notify; its own lock).
 	outbox *notify.Outbox
 
+	// services are the services loaded with the state, handed once to
+	// the services manager (package services), which owns them.
+	services []*model.Service
+
 	kick      chan struct{}
 	fatalOnce sync.Once
 	stopCom   context.CancelFunc
@@ -270,6 +274,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		c.idem[idemKey{r.Subject, r.Key}] = r
 	}
 	c.loadCost(dump)
+	c.services = dump.Services
 	c.outbox = c.newOutbox(dump.Notifications)
 	c.loadUnavailable(dump.Meta)
 	c.loadRetired(dump.Meta)

@@ -40,4 +40,11 @@
 // tokens are revoked in the batch that ends it, and a submission's audit
 // entry is chained while the job's batch is submitted (auditlog.Chain), so
 // each is one commit with the change it belongs to.
+//
+// The services manager (package services, outside this one) owns the
+// services the store held at start (StoredServices) and writes them
+// through the same committer (Committer), so they are fenced and ordered
+// like every other change. It calls the controller and the vault (its
+// replica keys, the API keys of its services) only without its own lock
+// held.
 package controller

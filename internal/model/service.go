@@ -27,7 +27,17 @@ const (
 const (
 	AuthPublic = "public" // anyone who reaches the server
 	AuthToken  = "token"  // a gpufleet token with a role in the service's project
+	AuthAPIKey = "apiKey" // a key held in one of the project's sealed secrets
 )
+
+// ServiceKeySecret is the project secret whose value the proxy sends to
+// every replica of the project's services as "Authorization: Bearer KEY"
+// and each replica gets in its environment under the same name, so a
+// replica that checks it (vLLM's --api-key "$GPUFLEET_SERVICE_KEY")
+// answers only the proxy, not another workload that can reach its port.
+// The service manager creates it (32 random bytes, hex) on a project's
+// first service.
+const ServiceKeySecret = "GPUFLEET_SERVICE_KEY"
 
 // MaxServiceSlots bounds max + maxSurge, so port + slot stays a small range.
 const MaxServiceSlots = 256
@@ -63,6 +73,11 @@ type ServiceReplicas struct {
 	Min    int `json:"min"`
 	Max    int `json:"max,omitempty"`
 	Target int `json:"target,omitempty"`
+	// OnDemandShare is the share of the desired replicas (rounded up)
+	// that run on on-demand capacity (spot: never) whatever the
+	// template's spot policy; the others follow it (allowed: spot where
+	// there is some, else on-demand). 0 to 1.
+	OnDemandShare float64 `json:"onDemandShare,omitempty"`
 }
 
 // ServiceAutoscaling scales between min and max on the proxy's metrics.
@@ -93,7 +108,12 @@ type RollingUpdate struct {
 
 // ServiceAuth says who may call the service.
 type ServiceAuth struct {
+	// Mode is token (default), public or apiKey.
 	Mode string `json:"mode,omitempty"`
+	// Secrets, for mode apiKey, name secrets of the service's project
+	// (gpufleet secrets set); a caller presenting any one's value as
+	// "Authorization: Bearer KEY" is let in. Several allow rotating keys.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Service defaults.
@@ -179,6 +199,9 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	case r.Target < 0 || (r.Target > 0 && (r.Target < r.Min || (r.Max > 0 && r.Target > r.Max))):
 		fe.Add(p("replicas.target"), "must lie between replicas.min and replicas.max")
 	}
+	if !(r.OnDemandShare >= 0 && r.OnDemandShare <= 1) {
+		fe.Add(p("replicas.onDemandShare"), "must be 0 to 1 (the share of replicas kept on on-demand capacity)")
+	}
 	if r.Max+s.Update.MaxSurge > MaxServiceSlots {
 		fe.Add(p("replicas.max"), fmt.Sprintf("replicas.max + update.maxSurge must be ≤ %d", MaxServiceSlots))
 	}
@@ -203,8 +226,25 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	}
 	switch s.Auth.Mode {
 	case "", AuthPublic, AuthToken:
+		if len(s.Auth.Secrets) > 0 {
+			fe.Add(p("auth.secrets"), "is only for auth.mode apiKey")
+		}
+	case AuthAPIKey:
+		if len(s.Auth.Secrets) == 0 {
+			fe.Add(p("auth.secrets"), "must name at least one secret of the project holding an API key (gpufleet secrets set PROJECT NAME)")
+		}
+		if len(s.Auth.Secrets) > 16 {
+			fe.Add(p("auth.secrets"), "must name at most 16 secrets")
+		}
+		for i, name := range s.Auth.Secrets {
+			if !secretNameRE.MatchString(name) {
+				fe.Add(fmt.Sprintf("%s[%d]", p("auth.secrets"), i), fmt.Sprintf("%q is not a secret name (letters, digits and _, not starting with a digit)", name))
+			} else if name == ServiceKeySecret {
+				fe.Add(fmt.Sprintf("%s[%d]", p("auth.secrets"), i), ServiceKeySecret+" is the key the proxy gives replicas; name a key of your own")
+			}
+		}
 	default:
-		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use public or token", s.Auth.Mode))
+		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use token, public or apiKey", s.Auth.Mode))
 	}
 	return fe
 }
@@ -221,7 +261,12 @@ type Service struct {
 	Generation int `json:"generation"`
 	// Trusted is set when an admin applied the service: its replicas are
 	// trusted jobs (Job.Trusted).
-	Trusted   bool      `json:"trusted,omitempty"`
+	Trusted bool `json:"trusted,omitempty"`
+	// Requests and Tokens count what the proxy served since the service
+	// was created (tokens from OpenAI-style usage); the server stores them
+	// every minute, so a restart loses at most a minute's count.
+	Requests  int64     `json:"requests,omitempty"`
+	Tokens    int64     `json:"tokens,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -260,6 +305,15 @@ type ServiceStatus struct {
 	Requests int64            `json:"requests"`
 	Tokens   int64            `json:"tokens"`
 	URL      string           `json:"url"`
+	// Cost is what the ledger attributes to the service's replicas (jobs
+	// tagged with it) since it was created, in whole hours of the ledger
+	// from the hour it was created in; CostPerHour what its running
+	// replicas cost now (their share of their nodes' prices, as the ledger
+	// splits them: by GPUs, or by CPUs on a node without GPUs);
+	// CostPerMillionTokens is Cost per million Tokens (0 before any).
+	Cost                 Money `json:"cost"`
+	CostPerHour          Money `json:"costPerHour"`
+	CostPerMillionTokens Money `json:"costPerMillionTokens,omitempty"`
 	// Events are the autoscaler's latest decisions, oldest first.
 	Events []Event `json:"events,omitempty"`
 }

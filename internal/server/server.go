@@ -531,7 +531,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	svcs, err := services.New(services.Config{Controller: ctrl, Path: filepath.Join(c.DataDir, "services.json"),
+	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Stored: ctrl.StoredServices(),
+		Legacy: filepath.Join(c.DataDir, "services.json"), Keys: ctrl.Vault(), Cost: serviceCost(ctrl),
 		Log: log.With("component", "services"), Metrics: svcMetrics, StripCookies: []string{web.SessionCookie, web.CSRFCookie}})
 	if err != nil {
 		return err
@@ -816,5 +817,14 @@ func poolsChanged(fs ...func([]*model.NodePool, time.Time)) func([]*model.NodePo
 		for _, f := range fs {
 			f(pools, now)
 		}
+	}
+}
+
+// serviceCost is what the ledger attributes to the work in scope from
+// from to to: a service's replicas (services.Config.Cost).
+func serviceCost(ctrl *controller.Controller) func(model.BudgetScope, time.Time, time.Time) (model.Money, error) {
+	return func(scope model.BudgetScope, from, to time.Time) (model.Money, error) {
+		rep, err := ctrl.CostReport(cost.Query{From: from, To: to, Scope: &scope, Idle: cost.IdleHidden})
+		return rep.Total, err
 	}
 }

@@ -15,10 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // Controller is what the Manager needs of the control plane.
@@ -39,11 +40,32 @@ type Controller interface {
 	RecordEvent(ctx context.Context, ev model.Event) error
 }
 
+// Keys are the project secrets the Manager reads and makes: API keys of
+// apiKey services, and each project's replica key (the vault).
+type Keys interface {
+	// ServiceKey returns project's replica key (model.ServiceKeySecret),
+	// creating it durably when there is none.
+	ServiceKey(ctx context.Context, project string) (string, error)
+	// Value returns the opened value of project's secret name.
+	Value(project, name string) (value string, held, opened bool)
+}
+
 // Config configures a Manager.
 type Config struct {
 	Controller Controller // required
-	// Path is the JSON file the services are kept in (in the data dir).
-	Path  string // required
+	// Committer makes changes to services durable (the store the
+	// controller shares); Stored are the services it loaded.
+	Committer store.Committer // required
+	Stored    []*model.Service
+	// Legacy is a services.json an older server kept services in: when
+	// the store holds none, its services are imported into the store and
+	// the file is renamed to Legacy + ".imported". Empty: none.
+	Legacy string
+	// Keys, when set, gives replicas the project's replica key (in their
+	// environment, and on every request the proxy and probes send them)
+	// and checks the API keys of apiKey services; nil: neither (apiKey
+	// services refuse every request).
+	Keys  Keys
 	Clock clock.Clock
 	Log   *slog.Logger
 	// Interval is how often replicas are reconciled (500 ms).
@@ -56,6 +78,12 @@ type Config struct {
 	StripCookies []string
 	// Metrics receives the proxy's series; nil records none.
 	Metrics *Metrics
+	// Cost, when set, is the ledger's cost of the work in scope from
+	// from to now (the controller's cost report).
+	Cost func(scope model.BudgetScope, from, to time.Time) (model.Money, error)
+	// UsageEvery is how often changed request and token counts are
+	// stored (1 minute).
+	UsageEvery time.Duration
 }
 
 // Manager keeps services and their replicas. It is safe for concurrent use.
@@ -83,7 +111,9 @@ type entry struct {
 	rate     rateMeter
 	requests int64
 	tokens   int64
-	events   []model.Event // the latest decisions, newest last
+	// storedUsage is when requests and tokens were last stored.
+	storedUsage time.Time
+	events      []model.Event // the latest decisions, newest last
 }
 
 // backend is one replica.
@@ -93,19 +123,30 @@ type backend struct {
 	gen      int
 	jobState model.JobState
 	addr     string // host:port once running
+	// perHour is what the replica costs now: its share of its node's
+	// price (0 until it runs).
+	perHour  model.Money
 	started  time.Time
 	ready    bool
 	wasReady bool
 	draining time.Time // when it began draining; zero if not
 	// stopped is set once its job was cancelled, so it is asked once.
-	stopped   bool
+	stopped bool
+	// moving is set while the controller stops the replica's attempt
+	// (a spot notice on its node, a preemption): it gets no new requests
+	// and is not counted, so a replacement starts, while its requests in
+	// flight finish within the job's grace period. The job comes back as
+	// a replica where it is placed again.
+	moving bool
+	// onDemand is set when the replica's job never runs on spot.
+	onDemand  bool
 	nextProbe time.Time
 	inFlight  int
 }
 
 func (b *backend) state() string {
 	switch {
-	case !b.draining.IsZero():
+	case !b.draining.IsZero() || b.moving:
 		return model.ReplicaDraining
 	case b.ready:
 		return model.ReplicaReady
@@ -117,10 +158,11 @@ func (b *backend) state() string {
 	return model.ReplicaPending
 }
 
-// New loads the services kept at cfg.Path.
+// New starts from the stored services (importing Legacy when there are
+// none).
 func New(cfg Config) (*Manager, error) {
-	if cfg.Controller == nil || cfg.Path == "" {
-		return nil, errors.New("services: Controller and Path are required")
+	if cfg.Controller == nil || cfg.Committer == nil {
+		return nil, errors.New("services: Controller and Committer are required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -134,19 +176,18 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 30 * time.Second
 	}
+	if cfg.UsageEvery == 0 {
+		cfg.UsageEvery = time.Minute
+	}
 	m := &Manager{cfg: cfg, svcs: map[string]*entry{}, wake: make(chan struct{}, 1),
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
-	data, err := os.ReadFile(cfg.Path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading services: %w", err)
+	for _, s := range cfg.Stored {
+		m.svcs[s.Name] = newEntry(*s)
+		cfg.Metrics.touch(s.Name)
 	}
-	if len(data) > 0 {
-		var list []model.Service
-		if err := json.Unmarshal(data, &list); err != nil {
-			return nil, fmt.Errorf("reading services from %s: %w", cfg.Path, err)
-		}
-		for _, s := range list {
-			m.svcs[s.Name] = newEntry(s)
+	if len(cfg.Stored) == 0 && cfg.Legacy != "" {
+		if err := m.importLegacy(); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Metrics != nil {
@@ -156,44 +197,51 @@ func New(cfg Config) (*Manager, error) {
 }
 
 func newEntry(s model.Service) *entry {
-	return &entry{svc: s, scaler: NewAutoscaler(s.Spec), replicas: map[string]*backend{}, changed: make(chan struct{})}
+	return &entry{svc: s, scaler: NewAutoscaler(s.Spec), replicas: map[string]*backend{}, changed: make(chan struct{}),
+		requests: s.Requests, tokens: s.Tokens}
 }
 
-// save writes every service to the file, durably: a temporary file synced
-// and renamed over the old one, then the folder synced. Called with m.mu
-// held, so saves reach the disk in the order the changes reached memory.
-func (m *Manager) saveLocked() error {
-	list := make([]model.Service, 0, len(m.svcs))
-	for _, e := range m.svcs {
-		list = append(list, e.svc)
+// saveUsageLocked stores e's request and token counts when they changed
+// and were last stored UsageEvery ago (or force); it does not wait.
+func (m *Manager) saveUsageLocked(e *entry, now time.Time, force bool) {
+	if e.requests == e.svc.Requests && e.tokens == e.svc.Tokens {
+		return
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	data, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
+	if !force && now.Sub(e.storedUsage) < m.cfg.UsageEvery {
+		return
 	}
-	tmp := m.cfg.Path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("saving services: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, m.cfg.Path)
+	e.svc.Requests, e.svc.Tokens, e.storedUsage = e.requests, e.tokens, now
+	stored := e.svc
+	m.cfg.Committer.Commit(&store.Batch{Services: []*model.Service{&stored}})
+}
+
+// importLegacy moves the services of an older server's services.json into
+// the store, then renames the file, so it is read once.
+func (m *Manager) importLegacy() error {
+	data, err := os.ReadFile(m.cfg.Legacy)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("saving services: %w", err)
+		return fmt.Errorf("reading services: %w", err)
 	}
-	if d, err := os.Open(filepath.Dir(m.cfg.Path)); err == nil {
-		_ = d.Sync()
-		d.Close()
+	var list []*model.Service
+	if err := json.Unmarshal(data, &list); err != nil {
+		return fmt.Errorf("reading services from %s: %w", m.cfg.Legacy, err)
 	}
+	if len(list) > 0 {
+		if err := m.cfg.Committer.Commit(&store.Batch{Services: list})(context.Background()); err != nil {
+			return fmt.Errorf("importing services from %s: %w", m.cfg.Legacy, err)
+		}
+	}
+	for _, s := range list {
+		m.svcs[s.Name] = newEntry(*s)
+		m.cfg.Metrics.touch(s.Name)
+	}
+	if err := os.Rename(m.cfg.Legacy, m.cfg.Legacy+".imported"); err != nil {
+		return fmt.Errorf("importing services: %w", err)
+	}
+	m.cfg.Log.Info("imported services into the store", "from", m.cfg.Legacy, "services", len(list))
 	return nil
 }
 
@@ -201,22 +249,27 @@ func (m *Manager) saveLocked() error {
 // generation, which a rolling update brings every replica to. It returns
 // the service as stored and whether it is new. A service of the same name
 // in another project is a conflict.
-func (m *Manager) Apply(_ context.Context, s model.Service) (model.ServiceStatus, bool, error) {
+func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStatus, bool, error) {
+	if err := m.checkKeys(ctx, s); err != nil {
+		return model.ServiceStatus{}, false, err
+	}
 	now := m.cfg.Clock.Now()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	e, ok := m.svcs[s.Name]
 	if ok && e.svc.Project != s.Project {
+		m.mu.Unlock()
 		return model.ServiceStatus{}, false, fmt.Errorf("service %s belongs to project %s: %w", s.Name, e.svc.Project, model.ErrConflict)
 	}
 	if !ok {
 		s.Generation, s.CreatedAt, s.UpdatedAt = 1, now, now
 		e = newEntry(s)
 		m.svcs[s.Name] = e
+		m.cfg.Metrics.touch(s.Name)
 	} else {
 		same, _ := json.Marshal(e.svc.Spec)
 		next, _ := json.Marshal(s.Spec)
 		s.CreatedAt, s.Generation, s.UpdatedAt = e.svc.CreatedAt, e.svc.Generation, e.svc.UpdatedAt
+		s.Requests, s.Tokens = e.requests, e.tokens
 		if string(same) != string(next) || e.svc.Trusted != s.Trusted {
 			s.Generation++
 			s.UpdatedAt = now
@@ -230,51 +283,109 @@ func (m *Manager) Apply(_ context.Context, s model.Service) (model.ServiceStatus
 			}
 		}
 	}
-	if err := m.saveLocked(); err != nil {
-		return model.ServiceStatus{}, false, err
+	stored := e.svc
+	wait := m.cfg.Committer.Commit(&store.Batch{Services: []*model.Service{&stored}})
+	st := m.statusLocked(e)
+	m.mu.Unlock()
+	if err := wait(ctx); err != nil {
+		return model.ServiceStatus{}, false, fmt.Errorf("recording service %s: %w", s.Name, err)
 	}
 	m.poke()
-	return m.statusLocked(e), !ok, nil
+	return st, !ok, nil
+}
+
+// checkKeys makes sure the project of s has its replica key, and that the
+// secrets an apiKey service names exist, so a bad name is refused when the
+// service is applied rather than on every call.
+func (m *Manager) checkKeys(ctx context.Context, s model.Service) error {
+	if m.cfg.Keys == nil {
+		return nil
+	}
+	var fe model.FieldErrors
+	for i, name := range s.Spec.Auth.Secrets {
+		if _, held, _ := m.cfg.Keys.Value(s.Project, name); !held {
+			fe.Add(fmt.Sprintf("spec.auth.secrets[%d]", i), fmt.Sprintf("project %s has no secret %q (gpufleet secrets set %s %s)", s.Project, name, s.Project, name))
+		}
+	}
+	if len(fe) > 0 {
+		return fe
+	}
+	if _, err := m.cfg.Keys.ServiceKey(ctx, s.Project); err != nil {
+		return fmt.Errorf("making the replica key of project %s: %w", s.Project, err)
+	}
+	return nil
 }
 
 // Delete removes a service; its replicas are cancelled by the next
 // reconciliation.
-func (m *Manager) Delete(_ context.Context, name string) error {
+func (m *Manager) Delete(ctx context.Context, name string) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if _, ok := m.svcs[name]; !ok {
+		m.mu.Unlock()
 		return fmt.Errorf("service %s: %w", name, model.ErrNotFound)
 	}
 	delete(m.svcs, name)
-	if err := m.saveLocked(); err != nil {
-		return err
+	wait := m.cfg.Committer.Commit(&store.Batch{DeleteServices: []string{name}})
+	m.mu.Unlock()
+	if err := wait(ctx); err != nil {
+		return fmt.Errorf("recording the deletion of service %s: %w", name, err)
 	}
 	m.poke()
 	return nil
 }
 
-// Get returns one service with its replicas.
+// Get returns one service with its replicas and cost.
 func (m *Manager) Get(name string) (model.ServiceStatus, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	e, ok := m.svcs[name]
 	if !ok {
+		m.mu.Unlock()
 		return model.ServiceStatus{}, fmt.Errorf("service %s: %w", name, model.ErrNotFound)
 	}
-	return m.statusLocked(e), nil
+	st := m.statusLocked(e)
+	m.mu.Unlock()
+	m.addCost(&st)
+	return st, nil
+}
+
+// addCost fills st's cost from the ledger (without the Manager's lock: the
+// report takes the controller's).
+func (m *Manager) addCost(st *model.ServiceStatus) {
+	now := m.cfg.Clock.Now()
+	if m.cfg.Cost == nil || !now.After(st.CreatedAt) {
+		return
+	}
+	c, err := m.cfg.Cost(ServiceScope(st.Service), st.CreatedAt, now)
+	if err != nil {
+		m.cfg.Log.Warn("reading a service's cost", "service", st.Name, "err", err)
+		return
+	}
+	st.Cost = c
+	if st.Tokens > 0 {
+		st.CostPerMillionTokens = model.Money(float64(c) * 1e6 / float64(st.Tokens))
+	}
+}
+
+// ServiceScope is the budget and cost scope of s's replicas: its project's
+// jobs tagged with it.
+func ServiceScope(s model.Service) model.BudgetScope {
+	return model.BudgetScope{Project: s.Project, Tags: map[string]string{model.TagService: s.Name}}
 }
 
 // List returns the services of projects (nil: every project), by name.
 func (m *Manager) List(projects map[string]bool) []model.ServiceStatus {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := []model.ServiceStatus{}
 	for _, e := range m.svcs {
 		if projects == nil || projects[e.svc.Project] {
 			out = append(out, m.statusLocked(e))
 		}
 	}
+	m.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for i := range out {
+		m.addCost(&out[i])
+	}
 	return out
 }
 
@@ -283,7 +394,8 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 		URL: "/services/" + e.svc.Name + "/", Replicas: []model.ServiceReplica{}, Events: slices.Clone(e.events)}
 	for _, b := range e.replicas {
 		st.InFlight += b.inFlight
-		if b.ready && b.draining.IsZero() {
+		st.CostPerHour += b.perHour
+		if b.ready && b.draining.IsZero() && !b.moving {
 			st.Ready++
 		}
 		st.Replicas = append(st.Replicas, model.ServiceReplica{Job: b.job, Slot: b.slot, Generation: b.gen, State: b.state(),
@@ -294,19 +406,24 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 	return st
 }
 
-func (m *Manager) replicaCounts() map[[2]string]int {
+// replicaCounts counts each service's replicas by state and sums what
+// they cost per hour now, for the metrics.
+func (m *Manager) replicaCounts() (map[[2]string]int, map[string]float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[[2]string]int{}
+	out, perHour := map[[2]string]int{}, map[string]float64{}
 	for name, e := range m.svcs {
 		for _, s := range model.ReplicaStates {
 			out[[2]string{name, s}] = 0
 		}
+		var c model.Money
 		for _, b := range e.replicas {
 			out[[2]string{name, b.state()}]++
+			c += b.perHour
 		}
+		perHour[name] = c.Dollars()
 	}
-	return out
+	return out, perHour
 }
 
 // poke wakes the reconciler.
@@ -354,7 +471,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			byService[name] = append(byService[name], j)
 		}
 	}
-	addrs := m.nodeAddrs()
+	nodes := m.nodes()
 	m.mu.Lock()
 	var acts []action
 	for name, js := range byService {
@@ -370,7 +487,8 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	now := m.cfg.Clock.Now()
 	var probes []*probe
 	for name, e := range m.svcs {
-		m.syncReplicasLocked(e, byService[name], addrs)
+		m.syncReplicasLocked(e, byService[name], nodes)
+		m.saveUsageLocked(e, now, false)
 		probes = append(probes, m.dueProbesLocked(e, now)...)
 	}
 	m.mu.Unlock()
@@ -388,6 +506,12 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	for _, a := range acts {
 		switch {
 		case a.submit != nil:
+			if m.cfg.Keys != nil {
+				if _, err := m.cfg.Keys.ServiceKey(ctx, a.submit.Project); err != nil {
+					m.cfg.Log.Warn("a service replica waits for its project's replica key", "service", a.submit.Tags[model.TagService], "err", err)
+					continue
+				}
+			}
 			if _, _, err := m.cfg.Controller.Submit(ctx, *a.submit); err != nil {
 				m.cfg.Log.Warn("submitting a service replica", "service", a.submit.Tags[model.TagService], "err", err)
 			}
@@ -403,11 +527,21 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	}
 }
 
-// nodeAddrs maps node ids to the host their replicas listen on: the
+// node is what the Manager needs of a node: the host its replicas listen
+// on, and its price and size, for their cost.
+type node struct {
+	host     string
+	perHour  model.Money
+	gpus     int
+	cpu      float64
+	draining bool // a notice: it takes no new work
+}
+
+// nodes maps node ids to what the Manager needs of them. The host is the
 // node's gpufleet.dev/address label, else loopback (the local node, the
 // simulated ones: they run on this machine).
-func (m *Manager) nodeAddrs() map[string]string {
-	out := map[string]string{}
+func (m *Manager) nodes() map[string]node {
+	out := map[string]node{}
 	for _, n := range m.cfg.Controller.Nodes() {
 		host := "127.0.0.1"
 		if a := n.Labels["gpufleet.dev/address"]; a != "" {
@@ -416,14 +550,27 @@ func (m *Manager) nodeAddrs() map[string]string {
 				host = h
 			}
 		}
-		out[n.ID] = host
+		out[n.ID] = node{host: host, perHour: model.FromDollars(n.PricePerHour), gpus: len(n.GPUs), cpu: n.CPU,
+			draining: n.State == model.NodeDraining}
 	}
 	return out
 }
 
+// share is what a replica of spec costs per hour on n: its GPUs' share of
+// the node's price, or its CPUs' on a node without GPUs.
+func (n node) share(spec *model.JobSpec) model.Money {
+	switch {
+	case n.gpus > 0:
+		return model.Money(float64(n.perHour) * min(spec.Resources.GPUs/float64(n.gpus), 1))
+	case n.cpu > 0:
+		return model.Money(float64(n.perHour) * min(spec.Resources.CPU/n.cpu, 1))
+	}
+	return 0
+}
+
 // syncReplicasLocked updates e's replicas from the live jobs of the
 // service.
-func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, addrs map[string]string) {
+func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[string]node) {
 	seen := map[string]bool{}
 	for _, j := range jobs {
 		if j.Project != e.svc.Project {
@@ -438,14 +585,20 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, addrs map[stri
 			e.replicas[j.ID] = b
 		}
 		b.jobState = j.State
+		b.onDemand = j.Spec.Spot == model.SpotNever
 		addr := ""
+		moving := false
+		b.perHour = 0
 		if j.State == model.JobRunning {
 			if as, err := m.cfg.Controller.Attempts(j.ID); err == nil {
 				for _, a := range slices.Backward(as) {
 					if !a.State.Terminal() && len(a.Replicas) > 0 {
-						if host, ok := addrs[a.Replicas[0].NodeID]; ok {
-							addr = net.JoinHostPort(host, strconv.Itoa(e.svc.Spec.Port+b.slot))
+						if n, ok := nodes[a.Replicas[0].NodeID]; ok {
+							addr = net.JoinHostPort(n.host, strconv.Itoa(e.svc.Spec.Port+b.slot))
+							b.perHour = n.share(&j.Spec)
+							moving = n.draining
 						}
+						moving = moving || a.Stop
 						if a.StartedAt != nil {
 							b.started = *a.StartedAt
 						}
@@ -457,6 +610,10 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, addrs map[stri
 		if addr != b.addr { // moved (requeued and placed again) or stopped
 			b.addr, b.ready, b.wasReady, b.nextProbe = addr, false, false, time.Time{}
 		}
+		if moving && !b.moving {
+			m.cfg.Log.Info("service replica moving: no new requests", "service", e.svc.Name, "job", j.ID)
+		}
+		b.moving = moving
 	}
 	for id := range e.replicas {
 		if !seen[id] {
@@ -482,7 +639,7 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	inFlight := e.waiting
 	for _, b := range e.replicas {
 		inFlight += b.inFlight
-		if b.ready && b.draining.IsZero() {
+		if b.ready && b.draining.IsZero() && !b.moving {
 			ready++
 		}
 	}
@@ -501,7 +658,11 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	}
 	spec := e.svc.Spec
 	var cur, old []*backend
+	onDemand := 0
 	for _, b := range e.replicas {
+		if b.moving && b.draining.IsZero() {
+			continue // the controller stops it; its job comes back
+		}
 		if !b.draining.IsZero() {
 			if !b.stopped && (b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
 				b.stopped = true
@@ -511,6 +672,9 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 		}
 		if b.gen == e.svc.Generation {
 			cur = append(cur, b)
+			if b.onDemand {
+				onDemand++
+			}
 		} else {
 			old = append(old, b)
 		}
@@ -542,7 +706,12 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 			slot++
 		}
 		used[slot] = true
-		acts = append(acts, action{submit: m.submission(e, slot)})
+		sub := m.submission(e, slot)
+		if want := int(math.Ceil(spec.Replicas.OnDemandShare * float64(e.desired))); onDemand < want {
+			sub.Spec.Spot = model.SpotNever
+			onDemand++
+		}
+		acts = append(acts, action{submit: sub})
 		cur = append(cur, &backend{slot: slot}) // counted until the job appears
 	}
 	minReady := e.desired - spec.Update.MaxUnavailable
@@ -583,6 +752,9 @@ func (m *Manager) submission(e *entry, slot int) *model.Submission {
 	spec.Run.Env = maps(spec.Run.Env)
 	spec.Run.Env["PORT"] = strconv.Itoa(e.svc.Spec.Port + slot)
 	spec.Run.Env["GPUFLEET_SERVICE"] = e.svc.Name
+	if m.cfg.Keys != nil {
+		spec.Run.Secrets = append(slices.Clone(spec.Run.Secrets), model.ServiceKeySecret)
+	}
 	tags := maps(e.svc.Tags)
 	tags[model.TagService] = e.svc.Name
 	tags[model.TagServiceGeneration] = strconv.Itoa(e.svc.Generation)

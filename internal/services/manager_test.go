@@ -2,12 +2,16 @@ package services
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +19,8 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
+	"github.com/gpufleet/gpufleet/internal/store/sqlite"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,11 +35,13 @@ type fakeControl struct {
 	submits int
 	cancels int
 	events  []model.Event
-	t       *testing.T
+	// stopping are jobs whose attempt the controller stops (a notice).
+	stopping map[string]bool
+	t        *testing.T
 }
 
 func newFake(t testing.TB) *fakeControl {
-	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}}
+	f := &fakeControl{jobs: map[string]*model.Job{}, servers: map[string]*http.Server{}, stopping: map[string]bool{}}
 	t.Cleanup(func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -61,10 +69,17 @@ func (f *fakeControl) Submit(_ context.Context, s model.Submission) (*model.Job,
 	reply := s.Spec.Run.Env["REPLY"]
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/slow" {
+		switch r.URL.Path {
+		case "/slow":
 			time.Sleep(50 * time.Millisecond)
+		case "/long": // a stream that lasts 600 ms
+			for range 6 {
+				fmt.Fprintf(w, "data: {}\n\n")
+				w.(http.Flusher).Flush()
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
-		fmt.Fprintf(w, `{"reply":%q,"path":%q,"body":%q,"auth":%q,"usage":{"total_tokens":7}}`, reply, r.URL.Path, body, r.Header.Get("Authorization"))
+		fmt.Fprintf(w, `{"reply":%q,"job":%q,"path":%q,"body":%q,"auth":%q,"usage":{"total_tokens":7}}`, reply, j.ID, r.URL.Path, body, r.Header.Get("Authorization"))
 	})}
 	go srv.Serve(ln)
 	f.servers[j.ID] = srv
@@ -111,12 +126,14 @@ func (f *fakeControl) crash(id string) {
 func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
 	f.mu.Lock()
 	start := f.jobs[id].SubmittedAt
+	stop := f.stopping[id]
 	f.mu.Unlock()
-	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
+	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
 }
 
+// Nodes is one node with 4 GPUs at $8/hour.
 func (f *fakeControl) Nodes() []model.NodeInfo {
-	return []model.NodeInfo{{Node: &model.Node{ID: "n1"}}}
+	return []model.NodeInfo{{Node: &model.Node{ID: "n1", PricePerHour: 8, GPUs: make([]model.GPU, 4)}}}
 }
 
 func (f *fakeControl) RecordEvent(_ context.Context, ev model.Event) error {
@@ -124,6 +141,79 @@ func (f *fakeControl) RecordEvent(_ context.Context, ev model.Event) error {
 	defer f.mu.Unlock()
 	f.events = append(f.events, ev)
 	return nil
+}
+
+// memCommitter keeps nothing: the tests that need services to survive use
+// a real store (storeCommitter).
+type memCommitter struct{}
+
+func (memCommitter) Commit(*store.Batch) func(context.Context) error {
+	return func(context.Context) error { return nil }
+}
+
+// storeCommitter commits to a real store, as the controller's committer
+// does.
+type storeCommitter struct{ s store.Store }
+
+func (c storeCommitter) Commit(b *store.Batch) func(context.Context) error {
+	ch := c.s.Submit(b)
+	return func(ctx context.Context) error {
+		select {
+		case err := <-ch:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// openStore opens the SQLite store at path and returns it with the
+// services it holds.
+func openStore(t *testing.T, path string) (*sqlite.Store, []*model.Service) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d, err := st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, d.Services
+}
+
+// fakeKeys is a project's secrets: what the vault gives the Manager.
+type fakeKeys struct {
+	mu      sync.Mutex
+	secrets map[[2]string]string
+	made    int
+}
+
+func keysOf(testing.TB) *fakeKeys { return &fakeKeys{secrets: map[[2]string]string{}} }
+
+func (k *fakeKeys) ServiceKey(_ context.Context, project string) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key := [2]string{project, model.ServiceKeySecret}
+	if _, ok := k.secrets[key]; !ok {
+		k.made++
+		k.secrets[key] = fmt.Sprintf("replica-key-%s-%d", project, k.made)
+	}
+	return k.secrets[key], nil
+}
+
+func (k *fakeKeys) Value(project, name string) (string, bool, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.secrets[[2]string{project, name}]
+	return v, ok, ok
+}
+
+func (k *fakeKeys) set(project, name, value string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.secrets[[2]string{project, name}] = value
 }
 
 func freePort(t testing.TB) int {
@@ -154,7 +244,7 @@ func startManager(t testing.TB, f *fakeControl) (*Manager, *httptest.Server, *Me
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Controller: f, Path: filepath.Join(t.TempDir(), "services.json"), Interval: 20 * time.Millisecond, Metrics: met, StripCookies: []string{"gpufleet_session"}})
+	m, err := New(Config{Controller: f, Committer: memCommitter{}, Interval: 20 * time.Millisecond, Metrics: met, StripCookies: []string{"gpufleet_session"}, Keys: keysOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +255,13 @@ func startManager(t testing.TB, f *fakeControl) (*Manager, *httptest.Server, *Me
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/services/"), "/")
 		m.Proxy(w, r, name, "/"+rest, func(r *http.Request, _ string) int {
-			if r.Header.Get("Authorization") != "Bearer good" {
-				return http.StatusUnauthorized
+			switch r.Header.Get("Authorization") {
+			case "Bearer good":
+				return 0
+			case "Bearer other-project":
+				return http.StatusForbidden
 			}
-			return 0
+			return http.StatusUnauthorized
 		})
 	}))
 	t.Cleanup(srv.Close)
@@ -265,8 +358,64 @@ func TestTokenAuthAndStrippedCredentials(t *testing.T) {
 	if code != 200 || strings.Contains(body, "good") {
 		t.Fatalf("with a token: %d %s (the token must not reach the replica)", code, body)
 	}
+	// The replica gets its project's replica key instead, and so do its
+	// probes; its job names the key so it is in the replica's environment.
+	key, _, _ := m.cfg.Keys.Value("default", model.ServiceKeySecret)
+	if key == "" || !strings.Contains(body, `"auth":"Bearer `+key+`"`) {
+		t.Fatalf("the replica did not get the replica key %q: %s", key, body)
+	}
+	f.mu.Lock()
+	for _, j := range f.jobs {
+		if !slices.Contains(j.Spec.Run.Secrets, model.ServiceKeySecret) {
+			t.Errorf("replica job %s does not name %s: %v", j.ID, model.ServiceKeySecret, j.Spec.Run.Secrets)
+		}
+	}
+	f.mu.Unlock()
+	if code, _ := get(t, srv.URL+"/services/private/x", "Authorization", "Bearer other-project"); code != 404 {
+		t.Fatalf("a token without a role in the project: want 404 (as the API answers), got %d", code)
+	}
 	if code, _ := get(t, srv.URL+"/services/nope/x"); code != 404 {
 		t.Fatalf("unknown service: %d", code)
+	}
+}
+
+// TestAPIKeyAuth: an apiKey service takes the value of any of its
+// secrets as a bearer token, refuses anything else (a gpufleet token
+// included) with 401, and never forwards the key; naming a secret the
+// project does not hold is refused when the service is applied.
+func TestAPIKeyAuth(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	keys := m.cfg.Keys.(*fakeKeys)
+	s := testService(t, "keyed", 1, 1)
+	s.Spec.Auth = model.ServiceAuth{Mode: model.AuthAPIKey, Secrets: []string{"LLM_KEY", "LLM_KEY_NEXT"}}
+	_, _, err := m.Apply(context.Background(), s)
+	var fe model.FieldErrors
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "spec.auth.secrets[0]") {
+		t.Fatalf("apply naming missing secrets: %v", err)
+	}
+	keys.set("default", "LLM_KEY", "sk-first")
+	keys.set("default", "LLM_KEY_NEXT", "sk-second")
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("keyed"); return st.Ready == 1 })
+	for _, c := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer good", 401}, {"Bearer sk-firs", 401}, {"Bearer sk-first-", 401}, {"Basic sk-first", 401},
+		{"Bearer sk-first", 200}, {"bearer sk-second", 200}} {
+		var hdr []string
+		if c.auth != "" {
+			hdr = []string{"Authorization", c.auth}
+		}
+		code, body := get(t, srv.URL+"/services/keyed/v1/completions", hdr...)
+		if code != c.want {
+			t.Errorf("Authorization %q: %d, want %d (%s)", c.auth, code, c.want, body)
+		}
+		if code == 200 && strings.Contains(body, "sk-") {
+			t.Errorf("the API key reached the replica: %s", body)
+		}
 	}
 }
 
@@ -368,10 +517,14 @@ func TestRollingUpdateAndCrashLoseNoRequest(t *testing.T) {
 	f.mu.Unlock()
 }
 
+// TestServicesPersistAndConflict: services are kept in the store: a new
+// Manager on the reopened store (a restart, or a new leader) has them,
+// and a deletion is durable too.
 func TestServicesPersistAndConflict(t *testing.T) {
 	f := newFake(t)
-	path := filepath.Join(t.TempDir(), "services.json")
-	m, err := New(Config{Controller: f, Path: path})
+	path := filepath.Join(t.TempDir(), "gpufleet.db")
+	st, stored := openStore(t, path)
+	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,18 +543,61 @@ func TestServicesPersistAndConflict(t *testing.T) {
 	if _, _, err := m.Apply(context.Background(), other); err == nil {
 		t.Fatal("another project took the service's name")
 	}
-	m2, err := New(Config{Controller: f, Path: path})
+	gone := testService(t, "gone", 1, 1)
+	if _, _, err := m.Apply(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	st2, stored := openStore(t, path)
+	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := m2.Get("kept"); err != nil || st.Spec.Port != s.Spec.Port {
-		t.Fatalf("reloaded: %v %+v", err, st)
+	if got, err := m2.Get("kept"); err != nil || got.Spec.Port != s.Spec.Port || got.Generation != 1 {
+		t.Fatalf("reopened: %v %+v", err, got)
+	}
+	if _, err := m2.Get("gone"); err == nil {
+		t.Fatal("a deleted service came back after a reopen")
 	}
 	if err := m2.Delete(context.Background(), "kept"); err != nil {
 		t.Fatal(err)
 	}
-	if len(m2.List(nil)) != 0 {
-		t.Fatal("deleted service still listed")
+	st2.Close()
+	if _, stored := openStore(t, path); len(stored) != 0 {
+		t.Fatalf("deleted services still stored: %+v", stored)
+	}
+}
+
+// TestLegacyServicesFileIsImported: an older server's services.json is
+// moved into the store once, then renamed.
+func TestLegacyServicesFileIsImported(t *testing.T) {
+	f := newFake(t)
+	dir := t.TempDir()
+	legacy := filepath.Join(dir, "services.json")
+	old := testService(t, "old", 1, 1)
+	old.Generation = 3
+	data, _ := json.Marshal([]model.Service{old})
+	if err := os.WriteFile(legacy, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, stored := openStore(t, filepath.Join(dir, "gpufleet.db"))
+	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored, Legacy: legacy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.Get("old"); err != nil || got.Generation != 3 {
+		t.Fatalf("imported: %v %+v", err, got)
+	}
+	if _, err := os.Stat(legacy + ".imported"); err != nil {
+		t.Fatalf("the legacy file was not renamed: %v", err)
+	}
+	st.Close()
+	if _, stored := openStore(t, filepath.Join(dir, "gpufleet.db")); len(stored) != 1 || stored[0].Name != "old" {
+		t.Fatalf("stored after the import: %+v", stored)
 	}
 }
 
@@ -410,8 +606,9 @@ func TestServicesPersistAndConflict(t *testing.T) {
 // min-0 service down to its minimum at once.
 func TestRestartKeepsRunningReplicas(t *testing.T) {
 	f := newFake(t)
-	path := filepath.Join(t.TempDir(), "services.json")
-	m, err := New(Config{Controller: f, Path: path})
+	path := filepath.Join(t.TempDir(), "gpufleet.db")
+	st, stored := openStore(t, path)
+	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,18 +621,20 @@ func TestRestartKeepsRunningReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m2, err := New(Config{Controller: f, Path: path})
+	st.Close()
+	st2, stored := openStore(t, path)
+	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m2.Reconcile(context.Background())
 	m2.Reconcile(context.Background())
-	st, _ := m2.Get("warm")
+	got, _ := m2.Get("warm")
 	f.mu.Lock()
 	cancels := f.cancels
 	f.mu.Unlock()
-	if st.Desired != 2 || cancels != 0 {
-		t.Fatalf("after a restart with 2 replicas running: desired %d, %d cancelled", st.Desired, cancels)
+	if got.Desired != 2 || cancels != 0 {
+		t.Fatalf("after a restart with 2 replicas running: desired %d, %d cancelled", got.Desired, cancels)
 	}
 }
 
@@ -462,5 +661,166 @@ func TestForeignTaggedJobsLeaveReplicasAlone(t *testing.T) {
 	f.mu.Unlock()
 	if st.Ready != 1 || len(st.Replicas) != 1 || st.Replicas[0].Job == "foreign" || cancels != 0 {
 		t.Fatalf("a foreign tagged job changed the service: %+v, %d cancelled", st.Replicas, cancels)
+	}
+}
+
+// TestCostAndUsage: a service costs its replicas' share of their nodes'
+// prices per hour; its cost per million tokens is the ledger's cost over
+// the tokens counted; requests and tokens are stored, so a new Manager on
+// the reopened store goes on counting from them.
+func TestCostAndUsage(t *testing.T) {
+	f := newFake(t)
+	path := filepath.Join(t.TempDir(), "gpufleet.db")
+	st, stored := openStore(t, path)
+	var scopes []model.BudgetScope
+	var mu sync.Mutex
+	ledger := func(scope model.BudgetScope, from, to time.Time) (model.Money, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		scopes = append(scopes, scope)
+		return 3 * model.Dollar, nil
+	}
+	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored, Interval: 20 * time.Millisecond, UsageEvery: time.Millisecond, Cost: ledger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.Proxy(w, r, "paid", r.URL.Path, nil)
+	}))
+	defer srv.Close()
+	s := testService(t, "paid", 2, 2)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{}
+	s.Spec.Replicas.Target = 2
+	s.Spec.Template.Resources.GPUs = 1
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 ready replicas", func() bool { st, _ := m.Get("paid"); return st.Ready == 2 })
+	for range 3 {
+		if code, body := get(t, srv.URL+"/v1/completions"); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	got, _ := m.Get("paid")
+	perMillion := 3 * model.Dollar * 1_000_000 / 21
+	// 2 replicas × 1 of 4 GPUs × $8/hour; $3 over 3 × 7 tokens.
+	if got.CostPerHour != 4*model.Dollar || got.Cost != 3*model.Dollar || got.Tokens != 21 || got.Requests != 3 ||
+		got.CostPerMillionTokens != perMillion {
+		t.Fatalf("cost: %s/hour, %s, %d requests, %d tokens, %s per 1M", got.CostPerHour.USD(), got.Cost.USD(), got.Requests, got.Tokens, got.CostPerMillionTokens)
+	}
+	mu.Lock()
+	if sc := scopes[len(scopes)-1]; sc.Project != "default" || sc.Tags[model.TagService] != "paid" || len(sc.Tags) != 1 {
+		t.Errorf("cost scope: %+v", sc)
+	}
+	mu.Unlock()
+	// The next reconciliations store the counts.
+	waitFor(t, "the counts stored", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.svcs["paid"].svc.Tokens == 21
+	})
+	cancel()
+	<-done
+	st.Close()
+	st2, stored := openStore(t, path)
+	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m2.Get("paid"); got.Requests != 3 || got.Tokens != 21 {
+		t.Fatalf("after a reopen: %d requests, %d tokens", got.Requests, got.Tokens)
+	}
+}
+
+// TestNoticeMovesAReplica: when the controller stops a replica's attempt
+// (a spot notice on its node), the replica gets no new request while its
+// stream in flight finishes, and a replacement starts at once.
+func TestNoticeMovesAReplica(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "mover", 2, 2)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{}
+	s.Spec.Replicas.Target = 2
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 ready replicas", func() bool { st, _ := m.Get("mover"); return st.Ready == 2 })
+	// Two streams, one per replica (least outstanding).
+	type answer struct {
+		code int
+		body string
+	}
+	streams := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(srv.URL + "/services/mover/long")
+			if err != nil {
+				streams <- answer{0, err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			streams <- answer{resp.StatusCode, string(b)}
+		}()
+	}
+	waitFor(t, "2 streams in flight", func() bool { st, _ := m.Get("mover"); return st.InFlight == 2 })
+	st, _ := m.Get("mover")
+	moved := st.Replicas[0].Job
+	f.mu.Lock()
+	f.stopping[moved] = true
+	f.mu.Unlock()
+	waitFor(t, "the replica draining", func() bool {
+		st, _ := m.Get("mover")
+		for _, r := range st.Replicas {
+			if r.Job == moved {
+				return r.State == model.ReplicaDraining
+			}
+		}
+		return false
+	})
+	for range 20 {
+		if _, body := get(t, srv.URL+"/services/mover/x"); strings.Contains(body, `"job":"`+moved+`"`) {
+			t.Fatalf("a new request went to the moving replica: %s", body)
+		}
+	}
+	for range 2 {
+		if a := <-streams; a.code != 200 || strings.Count(a.body, "data: ") != 6 {
+			t.Fatalf("a stream in flight: %d %q", a.code, a.body)
+		}
+	}
+	waitFor(t, "a replacement", func() bool {
+		st, _ := m.Get("mover")
+		return st.Ready == 2 && len(st.Replicas) == 3
+	})
+}
+
+// TestOnDemandShare: the share of replicas asked for runs on on-demand
+// capacity; the others keep the template's spot policy.
+func TestOnDemandShare(t *testing.T) {
+	f := newFake(t)
+	m, _, _ := startManager(t, f)
+	s := testService(t, "mixed", 3, 3)
+	s.Spec.Autoscaling = model.ServiceAutoscaling{}
+	s.Spec.Replicas.Target = 3
+	s.Spec.Replicas.OnDemandShare = 0.5
+	s.Spec.Template.Spot = model.SpotAllowed
+	s.Spec.Default()
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "3 ready replicas", func() bool { st, _ := m.Get("mixed"); return st.Ready == 3 })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	count := map[model.SpotPolicy]int{}
+	for _, j := range f.jobs {
+		count[j.Spec.Spot]++
+	}
+	if count[model.SpotNever] != 2 || count[model.SpotAllowed] != 1 {
+		t.Fatalf("spot policies of 3 replicas at onDemandShare 0.5: %v", count)
 	}
 }

@@ -12,14 +12,16 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	tokens   *prometheus.CounterVec
-	replicas func() map[[2]string]int // set by New
+	replicas func() (map[[2]string]int, map[string]float64) // set by New
 	desc     *prometheus.Desc
+	costDesc *prometheus.Desc
 }
 
 // NewMetrics registers gpufleet_service_requests_total{service,code},
 // gpufleet_service_request_duration_seconds{service},
-// gpufleet_service_tokens_total{service} and
-// gpufleet_service_replicas{service,state} with reg.
+// gpufleet_service_tokens_total{service},
+// gpufleet_service_replicas{service,state} and
+// gpufleet_service_cost_per_hour_dollars{service} with reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpufleet_service_requests_total",
@@ -30,6 +32,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpufleet_service_tokens_total",
 			Help: "Tokens replicas reported in OpenAI-style usage (total_tokens), by service."}, []string{"service"}),
 		desc: prometheus.NewDesc("gpufleet_service_replicas", "Service replicas by state.", []string{"service", "state"}, nil),
+		costDesc: prometheus.NewDesc("gpufleet_service_cost_per_hour_dollars",
+			"What a service's running replicas cost now, in dollars per hour: their share of their nodes' prices.", []string{"service"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.tokens, m} {
 		if err := reg.Register(c); err != nil {
@@ -40,15 +44,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Describe implements prometheus.Collector for the replica gauge.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.desc }
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { ch <- m.desc; ch <- m.costDesc }
 
 // Collect implements prometheus.Collector for the replica gauge.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.replicas == nil {
 		return
 	}
-	for k, n := range m.replicas() {
+	counts, perHour := m.replicas()
+	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	for service, d := range perHour {
+		ch <- prometheus.MustNewConstMetric(m.costDesc, prometheus.GaugeValue, d, service)
 	}
 }
 
@@ -58,6 +66,14 @@ func (m *Metrics) observe(service string, code int, d time.Duration) {
 	}
 	m.requests.WithLabelValues(service, strconv.Itoa(code)).Inc()
 	m.latency.WithLabelValues(service).Observe(d.Seconds())
+}
+
+// touch makes service's token counter exist at 0, so a service that has
+// counted none yet has the series (a dashboard's rate reads 0, not nothing).
+func (m *Metrics) touch(service string) {
+	if m != nil {
+		m.tokens.WithLabelValues(service)
+	}
 }
 
 func (m *Metrics) addTokens(service string, n int64) {

@@ -10,9 +10,11 @@ import (
 // probe is one readiness check to make, and its answer.
 type probe struct {
 	service string
+	project string
 	job     string
 	url     string
 	timeout time.Duration
+	key     string // the replica key, sent as a bearer token; "" for none (set by runProbes)
 	ok      bool
 }
 
@@ -25,14 +27,24 @@ func (m *Manager) dueProbesLocked(e *entry, now time.Time) []*probe {
 			continue
 		}
 		b.nextProbe = now.Add(r.Period.D())
-		out = append(out, &probe{service: e.svc.Name, job: b.job, url: "http://" + b.addr + r.Path, timeout: r.Timeout.D()})
+		out = append(out, &probe{service: e.svc.Name, job: b.job, url: "http://" + b.addr + r.Path, timeout: r.Timeout.D(), project: e.svc.Project})
 	}
 	return out
 }
 
-// runProbes makes every probe at once; each answers 2xx within its timeout
-// or fails.
+// runProbes makes every probe at once, with the replica key of its
+// project (read here, without the Manager's lock); each answers 2xx within
+// its timeout or fails.
 func (m *Manager) runProbes(ctx context.Context, ps []*probe) {
+	keys := map[string]string{}
+	for _, p := range ps {
+		key, ok := keys[p.project]
+		if !ok {
+			key = m.replicaKey(p.project)
+			keys[p.project] = key
+		}
+		p.key = key
+	}
 	var wg sync.WaitGroup
 	for _, p := range ps {
 		wg.Add(1)
@@ -43,6 +55,9 @@ func (m *Manager) runProbes(ctx context.Context, ps []*probe) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url, nil)
 			if err != nil {
 				return
+			}
+			if p.key != "" {
+				req.Header.Set("Authorization", "Bearer "+p.key)
 			}
 			resp, err := m.client.Do(req)
 			if err != nil {

@@ -3,6 +3,7 @@ package services
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,8 @@ type proxyKey struct{}
 
 type proxyReq struct {
 	service string
+	// key is the replica key sent to the replica ("" for none).
+	key string
 }
 
 // Proxy serves one request to service name; rest is the path after
@@ -47,31 +50,56 @@ type proxyReq struct {
 // any transport error. Responses stream unbuffered (Server-Sent Events).
 // authorize answers whether r may call a service of project whose auth
 // mode is token: 0 when it may, else the status to refuse with (401
-// without a valid token, 403 without a role there).
+// without a valid token, 404 without a role there: to a caller who may
+// not see the project, its services do not exist, as in the API). An
+// apiKey service takes "Authorization: Bearer KEY" with the value of one
+// of its auth.secrets (401 otherwise). Whatever the mode, the caller's
+// Authorization header is not forwarded: with Keys set, the replica gets
+// the project's replica key there instead.
 func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize func(r *http.Request, project string) int) {
 	start := m.cfg.Clock.Now()
 	m.mu.Lock()
 	e, ok := m.svcs[name]
-	var mode, project string
+	var auth model.ServiceAuth
+	var project string
 	if ok {
-		mode, project = e.svc.Spec.Auth.Mode, e.svc.Project
+		auth, project = e.svc.Spec.Auth, e.svc.Project
 	}
 	m.mu.Unlock()
 	if !ok {
 		http.Error(w, "no such service: "+name, http.StatusNotFound)
 		return
 	}
-	if mode != model.AuthPublic {
-		if code := authorize(r, project); code != 0 {
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
-			}
-			http.Error(w, fmt.Sprintf("service %s needs a gpufleet token with a role in project %s", name, project), code)
-			m.cfg.Metrics.observe(name, code, m.cfg.Clock.Now().Sub(start))
-			return
+	code := 0
+	switch auth.Mode {
+	case model.AuthPublic:
+	case model.AuthAPIKey:
+		if !m.keyOK(r, project, auth.Secrets) {
+			code = http.StatusUnauthorized
 		}
-		r.Header.Del("Authorization") // the caller's gpufleet token stays here
+	default:
+		code = authorize(r, project)
 	}
+	switch code {
+	case 0:
+	case http.StatusNotFound, http.StatusForbidden:
+		http.Error(w, "no such service: "+name, http.StatusNotFound)
+	default:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpufleet"`)
+		what := "a gpufleet token with a role in the service's project"
+		if auth.Mode == model.AuthAPIKey {
+			what = "one of the service's API keys"
+		}
+		http.Error(w, fmt.Sprintf("service %s needs %s as Authorization: Bearer …", name, what), code)
+	}
+	if code != 0 {
+		if code == http.StatusForbidden {
+			code = http.StatusNotFound
+		}
+		m.cfg.Metrics.observe(name, code, m.cfg.Clock.Now().Sub(start))
+		return
+	}
+	r.Header.Del("Authorization") // the caller's token or key stays here
 	m.mu.Lock()
 	if e, ok := m.svcs[name]; ok {
 		e.requests++
@@ -95,11 +123,11 @@ func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest strin
 			}{io.MultiReader(bytes.NewReader(data), r.Body), r.Body}
 		}
 	}
-	pr := &proxyReq{service: name}
+	pr := &proxyReq{service: name, key: m.replicaKey(project)}
 	r = r.WithContext(context.WithValue(r.Context(), proxyKey{}, pr))
 	rec := &recorder{ResponseWriter: w}
 	m.reverseProxy(rest).ServeHTTP(rec, r)
-	code := rec.code
+	code = rec.code
 	if code == 0 {
 		code = 499 // the client left before an answer
 	}
@@ -114,6 +142,9 @@ func (m *Manager) reverseProxy(rest string) *httputil.ReverseProxy {
 			pr.Out.Host = ""
 			pr.SetXForwarded()
 			stripCookies(pr.Out.Header, m.cfg.StripCookies)
+			if key := pr.In.Context().Value(proxyKey{}).(*proxyReq).key; key != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+key)
+			}
 		},
 		Transport:     (*replicaTransport)(m),
 		FlushInterval: -1,
@@ -144,6 +175,38 @@ func (m *Manager) reverseProxy(rest string) *httputil.ReverseProxy {
 			}
 		},
 	}
+}
+
+// keyOK reports whether r carries, as a bearer token, the value of one of
+// project's secrets names. Values are compared in constant time.
+func (m *Manager) keyOK(r *http.Request, project string, names []string) bool {
+	got, ok := bearer(r.Header.Get("Authorization"))
+	if !ok || m.cfg.Keys == nil {
+		return false
+	}
+	match := 0
+	for _, name := range names {
+		if want, _, opened := m.cfg.Keys.Value(project, name); opened && want != "" {
+			match |= subtle.ConstantTimeCompare([]byte(got), []byte(want))
+		}
+	}
+	return match == 1
+}
+
+// bearer returns the token of an "Authorization: Bearer TOKEN" value.
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	tok = strings.TrimSpace(tok)
+	return tok, ok && strings.EqualFold(scheme, "Bearer") && tok != ""
+}
+
+// replicaKey is project's replica key, "" without Keys or one.
+func (m *Manager) replicaKey(project string) string {
+	if m.cfg.Keys == nil {
+		return ""
+	}
+	key, _, _ := m.cfg.Keys.Value(project, model.ServiceKeySecret)
+	return key
 }
 
 func (m *Manager) stripped(name string) bool {
@@ -267,7 +330,7 @@ func (m *Manager) acquire(ctx context.Context, service string, tried map[string]
 		}
 		var best *backend
 		for _, b := range e.replicas {
-			if !b.ready || !b.draining.IsZero() || tried[b.job] {
+			if !b.ready || !b.draining.IsZero() || b.moving || tried[b.job] {
 				continue
 			}
 			if best == nil || b.inFlight < best.inFlight || (b.inFlight == best.inFlight && b.slot < best.slot) {

@@ -77,6 +77,11 @@ type Batch struct {
 	// Events are inserted once, by Seq; one already stored is left as it
 	// is, so a retried write is harmless.
 	Events []*model.Event
+	// Services are upserted by name, guarded by Generation like a
+	// version; DeleteServices removes services by name (after the
+	// upserts).
+	Services       []*model.Service
+	DeleteServices []string
 	// Cost holds the ledger, budget firings, job metrics and the webhook
 	// outbox (see cost.go).
 	Cost
@@ -91,7 +96,7 @@ type Batch struct {
 
 // Empty reports whether b writes nothing.
 func (b *Batch) Empty() bool {
-	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions)+len(b.Events) == 0 && b.Cost.empty() && b.Access.empty()
+	return b == nil || len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions)+len(b.Events)+len(b.Services)+len(b.DeleteServices) == 0 && b.Cost.empty() && b.Access.empty()
 }
 
 // Idempotency maps a client's Idempotency-Key to the job it created, per
@@ -118,7 +123,9 @@ type Dump struct {
 	Revisions []*model.Revision
 	// Events are the most recent MaxLoadedEvents events, by Seq.
 	Events []*model.Event
-	Meta   map[string]string
+	// Services are every service, by name.
+	Services []*model.Service
+	Meta     map[string]string
 	// Cost: the whole ledger in append order, the fired keys, every
 	// metric report and the undelivered notifications.
 	Cost

@@ -276,40 +276,69 @@ func (v *Vault) Value(project, name string) (value string, held, opened bool) {
 // (the agent sync's), which covers it. A held key that does not open is
 // never replaced: checkpoints sealed with it would be lost.
 func (v *Vault) DataKey(project string) ([]byte, error) {
-	if v.cfg.Keyring == nil {
-		return nil, ErrNoKeyring
+	val, _, err := v.systemKey(project, model.DataKeySecret, "data key")
+	if err != nil {
+		return nil, err
 	}
-	k := store.SecretKey{Project: project, Name: model.DataKeySecret}
-	decode := func(s string) ([]byte, error) {
-		key, err := hex.DecodeString(s)
-		if err != nil || len(key) != 32 {
-			return nil, fmt.Errorf("data key of project %s is not 32 hex-encoded bytes", project)
+	key, err := hex.DecodeString(val)
+	if err != nil || len(key) != 32 {
+		return nil, fmt.Errorf("data key of project %s is not 32 hex-encoded bytes", project)
+	}
+	return key, nil
+}
+
+// ServiceKey returns project's service key (model.ServiceKeySecret: 32
+// random bytes, hex-encoded, sealed like any secret), creating it when the
+// project has none, as DataKey does. The proxy sends it to the project's
+// replicas; they get it in their environment by naming it in
+// spec.run.secrets. Users cannot write it (its name is reserved); deleting
+// it makes the next call create a new one. A new key is durable before
+// ServiceKey returns, so a replica never holds a key a restarted or new
+// leader does not.
+func (v *Vault) ServiceKey(ctx context.Context, project string) (string, error) {
+	val, wait, err := v.systemKey(project, model.ServiceKeySecret, "service key")
+	if err != nil {
+		return "", err
+	}
+	if wait != nil {
+		if err := wait(ctx); err != nil {
+			return "", fmt.Errorf("recording the service key of project %s: %w", project, err)
 		}
-		return key, nil
 	}
+	return val, nil
+}
+
+// systemKey returns the opened value of project's server-made secret name
+// (what says what it is, for errors), creating 32 random bytes, hex-encoded,
+// when there is none; then wait waits until the new one is durable (nil
+// when none was made). A held one that does not open is never replaced.
+func (v *Vault) systemKey(project, name, what string) (val string, wait func(context.Context) error, err error) {
+	if v.cfg.Keyring == nil {
+		return "", nil, ErrNoKeyring
+	}
+	k := store.SecretKey{Project: project, Name: name}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if val, ok := v.open[k]; ok {
 		if _, held := v.sealed[k]; held {
-			return decode(val)
+			return val, nil, nil
 		}
 	}
 	if _, held := v.sealed[k]; held {
-		return nil, fmt.Errorf("data key of project %s: %w", project, ErrUnavailable)
+		return "", nil, fmt.Errorf("%s of project %s: %w", what, project, ErrUnavailable)
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("creating a data key: %w", err)
+		return "", nil, fmt.Errorf("creating a %s: %w", what, err)
 	}
-	val := hex.EncodeToString(key)
-	sealed, err := v.cfg.Keyring.Seal([]byte(val), model.SecretAAD(project, model.DataKeySecret))
+	val = hex.EncodeToString(key)
+	sealed, err := v.cfg.Keyring.Seal([]byte(val), model.SecretAAD(project, name))
 	if err != nil {
-		return nil, fmt.Errorf("sealing the data key of project %s: %w", project, err)
+		return "", nil, fmt.Errorf("sealing the %s of project %s: %w", what, project, err)
 	}
-	s := model.Secret{Project: project, Name: model.DataKeySecret, Sealed: sealed, Version: 1, UpdatedAt: v.cfg.Clock.Now()}
+	s := model.Secret{Project: project, Name: name, Sealed: sealed, Version: 1, UpdatedAt: v.cfg.Clock.Now()}
 	v.sealed[k] = s
 	v.open[k] = val
 	v.cfg.Redactor.Add(val)
-	v.cfg.Committer.Commit(&store.Batch{Access: store.Access{Secrets: []model.Secret{s}}})
-	return key, nil
+	return val, v.cfg.Committer.Commit(&store.Batch{Access: store.Access{Secrets: []model.Secret{s}}}), nil
 }

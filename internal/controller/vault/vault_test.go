@@ -156,3 +156,54 @@ func sealedOf(v *Vault, project, name string) string {
 	}
 	return ""
 }
+
+// TestServiceKey: a project's replica key is made once, sealed, kept per
+// project, found again by a vault loaded from what was committed, and
+// cannot be written by a user; a deleted one is made anew.
+func TestServiceKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	com, red := &testutil.Committer{}, &secrets.Redactor{}
+	v := New(Config{Committer: com, Keyring: keyring(t, 1), Redactor: red}, nil)
+	k1, err := v.ServiceKey(ctx, "ml")
+	if err != nil || len(k1) != 64 {
+		t.Fatalf("ServiceKey = %q, %v", k1, err)
+	}
+	if again, _ := v.ServiceKey(ctx, "ml"); again != k1 {
+		t.Fatal("a second call made another key")
+	}
+	if other, _ := v.ServiceKey(ctx, "nlp"); other == k1 {
+		t.Fatal("two projects share a replica key")
+	}
+	if env, err := v.Env("ml", []string{model.ServiceKeySecret}); err != nil || env[model.ServiceKeySecret] != k1 {
+		t.Fatalf("a replica naming the key gets %v, %v", env, err)
+	}
+	if red.Scrub(k1) == k1 {
+		t.Fatal("the key is not scrubbed from output")
+	}
+	if _, err := v.PutSecret(ctx, "ml", model.ServiceKeySecret, []byte("mine")); err == nil {
+		t.Fatal("a user wrote the replica key")
+	}
+	var stored []model.Secret
+	for _, b := range com.Batches() {
+		for _, s := range b.Access.Secrets {
+			if strings.Contains(s.Sealed, k1) {
+				t.Fatal("the key reached the store in clear")
+			}
+			stored = append(stored, s)
+		}
+	}
+	reloaded := New(Config{Committer: &testutil.Committer{}, Keyring: keyring(t, 1)}, stored)
+	if k, _ := reloaded.ServiceKey(ctx, "ml"); k != k1 {
+		t.Fatal("a reloaded vault (a restart, a new leader) made another key")
+	}
+	if err := v.DeleteSecret(ctx, "ml", model.ServiceKeySecret); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := v.ServiceKey(ctx, "ml"); k == k1 || len(k) != 64 {
+		t.Fatalf("after a deletion: %q", k)
+	}
+	if _, err := New(Config{Committer: com}, nil).ServiceKey(ctx, "ml"); !errors.Is(err, ErrNoKeyring) {
+		t.Fatalf("without a keyring: %v", err)
+	}
+}

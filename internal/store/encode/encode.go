@@ -46,6 +46,8 @@ const (
 	InsertFired                    // budget, threshold, period_start
 	InsertMetric                   // job_id, seq, data
 	UpsertNotification             // id, delivered (0 or 1), data
+	UpsertService                  // name, generation, data
+	DeleteService                  // name
 	// NumStmts counts the statements; a backend numbers its own extra
 	// statements from it.
 	NumStmts
@@ -81,7 +83,7 @@ func Batch(b *store.Batch) ([]Row, error) {
 	}
 	rows := make([]Row, 0, len(b.Jobs)+len(b.Attempts)+len(b.Nodes)+len(b.Tokens)+len(b.Idempotency)+len(b.Meta)+
 		len(b.Queues)+len(b.DeleteQueues)+len(b.Revisions)+len(b.Events)+len(b.Grants)+len(b.DeleteGrants)+len(b.Audit)+
-		len(b.Secrets)+len(b.DeleteSecrets))
+		len(b.Secrets)+len(b.DeleteSecrets)+len(b.Services)+len(b.DeleteServices))
 	// add appends a row whose arguments are args and v as JSON, the data
 	// column.
 	add := func(st Stmt, kind, id string, v any, args ...any) error {
@@ -128,6 +130,14 @@ func Batch(b *store.Batch) ([]Row, error) {
 	}
 	for _, name := range b.DeleteQueues {
 		rows = append(rows, Row{Stmt: DeleteQueue, Args: []any{name}, Kind: "queue deletion", ID: name})
+	}
+	for _, s := range b.Services {
+		if err := add(UpsertService, "service", s.Name, s, s.Name, int64(s.Generation)); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range b.DeleteServices {
+		rows = append(rows, Row{Stmt: DeleteService, Args: []any{name}, Kind: "service deletion", ID: name})
 	}
 	for _, r := range b.Revisions {
 		if err := add(InsertRevision, "revision", fmt.Sprint(r.Number), r, r.Number, r.Digest); err != nil {

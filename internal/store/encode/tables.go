@@ -31,4 +31,5 @@ var Tables = []Table{
 	{Name: "grants", Columns: []string{"user", "project", "data"}, OrderBy: `"user", project`},
 	{Name: "audit", Columns: []string{"seq", "time", "data"}, OrderBy: "seq"},
 	{Name: "secrets", Columns: []string{"project", "name", "data"}, OrderBy: "project, name"},
+	{Name: "services", Columns: []string{"name", "generation", "data"}, OrderBy: "name"},
 }

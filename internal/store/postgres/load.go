@@ -61,6 +61,9 @@ func (s *Store) loadWith(ctx context.Context, also func(pgx.Tx) error, tombstone
 	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number::text AS key, data FROM revisions ORDER BY number`); err != nil {
 		return nil, err
 	}
+	if d.Services, err = loadObjects[model.Service](ctx, tx, "service", `SELECT name, data FROM services ORDER BY name COLLATE "C"`); err != nil {
+		return nil, err
+	}
 	if d.Events, err = loadObjects[model.Event](ctx, tx, "event", fmt.Sprintf(`SELECT seq::text AS key, data FROM (SELECT seq, data FROM events ORDER BY seq DESC LIMIT %d) e ORDER BY seq`, store.MaxLoadedEvents)); err != nil {
 		return nil, err
 	}

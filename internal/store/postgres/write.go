@@ -55,6 +55,10 @@ var stmtSQL = [encode.NumStmts]string{
 	encode.InsertMetric: `INSERT INTO metric_reports (job_id, seq, data) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 	encode.UpsertNotification: `INSERT INTO notifications (id, delivered, data) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET delivered = excluded.delivered, data = excluded.data WHERE notifications.delivered = 0`,
+	encode.UpsertService: `INSERT INTO services (name, generation, data) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, data = excluded.data
+		WHERE excluded.generation >= services.generation`,
+	encode.DeleteService: `DELETE FROM services WHERE name = $1`,
 }
 
 const (

@@ -51,6 +51,9 @@ func (s *Store) load(ctx context.Context) (*store.Dump, error) {
 	if d.Revisions, err = loadObjects[model.Revision](ctx, tx, "revision", `SELECT number, data FROM revisions ORDER BY number`); err != nil {
 		return nil, err
 	}
+	if d.Services, err = loadObjects[model.Service](ctx, tx, "service", `SELECT name, data FROM services ORDER BY name`); err != nil {
+		return nil, err
+	}
 	if d.Events, err = loadObjects[model.Event](ctx, tx, "event", fmt.Sprintf(`SELECT seq, data FROM (SELECT seq, data FROM events ORDER BY seq DESC LIMIT %d) ORDER BY seq`, store.MaxLoadedEvents)); err != nil {
 		return nil, err
 	}

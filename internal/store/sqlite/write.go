@@ -65,10 +65,14 @@ var stmtSQL = [numStmts]string{
 	encode.InsertMetric: `INSERT INTO metric_reports (job_id, seq, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
 	encode.UpsertNotification: `INSERT INTO notifications (id, delivered, data) VALUES (?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET delivered = excluded.delivered, data = excluded.data WHERE notifications.delivered = 0`,
-	markCommit:          `UPDATE store_commits SET seq = ?, at = ? WHERE id = 1`,
-	savepoint:           `SAVEPOINT batch`,
-	releaseSavepoint:    `RELEASE batch`,
-	rollbackToSavepoint: `ROLLBACK TO batch`,
+	encode.UpsertService: `INSERT INTO services (name, generation, data) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET generation = excluded.generation, data = excluded.data
+		WHERE excluded.generation >= services.generation`,
+	encode.DeleteService: `DELETE FROM services WHERE name = ?`,
+	markCommit:           `UPDATE store_commits SET seq = ?, at = ? WHERE id = 1`,
+	savepoint:            `SAVEPOINT batch`,
+	releaseSavepoint:     `RELEASE batch`,
+	rollbackToSavepoint:  `ROLLBACK TO batch`,
 }
 
 // statements are the prepared stmtSQL, indexed by stmt.

@@ -65,6 +65,7 @@ func Run(t *testing.T, newDB NewFunc) {
 		"CostRoundTrip":               testCostRoundTrip,
 		"AccessRoundTrip":             testAccessRoundTrip,
 		"FleetRoundTrip":              testFleetRoundTrip,
+		"ServicesRoundTrip":           testServicesRoundTrip,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -543,5 +544,31 @@ func testFleetRoundTrip(t *testing.T, newDB NewFunc) {
 	}
 	if diff := cmp.Diff([]*model.Event{ev(1, "one"), ev(2, "two"), ev(3, "three")}, got.Events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// testServicesRoundTrip: services come back whole after a reopen; an
+// upsert of an older generation does not roll one back; a deleted one is
+// gone, and a service applied again after its deletion starts over.
+func testServicesRoundTrip(t *testing.T, newDB NewFunc) {
+	open := newDB(t)
+	s := open(Options{})
+	svc := func(name string, gen int, reply string) *model.Service {
+		return &model.Service{Name: name, Project: "nlp", User: "ada", Generation: gen, CreatedAt: T0, UpdatedAt: T0.Add(time.Duration(gen) * time.Minute),
+			Tags: map[string]string{"team": "a"},
+			Spec: model.ServiceSpec{Port: 8000, Template: model.JobSpec{Replicas: 1, Run: model.RunSpec{Command: []string{"serve"}, Env: map[string]string{"REPLY": reply}}},
+				Replicas: model.ServiceReplicas{Min: 0, Max: 4}, Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnInFlight, Target: 8},
+				Auth: model.ServiceAuth{Mode: model.AuthAPIKey, Secrets: []string{"LLM_KEY"}}}}
+	}
+	commit(t, s, &store.Batch{Services: []*model.Service{svc("llm", 1, "v1"), svc("old", 1, "x"), svc("again", 3, "x")}})
+	commit(t, s, &store.Batch{Services: []*model.Service{svc("llm", 2, "v2")}})
+	commit(t, s, &store.Batch{Services: []*model.Service{svc("llm", 1, "late")}, DeleteServices: []string{"old", "again"}})
+	commit(t, s, &store.Batch{Services: []*model.Service{svc("again", 1, "new")}})
+	closeStore(t, s)
+
+	got := load(t, open(Options{}))
+	want := []*model.Service{svc("again", 1, "new"), svc("llm", 2, "v2")}
+	if diff := cmp.Diff(want, got.Services); diff != "" {
+		t.Errorf("services (-want +got):\n%s", diff)
 	}
 }

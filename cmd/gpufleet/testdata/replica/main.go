@@ -1,7 +1,9 @@
 // Command replica is a stand-in for an inference server in the services
 // end-to-end test: it listens on $PORT, answers /health, and answers
 // OpenAI-style /v1/completions with usage, streamed as Server-Sent Events
-// when the request asks for "stream": true.
+// when the request asks for "stream": true. Like vLLM's --api-key, it
+// answers /v1/ only to "Authorization: Bearer $GPUFLEET_SERVICE_KEY" when
+// that is set (the replica key the proxy sends).
 package main
 
 import (
@@ -19,10 +21,15 @@ func main() {
 		log.Fatal("PORT is not set")
 	}
 	reply := os.Getenv("REPLY")
+	key := os.Getenv("GPUFLEET_SERVICE_KEY")
 	http.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// /crash ends the process at once, as a crashing server would.
 	http.HandleFunc("/crash", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
 	http.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		if key != "" && r.Header.Get("Authorization") != "Bearer "+key {
+			http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
 		var req struct {
 			Prompt string `json:"prompt"`
 			Stream bool   `json:"stream"`
