@@ -171,8 +171,8 @@ type Controller struct {
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
 	// data is what nodes report of their datasets (data.go).
-	data dataState
-	nodeGen  nodeGens
+	data    dataState
+	nodeGen nodeGens
 	// markers remembers each running job's checkpoint marker time, so a
 	// marker is recorded once per change (watchCheckpoints).
 	markers map[string]time.Time
