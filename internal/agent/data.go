@@ -98,7 +98,8 @@ func (a *Agent) fetchData(ctx context.Context, spec agentapi.ReplicaSpec, sb *ru
 		if err != nil {
 			return fmt.Errorf("%s.source %s: opening the storage: %w", d.Field, d.Source, err)
 		}
-		ds := datacache.Dataset{Project: spec.Project, Digest: d.Digest, Source: d.Source, Open: st.Get}
+		// Source names the field too: the cache's errors start with it.
+		ds := datacache.Dataset{Project: spec.Project, Digest: d.Digest, Source: d.Field + ".source " + d.Source, Open: st.Get}
 		err = st.List(ctx, "", func(i objstore.Info) bool {
 			ds.Objects = append(ds.Objects, datacache.Object{Key: i.Key, Size: i.Size, ETag: i.ETag, SHA256: i.SHA256})
 			total += i.Size
@@ -129,7 +130,7 @@ func (a *Agent) fetchData(ctx context.Context, spec agentapi.ReplicaSpec, sb *ru
 			a.setFetching(spec.ID, &agentapi.DataProgress{ReplicaID: spec.ID, Done: before + done, Total: total})
 		})
 		if err != nil {
-			return fmt.Errorf("%s.source %s: %w", l.in.Field, l.in.Source, err)
+			return err
 		}
 		handles = append(handles, h)
 		for _, o := range l.ds.Objects {
