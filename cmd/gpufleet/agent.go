@@ -56,6 +56,8 @@ type agentConfig struct {
 	// IMDSEndpoint overrides its address (tests).
 	IMDS         bool
 	IMDSEndpoint string
+	// Data is the node's dataset cache.
+	Data agent.DataConfig
 }
 
 // Validate reports every problem at once, by flag name.
@@ -156,6 +158,15 @@ back. The agent's state is in DATA_DIR/agent.`,
 	for _, f := range []string{"provider", "pool", "price-per-hour"} {
 		_ = fl.MarkHidden(f)
 	}
+	fl.StringVar(&c.Data.CacheDir, "data-cache-dir", "", "folder of the node's dataset cache, which workload users must be able to pass through (default WORK_ROOT/datacache)")
+	fl.Func("data-cache-size", "cap the node's dataset cache at this size (e.g. 500Gi; default 100Gi); least recently used datasets no running job reads are evicted", func(v string) error {
+		b, err := model.ParseBytes(v)
+		if err == nil && b <= 0 {
+			err = fmt.Errorf("must be more than 0")
+		}
+		c.Data.CacheBytes = int64(b)
+		return err
+	})
 	fl.StringVar(&c.CA, "ca", os.Getenv("GPUFLEET_CA"), "trust only this certificate or CA (PEM) for an https --server, e.g. the server's DATA_DIR/tls/cert.pem (env GPUFLEET_CA)")
 	return cmd
 }
@@ -240,6 +251,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		},
 		ServerCA:          serverCA,
 		Isolation:         iso,
+		Data:              c.Data,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log,

@@ -48,10 +48,12 @@ type remoteAgent struct {
 	t       *testing.T
 	node    string
 	dataDir string
-	args    []string
-	env     []string
-	cmd     *exec.Cmd
-	out     *testutil.SyncBuffer
+	// cacheDir is its data cache, where a test set --data-cache-dir.
+	cacheDir string
+	args     []string
+	env      []string
+	cmd      *exec.Cmd
+	out      *testutil.SyncBuffer
 }
 
 // startAgent creates an agent token for node on s and starts an agent with it.

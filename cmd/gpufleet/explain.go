@@ -34,6 +34,9 @@ func explainTable(tw *tabwriter.Writer, e *api.Explanation) {
 	row(tw, "QUEUE", e.Queue)
 	if !e.Pending {
 		row(tw, "REASON", dash(e.Reason))
+		for _, r := range e.Placement {
+			row(tw, "PLACED", r.Scope+" "+r.Message)
+		}
 		return
 	}
 	if e.Verdict == nil {

@@ -27,6 +27,7 @@ import (
 type runFlags struct {
 	file    string
 	follow  bool
+	data    []string
 	out     string
 	name    string
 	project string
@@ -68,7 +69,8 @@ output until it ends and exit with its exit code.`,
   gpufleet run --gpus 8 --gpu H100 --runtime 12h -- python train.py
   gpufleet run -f train.yaml --follow
   gpufleet run --gpus 1 --env LR=3e-4 --tag team=nlp -o json -- python sweep.py
-  gpufleet run --image localhost/gpufleet-example/app:1 --gpus 1 -- /app/train.sh`,
+  gpufleet run --image localhost/gpufleet-example/app:1 --gpus 1 -- /app/train.sh
+  gpufleet run --gpus 1 --data storage:lake/imagenet:data/ -- sh -c 'ls $GPUFLEET_DATA_DIR/data'`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(f.out); err != nil {
 				return err
@@ -147,6 +149,7 @@ output until it ends and exit with its exit code.`,
 	fl.StringVar(&f.grace, "grace", "", "grace period between the checkpoint signal and SIGKILL (default 30s)")
 	fl.StringVar(&f.signal, "signal", "", "checkpoint signal sent before a stop (default SIGTERM)")
 	fl.IntVar(&f.retries, "retries", 0, "how many failed attempts to retry")
+	fl.StringArrayVar(&f.data, "data", nil, "a dataset the job reads, SRC:PATH: s3://BUCKET/PREFIX or storage:NAME/PREFIX (a storage of the project), fetched to each node and shown read-only at PATH under the job's folder (repeatable)")
 	fl.StringVar(&f.idempotent, "idempotency-key", "", "key that makes a repeated submission return the first job (default: random per invocation)")
 	_ = cmd.RegisterFlagCompletionFunc("spot", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"never", "allowed", "required"}, cobra.ShellCompDirectiveNoFileComp
@@ -155,7 +158,7 @@ output until it ends and exit with its exit code.`,
 }
 
 // specFlags are the flags that describe the job itself, not how to submit it.
-var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "image", "cuda", "runtime", "grace", "signal", "retries"}
+var specFlags = []string{"name", "project", "queue", "priority", "replicas", "array", "gpus", "gpu", "min-gpu-memory", "cpu", "memory", "spot", "env", "secret", "tag", "workdir", "image", "cuda", "runtime", "grace", "signal", "retries", "data"}
 
 // manifest returns the body to submit and whether it is YAML.
 func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, error) {
@@ -189,6 +192,7 @@ func (f *runFlags) manifest(cmd *cobra.Command, args []string) ([]byte, bool, er
 	spec.Run.Command = args
 	spec.Run.Env = keyValues("--env", f.env, &fe)
 	spec.Run.Secrets = f.secrets
+	spec.Data = dataFlags(f.data, &fe)
 	spec.Limits.Runtime = parseDurationFlag("--runtime", f.runtime, &fe)
 	spec.Checkpoint.Grace = parseDurationFlag("--grace", f.grace, &fe)
 	spec.Checkpoint.Signal = f.signal
@@ -343,4 +347,19 @@ func withDefaultProject(body []byte, project string) ([]byte, error) {
 	meta["project"] = project
 	doc["metadata"] = meta
 	return json.Marshal(doc)
+}
+
+// dataFlags reads --data SRC:PATH values (the path after the last colon).
+func dataFlags(vals []string, fe *model.FieldErrors) []model.DataSource {
+	var out []model.DataSource
+	for _, v := range vals {
+		i := strings.LastIndex(v, ":")
+		src, p := v[:max(i, 0)], v[i+1:]
+		if i < 0 || src == "s3" || src == "storage" || p == "" {
+			fe.Add("--data", fmt.Sprintf("%q must be SRC:PATH, where the job reads it, e.g. s3://bucket/imagenet:data/", v))
+			continue
+		}
+		out = append(out, model.DataSource{Source: src, Path: p, Mode: model.DataReadOnly})
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/datacache"
 )
 
 // Names in the agent's directory.
@@ -62,6 +63,13 @@ type Agent struct {
 	// later leaves its replica to the next agent run; guarded by mu.
 	shut bool
 
+	// cache is the node's data cache, opened by Run (data.go).
+	cache *datacache.Cache
+	// fetching is the dataset downloads in progress by replica id, and
+	// dataHeld the cache entries each replica pins; guarded by mu.
+	fetching map[string]agentapi.DataProgress
+	dataHeld map[string][]*datacache.Handle
+
 	// driver is the NVIDIA driver version (empty without one), read once
 	// at start for the CUDA check of container images.
 	driver string
@@ -73,7 +81,9 @@ type Agent struct {
 	delivered  map[string]agentapi.ReplicaStatus // as the server last received them
 	// noticesDelivered are the notices the server last received.
 	noticesDelivered []agentapi.Notice
-	draining         bool
+	// datasetsDelivered are the dataset digests the server last received.
+	datasetsDelivered []string
+	draining          bool
 }
 
 // New checks cfg and returns an agent; it touches nothing until Run.
@@ -97,6 +107,8 @@ func New(cfg Config) (*Agent, error) {
 		changed:    make(chan struct{}, 1),
 		tracked:    map[string]*replica{},
 		starting:   map[string]*pendingLaunch{},
+		fetching:   map[string]agentapi.DataProgress{},
+		dataHeld:   map[string][]*datacache.Handle{},
 		slots:      make(chan struct{}, maxLaunches),
 		releasing:  make(chan struct{}, maxReleases),
 		launchWait: shutdownLaunchWait,
@@ -139,6 +151,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.tending.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // before the Wait above: stop tending on any return
+	if err := a.openCache(); err != nil {
+		return fmt.Errorf("opening the data cache: %w", err)
+	}
 	if err := a.adoptAll(ctx); err != nil {
 		return err
 	}

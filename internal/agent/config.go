@@ -73,6 +73,9 @@ type Config struct {
 	// the outstanding ones on every sync from then on. The agent runs it
 	// from Run on.
 	Notices NoticeSource
+
+	// Data configures the node's dataset cache (data.go).
+	Data DataConfig
 }
 
 // NoticeSource watches for the cloud's notices about this machine (for
@@ -147,6 +150,9 @@ func (c Config) Validate() error {
 		if rel, err := filepath.Rel(c.Dir, w); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && c.Isolation.Users != nil {
 			errs.Add("isolation.workRoot", fmt.Sprintf("%s is inside the agent's directory %s, which workloads must not reach: choose a folder outside it", w, c.Dir))
 		}
+	}
+	if c.Data.CacheBytes < 0 {
+		errs.Add("data.cacheBytes", "must not be negative")
 	}
 	if c.LogChunkSize < 0 {
 		errs.Add("logChunkSize", "must not be negative")

@@ -105,6 +105,7 @@ func (a *Agent) trackEnded(ctx context.Context, id, dir string, phase agentapi.P
 func (a *Agent) launch(dir string, spec agentapi.ReplicaSpec, sb runtime.Sandbox) (*launched, error) {
 	// The checkpoint sync's credentials and data key stay in memory.
 	spec.Checkpoint = nil
+	spec.Data = nil // its credentials too; the sandbox records the mounts
 	if err := supervisor.WriteSpec(dir, spec); err != nil {
 		return nil, fmt.Errorf("writing replica spec: %w", err)
 	}

@@ -188,6 +188,9 @@ func (a *Agent) containerSpec(spec agentapi.ReplicaSpec) *runtime.ContainerSpec 
 // addresses as they are inside it. They hold no secret.
 func (a *Agent) envOverrides(spec agentapi.ReplicaSpec, sb runtime.Sandbox) map[string]string {
 	env := map[string]string{"GPUFLEET_CHECKPOINT_DIR": sb.CheckpointDir, "HOME": sb.Home}
+	if len(spec.Data) > 0 {
+		env["GPUFLEET_DATA_DIR"] = dataRoot(sb)
+	}
 	if len(a.cfg.ServerCA) > 0 && strings.HasPrefix(spec.Env["GPUFLEET_SERVER"], "https://") {
 		env["GPUFLEET_CA"] = filepath.Join(sb.Home, ServerCAFile)
 	}
@@ -303,6 +306,7 @@ func (a *Agent) release(ctx context.Context, r *replica) {
 			a.log.Warn("removing the attempt's checkpoint folder", "replica_id", r.id, "err", err)
 		}
 	}
+	a.releaseData(r.id)
 	a.putUser(r.attempt, sb)
 }
 

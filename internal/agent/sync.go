@@ -47,6 +47,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			}
 			a.telemetryDelivered(req.Telemetry)
 			a.noticesDelivered = req.Notices
+			a.datasetsDelivered = req.Datasets
 			a.apply(ctx, resp, endedIDs)
 		case ctx.Err() != nil:
 			return
@@ -83,15 +84,20 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 	}
 	starting := len(a.starting)
 	notices := slices.Clone(a.notices)
+	fetching := a.fetchingRequestLocked()
 	a.mu.Unlock()
+	datasets := a.datasets()
 	slices.SortFunc(statuses, func(x, y agentapi.ReplicaStatus) int { return strings.Compare(x.ID, y.ID) })
 
 	wait := a.cfg.SyncWait
 	if a.heartbeat > 0 {
 		wait = min(wait, a.heartbeat)
 	}
-	if !slices.Equal(notices, a.noticesDelivered) {
+	if !slices.Equal(notices, a.noticesDelivered) || !slices.Equal(datasets, a.datasetsDelivered) {
 		wait = 0
+	}
+	if len(fetching) > 0 {
+		wait = min(wait, fetchReportEvery) // progress reaches the server while it downloads
 	}
 	endedIDs := map[string]bool{}
 	for _, s := range statuses {
@@ -110,6 +116,8 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		Telemetry:  a.telemetryRequest(),
 		Starting:   starting,
 		Notices:    notices,
+		Datasets:   datasets,
+		Fetching:   fetching,
 	}, endedIDs
 }
 
@@ -360,6 +368,32 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 		log.Info("not starting a replica the server wants stopped")
 		return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
 	}
+	if len(spec.Data) > 0 {
+		if err := a.fetchData(ctx, spec, &sb, stopped, log); err != nil {
+			log.Error("fetching the job's data", "err", err)
+			a.putUser(spec.AttemptID, sb)
+			if rerr := os.RemoveAll(sb.Home); rerr != nil {
+				log.Warn("removing replica folder", "err", rerr)
+			}
+			// Storage that may answer next time, or no room here: lost,
+			// retried; a dataset that cannot be fetched as it is: failed.
+			phase := agentapi.PhaseLost
+			if permanentDataError(err) {
+				phase = agentapi.PhaseExited
+			}
+			if ctx.Err() != nil || stopped() {
+				// Cut short by the agent stopping or by a stop: nothing ran.
+				if rerr := os.RemoveAll(dir); rerr != nil {
+					log.Warn("removing replica directory", "err", rerr)
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				return a.trackEnded(ctx, spec.ID, "", agentapi.PhaseExited, agentapi.ReasonStopped)
+			}
+			return a.trackEnded(ctx, spec.ID, dir, phase, "agent could not fetch the job's data: "+err.Error())
+		}
+	}
 	var ck *ckptState
 	if spec.Checkpoint != nil {
 		if ck, err = a.restoreCheckpoint(ctx, spec, sb, log); err != nil {
@@ -416,6 +450,7 @@ func (a *Agent) adopt(ctx context.Context, id, dir string) *replica {
 		if err := a.holdSandbox(attempt, sb); err != nil {
 			a.log.Error("taking on an adopted replica's user", "replica_id", id, "err", err)
 		}
+		a.adoptData(id, sb)
 	}
 	r := a.newReplica(id, attempt, dir, nil)
 	a.track(ctx, r)

@@ -158,6 +158,44 @@ type ReplicaSpec struct {
 	// carries it. It holds credentials and the data key: the agent keeps
 	// it in memory for the attempt's life and never writes it to disk.
 	Checkpoint *CheckpointSync `json:"checkpoint,omitempty"`
+	// Data are the job's datasets (spec.data), which the agent fetches
+	// into its data cache before the replica starts and shows it read-only
+	// (docs/datasets.md). They hold credentials: kept in memory only, like
+	// Checkpoint.
+	Data []DataSync `json:"data,omitempty"`
+}
+
+// DataSync is one dataset of a replica, resolved by the server.
+type DataSync struct {
+	// Field is the dataset's place in the job ("spec.data[0]"), for
+	// errors.
+	Field string `json:"field"`
+	// Source is the job's spec.data[i].source, as written.
+	Source string `json:"source"`
+	// Path is where the job reads it, relative to its working directory.
+	Path string `json:"path"`
+	// Digest is model.DataDigest of the job's project and source: what the
+	// node reports holding once it is cached.
+	Digest string `json:"digest"`
+	// Storage is where the objects are: its Prefix is the dataset's (no
+	// secrets in it).
+	Storage model.Storage `json:"storage"`
+	// AccessKeyID and SecretAccessKey are opened by the server from the
+	// storage's credentialsRef; empty: the node's own credentials.
+	AccessKeyID     string `json:"accessKeyId,omitempty"`
+	SecretAccessKey string `json:"secretAccessKey,omitempty"`
+	// Error, when set, is why the server cannot resolve the source (a
+	// storage the project no longer declares, credentials that do not
+	// open): the agent ends the replica with it, unstarted.
+	Error string `json:"error,omitempty"`
+}
+
+// DataProgress is a replica's dataset download in progress.
+type DataProgress struct {
+	ReplicaID string `json:"replicaId"`
+	// Done and Total are bytes, over all the replica's datasets.
+	Done  int64 `json:"done"`
+	Total int64 `json:"total"`
 }
 
 // CheckpointSync is where and how a replica's checkpoints are kept.
@@ -230,6 +268,12 @@ type SyncRequest struct {
 	// on every sync while they stand. Optional: servers ignore what they do
 	// not track.
 	Notices []Notice `json:"notices,omitempty"`
+	// Datasets are the digests (model.DataDigest) of the datasets the
+	// node's data cache holds, sorted; the scheduler prefers nodes that
+	// hold a job's data. Fetching lists the downloads of replicas not yet
+	// started. Optional: servers ignore what they do not track.
+	Datasets []string       `json:"datasets,omitempty"`
+	Fetching []DataProgress `json:"fetching,omitempty"`
 }
 
 // Notice kinds.

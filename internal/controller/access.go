@@ -34,10 +34,10 @@ func (c *Controller) admitLocked(s *Submission) model.FieldErrors {
 			p = x
 		}
 	}
+	fe := admitData(p, s.Project, &s.Spec)
 	if p == nil {
-		return nil
+		return fe
 	}
-	var fe model.FieldErrors
 	pol := p.Spec
 	res := s.Spec.Resources
 	if len(pol.AllowedGPUs) > 0 && res.GPUs > 0 {

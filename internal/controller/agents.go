@@ -124,6 +124,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		return agentapi.SyncResponse{}, fmt.Errorf("node %s was lost (silent past the heartbeat timeout) and must register again: %w (%w)", req.NodeID, agentapi.ErrUnknownNode, ErrNotFound)
 	}
 	c.lastSeen[req.NodeID] = c.cfg.Clock.Now()
+	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
 	for _, st := range req.Statuses {
 		c.observeLocked(req.NodeID, st, b)
@@ -257,7 +258,7 @@ type cachedSpec struct {
 // change in the vault. The spec's maps and slices are shared between
 // answers: callers must not change them. Callers hold c.mu.
 func (c *Controller) cachedReplicaSpec(job *model.Job, a *model.Attempt, r model.Replica, secret string, mk *[]ckptDir) (agentapi.ReplicaSpec, error) {
-	if len(job.Spec.Run.Secrets) > 0 || c.checkpointStorageLocked(r) != nil {
+	if len(job.Spec.Run.Secrets) > 0 || len(job.Spec.Data) > 0 || c.checkpointStorageLocked(r) != nil {
 		return c.replicaSpec(job, a, r, secret, mk)
 	}
 	master, _ := c.st.Node(a.Replicas[0].NodeID)
@@ -366,6 +367,7 @@ func (c *Controller) replicaSpec(job *model.Job, a *model.Attempt, r model.Repli
 		Memory:    job.Spec.Resources.Memory,
 	}
 	spec.Checkpoint = ck
+	spec.Data = c.dataSyncLocked(job)
 	return spec, nil
 }
 

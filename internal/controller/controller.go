@@ -174,7 +174,9 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
-	nodeGen  nodeGens
+	// data is what nodes report of their datasets (data.go).
+	data    dataState
+	nodeGen nodeGens
 	// markers remembers each running job's checkpoint marker time, so a
 	// marker is recorded once per change (watchCheckpoints).
 	markers map[string]time.Time

@@ -176,6 +176,9 @@ func (c *Controller) Job(id string) (*model.Job, error) {
 	if !ok {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
+	if _, _, fetching := c.fetchingLocked(j); fetching {
+		return c.withWaitReasonLocked(j), nil
+	}
 	return j, nil
 }
 
@@ -213,6 +216,11 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 // last pass a copy whose Reason is why it waits (Verdict.Summary), so
 // lists show it. Callers hold c.mu.
 func (c *Controller) withWaitReasonLocked(j *model.Job) *model.Job {
+	if done, total, ok := c.fetchingLocked(j); ok {
+		j = j.Clone()
+		j.Reason = FetchingReason(done, total)
+		return j
+	}
 	if j.State != model.JobQueued {
 		return j
 	}

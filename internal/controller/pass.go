@@ -38,6 +38,7 @@ func (c *Controller) pass(ctx context.Context) error {
 	}
 	snap := c.st.Snapshot()
 	snap.Holds = in.holds // budgets: jobs that wait for a new period
+	snap.Datasets = c.heldDataLocked()
 	if len(snap.Pending) == 0 {
 		c.memo.record(in, now, time.Time{})
 		c.mu.Unlock()
@@ -183,6 +184,7 @@ func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attem
 		State:     model.AttemptStarting,
 		CreatedAt: now,
 		Version:   1,
+		Placement: bnd.Reasons,
 	}
 	for _, p := range bnd.Replicas {
 		a.Replicas = append(a.Replicas, model.Replica{Rank: p.Rank, NodeID: p.NodeID, GPUs: append([]int(nil), p.GPUs...), GPUShare: p.Share, State: model.AttemptStarting})

@@ -133,6 +133,11 @@ func (c *Controller) Explain(id string) (Explanation, error) {
 		return Explanation{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
 	e := Explanation{JobID: j.ID, State: j.State, Reason: j.Reason, Queue: j.Spec.Queue, Pending: j.State == model.JobQueued}
+	if j.Attempts > 0 {
+		if a, ok := c.st.Attempt(model.AttemptID(j.ID, j.Attempts)); ok {
+			e.Placement = a.Placement
+		}
+	}
 	if !e.Pending {
 		return e, nil
 	}

@@ -50,6 +50,11 @@ type Attempt struct {
 	StopState AttemptState `json:"stopState,omitempty"`
 	StopWhy   string       `json:"stopWhy,omitempty"`
 
+	// Placement says why the scheduler chose the attempt's nodes where a
+	// scorer had more to say than a number (data locality: which
+	// datasets each node already held); explain shows it.
+	Placement []Reason `json:"placement,omitempty"`
+
 	CreatedAt time.Time  `json:"createdAt"`
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`

@@ -329,6 +329,10 @@ type ProjectSpec struct {
 	// MaxPricePerHour caps the hourly price of capacity bought for one job
 	// in USD (0: no cap).
 	MaxPricePerHour float64 `json:"maxPricePerHour,omitempty"`
+	// Storage declares the project's object storage by name: a job's
+	// spec.data source "storage:NAME/PREFIX" reads from Storage[NAME]
+	// with its sealed credentials (docs/datasets.md).
+	Storage map[string]Storage `json:"storage,omitempty"`
 }
 
 // Validate reports every problem in s, with paths under prefix.
@@ -360,6 +364,14 @@ func (s *ProjectSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	}
 	if bad(s.MaxPricePerHour) || s.MaxPricePerHour < 0 {
 		fe.Add(p("maxPricePerHour"), "must not be negative")
+	}
+	for _, name := range sortedKeys(s.Storage) {
+		sp := p("storage." + name)
+		if !ValidName(name) {
+			fe.Add(sp, fmt.Sprintf("%q must be lower-case letters, digits and dashes (at most 63)", name))
+		}
+		st := s.Storage[name]
+		fe = append(fe, st.Validate(sp)...)
 	}
 	return fe
 }

@@ -148,6 +148,9 @@ type JobSpec struct {
 	Array int `json:"array,omitempty"`
 	// NodeSelector requires node labels to equal these values.
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Data are datasets the job reads, downloaded to each of its nodes
+	// before it starts (docs/datasets.md).
+	Data []DataSource `json:"data,omitempty"`
 }
 
 // Resources are per replica.
@@ -313,6 +316,7 @@ func (s *JobSpec) Default() {
 	if s.Retries.Preemptions == 0 {
 		s.Retries.Preemptions = DefaultPreemptionRetries
 	}
+	s.defaultData()
 }
 
 // MaxCPU bounds resources.cpu: more CPUs than any machine has (the largest
@@ -428,6 +432,7 @@ func (s *JobSpec) Validate(prefix string, knownGPU func(string) bool) FieldError
 	if s.MaxPricePerHour < 0 || math.IsNaN(s.MaxPricePerHour) {
 		fe.Add(p("maxPricePerHour"), "must be ≥ 0")
 	}
+	s.validateData(p("data"), &fe)
 	if s.Checkpoint.Signal != "" && !contains(Signals, s.Checkpoint.Signal) {
 		fe.Add(p("checkpoint.signal"), "must be one of "+strings.Join(Signals, ", "))
 	}

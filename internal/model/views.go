@@ -157,6 +157,10 @@ type Explanation struct {
 	// now (no capacity, out of quota), which new capacity skips until
 	// each one's Until; at most 10, this job's candidates first.
 	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// Placement, for a job that was placed, is why its latest attempt
+	// went to its nodes (Attempt.Placement: the data-local scorer's
+	// findings).
+	Placement []Reason `json:"placement,omitempty"`
 }
 
 // LaunchBackoff is one offer in launch back-off.

@@ -189,7 +189,7 @@ func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error
 			}
 			return err
 		}
-		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime()})
+		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: fmt.Sprintf("mtime-%d", info.ModTime().UnixNano())})
 		return nil
 	})
 	if err != nil {

@@ -356,7 +356,7 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(Info) bool) error 
 			return s.fail("list", prefix, err)
 		}
 		for _, o := range page.Contents {
-			if !fn(Info{Key: strings.TrimPrefix(aws.ToString(o.Key), s.cfg.Prefix), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)}) {
+			if !fn(Info{Key: strings.TrimPrefix(aws.ToString(o.Key), s.cfg.Prefix), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified), ETag: aws.ToString(o.ETag)}) {
 				return nil
 			}
 		}

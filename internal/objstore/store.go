@@ -31,6 +31,10 @@ type Info struct {
 	// computed it (Put always does; List and Stat may leave it empty).
 	SHA256   string
 	Modified time.Time
+	// ETag is the store's entity tag where List gives one: S3's (the MD5
+	// of the content for an object not uploaded in parts), or a Dir's
+	// modification time. It changes when the object does.
+	ETag string
 }
 
 // Store is a flat namespace of immutable-once-written objects under

@@ -66,6 +66,9 @@ type class struct {
 	shared    bool
 	buckets   [][]int32
 	freeTotal int
+	// data is the digests of datasets pending jobs read that every node
+	// of the class holds (data.go); nil for most classes.
+	data map[string]bool
 }
 
 func newCluster(snap *state.Snapshot) *cluster {
@@ -78,11 +81,18 @@ func newCluster(snap *state.Snapshot) *cluster {
 	var byShape []*class // by the state's interned ShapeID
 	domains := map[string]int{}
 	exc := uniqueSelected(snap.Pending)
+	wanted := wantedData(snap.Pending)
 	for i := range snap.Nodes {
 		v := &snap.Nodes[i]
 		n := v.Node
 		var cl *class
 		own := exceptional(n, exc)
+		dk, held := heldKey(snap.Datasets[n.ID], wanted)
+		if dk != "" {
+			// It holds data a pending job reads: a class of its own
+			// kind, so that the data scorer can prefer it.
+			own += "\x01data=" + dk
+		}
 		switch {
 		case own != "":
 			// A pending job selects this node by a unique label: it gets a
@@ -92,6 +102,7 @@ func newCluster(snap *state.Snapshot) *cluster {
 			cl = byKey[key]
 			if cl == nil {
 				cl = c.addClass(n, key, byKey, domains)
+				cl.data = held
 			}
 		case v.ShapeID > 0 && v.ShapeID < len(byShape) && byShape[v.ShapeID] != nil:
 			cl = byShape[v.ShapeID]

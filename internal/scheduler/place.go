@@ -244,6 +244,9 @@ func (s *sched) placeOne(pj *pjob, f *feasibility) (*placement, []Reason) {
 		sc := 100.0
 		if len(f.classes) > 1 {
 			sc = scoreNode(pj.g, free, cl.gpuPrice, cheapest, f.pref[i], one || cl.size == 1)
+			if len(pj.data) > 0 {
+				sc = withData(sc, dataScore(pj.data, cl.data))
+			}
 		}
 		if sc > best {
 			best, bestNode, bestMask, bestClass = sc, ni, mask, cl
@@ -325,13 +328,16 @@ func (s *sched) placeGang(pj *pjob, f *feasibility) (*placement, []Reason) {
 				bestNode int32
 				bestMask uint64
 				bestFree = maxNodeGPUs + 1
+				bestData = -1.0
 				found    bool
 			)
 			for _, i := range g.classes {
 				cl := s.c.classes[f.classes[i]]
 				ni, mask, free, _, ok := s.bestInClass(pj, cl)
-				if ok && free < bestFree {
-					bestNode, bestMask, bestFree, found = ni, mask, free, true
+				// Nodes holding more of the job's data first, then
+				// the best fit.
+				if d := dataScore(pj.data, cl.data); ok && (d > bestData || d == bestData && free < bestFree) {
+					bestNode, bestMask, bestFree, bestData, found = ni, mask, free, d, true
 				}
 			}
 			if !found {
@@ -358,7 +364,13 @@ func (s *sched) placeGang(pj *pjob, f *feasibility) (*placement, []Reason) {
 func (s *sched) placeCPU(pj *pjob, f *feasibility) (*placement, []Reason) {
 	res := &pj.job.Spec.Resources
 	order := append([]int32(nil), f.classes...)
-	sort.SliceStable(order, func(a, b int) bool { return s.c.classes[order[a]].size < s.c.classes[order[b]].size })
+	sort.SliceStable(order, func(a, b int) bool {
+		x, y := s.c.classes[order[a]], s.c.classes[order[b]]
+		if dx, dy := dataScore(pj.data, x.data), dataScore(pj.data, y.data); dx != dy {
+			return dx > dy // nodes holding the job's data first
+		}
+		return x.size < y.size
+	})
 	p := &placement{mark: len(s.undo)}
 	for rank := 0; rank < pj.job.Spec.Replicas; rank++ {
 		placed := false

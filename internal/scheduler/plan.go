@@ -38,6 +38,10 @@ type Binding struct {
 	JobID      string
 	JobVersion uint64
 	Replicas   []Placement
+	// Reasons say why the job went where it did, where a scorer has more
+	// to say than its score (ScoreData); the controller keeps them on the
+	// attempt for explain.
+	Reasons []Reason
 }
 
 // Placement is one replica on one node.

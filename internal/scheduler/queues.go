@@ -337,6 +337,8 @@ type pjob struct {
 	// deadline is what the deadline rule weighs spot capacity by; unset
 	// for a job it does not apply to.
 	deadline deadlineReq
+	// data is the digests of the job's datasets (model.DataDigest).
+	data []string
 }
 
 // classOf is the priority class called name: declared, else built-in,
@@ -351,7 +353,7 @@ func classOf(declared []model.PriorityClass, name string) model.PriorityClass {
 
 func newPJob(j *model.Job, q *queueState, classes []model.PriorityClass, now time.Time) pjob {
 	pc := classOf(classes, j.Spec.Priority)
-	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j)}
+	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j), data: j.Spec.DataDigests(j.Project)}
 	pj.eff = float64(pc.Value)
 	pj.spot = EffectiveSpot(j, pj.runtime, now)
 	pj.deadline = deadlineOf(j, pj.spot, pj.runtime, now)

@@ -292,7 +292,7 @@ func (s *sched) commit(pj *pjob, p *placement) {
 		pj.q.charge(p.gpuModel, total, s.c.capacity)
 		pj.proj.charge(p.gpuModel, total)
 	}
-	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas})
+	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas, Reasons: s.dataReasons(pj, p)})
 	s.undo = s.undo[:0]
 }
 

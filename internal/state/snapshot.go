@@ -49,6 +49,10 @@ type Snapshot struct {
 	// Holds are the budgets' holds on queued jobs; the state leaves it
 	// empty, the controller sets it from its budget passes.
 	Holds []Hold
+	// Datasets maps a node's id to the digests (model.DataDigest) of the
+	// datasets its data cache holds, as its agent reports them; the
+	// controller sets it. Shared: the scheduler must not change it.
+	Datasets map[string]map[string]bool
 }
 
 // NodeView is a node and what is free on it.

@@ -119,6 +119,9 @@ func RunArgs(sb Sandbox, argv []string) []string {
 	if sb.CheckpointDir != "" {
 		args = append(args, "--volume", sb.CheckpointDir+":"+MountCheckpoint+":rw")
 	}
+	for _, d := range sb.Data {
+		args = append(args, "--volume", d.Host+":"+d.Target+":ro")
+	}
 	if u := sb.User; u != nil {
 		args = append(args, "--user", strconv.Itoa(u.UID)+":"+strconv.Itoa(u.GID))
 	}

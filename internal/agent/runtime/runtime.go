@@ -58,6 +58,23 @@ type Sandbox struct {
 
 	// Container, for Runtime == Container.
 	Container *ContainerSpec `json:"container,omitempty"`
+
+	// Data are the job's datasets: entries of the node's data cache,
+	// read-only (docs/datasets.md).
+	Data []DataMount `json:"data,omitempty"`
+}
+
+// DataMount is one dataset shown to a workload.
+type DataMount struct {
+	// Entry names the data cache entry (pinned again by an agent that
+	// adopts the replica after a restart).
+	Entry string `json:"entry"`
+	// Host is the entry's folder on the host.
+	Host string `json:"host"`
+	// Target is where the job finds it: for a process, a symbolic link the
+	// agent made there; for a container, the mount point inside it, bound
+	// read-only.
+	Target string `json:"target"`
 }
 
 // ContainerSpec is the part of a Sandbox only a container runtime uses.

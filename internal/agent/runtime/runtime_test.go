@@ -66,11 +66,13 @@ func TestRunArgsIsolate(t *testing.T) {
 	t.Parallel()
 	sb := Sandbox{Runtime: Container, User: &User{UID: 7, GID: 7}, Home: "/w/r1", Workdir: "/gpufleet/work",
 		CheckpointDir: "/w/ck/j1", Env: map[string]string{"SECRET": "v4lue", "A": "1"},
+		Data: []DataMount{{Entry: "e1", Host: "/w/datacache/e/e1", Target: "/gpufleet/work/data"}},
 		Container: &ContainerSpec{Podman: "podman", OCIRuntime: "runc", Name: "gpufleet-r1", Image: "img:1",
 			Network: "none", ReadOnly: true, NoFile: 1024, NProc: 512, CPU: 2, Memory: 1 << 30, Devices: []string{"/dev/nvidia0"}}}
 	args := strings.Join(RunArgs(sb, []string{"python", "train.py"}), " ")
 	for _, want := range []string{"--runtime runc run --rm --name gpufleet-r1", "--cap-drop=all", "--security-opt no-new-privileges",
 		"--network none", "--volume /w/r1:/gpufleet:rw", "--volume /w/ck/j1:/gpufleet/checkpoint:rw", "--user 7:7",
+		"--volume /w/datacache/e/e1:/gpufleet/work/data:ro",
 		"--read-only", "--cpus 2", "--memory 1073741824b", "--device /dev/nvidia0", "--env A --env SECRET", "img:1 python train.py"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("podman %s\nlacks %q", args, want)

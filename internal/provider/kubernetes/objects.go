@@ -100,6 +100,8 @@ func refusal(spec agentapi.ReplicaSpec, s model.KubernetesPoolSettings) string {
 	switch {
 	case spec.Archive != "":
 		return "uploaded working directories are not supported on Kubernetes pools: build the code into run.image"
+	case len(spec.Data) > 0:
+		return "datasets (spec.data) are not supported on Kubernetes pools yet: read them from the job, or run it on agent nodes"
 	case spec.Image == "" && s.Image == "":
 		return "no container image: set the job's run.image or the pool's kubernetes.image"
 	case len(spec.Command) == 0 && spec.Image == "":
