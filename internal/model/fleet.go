@@ -467,6 +467,9 @@ type ProjectSpec struct {
 	// MaxPricePerHour caps the hourly price of capacity bought for one job
 	// in USD (0: no cap).
 	MaxPricePerHour float64 `json:"maxPricePerHour,omitempty"`
+	// Artifacts is where the project's pushed artefacts are kept and how
+	// long its checkpoints and artefacts are (docs/artifacts.md).
+	Artifacts *ArtifactPolicy `json:"artifacts,omitempty"`
 }
 
 // Validate reports every problem in s, with paths under prefix.
@@ -498,6 +501,9 @@ func (s *ProjectSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	}
 	if bad(s.MaxPricePerHour) || s.MaxPricePerHour < 0 {
 		fe.Add(p("maxPricePerHour"), "must not be negative")
+	}
+	if s.Artifacts != nil {
+		fe = append(fe, s.Artifacts.Validate(p("artifacts"))...)
 	}
 	return fe
 }
