@@ -15,31 +15,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/objstore"
 )
 
-// Ref names one artefact: a job's checkpoint (Job set) or a pushed
-// artefact's version (Name set).
-type Ref struct {
-	Job  string
-	Name string
-	// Version: for a checkpoint "" or "latest" (the job's latest) or a
-	// step number; for a pushed artefact "" or "latest" (its newest
-	// version), a version, or "@TAG" (the newest version with that tag).
-	Version string
-}
-
-// String describes r for errors.
-func (r Ref) String() string {
-	v := r.Version
-	if v == "" {
-		v = "latest"
-	}
-	if r.Job != "" {
-		if v == "latest" {
-			return fmt.Sprintf("the latest checkpoint of job %s", r.Job)
-		}
-		return fmt.Sprintf("the checkpoint of job %s at step %s", r.Job, v)
-	}
-	return fmt.Sprintf("artefact %s version %s", r.Name, v)
-}
+// Ref names one artefact (model.ArtifactRef).
+type Ref = model.ArtifactRef
 
 // found is a resolved artefact: its manifest and where it lies.
 type found struct {
