@@ -178,4 +178,3 @@ func (r ArtifactRef) String() string {
 	}
 	return fmt.Sprintf("artefact %s version %s", r.Name, v)
 }
-
