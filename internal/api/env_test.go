@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
-	"github.com/gpufleet/gpufleet/internal/artifacts"
 	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/artifacts"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
