@@ -57,9 +57,11 @@ func (c *Catalog) List(ctx context.Context, project string, f model.ArtifactFilt
 	out := []model.Artifact{}
 	for _, pl := range places {
 		if f.Kind != model.ArtifactModel && f.Name == "" {
-			jobs := c.projectJobs(project, pl.seal)
+			var jobs map[string]string
 			if f.Job != "" {
 				jobs = map[string]string{ckptsync.JobPrefix(pl.seal, f.Job): f.Job}
+			} else if jobs, err = c.jobsWithFolders(ctx, project, pl); err != nil {
+				return nil, err
 			}
 			for prefix, job := range jobs {
 				es, err := c.checkpoints(ctx, pl, prefix)
@@ -95,6 +97,22 @@ func (c *Catalog) List(ctx context.Context, project string, f model.ArtifactFilt
 			cmp.Compare(b.Step, a.Step), b.Uploaded.Compare(a.Uploaded), cmp.Compare(b.Version, a.Version))
 	})
 	return out, nil
+}
+
+// jobsWithFolders maps the folder prefix of each of project's jobs that
+// has one in pl to its id, listing the storage once.
+func (c *Catalog) jobsWithFolders(ctx context.Context, project string, pl place) (map[string]string, error) {
+	all := c.projectJobs(project, pl.seal)
+	out := map[string]string{}
+	err := pl.store.List(ctx, "", func(i objstore.Info) bool {
+		if dir, _, ok := strings.Cut(i.Key, "/"); ok {
+			if job, mine := all[dir+"/"]; mine {
+				out[dir+"/"] = job
+			}
+		}
+		return true
+	})
+	return out, err
 }
 
 func shortName(key string) string {

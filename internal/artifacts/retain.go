@@ -112,7 +112,11 @@ func (c *Catalog) retainPlace(ctx context.Context, pl place, project string, pol
 	// a manifest written since is younger than Grace.
 	cutoff := c.cfg.Clock.Now().Add(-c.cfg.Grace)
 	objects := map[string][]objstore.Info{} // by folder prefix
+	folders := map[string]bool{}
 	err := pl.store.List(ctx, "", func(i objstore.Info) bool {
+		if dir, _, ok := strings.Cut(i.Key, "/"); ok {
+			folders[dir+"/"] = true
+		}
 		if dir, name, ok := strings.Cut(i.Key, "/o/"); ok && !strings.Contains(name, "/") {
 			objects[dir+"/"] = append(objects[dir+"/"], i)
 		}
@@ -128,6 +132,9 @@ func (c *Catalog) retainPlace(ctx context.Context, pl place, project string, pol
 		keepCk, keepVer = pol.KeepCheckpoints, pol.KeepVersions
 	}
 	for prefix, job := range c.projectJobs(project, pl.seal) {
+		if !folders[prefix] {
+			continue // nothing stored for this job here
+		}
 		es, err := c.checkpoints(ctx, pl, prefix)
 		if err != nil {
 			total.Skipped++
