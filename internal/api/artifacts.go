@@ -23,12 +23,6 @@ const (
 // MaxArtifactFileBytes bounds one file of a push.
 const MaxArtifactFileBytes = 1 << 40
 
-func init() {
-	MinRole[PermArtifactsRead] = model.RoleViewer
-	MinRole[PermArtifactsPush] = model.RoleMember
-	MinRole[PermArtifactsDelete] = model.RoleProjectAdmin
-}
-
 // Artifacts is the artefact catalogue (package artifacts). Lookups of a
 // missing artefact fail with model.ErrNotFound, stored bytes that fail
 // verification with model.ErrCorrupt.
