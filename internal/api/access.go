@@ -65,19 +65,20 @@ var MinRole = map[Permission]model.Role{
 	PermCostRead:      model.RoleAdmin,
 	PermCostReport:    model.RoleViewer,
 	PermSecretsManage: model.RoleProjectAdmin,
+	PermSecretsReseal: model.RoleAdmin,
+	PermMetricsRead:   model.RoleAdmin,
+	PermTokensManage:  model.RoleAdmin,
+	PermQueuesManage:  model.RoleAdmin,
+	PermFleetManage:   model.RoleAdmin,
+	PermUsersManage:   model.RoleAdmin,
+	PermAuditRead:     model.RoleAdmin,
+	PermAgent:         model.RoleAdmin, // never a user's: agents only
+	PermAgentJoin:     model.RoleAdmin, // never a user's: join tokens only
+
 	// Artefacts as jobs: viewers read, members push, project admins delete.
 	PermArtifactsRead:   model.RoleViewer,
 	PermArtifactsPush:   model.RoleMember,
 	PermArtifactsDelete: model.RoleProjectAdmin,
-	PermSecretsReseal:   model.RoleAdmin,
-	PermMetricsRead:     model.RoleAdmin,
-	PermTokensManage:    model.RoleAdmin,
-	PermQueuesManage:    model.RoleAdmin,
-	PermFleetManage:     model.RoleAdmin,
-	PermUsersManage:     model.RoleAdmin,
-	PermAuditRead:       model.RoleAdmin,
-	PermAgent:           model.RoleAdmin, // never a user's: agents only
-	PermAgentJoin:       model.RoleAdmin, // never a user's: join tokens only
 }
 
 // access is what authorisation learned about a request.
