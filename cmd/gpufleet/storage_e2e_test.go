@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +102,28 @@ spec:
 		t.Error("the job records no checkpoint")
 	}
 
-	// 3. The bucket holds ciphertext under opaque names.
+	// 3. The checkpoints are artefacts: listed with their steps, and the
+	// one written on the notice fetched by its step, verified.
+	var list model.ArtifactList
+	if err := json.Unmarshal([]byte(s.gpufleet("artifacts", "list", "--job", id, "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	steps := map[string]bool{}
+	for _, a := range list.Items {
+		if a.Kind == model.ArtifactCheckpoint && a.Job == id {
+			steps[strconv.FormatInt(a.Step, 10)] = true
+		}
+	}
+	if !steps[first[1]] || !steps["40"] {
+		t.Errorf("artifacts list shows steps %v; want %s (the notice's) and 40 (the last)", steps, first[1])
+	}
+	got := filepath.Join(t.TempDir(), "ckpt")
+	s.gpufleet("artifacts", "get", id, "--step", first[1], "-o", got)
+	if b, err := os.ReadFile(filepath.Join(got, "model.bin")); err != nil || string(b) != "weights-of-step-"+first[1]+"\n" {
+		t.Errorf("artifacts get --step %s: model.bin %q, %v", first[1], b, err)
+	}
+
+	// 4. The bucket holds ciphertext under opaque names.
 	filepath.WalkDir(raw, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() {
 			return err

@@ -74,6 +74,11 @@ var MinRole = map[Permission]model.Role{
 	PermAuditRead:     model.RoleAdmin,
 	PermAgent:         model.RoleAdmin, // never a user's: agents only
 	PermAgentJoin:     model.RoleAdmin, // never a user's: join tokens only
+
+	// Artefacts as jobs: viewers read, members push, project admins delete.
+	PermArtifactsRead:   model.RoleViewer,
+	PermArtifactsPush:   model.RoleMember,
+	PermArtifactsDelete: model.RoleProjectAdmin,
 }
 
 // access is what authorisation learned about a request.

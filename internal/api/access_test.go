@@ -141,7 +141,34 @@ var accessCases = map[string]accessCase{
 		return req{Method: "DELETE", Path: "/v1/projects/" + p + "/secrets/NOPE"}
 	}},
 	"POST /v1/secrets/reseal": {min: model.RoleAdmin, build: send("POST", "/v1/secrets/reseal", "")},
-	"POST /v1/agent/logs":     {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
+	"GET /v1/artifacts": {project: "query", min: model.RoleViewer, build: func(_ *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/artifacts?project=" + p}
+	}},
+	"GET /v1/artifacts/{project}/checkpoints/{job}": {project: "path", min: model.RoleViewer, build: func(f *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/artifacts/" + p + "/checkpoints/" + f.job(p)}
+	}},
+	"GET /v1/artifacts/{project}/checkpoints/{job}/file": {project: "path", min: model.RoleViewer, build: func(f *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/artifacts/" + p + "/checkpoints/" + f.job(p) + "/file?path=a"}
+	}},
+	"DELETE /v1/artifacts/{project}/checkpoints/{job}/steps/{step}": {project: "path", min: model.RoleProjectAdmin, build: func(f *accessFixture, p string) req {
+		return req{Method: "DELETE", Path: "/v1/artifacts/" + p + "/checkpoints/" + f.job(p) + "/steps/1"}
+	}},
+	"GET /v1/artifacts/{project}/models/{name}": {project: "path", min: model.RoleViewer, build: func(_ *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/artifacts/" + p + "/models/m"}
+	}},
+	"GET /v1/artifacts/{project}/models/{name}/file": {project: "path", min: model.RoleViewer, build: func(_ *accessFixture, p string) req {
+		return req{Method: "GET", Path: "/v1/artifacts/" + p + "/models/m/file?path=a"}
+	}},
+	"PUT /v1/artifacts/{project}/models/{name}/objects/{digest}": {project: "path", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
+		return req{Method: "PUT", Path: "/v1/artifacts/" + p + "/models/m/objects/" + strings.Repeat("0", 64), Body: []byte("x")}
+	}},
+	"POST /v1/artifacts/{project}/models/{name}": {project: "path", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
+		return req{Method: "POST", Path: "/v1/artifacts/" + p + "/models/m", Body: []byte(`{"files": []}`)}
+	}},
+	"DELETE /v1/artifacts/{project}/models/{name}": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
+		return req{Method: "DELETE", Path: "/v1/artifacts/" + p + "/models/m?all=true"}
+	}},
+	"POST /v1/agent/logs": {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
 }
 
 // TestAccessMatrix calls every route as every role, on the caller's own

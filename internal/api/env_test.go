@@ -18,6 +18,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/artifacts"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -49,6 +50,9 @@ type envConfig struct {
 	Archives bool
 	// Owned lists owned machines' offers (api.Config.Owned).
 	Owned func(context.Context) []model.Offer
+	// Artifacts serves /v1/artifacts from a catalogue over the
+	// controller (package artifacts), as the server wires it.
+	Artifacts bool
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -137,8 +141,14 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var arts api.Artifacts
+	if cfg.Artifacts {
+		if arts, err = artifacts.New(artifacts.Config{Fleet: ctrl, Keys: ctrl.Vault()}); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	srv, err := api.New(api.Config{
-		Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
+		Artifacts: arts, Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs, Joiner: ctrl,
 	})
 	if err != nil {

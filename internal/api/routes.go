@@ -259,5 +259,5 @@ func Routes() []Route {
 			Summary: "Agent protocol: store a chunk of a replica's output at its offset; the answer says where to continue.",
 			Request: agentapi.LogChunk{}, Response: agentapi.LogAck{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.agentLogs }},
-	}, append(append(costRoutes(), secretRoutes()...), serviceRoutes()...)...)
+	}, append(append(append(costRoutes(), secretRoutes()...), serviceRoutes()...), artifactRoutes()...)...)
 }

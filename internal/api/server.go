@@ -84,6 +84,9 @@ type Config struct {
 	// Joiner exchanges launched instances' join tokens (POST
 	// /v1/agent/join); nil answers 501.
 	Joiner Joiner
+	// Artifacts is the artefact catalogue (/v1/artifacts); nil answers
+	// 501.
+	Artifacts Artifacts
 }
 
 // GitOps is the server's GitOps component (package gitops).

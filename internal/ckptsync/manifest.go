@@ -31,6 +31,13 @@ type Manifest struct {
 	// Uploaded is when the upload completed.
 	Uploaded time.Time `json:"uploaded"`
 	Files    []File    `json:"files"`
+	// Name, Release and Tags are set on a pushed artefact's manifest
+	// (package artifacts), not on a checkpoint's: its name, its version
+	// (sortable, unique) and tags; JobID is then the job it came from,
+	// if any.
+	Name    string   `json:"name,omitempty"`
+	Release string   `json:"release,omitempty"`
+	Tags    []string `json:"tags,omitempty"`
 }
 
 // File is one file of a checkpoint.

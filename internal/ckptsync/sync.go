@@ -86,15 +86,14 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	sum := sha256.Sum256([]byte("job\x00" + cfg.JobID))
-	return &Syncer{cfg: cfg, prefix: cfg.Sealer.Name(sum[:])[:32] + "/", stored: map[string]bool{}}, nil
+	return &Syncer{cfg: cfg, prefix: JobPrefix(cfg.Sealer, cfg.JobID), stored: map[string]bool{}}, nil
 }
 
 // Prefix is the job's folder in the store (opaque), for tests and tools.
 func (s *Syncer) Prefix() string { return s.prefix }
 
 func (s *Syncer) latestKey() string            { return s.prefix + "latest" }
-func (s *Syncer) objectKey(name string) string { return s.prefix + "o/" + name }
+func (s *Syncer) objectKey(name string) string { return ObjectKey(s.prefix, name) }
 
 // Uploaded returns the last checkpoint this Syncer uploaded; ok is false
 // before the first. It does not wait for an upload in flight.
@@ -109,20 +108,12 @@ func (s *Syncer) Uploaded() (m Manifest, ok bool) {
 // has none.
 func (s *Syncer) Latest(ctx context.Context) (m Manifest, ok bool, err error) {
 	key := s.latestKey()
-	rc, err := s.cfg.Store.Get(ctx, key)
+	m, err = ReadManifest(ctx, s.cfg.Store, s.cfg.Sealer, key)
 	if errors.Is(err, objstore.ErrNotFound) {
 		return Manifest{}, false, nil
 	}
 	if err != nil {
 		return Manifest{}, false, fmt.Errorf("reading the latest checkpoint: %w", err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(s.cfg.Sealer.Open(rc, key), 64<<20))
-	if err != nil {
-		return Manifest{}, false, fmt.Errorf("reading the latest checkpoint's manifest %s: %w", key, err)
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return Manifest{}, false, fmt.Errorf("reading the latest checkpoint's manifest %s: %w", key, err)
 	}
 	if m.JobID != s.cfg.JobID {
 		return Manifest{}, false, fmt.Errorf("manifest %s is job %s's, not %s: %w", key, m.JobID, s.cfg.JobID, objstore.ErrCorrupt)
@@ -183,18 +174,25 @@ func (s *Syncer) Restore(ctx context.Context) (m Manifest, ok bool, err error) {
 	if local, err := readMarker(s.cfg.Dir); err == nil {
 		s.last = local
 	}
-	for _, f := range m.Files {
-		s.stored[f.Object] = true
-	}
+	s.remember(m)
 	return m, true, nil
 }
 
+// remember makes m's objects the ones known stored: those of the latest
+// checkpoint, which retention never removes (package artifacts), so an
+// upload may name them without looking.
+func (s *Syncer) remember(m Manifest) {
+	s.stored = make(map[string]bool, len(m.Files))
+	for _, f := range m.Files {
+		s.stored[f.Object] = true
+	}
+}
+
 func (s *Syncer) download(ctx context.Context, f File, dst string) error {
-	key := s.objectKey(f.Object)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
-	rc, err := s.cfg.Store.Get(ctx, key)
+	rc, err := OpenFile(ctx, s.cfg.Store, s.cfg.Sealer, s.prefix, f)
 	if err != nil {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
@@ -204,13 +202,8 @@ func (s *Syncer) download(ctx context.Context, f File, dst string) error {
 		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
 	defer out.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), s.cfg.Sealer.Open(rc, key))
-	if err != nil {
-		return fmt.Errorf("restoring %s from object %s: %w", f.Path, key, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); n != f.Size || got != f.SHA256 {
-		return fmt.Errorf("restoring %s from object %s: got %d bytes with sha256 %s, want %d with %s: %w", f.Path, key, n, got, f.Size, f.SHA256, objstore.ErrCorrupt)
+	if _, err := io.Copy(out, rc); err != nil {
+		return fmt.Errorf("restoring %s: %w", f.Path, err)
 	}
 	return out.Close()
 }
@@ -320,8 +313,7 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 	if err != nil {
 		return Manifest{}, false, err
 	}
-	sum := sha256.Sum256(data)
-	hist := s.prefix + "m/" + s.cfg.Sealer.Name(sum[:])
+	hist := HistoryKey(s.prefix, s.cfg.Sealer, data)
 	// A newer attempt's latest stays latest. (Read, then write: not atomic,
 	// but an older attempt uploads only while its node has not yet heard
 	// that the attempt ended, a short window.)
@@ -338,6 +330,7 @@ func (s *Syncer) Upload(ctx context.Context) (m Manifest, uploaded bool, err err
 		}
 	}
 	s.last = mk
+	s.remember(m)
 	s.uploaded.Store(&m)
 	return m, true, nil
 }
@@ -371,8 +364,10 @@ func (s *Syncer) putFile(ctx context.Context, root *os.Root, rel string) (File, 
 	if s.stored[f.Object] {
 		return f, nil
 	}
-	if st, err := s.cfg.Store.Stat(ctx, key); err == nil && st.Size == objstore.SealedSize(n) {
-		s.stored[f.Object] = true
+	// An object found in the store but referenced by no checkpoint this
+	// syncer knows is reused only when recent: older unreferenced objects
+	// are garbage that collection may be removing right now.
+	if st, err := s.cfg.Store.Stat(ctx, key); err == nil && st.Size == objstore.SealedSize(n) && s.cfg.Clock.Now().Sub(st.Modified) < ReuseWindow {
 		return f, nil
 	} else if err != nil && !errors.Is(err, objstore.ErrNotFound) {
 		return File{}, err
@@ -393,7 +388,6 @@ func (s *Syncer) putFile(ctx context.Context, root *os.Root, rel string) (File, 
 		}
 		return File{}, fmt.Errorf("%s: %w", rel, ErrChanged)
 	}
-	s.stored[f.Object] = true
 	return f, nil
 }
 

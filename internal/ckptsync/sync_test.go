@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpufleet/gpufleet/internal/ckptsync"
+	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/objstore"
 	"github.com/gpufleet/gpufleet/internal/s3test"
 )
@@ -497,5 +498,66 @@ func TestOlderAttemptDoesNotReplaceNewerLatest(t *testing.T) {
 	}
 	if m, _, _ := attempt(3, t.TempDir()).Latest(context.Background()); m.Step != 50 || m.AttemptNumber != 2 {
 		t.Errorf("latest is step %d of attempt %d, want 50 of 2", m.Step, m.AttemptNumber)
+	}
+}
+
+// putCounter counts the objects (not manifests) a store is sent.
+type putCounter struct {
+	objstore.Store
+	puts atomic.Int64
+}
+
+func (p *putCounter) Put(ctx context.Context, key string, r io.Reader, size int64) (objstore.Info, error) {
+	if strings.Contains(key, "/o/") {
+		p.puts.Add(1)
+	}
+	return p.Store.Put(ctx, key, r, size)
+}
+
+// TestOldUnreferencedObjectsAreSentAgain: an upload names an object found
+// in the store without sending it only when the object is recent or is the
+// latest checkpoint's; an older one may be garbage being collected
+// (package artifacts), so its content is sent again.
+func TestOldUnreferencedObjectsAreSentAgain(t *testing.T) {
+	t.Parallel()
+	b := dirBackend(t)
+	pc := &putCounter{Store: b.store}
+	sl, _ := objstore.NewSealer(dataKey)
+	fc := clock.NewFake(time.Now())
+	dir := t.TempDir()
+	newSyncer := func() *ckptsync.Syncer {
+		s, err := ckptsync.New(ckptsync.Config{Store: pc, Sealer: sl, JobID: "j", Attempt: "a", Dir: dir, Clock: fc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	write(t, dir, map[string]string{"base.bin": "base", "head.bin": "v1", ckptsync.Marker: "1"})
+	upload(t, newSyncer())
+	write(t, dir, map[string]string{"head.bin": "v2", ckptsync.Marker: "2"})
+	// Another attempt, soon after: base.bin is found stored and recent.
+	pc.puts.Store(0)
+	upload(t, newSyncer())
+	if n := pc.puts.Load(); n != 2 {
+		t.Errorf("recent objects: %d sent, want 2 (head.bin and LATEST)", n)
+	}
+	// Another attempt, much later, that did not restore: base.bin is old
+	// and not known to be the latest's, so it is sent again.
+	fc.Advance(ckptsync.ReuseWindow + time.Minute)
+	write(t, dir, map[string]string{"head.bin": "v3", ckptsync.Marker: "3"})
+	pc.puts.Store(0)
+	s := newSyncer()
+	upload(t, s)
+	if n := pc.puts.Load(); n != 3 {
+		t.Errorf("old objects: %d sent, want 3 (base.bin again)", n)
+	}
+	// The same syncer's next checkpoint names the latest's objects
+	// without looking, however old.
+	fc.Advance(ckptsync.ReuseWindow + time.Minute)
+	write(t, dir, map[string]string{"head.bin": "v4", ckptsync.Marker: "4"})
+	pc.puts.Store(0)
+	upload(t, s)
+	if n := pc.puts.Load(); n != 2 {
+		t.Errorf("the latest's objects: %d sent, want 2", n)
 	}
 }

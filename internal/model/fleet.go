@@ -333,6 +333,9 @@ type ProjectSpec struct {
 	// spec.data source "storage:NAME/PREFIX" reads from Storage[NAME]
 	// with its sealed credentials (docs/datasets.md).
 	Storage map[string]Storage `json:"storage,omitempty"`
+	// Artifacts is where the project's pushed artefacts are kept and how
+	// long its checkpoints and artefacts are (docs/artifacts.md).
+	Artifacts *ArtifactPolicy `json:"artifacts,omitempty"`
 }
 
 // Validate reports every problem in s, with paths under prefix.
@@ -372,6 +375,9 @@ func (s *ProjectSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 		}
 		st := s.Storage[name]
 		fe = append(fe, st.Validate(sp)...)
+	}
+	if s.Artifacts != nil {
+		fe = append(fe, s.Artifacts.Validate(p("artifacts"))...)
 	}
 	return fe
 }

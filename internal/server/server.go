@@ -28,6 +28,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/archive"
+	"github.com/gpufleet/gpufleet/internal/artifacts"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -545,11 +546,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if gitSync != nil {
 		gitStatus = gitSync
 	}
+	// Artefacts: checkpoints and pushed model files, read and written
+	// through the API; retention runs here, on the leader only.
+	arts, err := artifacts.New(artifacts.Config{Fleet: ctrl, Keys: ctrl.Vault(), Log: log.With("component", "artifacts")})
+	if err != nil {
+		return err
+	}
 	ui := web.New(web.Config{ByHash: ctrl.Identity().AuthenticateHash, Log: log.With("component", "web")})
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
 		Catalog: cat, PoolPrice: provs.Price, CheckPool: provs.CheckPool, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus, Joiner: ctrl,
-		Leader: leaderLine(el)})
+		Artifacts: arts, Leader: leaderLine(el)})
 	if err != nil {
 		return err
 	}
@@ -567,7 +574,8 @@ func Run(ctx context.Context, cfg Config) error {
 	startSSHFleet(sshEnroll, sshDial, ctrl)
 	go func() { errc <- stopped{"ssh fleet", sshFleet.Run(ctx)} }()
 	go func() { errc <- stopped{"services", svcs.Run(ctx)} }()
-	running = append(running, "controller", "kubernetes runner", "ssh fleet", "services")
+	go func() { errc <- stopped{"artefact retention", arts.Run(ctx)} }()
+	running = append(running, "controller", "kubernetes runner", "ssh fleet", "services", "artefact retention")
 	if gitSync != nil {
 		go func() { errc <- stopped{"gitops", gitSync.Run(ctx)} }()
 		running = append(running, "gitops")

@@ -50,6 +50,9 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 	if err != nil {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
+	if s, ok := body.(interface{ Size() int64 }); ok && first.ContentLength == 0 {
+		first.ContentLength = s.Size() // a streamed body of known length
+	}
 	for k, v := range hdr {
 		first.Header[k] = v
 	}
