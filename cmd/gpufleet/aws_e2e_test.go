@@ -118,7 +118,7 @@ spec:
 		}
 		t.Errorf("attempts %v; want the first preempted on %s, the last succeeded on %s", got, first.ID, second.ID)
 	}
-	if logs := s.gpufleet("logs", id); !strings.Contains(logs, "resumed on attempt") {
+	if logs := s.gpufleet("jobs", "logs", id); !strings.Contains(logs, "resumed on attempt") {
 		t.Errorf("the last attempt's log: %q", logs)
 	}
 
