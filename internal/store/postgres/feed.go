@@ -40,8 +40,9 @@ const (
 // queueChange queues the statements that record group's change (the
 // batches without an error in errs, nil: all) after markCommit, and
 // returns the index in pb of the statement that yields the change's seq,
-// or -1 when there is nothing to record (a store that is not shared, or a
-// group that writes nothing).
+// or -1 when the store is not shared (it keeps no feed). Every commit of a
+// shared store records a change, an empty one too, so the feed's seqs
+// have no gap.
 func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error) int {
 	if !s.opts.Shared {
 		return -1
@@ -59,9 +60,8 @@ func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error) int {
 		rec.Write(b.change)
 		n++
 	}
-	if n == 0 {
-		return -1
-	}
+	// A commit that writes no row (fences alone, or every batch failed)
+	// still counts a commit: its record is empty, so the feed has no gap.
 	rec.WriteByte(']')
 	at := pb.Len()
 	pb.Queue(insertChange, rec.Bytes())

@@ -230,6 +230,17 @@ func TestFeedPruned(t *testing.T) {
 	if cs, err := s.Changes(ctx, 5, 10); err != nil || len(cs) != 0 {
 		t.Fatalf("Changes(5) = %d changes, %v; want none", len(cs), err)
 	}
+	// A commit that writes nothing (a fence alone) is a change too, an
+	// empty one: the feed has no gap a follower would take for pruning.
+	l, err := s.Acquire(ctx, "controller", "w", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCommit(t, s, &store.Batch{Fence: l.Fence()})
+	mustCommit(t, s, &store.Batch{Jobs: []*model.Job{storetest.Job("j5", 5, 1)}})
+	if cs, err := s.Changes(ctx, 5, 10); err != nil || len(cs) != 2 || len(cs[0].Batches) != 0 || cs[1].Seq != 7 {
+		t.Fatalf("Changes(5) after an empty commit = %+v, %v; want an empty change 6 and change 7", cs, err)
+	}
 }
 
 func storeSeq(t *testing.T, s *Store) uint64 {
