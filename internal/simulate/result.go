@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -89,12 +90,10 @@ func finish(ctx context.Context, res *Result, c *controller.Controller, sp *sim.
 		res.WaitP50, res.WaitP95, res.WaitP99 = quantile(waits, 0.50), quantile(waits, 0.95), quantile(waits, 0.99)
 	}
 	res.CostByCapacity = map[string]float64{string(model.OnDemand): 0, string(model.Spot): 0, string(model.Reserved): 0}
-	var total model.Money
-	byCap := map[model.CapacityType]model.Money{}
-	for _, e := range ms.Ledger() {
-		total += e.Cost
-		byCap[e.CapacityType] += e.Cost
-	}
+	ms.mu.Lock()
+	total := ms.total
+	byCap := maps.Clone(ms.byCap)
+	ms.mu.Unlock()
 	res.CostUSD = total.Dollars()
 	for k, v := range byCap {
 		res.CostByCapacity[string(k)] = v.Dollars()
