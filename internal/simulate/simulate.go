@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ids := map[string]int{}
 	var r *runner
 	var fatal error
-	c, err := controller.New(ctx, controller.Config{Store: ms, Logs: logs, Clock: clk, 
+	c, err := controller.New(ctx, controller.Config{Store: ms, Logs: logs, Clock: clk,
 		// Checkpoints go through the agent protocol
 		// (ReplicaStatus.Checkpoint), not markers on disk; the cost
 		// loop is driven by the run (meter).

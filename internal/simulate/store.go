@@ -23,7 +23,7 @@ type memStore struct {
 	// hour, all and on spot (the purchase-mix recommendation's input).
 	gpuHours, spotHours map[string]map[time.Time]float64
 	rows                int
-	done   chan error
+	done                chan error
 }
 
 func newMemStore() *memStore {
