@@ -47,7 +47,7 @@ func (c *Controller) NextWake() (time.Time, bool) {
 	if launchTimeout <= 0 {
 		launchTimeout = autoscaler.DefaultLaunchTimeout
 	}
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		if n.State == model.NodeLaunching && n.Pool != "" {
 			// Decide times a launch out once strictly past the timeout.
 			consider(n.RegisteredAt.Add(launchTimeout + time.Nanosecond))
