@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	clk := clock.NewFake(Start)
-	sp, err := sim.New(sim.Config{Offers: buyable(cat.Offers(), cfg.Fleet), Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario, Providers: clouds(cfg.Fleet)})
+	sp, err := sim.New(sim.Config{Catalog: cat, Keep: buyable(cfg.Fleet), Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario, Providers: clouds(cfg.Fleet)})
 	if err != nil {
 		return nil, err
 	}
@@ -342,15 +342,15 @@ func anyLive(c *controller.Controller) bool {
 // from one of its clouds: no other can ever be launched, so leaving them
 // out changes no decision, and every scheduling pass and scale cycle then
 // ranks a few dozen offers rather than the whole catalog.
-func buyable(offers []model.Offer, set *manifest.Set) []model.Offer {
-	return slices.DeleteFunc(offers, func(o model.Offer) bool {
+func buyable(set *manifest.Set) func(model.Offer) bool {
+	return func(o model.Offer) bool {
 		for _, p := range set.NodePools {
 			if (p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 || slices.Contains(p.Spec.Sim.Clouds, o.Provider)) && autoscaler.Admits(&model.NodePool{Name: p.Metadata.Name, Spec: p.Spec}, o) {
-				return false
+				return true
 			}
 		}
-		return true
-	})
+		return false
+	}
 }
 
 // clouds is every cloud the fleet's sim pools name; nil (all) when one
