@@ -42,9 +42,6 @@ type runner struct {
 	busyGPUSeconds float64
 	lostWork       time.Duration
 	attempts       int
-	// onBusy, when set, is told each replica's GPU time as it ends (the
-	// utilisation series).
-	onBusy func(from, to time.Time, gpus float64)
 }
 
 // vjob is what the runner knows of one job.
@@ -288,9 +285,6 @@ func (r *runner) exit(rp *vreplica, code int, reason string, t time.Time) {
 	rp.dirty = true
 	v := r.jobs[rp.job]
 	r.busyGPUSeconds += v.gpus * t.Sub(rp.status.StartedAt).Seconds()
-	if r.onBusy != nil {
-		r.onBusy(rp.status.StartedAt, t, v.gpus)
-	}
 	if code != 0 && rp.rank == 0 {
 		r.lostWork += v.base + t.Sub(v.started) - v.saved
 	}

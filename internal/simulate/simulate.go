@@ -52,18 +52,6 @@ type Config struct {
 	Scenario *sim.Scenario
 	// Catalog is the offers' source; nil means the embedded catalog.
 	Catalog *catalog.Catalog
-	// Observe, when set, is called after every step with the clock's time
-	// and the running totals (for plots).
-	Observe func(Sample)
-}
-
-// Sample is the state of a run at one step.
-type Sample struct {
-	At      time.Time
-	Queued  int
-	Running int
-	// CostUSD is the ledger's total so far.
-	CostUSD float64
 }
 
 // Run simulates cfg to the end of its trace (every job ended) or its
@@ -173,6 +161,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if len(cfg.Fleet.Budgets) > 0 {
 		every = time.Minute
 	}
+	queue := map[time.Time]queueSample{}
+	var lastHour time.Time
 	var metered time.Time
 	meter := func(now time.Time) error {
 		if !metered.IsZero() && now.Sub(metered) < every && now.Truncate(time.Hour).Equal(metered.Truncate(time.Hour)) {
@@ -220,8 +210,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Steps++
 		counts := c.JobCounts()
 		waiting := counts[model.JobQueued] + counts[model.JobAdmitted] + counts[model.JobProvisioning]
-		if cfg.Observe != nil {
-			cfg.Observe(Sample{At: now, Queued: waiting, Running: counts[model.JobRunning], CostUSD: ms.Total().Dollars()})
+		if h := now.Truncate(time.Hour); !h.Equal(lastHour) {
+			queue[h], lastHour = queueSample{queued: waiting, running: counts[model.JobRunning]}, h
 		}
 		active := waiting + counts[model.JobRunning]
 		if next == len(jobs) && active == 0 {
@@ -276,10 +266,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
+	// The meter counts whole seconds up to a pass's time, truncated: a
+	// last pass a second later reaches every stop's second, as the
+	// clouds' bills do.
+	clk.Advance(time.Second)
 	if err := c.CostPass(ctx); err != nil {
 		return nil, err
 	}
-	return finish(ctx, res, c, sp, ms, r, order, clk.Now())
+	return finish(ctx, res, c, sp, ms, r, order, clk.Now(), queue)
 }
 
 // submit submits trace job tj as a gpufleet job: the trace's queue and

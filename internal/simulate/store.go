@@ -22,15 +22,19 @@ type memStore struct {
 	// gpuHours are the allocation entries' GPU-hours by GPU model and
 	// hour, all and on spot (the purchase-mix recommendation's input).
 	gpuHours, spotHours map[string]map[time.Time]float64
-	rows                int
-	done                chan error
+	// metered are GPU-seconds per hour: allocated, and allocated plus
+	// idle (every GPU the ledger metered).
+	metered map[time.Time]*[2]float64
+	rows    int
+	done    chan error
 }
 
 func newMemStore() *memStore {
 	done := make(chan error)
 	close(done)
 	return &memStore{byCap: map[model.CapacityType]model.Money{}, hourly: map[time.Time]map[model.CapacityType]model.Money{},
-		gpuHours: map[string]map[time.Time]float64{}, spotHours: map[string]map[time.Time]float64{}, done: done}
+		gpuHours: map[string]map[time.Time]float64{}, spotHours: map[string]map[time.Time]float64{},
+		metered: map[time.Time]*[2]float64{}, done: done}
 }
 
 // Load returns an empty dump: a simulation starts from nothing.
@@ -49,6 +53,13 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 			m.hourly[h] = map[model.CapacityType]model.Money{}
 		}
 		m.hourly[h][e.CapacityType] += e.Cost
+		if m.metered[h] == nil {
+			m.metered[h] = &[2]float64{}
+		}
+		if e.Kind == model.LedgerAllocation {
+			m.metered[h][0] += e.GPUSeconds
+		}
+		m.metered[h][1] += e.GPUSeconds
 		if e.Kind == model.LedgerAllocation && e.GPUModel != "" {
 			add(m.gpuHours, e.GPUModel, h, e.GPUSeconds/3600)
 			if e.CapacityType == model.Spot {
@@ -62,13 +73,6 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 }
 
 func (m *memStore) Close() error { return nil }
-
-// Total is the ledger's total so far.
-func (m *memStore) Total() model.Money {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.total
-}
 
 func add(m map[string]map[time.Time]float64, k string, h time.Time, v float64) {
 	if m[k] == nil {
