@@ -76,6 +76,18 @@ type Result struct {
 	// wait, sorted (the wait CDF).
 	Series []Point         `json:"series,omitempty"`
 	Waits  []time.Duration `json:"-"`
+	// Placements are every attempt's replicas, job by job in submission
+	// order (the one-code-path test compares them with `up --sim`).
+	Placements []Placement `json:"-"`
+}
+
+// Placement is where one attempt of a trace job ran: per replica, its
+// node and GPU indexes.
+type Placement struct {
+	Job     string // the trace's id
+	Attempt int
+	Nodes   []string
+	GPUs    [][]int
 }
 
 // Point is one simulated hour.
@@ -141,6 +153,17 @@ func finish(ctx context.Context, res *Result, c *controller.Controller, sp *sim.
 			}
 		}
 		fmt.Fprintf(h, "job %s %s %d %s\n", id, j.State, j.Attempts, v.firstStart.Format(time.RFC3339))
+		attempts, err := c.Attempts(id)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range attempts {
+			pl := Placement{Job: j.Tags["trace.job"], Attempt: a.Number}
+			for _, rp := range a.Replicas {
+				pl.Nodes, pl.GPUs = append(pl.Nodes, rp.NodeID), append(pl.GPUs, slices.Clone(rp.GPUs))
+			}
+			res.Placements = append(res.Placements, pl)
+		}
 	}
 	res.WaitMean, res.WaitP50, res.WaitP95, res.WaitP99 = summary(waits)
 	res.JCTMean, res.JCTP50, res.JCTP95, res.JCTP99 = summary(jcts)
