@@ -636,7 +636,7 @@ func (c *Controller) checkNodes(ctx context.Context) {
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	b := &store.Batch{}
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		if n.State != model.NodeReady && n.State != model.NodeDraining {
 			continue
 		}

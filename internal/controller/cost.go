@@ -398,7 +398,7 @@ func (c *Controller) budgetAdmitLocked(s Submission, now time.Time, offers []mod
 		GPUs: spec.Resources.GPUs * float64(max(spec.Replicas, 1)), MaxDuration: time.Duration(spec.Limits.Runtime)}
 	if r.MaxDuration > 0 && r.GPUs > 0 {
 		var dearest model.Money
-		for _, n := range c.st.Nodes() {
+		for _, n := range c.st.ActiveNodes() {
 			if n.State != model.NodeReady || len(n.GPUs) == 0 {
 				continue
 			}

@@ -433,7 +433,7 @@ func (c *Controller) placeStaticLocked(n *model.Node) bool {
 // revision: a machine added to a static pool joins it, a machine removed
 // leaves it. The changed nodes join batch b.
 func (c *Controller) adoptStaticLocked(b *store.Batch) {
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		if n.Provider != model.ProviderStatic || n.State == model.NodeTerminated {
 			continue
 		}

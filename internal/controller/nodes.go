@@ -128,3 +128,17 @@ func (c *Controller) loseNodeLocked(n *model.Node, b *store.Batch, now time.Time
 		}
 	}
 }
+
+// NodeStatus is what a long-polling agent of node id learns without a
+// sync: its desired set's generation (a sync while it is unchanged returns
+// the same set) and the node's state. Simulated agents poll it instead of
+// blocking in Sync; ok is false for an unknown node.
+func (c *Controller) NodeStatus(id string) (gen uint64, state model.NodeState, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.st.Node(id)
+	if !ok {
+		return 0, "", false
+	}
+	return c.nodeGen.get(id), n.State, true
+}

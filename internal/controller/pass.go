@@ -138,7 +138,7 @@ func (c *Controller) buyableLocked(offers []model.Offer, view launchView, now ti
 		pools = sc.DefaultPools
 	}
 	size := map[string]int{}
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		switch n.State {
 		case model.NodeLaunching, model.NodeReady, model.NodeDraining:
 			if n.Pool != "" {

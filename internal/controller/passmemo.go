@@ -42,8 +42,9 @@ type passMemo struct {
 	version uint64
 	offers  []model.Offer
 	holds   []state.Hold
-	// wake is when the last plan is due again.
-	wake time.Time
+	// wake is when the last plan is due again; due is the same without
+	// the refresh (what the clock alone changes: NextWake).
+	wake, due time.Time
 	// schedules counts the passes that ran the scheduler and skipped those
 	// that did not (tests and metrics).
 	schedules, skipped uint64
@@ -62,10 +63,13 @@ func (m *passMemo) record(in passInputs, now, planWake time.Time) {
 	m.ran, m.version = true, in.version
 	m.offers = append(m.offers[:0], in.offers...)
 	m.holds = append(m.holds[:0], in.holds...)
-	m.wake = now.Add(passRefresh)
+	m.wake, m.due = now.Add(passRefresh), time.Time{}
 	earlier := func(t time.Time) {
 		if t.After(now) && t.Before(m.wake) {
 			m.wake = t
+		}
+		if t.After(now) && (m.due.IsZero() || t.Before(m.due)) {
+			m.due = t
 		}
 	}
 	earlier(planWake)

@@ -154,7 +154,7 @@ func (c *Controller) scale(ctx context.Context) {
 	// readied are the jobs of nodes that became ready this cycle: the next
 	// pass binds them, so they are not pending here.
 	readied := map[string]bool{}
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		iid := n.Labels[model.LabelInstance]
 		if n.State == model.NodeLaunching && c.scaleSt.inflight[n.ID] {
 			// Its launch is still queued or running: capacity in flight
@@ -577,7 +577,7 @@ func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.
 			}
 		}
 		c.mu.Lock()
-		for _, n := range c.st.Nodes() {
+		for _, n := range c.st.ActiveNodes() {
 			iid := n.Labels[model.LabelInstance]
 			if n.Pool == "" || iid == "" || n.State == model.NodeTerminated {
 				continue
@@ -870,7 +870,7 @@ func (c *Controller) loadRetired(meta map[string]string) {
 func (c *Controller) retiredDrivers(ctx context.Context) map[string]provider.Provider {
 	c.mu.Lock()
 	live := map[string]bool{}
-	for _, n := range c.st.Nodes() {
+	for _, n := range c.st.ActiveNodes() {
 		if n.State != model.NodeTerminated && n.Pool != "" {
 			live[n.Pool] = true
 		}

@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,14 +15,19 @@ import (
 )
 
 // runner plays the agent of every simulated node through the agent
-// protocol: a node whose instance runs registers (Controller.Register) with
-// the offer's GPUs, then syncs its replicas' statuses (Controller.Sync). A
-// replica "runs" until its job's trace runtime is done, from where its
-// attempt resumed; a job with a checkpoint interval writes its checkpoint
-// marker and tells the controller (Controller.Checkpoint) each interval,
-// and a new attempt resumes from what the marker says. Its mutex guards
-// the nodes StartNode queues (the scale loop calls it); everything else is
-// used from the simulation's goroutine only.
+// protocol, in process: a node whose instance runs registers
+// (Controller.Register) with the offer's GPUs, then syncs
+// (Controller.Sync) as a long-polling agent would: when it has something
+// to report (a replica started, exited or checkpointed) or when its
+// node's desired set moved (Controller.NodeStatus, the generation a
+// long poll waits on). A replica "runs" until its job's trace runtime is
+// done, from where its attempt resumed; a job with a checkpoint interval
+// uploads a checkpoint and tells the controller
+// each interval (ReplicaStatus.Checkpoint, as an agent syncing checkpoints
+// to the pool's storage reports an upload), and a new attempt resumes from
+// the last one. Its mutex guards the nodes StartNode queues (the
+// scale loop calls it); everything else is used from the simulation's
+// goroutine only.
 type runner struct {
 	c   *controller.Controller
 	cat *catalog.Catalog
@@ -34,8 +35,9 @@ type runner struct {
 	mu      sync.Mutex
 	toStart []*model.Node
 
-	jobs     map[string]*vjob     // by gpufleet job id
-	replicas map[string]*vreplica // by replica id
+	jobs  map[string]*vjob  // by gpufleet job id
+	nodes map[string]*vnode // registered and not yet gone, by node id
+	order []string          // nodes' ids, sorted (node ids grow with launches)
 
 	busyGPUSeconds float64
 	lostWork       time.Duration
@@ -48,23 +50,33 @@ type vjob struct {
 	gpus              float64 // per replica
 	submitted         time.Time
 	firstStart        time.Time // zero until an attempt started
+	end               time.Time // when it succeeded; zero until then
 	attemptID         string
 	started           time.Time     // the latest attempt's start
 	base              time.Duration // work saved when it started
 	saved             time.Duration // work saved by the last checkpoint
-	dir               string
+}
+
+// vnode is one simulated agent.
+type vnode struct {
+	id       string
+	gen      uint64
+	synced   bool
+	replicas map[string]*vreplica // by replica id
+	// due is the earliest time one of its replicas has something to
+	// report (an exit, a checkpoint); zero: nothing.
+	due time.Time
 }
 
 type vreplica struct {
-	node   string
 	job    string
 	rank   int
 	status agentapi.ReplicaStatus
-	sent   bool // its exit was reported
+	dirty  bool // changed since the last report
 }
 
 func newRunner(c *controller.Controller, cat *catalog.Catalog) *runner {
-	return &runner{c: c, cat: cat, jobs: map[string]*vjob{}, replicas: map[string]*vreplica{}}
+	return &runner{c: c, cat: cat, jobs: map[string]*vjob{}, nodes: map[string]*vnode{}}
 }
 
 // startNode is the controller's StartNode: the node's agent comes up at the
@@ -98,76 +110,144 @@ func (r *runner) register(ctx context.Context) (bool, error) {
 		if _, err := r.c.Register(ctx, reg); err != nil {
 			return false, fmt.Errorf("registering simulated node %s: %w", n.ID, err)
 		}
+		if r.nodes[n.ID] == nil {
+			r.nodes[n.ID] = &vnode{id: n.ID, replicas: map[string]*vreplica{}}
+			i, _ := slices.BinarySearch(r.order, n.ID)
+			r.order = slices.Insert(r.order, i, n.ID)
+		}
 	}
 	return len(nodes) > 0, nil
 }
 
-// sync syncs every ready or draining node at now: it reports its replicas'
-// statuses (exits at their exact end times) and acts on the desired set.
+// sync brings every agent to now: replicas on a node that is gone end
+// with it; a node with something to report, or whose desired set moved,
+// syncs and acts on the answer (starting and stopping replicas, then
+// reporting what it started, as an agent does at once).
 func (r *runner) sync(ctx context.Context, now time.Time) error {
-	byNode := map[string][]*vreplica{}
-	for _, id := range slices.Sorted(maps.Keys(r.replicas)) {
-		rp := r.replicas[id]
-		byNode[rp.node] = append(byNode[rp.node], rp)
-	}
-	live := map[string]bool{}
-	for _, n := range r.c.Nodes() {
-		if n.State != model.NodeReady && n.State != model.NodeDraining {
+	var gone []string
+	for _, id := range r.order {
+		vn := r.nodes[id]
+		gen, state, ok := r.c.NodeStatus(id)
+		if !ok || (state != model.NodeReady && state != model.NodeDraining) {
+			// The machine is gone (or lost): its replicas end now at the
+			// latest.
+			for _, rid := range slices.Sorted(maps.Keys(vn.replicas)) {
+				if rp := vn.replicas[rid]; rp.status.Phase == agentapi.PhaseRunning {
+					r.exit(rp, 137, "node gone", now)
+				}
+			}
+			gone = append(gone, id)
 			continue
 		}
-		live[n.ID] = true
-		var sts []agentapi.ReplicaStatus
-		for _, rp := range byNode[n.ID] {
-			r.advance(ctx, rp, now)
-			sts = append(sts, rp.status)
-			rp.sent = rp.status.Phase == agentapi.PhaseExited
+		report := false
+		if !vn.due.IsZero() && !vn.due.After(now) {
+			r.advanceNode(vn, now)
+			report = true
 		}
-		resp, err := r.c.Sync(ctx, agentapi.SyncRequest{NodeID: n.ID, Statuses: sts})
-		if err != nil {
-			return fmt.Errorf("sync of simulated node %s: %w", n.ID, err)
-		}
-		listed := map[string]bool{}
-		for _, spec := range resp.Replicas {
-			listed[spec.ID] = true
-			rp := r.replicas[spec.ID]
-			if rp == nil {
-				if spec.Stop {
-					continue
-				}
-				if err := r.start(spec, now); err != nil {
-					return err
-				}
-				rp = &vreplica{node: n.ID, job: spec.JobID, rank: spec.Rank, status: agentapi.ReplicaStatus{ID: spec.ID, Phase: agentapi.PhaseRunning, StartedAt: now}}
-				r.replicas[spec.ID] = rp
+		for range 4 { // an answer can start replicas, whose start is then reported
+			if !report && vn.synced && gen == vn.gen {
+				break
 			}
-			if spec.Stop && rp.status.Phase == agentapi.PhaseRunning {
-				r.exit(rp, 143, agentapi.ReasonStopped, now)
+			if err := r.syncNode(ctx, vn, now); err != nil {
+				return err
 			}
-		}
-		// Replicas the server no longer lists and whose end was reported
-		// are forgotten, as an agent does.
-		for _, rp := range byNode[n.ID] {
-			if rp.sent && !listed[rp.status.ID] {
-				delete(r.replicas, rp.status.ID)
-			}
+			report = r.dirty(vn)
+			gen, _, _ = r.c.NodeStatus(id)
 		}
 	}
-	// Replicas on nodes that are gone are gone too; their GPU time ends
-	// now (at the latest).
-	for id, rp := range r.replicas {
-		if !live[rp.node] {
-			if rp.status.Phase == agentapi.PhaseRunning {
-				r.exit(rp, 137, "node gone", now)
-			}
-			delete(r.replicas, id)
-		}
+	for _, id := range gone {
+		delete(r.nodes, id)
+		i, _ := slices.BinarySearch(r.order, id)
+		r.order = slices.Delete(r.order, i, i+1)
 	}
 	return nil
 }
 
+func (r *runner) dirty(vn *vnode) bool {
+	for _, rp := range vn.replicas {
+		if rp.dirty {
+			return true
+		}
+	}
+	return false
+}
+
+// syncNode sends vn's changed statuses and acts on the desired set.
+func (r *runner) syncNode(ctx context.Context, vn *vnode, now time.Time) error {
+	var sts []agentapi.ReplicaStatus
+	for _, rid := range slices.Sorted(maps.Keys(vn.replicas)) {
+		if rp := vn.replicas[rid]; rp.dirty {
+			sts = append(sts, rp.status)
+			rp.dirty = false
+		}
+	}
+	resp, err := r.c.Sync(ctx, agentapi.SyncRequest{NodeID: vn.id, Generation: vn.gen, Statuses: sts})
+	if err != nil {
+		return fmt.Errorf("sync of simulated node %s: %w", vn.id, err)
+	}
+	vn.gen, vn.synced = resp.Generation, true
+	listed := map[string]bool{}
+	for _, spec := range resp.Replicas {
+		listed[spec.ID] = true
+		rp := vn.replicas[spec.ID]
+		if rp == nil {
+			if spec.Stop {
+				continue
+			}
+			if err := r.start(spec, now); err != nil {
+				return err
+			}
+			rp = &vreplica{job: spec.JobID, rank: spec.Rank, dirty: true,
+				status: agentapi.ReplicaStatus{ID: spec.ID, Phase: agentapi.PhaseRunning, StartedAt: now}}
+			vn.replicas[spec.ID] = rp
+		}
+		if spec.Stop && rp.status.Phase == agentapi.PhaseRunning {
+			r.exit(rp, 143, agentapi.ReasonStopped, now)
+		}
+	}
+	// Replicas the server no longer lists and whose end was reported are
+	// forgotten, as an agent does.
+	for id, rp := range vn.replicas {
+		if !rp.dirty && rp.status.Phase == agentapi.PhaseExited && !listed[id] {
+			delete(vn.replicas, id)
+		}
+	}
+	r.plan(vn)
+	return nil
+}
+
+// plan sets vn.due: its replicas' next exit or checkpoint.
+func (r *runner) plan(vn *vnode) {
+	vn.due = time.Time{}
+	for _, rp := range vn.replicas {
+		if rp.status.Phase != agentapi.PhaseRunning {
+			continue
+		}
+		v := r.jobs[rp.job]
+		t := v.started.Add(v.runtime - v.base)
+		if v.interval > 0 && rp.rank == 0 {
+			next := (v.saved/v.interval + 1) * v.interval
+			if next < v.runtime {
+				t = v.started.Add(next - v.base)
+			}
+		}
+		if vn.due.IsZero() || t.Before(vn.due) {
+			vn.due = t
+		}
+	}
+}
+
+// advanceNode brings vn's running replicas up to now.
+func (r *runner) advanceNode(vn *vnode, now time.Time) {
+	for _, rid := range slices.Sorted(maps.Keys(vn.replicas)) {
+		r.advance(vn.replicas[rid], now)
+	}
+	r.plan(vn)
+}
+
 // advance brings a running replica up to now: checkpoints fall due (rank 0
 // writes them) and the replica exits 0 once its job's work is done.
-func (r *runner) advance(ctx context.Context, rp *vreplica, now time.Time) {
+func (r *runner) advance(rp *vreplica, now time.Time) {
 	if rp.status.Phase != agentapi.PhaseRunning {
 		return
 	}
@@ -180,14 +260,20 @@ func (r *runner) advance(ctx context.Context, rp *vreplica, now time.Time) {
 		}
 		done := v.base + upto.Sub(v.started)
 		if saved := done / v.interval * v.interval; saved > v.saved && saved < v.runtime {
+			// Uploaded to the job's checkpoint storage (the runner's
+			// memory) and reported, as an agent that syncs checkpoints
+			// does (ReplicaStatus.Checkpoint).
 			v.saved = saved
-			if err := os.WriteFile(filepath.Join(v.dir, "LATEST"), []byte(fmt.Sprintf("work=%d\n", int64(saved))), 0o600); err == nil {
-				_, _ = r.c.Checkpoint(ctx, rp.job) // a failed report costs only the event
-			}
+			at := v.started.Add(saved - v.base)
+			rp.status.Checkpoint = &at
+			rp.dirty = true
 		}
 	}
 	if !now.Before(end) {
 		r.exit(rp, 0, "", end)
+		if rp.rank == 0 {
+			v.end = end
+		}
 	}
 }
 
@@ -196,6 +282,7 @@ func (r *runner) exit(rp *vreplica, code int, reason string, t time.Time) {
 	ended := t
 	rp.status = agentapi.ReplicaStatus{ID: rp.status.ID, Phase: agentapi.PhaseExited, ExitCode: &code, Reason: reason,
 		StartedAt: rp.status.StartedAt, EndedAt: &ended}
+	rp.dirty = true
 	v := r.jobs[rp.job]
 	r.busyGPUSeconds += v.gpus * t.Sub(rp.status.StartedAt).Seconds()
 	if code != 0 && rp.rank == 0 {
@@ -216,34 +303,21 @@ func (r *runner) start(spec agentapi.ReplicaSpec, now time.Time) error {
 	if v.firstStart.IsZero() {
 		v.firstStart = now
 	}
-	v.dir = spec.Env["GPUFLEET_CHECKPOINT_DIR"]
-	v.base = 0
-	if v.interval > 0 && v.dir != "" {
-		if data, err := os.ReadFile(filepath.Join(v.dir, "LATEST")); err == nil {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(string(data), "work=")), 10, 64)
-			if err != nil {
-				return fmt.Errorf("checkpoint marker of job %s: %q: %w", spec.JobID, data, err)
-			}
-			v.base = time.Duration(n)
-		}
-	}
-	v.saved = v.base
+	// A new attempt restores the last checkpoint uploaded (none: from
+	// the start).
+	v.base = v.saved
 	v.attemptID, v.started = spec.AttemptID, now
 	r.attempts++
 	return nil
 }
 
-// nextEnd is the earliest time a running replica finishes; false when none
-// runs.
-func (r *runner) nextEnd() (time.Time, bool) {
+// nextDue is the earliest time an agent has something to report; false
+// when none has.
+func (r *runner) nextDue() (time.Time, bool) {
 	var next time.Time
-	for _, rp := range r.replicas {
-		if rp.status.Phase != agentapi.PhaseRunning {
-			continue
-		}
-		v := r.jobs[rp.job]
-		if end := v.started.Add(v.runtime - v.base); next.IsZero() || end.Before(next) {
-			next = end
+	for _, vn := range r.nodes {
+		if !vn.due.IsZero() && (next.IsZero() || vn.due.Before(next)) {
+			next = vn.due
 		}
 	}
 	return next, !next.IsZero()

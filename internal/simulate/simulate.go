@@ -17,6 +17,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/controller"
@@ -39,10 +40,10 @@ type Config struct {
 	Fleet *manifest.Set
 	Trace *trace.Trace
 	Seed  int64
-	// Tick bounds a step of the clock while jobs wait or nodes idle, so
-	// the controller's timers (idle timeouts, retries) are seen on time;
-	// 0 means a minute. With nothing waiting the clock jumps straight to
-	// the next submission, job end or cloud event.
+	// Tick, when set, bounds a step of the clock while jobs wait or nodes
+	// idle. 0 (the default) jumps straight from event to event: the next
+	// submission, replica end or checkpoint, cloud event, or controller
+	// timer (Controller.NextWake: idle and launch timeouts, back-offs).
 	Tick time.Duration
 	// Horizon ends the run this long after the last submission even if
 	// jobs remain (they count as unfinished); 0 means 30 days.
@@ -51,26 +52,11 @@ type Config struct {
 	Scenario *sim.Scenario
 	// Catalog is the offers' source; nil means the embedded catalog.
 	Catalog *catalog.Catalog
-	// Observe, when set, is called after every step with the clock's time
-	// and the running totals (for plots).
-	Observe func(Sample)
-}
-
-// Sample is the state of a run at one step.
-type Sample struct {
-	At      time.Time
-	Queued  int
-	Running int
-	// CostUSD is the ledger's total so far.
-	CostUSD float64
 }
 
 // Run simulates cfg to the end of its trace (every job ended) or its
 // horizon.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if cfg.Tick <= 0 {
-		cfg.Tick = time.Minute
-	}
 	if cfg.Horizon <= 0 {
 		cfg.Horizon = 30 * 24 * time.Hour
 	}
@@ -100,7 +86,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	clk := clock.NewFake(Start)
-	sp, err := sim.New(sim.Config{Catalog: cat, Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario, Providers: clouds(cfg.Fleet)})
+	sp, err := sim.New(sim.Config{Catalog: cat, Keep: buyable(cfg.Fleet), Clock: clk, Seed: cfg.Seed, Scenario: cfg.Scenario, Providers: clouds(cfg.Fleet)})
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +98,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ids := map[string]int{}
 	var r *runner
 	var fatal error
-	c, err := controller.New(ctx, controller.Config{Store: ms, Logs: logs, Clock: clk, CheckpointDir: tmp + "/checkpoints",
-		PassGap: -1, Seed: cfg.Seed, HeartbeatTimeout: 365 * 24 * time.Hour,
+	c, err := controller.New(ctx, controller.Config{Store: ms, Logs: logs, Clock: clk,
+		// Checkpoints go through the agent protocol
+		// (ReplicaStatus.Checkpoint), not markers on disk; the cost
+		// loop is driven by the run (meter).
+		PassGap: -1, Cost: controller.CostConfig{MeterInterval: -1}, Seed: cfg.Seed, HeartbeatTimeout: 365 * 24 * time.Hour,
 		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Fatal: func(err error) { fatal = err },
 		// Called under the controller's mutex: ids count per prefix, so a
@@ -150,6 +139,38 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	next := 0
 	end := Start.Add(jobs[len(jobs)-1].Submit - origin + cfg.Horizon)
 	wall := time.Now()
+	// wakes offers the times the world changes by itself: an agent's
+	// replica ends or checkpoints, a cloud event, a controller timer.
+	wakes := func(consider func(time.Time)) {
+		if t, ok := r.nextDue(); ok {
+			consider(t)
+		}
+		if t, ok := sp.NextDue(); ok {
+			consider(t)
+		}
+		if t, ok := c.NextWake(); ok {
+			consider(t)
+		}
+	}
+	// meter runs the cost pass as `up` does, every minute and on each
+	// hour boundary, but only at steps: without budgets, whose holds are
+	// the only thing it changes, once an hour is enough (the meter
+	// splits its entries at hours, so the ledger's hourly sums are the
+	// same).
+	every := time.Hour
+	if len(cfg.Fleet.Budgets) > 0 {
+		every = time.Minute
+	}
+	queue := map[time.Time]queueSample{}
+	var lastHour time.Time
+	var metered time.Time
+	meter := func(now time.Time) error {
+		if !metered.IsZero() && now.Sub(metered) < every && now.Truncate(time.Hour).Equal(metered.Truncate(time.Hour)) {
+			return nil
+		}
+		metered = now
+		return c.CostPass(ctx)
+	}
 	for {
 		if fatal != nil {
 			return nil, fmt.Errorf("the controller stopped: %w", fatal)
@@ -183,14 +204,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := r.sync(ctx, now); err != nil {
 			return nil, err
 		}
-		if err := c.CostPass(ctx); err != nil {
+		if err := meter(now); err != nil {
 			return nil, err
 		}
 		res.Steps++
 		counts := c.JobCounts()
 		waiting := counts[model.JobQueued] + counts[model.JobAdmitted] + counts[model.JobProvisioning]
-		if cfg.Observe != nil {
-			cfg.Observe(Sample{At: now, Queued: waiting, Running: counts[model.JobRunning], CostUSD: ledgerTotal(ms).Dollars()})
+		if h := now.Truncate(time.Hour); !h.Equal(lastHour) {
+			queue[h], lastHour = queueSample{queued: waiting, running: counts[model.JobRunning]}, h
 		}
 		active := waiting + counts[model.JobRunning]
 		if next == len(jobs) && active == 0 {
@@ -207,13 +228,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if next < len(jobs) {
 			consider(Start.Add(jobs[next].Submit - origin))
 		}
-		if t, ok := r.nextEnd(); ok {
-			consider(t)
-		}
-		if t, ok := sp.NextDue(); ok {
-			consider(t)
-		}
-		if waiting > 0 || idleNodes(c) {
+		wakes(consider)
+		if cfg.Tick > 0 && (waiting > 0 || idleNodes(c)) {
 			consider(now.Add(cfg.Tick))
 		}
 		if at.IsZero() || !at.After(now) {
@@ -226,19 +242,38 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Wall = time.Since(wall)
 	// Let idle nodes go, so the bill covers what the fleet would keep.
-	for range 120 {
+	for range 1000 {
 		if !anyLive(c) {
 			break
 		}
-		clk.Advance(cfg.Tick)
+		var at time.Time
+		wakes(func(t time.Time) {
+			if !t.IsZero() && t.After(clk.Now()) && (at.IsZero() || t.Before(at)) {
+				at = t
+			}
+		})
+		if at.IsZero() {
+			break
+		}
+		clk.Set(at)
+		if err := r.sync(ctx, at); err != nil {
+			return nil, err
+		}
 		if err := c.Step(ctx); err != nil {
 			return nil, err
 		}
-		if err := c.CostPass(ctx); err != nil {
+		if err := meter(at); err != nil {
 			return nil, err
 		}
 	}
-	return finish(ctx, res, c, sp, ms, r, order, clk.Now())
+	// The meter counts whole seconds up to a pass's time, truncated: a
+	// last pass a second later reaches every stop's second, as the
+	// clouds' bills do.
+	clk.Advance(time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		return nil, err
+	}
+	return finish(ctx, res, c, sp, ms, r, order, clk.Now(), queue)
 }
 
 // submit submits trace job tj as a gpufleet job: the trace's queue and
@@ -297,14 +332,19 @@ func anyLive(c *controller.Controller) bool {
 	return false
 }
 
-func ledgerTotal(ms *memStore) model.Money {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	var total model.Money
-	for _, e := range ms.ledger {
-		total += e.Cost
+// buyable keeps the offers some pool of set admits (autoscaler.Admits)
+// from one of its clouds: no other can ever be launched, so leaving them
+// out changes no decision, and every scheduling pass and scale cycle then
+// ranks a few dozen offers rather than the whole catalog.
+func buyable(set *manifest.Set) func(model.Offer) bool {
+	return func(o model.Offer) bool {
+		for _, p := range set.NodePools {
+			if (p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 || slices.Contains(p.Spec.Sim.Clouds, o.Provider)) && autoscaler.Admits(&model.NodePool{Name: p.Metadata.Name, Spec: p.Spec}, o) {
+				return true
+			}
+		}
+		return false
 	}
-	return total
 }
 
 // clouds is every cloud the fleet's sim pools name; nil (all) when one

@@ -152,3 +152,82 @@ func TestDeterministic(t *testing.T) {
 		t.Errorf("GPU utilisation %.3f out of (0, 1]", a.GPUUtilisation)
 	}
 }
+
+// TestConservation: on a slice of Philly with spot interruptions, for
+// each of an on-demand, a half-spot (two pools, through --vary) and an
+// all-spot fleet: every job in the slice ends; the ledger's total equals
+// the simulated clouds' bill to the micro-dollar, and its capacity types
+// and hours sum to that total; GPU utilisation, and every hour's
+// allocated share of metered GPU time, stay within [0, 1].
+func TestConservation(t *testing.T) {
+	scn, err := sim.ParseScenario([]byte("offers:\n  - match: {capacityType: spot}\n    interruptionRate: 0.5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := parseFleet(t, `
+apiVersion: gpufleet.dev/v1
+kind: NodePool
+metadata: {name: v100}
+spec:
+  provider: sim
+  sim: {clouds: [aws]}
+  regions: {allow: ["us-*"]}
+  requirements: {gpuModels: [V100], gpusPerNode: 8}
+  capacityTypes: [on-demand, spot]
+  max: 6
+  idleTimeout: 5m
+`)
+	v, err := ParseVary("pools.v100.spot=0,0.5,1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	variants, err := Variants("v100", base, []Vary{v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(variants) != 3 || len(variants[1].Set.NodePools) != 2 || variants[1].Set.NodePools[1].Spec.Max != 3 {
+		t.Fatalf("variants %+v: want 3, the middle one with a 3-node spot pool", variants)
+	}
+	tr := philly(t, 60)
+	for _, v := range variants {
+		res, err := Run(context.Background(), Config{Fleet: v.Set, Trace: tr, Seed: 3, Scenario: scn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d jobs, cost $%.2f %v, %d interruptions, %d preemptions, utilisation %.3f, %d steps",
+			v.Name, res.Jobs, res.CostUSD, res.CostByCapacity, res.Interruptions, res.Preemptions, res.GPUUtilisation, res.Steps)
+		if res.Completed+res.Failed != res.Jobs || res.Unfinished != 0 || res.Jobs != len(tr.Jobs) {
+			t.Errorf("%s: %d completed + %d failed of %d (trace %d), %d unfinished", v.Name, res.Completed, res.Failed, res.Jobs, len(tr.Jobs), res.Unfinished)
+		}
+		if res.CostUSD != res.BilledUSD || res.CostUSD <= 0 {
+			t.Errorf("%s: the ledger says $%.6f, the clouds billed $%.6f", v.Name, res.CostUSD, res.BilledUSD)
+		}
+		var byCap, hourly float64
+		for _, c := range res.CostByCapacity {
+			byCap += c
+		}
+		for _, p := range res.Series {
+			for _, c := range p.CostUSD {
+				hourly += c
+			}
+			if p.AllocatedGPUHours < 0 || p.AllocatedGPUHours > p.MeteredGPUHours+1e-9 {
+				t.Errorf("%s: at %s %.3f GPU-hours allocated of %.3f metered", v.Name, p.At, p.AllocatedGPUHours, p.MeteredGPUHours)
+			}
+		}
+		if d := byCap - res.CostUSD; d > 1e-6 || d < -1e-6 {
+			t.Errorf("%s: capacity types sum to $%.6f of $%.6f", v.Name, byCap, res.CostUSD)
+		}
+		if d := hourly - res.CostUSD; d > 1e-6 || d < -1e-6 {
+			t.Errorf("%s: hours sum to $%.6f of $%.6f", v.Name, hourly, res.CostUSD)
+		}
+		if res.GPUUtilisation <= 0 || res.GPUUtilisation > 1 {
+			t.Errorf("%s: GPU utilisation %.4f out of (0, 1]", v.Name, res.GPUUtilisation)
+		}
+		if strings.Contains(v.Name, "spot=1") && (res.CostByCapacity["on-demand"] != 0 || res.Interruptions == 0) {
+			t.Errorf("%s: on-demand $%.2f, %d interruptions; want only spot, interrupted", v.Name, res.CostByCapacity["on-demand"], res.Interruptions)
+		}
+		if strings.Contains(v.Name, "spot=0") && !strings.Contains(v.Name, "spot=0.5") && res.CostByCapacity["spot"] != 0 {
+			t.Errorf("%s: spot $%.2f, want none", v.Name, res.CostByCapacity["spot"])
+		}
+	}
+}

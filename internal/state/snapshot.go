@@ -13,7 +13,7 @@ type Snapshot struct {
 	Version uint64
 	// Pending holds queued jobs in acceptance order (Seq).
 	Pending []*model.Job
-	// Nodes are ordered by id.
+	// Nodes are the nodes that are not terminated, ordered by id.
 	Nodes []NodeView
 	// Live holds starting and running attempts, ordered by id; LiveJobs[i]
 	// is the job of Live[i].
@@ -78,15 +78,10 @@ type NodeView struct {
 // fleet costs a copy of its node views.
 func (s *State) Snapshot() *Snapshot {
 	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), HalfLife: s.halfLife}
-	if s.nodeOrder == nil {
-		s.nodeOrder = make([]*nodeEntry, 0, len(s.nodes))
-		for _, e := range s.nodes {
-			s.nodeOrder = append(s.nodeOrder, e)
-		}
-		sort.Slice(s.nodeOrder, func(i, j int) bool { return s.nodeOrder[i].node.ID < s.nodeOrder[j].node.ID })
-	}
-	snap.Nodes = make([]NodeView, len(s.nodeOrder))
-	for i, e := range s.nodeOrder {
+	// Terminated nodes hold nothing and take nothing: left out.
+	order := s.activeNodes()
+	snap.Nodes = make([]NodeView, len(order))
+	for i, e := range order {
 		if !e.viewOK {
 			e.view = e.buildView()
 			if e.shapeOf != e.node {

@@ -38,8 +38,12 @@ type State struct {
 	// shapes interns node ShapeKeys.
 	shapes map[string]int
 
-	// nodeOrder caches node ids sorted; nil when a node was added since.
-	nodeOrder []*nodeEntry
+	// nodeOrder caches every node sorted by id; nil when a node was added
+	// since. activeOrder caches the nodes that are not terminated, sorted
+	// by id; nil when a node was added, or was terminated or came back,
+	// since. A long-lived fleet ends thousands of nodes: loops over the
+	// live ones must not walk or sort them all.
+	nodeOrder, activeOrder []*nodeEntry
 
 	queues map[string]*model.Queue
 	// queueUse is the GPUs live attempts hold, by queue and GPU model,
@@ -335,12 +339,45 @@ func (s *State) EachPending(fn func(*model.Job)) {
 
 // Nodes returns every node, ordered by id.
 func (s *State) Nodes() []*model.Node {
-	out := make([]*model.Node, 0, len(s.nodes))
-	for _, e := range s.nodes {
-		out = append(out, e.node)
+	order := s.sortedNodes()
+	out := make([]*model.Node, len(order))
+	for i, e := range order {
+		out[i] = e.node
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// ActiveNodes returns the nodes that are not terminated, ordered by id.
+func (s *State) ActiveNodes() []*model.Node {
+	order := s.activeNodes()
+	out := make([]*model.Node, len(order))
+	for i, e := range order {
+		out[i] = e.node
+	}
+	return out
+}
+
+func (s *State) sortedNodes() []*nodeEntry {
+	if s.nodeOrder == nil {
+		s.nodeOrder = make([]*nodeEntry, 0, len(s.nodes))
+		for _, e := range s.nodes {
+			s.nodeOrder = append(s.nodeOrder, e)
+		}
+		sort.Slice(s.nodeOrder, func(i, j int) bool { return s.nodeOrder[i].node.ID < s.nodeOrder[j].node.ID })
+	}
+	return s.nodeOrder
+}
+
+func (s *State) activeNodes() []*nodeEntry {
+	if s.activeOrder == nil {
+		s.activeOrder = make([]*nodeEntry, 0)
+		for _, e := range s.sortedNodes() {
+			if e.node.State != model.NodeTerminated {
+				s.activeOrder = append(s.activeOrder, e)
+			}
+		}
+	}
+	return s.activeOrder
 }
 
 // AttemptsOf returns a job's attempts in order.
@@ -535,13 +572,16 @@ func (s *State) PutNode(n *model.Node) {
 	s.version++
 	e, ok := s.nodes[n.ID]
 	if ok {
+		if (e.node.State == model.NodeTerminated) != (n.State == model.NodeTerminated) {
+			s.activeOrder = nil
+		}
 		e.node = n
 		e.viewOK = false
 		return
 	}
 	e = &nodeEntry{node: n, holder: map[int]string{}, share: map[int]float64{}}
 	s.nodes[n.ID] = e
-	s.nodeOrder = nil
+	s.nodeOrder, s.activeOrder = nil, nil
 	seen := map[string]bool{}
 	for _, a := range s.orphans[n.ID] {
 		if cur, ok := s.live[a.JobID]; !ok || cur != s.attempts[a.ID] || seen[a.ID] {

@@ -10,7 +10,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // csvTable reads a CSV with a header row, giving cells by column name.
@@ -259,19 +258,17 @@ func contains(list []string, s string) bool {
 //go:embed data/*.csv.gz
 var builtin embed.FS
 
-// builtins are the embedded subsets: file, reader, and the window of the
-// original trace it holds (offsets from the original's start).
+// builtins are the embedded traces, whole: file and reader.
 var builtins = map[string]struct {
-	file     string
-	read     func(io.Reader, string) (*Trace, error)
-	from, to time.Duration
+	file string
+	read func(io.Reader, string) (*Trace, error)
 }{
-	"philly":  {"data/philly_sia_days40-43.csv.gz", ReadPhilly, 40 * 24 * time.Hour, 43 * 24 * time.Hour},
-	"alibaba": {"data/alibaba_openb_2023_days115-125.csv.gz", ReadAlibaba, 115 * 24 * time.Hour, 125 * 24 * time.Hour},
+	"philly":  {"data/philly_sia.csv.gz", ReadPhilly},
+	"alibaba": {"data/alibaba_openb_2023.csv.gz", ReadAlibaba},
 }
 
-// Builtin returns an embedded trace subset by name ("philly", "alibaba"),
-// its submit times shifted so the subset's window starts at 0.
+// Builtin returns an embedded trace by name ("philly", "alibaba"), whole:
+// submit times are offsets from the original's first submission.
 func Builtin(name string) (*Trace, error) {
 	b, ok := builtins[name]
 	if !ok {
@@ -286,12 +283,5 @@ func Builtin(name string) (*Trace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("built-in trace %s: %w", name, err)
 	}
-	t, err := b.read(zr, b.file)
-	if err != nil {
-		return nil, err
-	}
-	for i := range t.Jobs {
-		t.Jobs[i].Submit -= b.from
-	}
-	return t, nil
+	return b.read(zr, b.file)
 }

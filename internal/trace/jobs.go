@@ -33,9 +33,13 @@ func FromJobs(name string, jobs []*model.Job) *Trace {
 		}
 		s := j.Spec
 		replicas := max(s.Replicas, 1)
+		var deadline time.Duration
+		if s.Limits.Deadline != nil {
+			deadline = max(s.Limits.Deadline.Sub(j.SubmittedAt), time.Second)
+		}
 		t.Jobs = append(t.Jobs, Job{ID: j.ID, Submit: j.SubmittedAt.Sub(origin), GPUs: s.Resources.GPUs, Replicas: replicas,
 			GPUModels: slices.Clone(s.Resources.GPU.Models), Runtime: j.FinishedAt.Sub(*j.StartedAt),
-			Queue: s.Queue, Project: j.Project, Tags: maps.Clone(j.Tags), CheckpointInterval: time.Duration(s.Checkpoint.Interval)})
+			Queue: s.Queue, Project: j.Project, Tags: maps.Clone(j.Tags), CheckpointInterval: time.Duration(s.Checkpoint.Interval), Deadline: deadline})
 	}
 	sortJobs(t.Jobs)
 	return t

@@ -37,6 +37,9 @@ type Job struct {
 	// CheckpointInterval, when set, is how often the job saves its state;
 	// an interrupted job resumes from its last checkpoint.
 	CheckpointInterval time.Duration
+	// Deadline, when set, is how long after its submission the job must
+	// have finished (its limits.deadline).
+	Deadline time.Duration
 }
 
 // Trace is a list of jobs in submission order.
@@ -94,6 +97,7 @@ type record struct {
 	Project             string            `json:"project,omitempty"`
 	Tags                map[string]string `json:"tags,omitempty"`
 	CheckpointIntervalS float64           `json:"checkpointIntervalS,omitempty"`
+	DeadlineS           float64           `json:"deadlineS,omitempty"`
 }
 
 // LineError is a problem with one line (or CSV row) of a trace: the
@@ -143,7 +147,7 @@ func Read(r io.Reader, name string) (*Trace, error) {
 			return nil, fail("", "%v", err)
 		}
 		j := Job{ID: rec.ID, Replicas: rec.Replicas, GPUModels: rec.GPUModels, Queue: rec.Queue, Project: rec.Project,
-			Tags: rec.Tags, CheckpointInterval: seconds(rec.CheckpointIntervalS)}
+			Tags: rec.Tags, CheckpointInterval: seconds(rec.CheckpointIntervalS), Deadline: seconds(rec.DeadlineS)}
 		switch {
 		case rec.ID == "":
 			return nil, fail("id", "is required")
@@ -163,6 +167,8 @@ func Read(r io.Reader, name string) (*Trace, error) {
 			return nil, fail("runtimeS", "must be > 0, got %g", *rec.RuntimeS)
 		case rec.CheckpointIntervalS < 0:
 			return nil, fail("checkpointIntervalS", "must be ≥ 0, got %g", rec.CheckpointIntervalS)
+		case rec.DeadlineS < 0:
+			return nil, fail("deadlineS", "must be ≥ 0, got %g", rec.DeadlineS)
 		}
 		j.Submit, j.GPUs, j.Runtime = seconds(*rec.SubmitS), *rec.GPUs, seconds(*rec.RuntimeS)
 		if j.Replicas == 0 {
@@ -184,7 +190,7 @@ func Write(w io.Writer, t *Trace) error {
 	for _, j := range t.Jobs {
 		submit, gpus, runtime := j.Submit.Seconds(), j.GPUs, j.Runtime.Seconds()
 		rec := record{ID: j.ID, SubmitS: &submit, GPUs: &gpus, Replicas: j.Replicas, GPUModels: j.GPUModels, RuntimeS: &runtime,
-			Queue: j.Queue, Project: j.Project, Tags: j.Tags, CheckpointIntervalS: j.CheckpointInterval.Seconds()}
+			Queue: j.Queue, Project: j.Project, Tags: j.Tags, CheckpointIntervalS: j.CheckpointInterval.Seconds(), DeadlineS: j.Deadline.Seconds()}
 		if err := enc.Encode(rec); err != nil {
 			return err
 		}

@@ -32,6 +32,10 @@ type Config struct {
 	// Providers limits the simulation to these clouds (catalog provider
 	// names: aws, gcp, azure, oci, lambda, vast); empty means all.
 	Providers []string
+	// Keep, when set, simulates only the offers it keeps, after the
+	// scenario and Providers are checked against all of them (a
+	// simulation leaves out what no pool of its fleet can buy).
+	Keep func(model.Offer) bool
 	// Clock drives boots, notices, stops and billing; nil means the wall
 	// clock. Nothing happens between calls: the state is brought up to
 	// Clock.Now() on each one.
@@ -190,7 +194,7 @@ func New(cfg Config) (*Provider, error) {
 		p.scale = 1
 	}
 	for _, o := range offers {
-		if len(cfg.Providers) > 0 && !slices.Contains(cfg.Providers, o.Provider) {
+		if len(cfg.Providers) > 0 && !slices.Contains(cfg.Providers, o.Provider) || cfg.Keep != nil && !cfg.Keep(o) {
 			continue
 		}
 		k := keyOf(o)
