@@ -122,6 +122,7 @@ func TestRouteDeclarations(t *testing.T) {
 		"GET /v1/tokens":                               {Perm: api.PermTokensManage, Kinds: users},
 		"DELETE /v1/tokens/{id}":                       {Perm: api.PermTokensManage, Kinds: users},
 		"GET /v1/jobs/{id}/explain":                    {Perm: api.PermJobsRead, Kinds: usersJobs},
+		"GET /v1/jobs/{id}/telemetry":                  {Perm: api.PermJobsRead, Kinds: usersJobs},
 		"GET /v1/queues":                               {Perm: api.PermQueuesRead, Kinds: users},
 		"GET /v1/queues/{name}":                        {Perm: api.PermQueuesRead, Kinds: users},
 		"PUT /v1/queues/{name}":                        {Perm: api.PermQueuesManage, Kinds: users},
