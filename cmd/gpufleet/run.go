@@ -113,7 +113,7 @@ output until it ends and exit with its exit code.`,
 				return render(cmd.OutOrStdout(), f.out, v, func(*tabwriter.Writer) {})
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: submitted %s; following its output\n", v.ID)
-			final, err := followJob(cmd, c, v.ID, 0)
+			final, err := followJob(cmd, c, v.ID, 0, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
