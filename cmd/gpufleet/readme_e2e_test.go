@@ -80,9 +80,9 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 
 // Every shell block of README.md is marked run or skip (with a reason);
 // the run ones are run, in order, with bash -euo pipefail against a real
-// `up` (demo 4×H100) in a temporary data dir, as a user would paste them:
-// the CLI on PATH, the data dir in GPUFLEET_DATA_DIR, an empty CLI config,
-// and 127.0.0.1:7777 (README's address) replaced by the test server's.
+// `up` (demo 4×H100) in a temporary home, as a user would paste them: the
+// CLI on PATH, up's data dir in ~/.gpufleet, an empty CLI config, and
+// 127.0.0.1:7777 (README's address) replaced by the test server's.
 func TestReadmeSnippets(t *testing.T) {
 	blocks := readmeBlocks(t, filepath.Join("..", "..", "README.md"))
 	var run int
@@ -97,11 +97,15 @@ func TestReadmeSnippets(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	s := startServer(t, t.TempDir(), freePort(t))
+	// As on a user's machine: up's data dir is ~/.gpufleet, which the CLI
+	// finds by itself (a GPUFLEET_DATA_DIR would make it prefer the local
+	// server over a logged-in context).
+	home := t.TempDir()
+	s := startServer(t, filepath.Join(home, ".gpufleet"), freePort(t))
 	env := append(cleanEnv(),
 		"PATH="+filepath.Dir(binary)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"GPUFLEET_DATA_DIR="+s.dataDir,
-		"XDG_CONFIG_HOME="+t.TempDir())
+		"HOME="+home,
+		"XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	for _, b := range blocks {
 		if !b.run {
 			t.Logf("README.md:%d skipped: %s", b.line, b.reason)
