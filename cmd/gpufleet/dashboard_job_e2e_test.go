@@ -143,7 +143,7 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 		chromedp.SendKeys(C("#token"), bob.Secret),
 		chromedp.Click(C("#login-submit")),
 		chromedp.WaitVisible(C("#job-command")),
-		chromedp.WaitVisible(C(`#job-project option[value="vision"]`)),
+		chromedp.WaitReady(C(`#job-project option[value="vision"]`)), // options have no box: ready, not visible
 	)
 	if err != nil {
 		t.Fatalf("logging in as bob: %v\nserver log:\n%s", err, s.out)
@@ -285,7 +285,7 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 	saveScreenshot(t, actx, "dashboard-job-admin.png")
 	err = chromedp.Do(actx,
 		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(C(`#job-project option[value="vision"]`)),
+		chromedp.WaitReady(C(`#job-project option[value="vision"]`)), // options have no box: ready, not visible
 		chromedp.WaitVisible(C("#budgets-section")),
 		chromedp.SetValue(C("#job-project"), "vision"),
 		chromedp.SendKeys(C("#job-command"), "echo from the admin"),

@@ -7,7 +7,7 @@
 const Charts = (() => {
   const NS = "http://www.w3.org/2000/svg";
   const COLORS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#db2777", "#65a30d"];
-  const W = 560, H = 220, L = 58, R = 12, T = 10, B = 28;
+  const W = 560, H = 230, L = 58, R = 12, T = 22, B = 28;
 
   function svgEl(tag, attrs, text) {
     const e = document.createElementNS(NS, tag);
@@ -58,7 +58,7 @@ const Charts = (() => {
       g.append(svgEl("text", { x: L - 6, y: sy(v) + 3, "text-anchor": "end" }, yFmt(v)));
       ya.append(g);
     }
-    ya.append(svgEl("text", { x: 4, y: T + 2, class: "unit", transform: `rotate(-90 4 ${T + 2})`, "text-anchor": "end" }, unit));
+    ya.append(svgEl("text", { x: 4, y: 11, class: "unit", "text-anchor": "start" }, unit));
     svg.append(ya);
     const xa = svgEl("g", { class: "x-axis" });
     xa.append(svgEl("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
