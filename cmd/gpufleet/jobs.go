@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -267,37 +270,157 @@ func newJobsLogsCmd(g *globals) *cobra.Command {
 	var (
 		o      client.LogOptions
 		follow bool
+		task   int
 	)
 	cmd := &cobra.Command{
 		Use:   "logs JOB",
 		Short: "Print a job's output (stdout and stderr)",
+		Long: `Prints a job's output. For an array job it prints every task's, each line
+prefixed with [task N], or one task's with --task N (or name the task, ID-N).
+A queued job that has not started has no output yet: it says so, and why it waits.`,
 		Example: `  gpufleet jobs logs j-abcdefghij
   gpufleet jobs logs -f j-abcdefghij            # follow until the job ends
-  gpufleet jobs logs --attempt 1 --rank 2 j-abcdefghij`,
+  gpufleet jobs logs --attempt 1 --rank 2 j-abcdefghij
+  gpufleet jobs logs j-abcdefghij --task 3      # task 3 of an array job
+  gpufleet jobs logs -f j-abcdefghij            # an array: every task, lines prefixed [task N]`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			if follow && o.Attempt == 0 {
-				_, err := followJob(cmd, c, args[0], o.Rank)
+			id := args[0]
+			v, err := c.Job(cmd.Context(), id)
+			if err != nil {
 				return err
 			}
+			if v.Array != nil {
+				if cmd.Flags().Changed("task") {
+					if task < 0 || task >= v.Array.Size {
+						return usageError{fmt.Errorf("--task %d: array %s has tasks 0 to %d", task, id, v.Array.Size-1)}
+					}
+					id = fmt.Sprintf("%s-%d", id, task)
+				} else {
+					return arrayLogs(cmd, c, v.Array, o, follow)
+				}
+			} else if cmd.Flags().Changed("task") {
+				return usageError{fmt.Errorf("--task: %s is not an array job", id)}
+			}
+			if follow && o.Attempt == 0 {
+				_, err := followJob(cmd, c, id, o.Rank, cmd.OutOrStdout())
+				return err
+			}
+			if id != args[0] {
+				if v, err = c.Job(cmd.Context(), id); err != nil {
+					return err
+				}
+			}
+			if v.Attempts == 0 && o.Attempt == 0 {
+				why := ""
+				if line, _ := waitingLine("", v); line != "" {
+					why = " (" + line + ")"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: %s is %s and has no logs yet%s; follow it with `gpufleet jobs logs -f %s`\n", id, v.State, why, id)
+				return nil
+			}
 			o.Follow = follow
-			_, err = c.Logs(cmd.Context(), args[0], o, cmd.OutOrStdout())
+			_, err = c.Logs(cmd.Context(), id, o, cmd.OutOrStdout())
 			return err
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the output until the job ends (across attempts)")
 	cmd.Flags().IntVar(&o.Attempt, "attempt", 0, "attempt number (default: the latest)")
 	cmd.Flags().IntVar(&o.Rank, "rank", 0, "replica rank of a multi-replica job")
+	cmd.Flags().IntVar(&task, "task", 0, "for an array job: only this task's output (default: every task's, prefixed)")
 	return cmd
+}
+
+// arrayLogs prints every task's output, each line prefixed with its task:
+// one task after the other, or with follow all at once, whole lines
+// interleaved as they come.
+func arrayLogs(cmd *cobra.Command, c *client.Client, av *api.ArrayView, o client.LogOptions, follow bool) error {
+	out := &lockedWriter{w: cmd.OutOrStdout()}
+	if !follow {
+		for _, t := range av.Tasks {
+			if t.Attempts == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: task %d (%s) is %s and has no logs yet\n", t.ArrayIndex, t.ID, t.State)
+				continue
+			}
+			pw := &prefixWriter{w: out, prefix: fmt.Sprintf("[task %d] ", t.ArrayIndex)}
+			if _, err := c.Logs(cmd.Context(), t.ID, o, pw); err != nil {
+				return fmt.Errorf("task %d (%s): %w", t.ArrayIndex, t.ID, err)
+			}
+			pw.Flush()
+		}
+		return nil
+	}
+	errs := make(chan error, len(av.Tasks))
+	for _, t := range av.Tasks {
+		go func() {
+			pw := &prefixWriter{w: out, prefix: fmt.Sprintf("[task %d] ", t.ArrayIndex)}
+			_, err := followJob(cmd, c, t.ID, o.Rank, pw)
+			pw.Flush()
+			if err != nil {
+				err = fmt.Errorf("task %d (%s): %w", t.ArrayIndex, t.ID, err)
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range av.Tasks {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// prefixWriter writes whole lines, each with prefix; Flush writes a last
+// line without its newline.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := append([]byte(p.prefix), p.buf[:i+1]...)
+		p.buf = p.buf[i+1:]
+		if _, err := p.w.Write(line); err != nil {
+			return len(b), err
+		}
+	}
+}
+
+// Flush writes what is left of an unfinished last line.
+func (p *prefixWriter) Flush() {
+	if len(p.buf) > 0 {
+		_, _ = p.w.Write(append(append([]byte(p.prefix), p.buf...), '\n'))
+		p.buf = nil
+	}
 }
 
 // followJob streams a job's output attempt after attempt until it ends and
 // returns the job.
-func followJob(cmd *cobra.Command, c *client.Client, id string, rank int) (*api.JobView, error) {
+func followJob(cmd *cobra.Command, c *client.Client, id string, rank int, out io.Writer) (*api.JobView, error) {
 	ctx := cmd.Context()
 	attempt := 0
 	waiting := ""
@@ -318,7 +441,7 @@ func followJob(cmd *cobra.Command, c *client.Client, id string, rank int) (*api.
 			if attempt > 1 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: following attempt %d of %s\n", attempt, id)
 			}
-			if _, err := c.Logs(ctx, id, client.LogOptions{Attempt: attempt, Rank: rank, Follow: true}, cmd.OutOrStdout()); err != nil {
+			if _, err := c.Logs(ctx, id, client.LogOptions{Attempt: attempt, Rank: rank, Follow: true}, out); err != nil {
 				return nil, err
 			}
 			continue

@@ -50,6 +50,7 @@ type runFlags struct {
 	image          string
 	cuda           string
 	upload         bool
+	uploadMaxFile  string
 	runtime        string
 	grace          string
 	signal         string
@@ -91,7 +92,11 @@ output until it ends and exit with its exit code.`,
 				return err
 			}
 			if f.upload {
-				if body, err = uploadWorkdir(cmd.Context(), c, body); err != nil {
+				maxFile, err := model.ParseBytes(f.uploadMaxFile)
+				if err != nil {
+					return usageError{fmt.Errorf("--upload-max-file: %w", err)}
+				}
+				if body, err = uploadWorkdir(cmd.Context(), c, body, int64(maxFile), cmd.ErrOrStderr()); err != nil {
 					return err
 				}
 			}
@@ -115,7 +120,7 @@ output until it ends and exit with its exit code.`,
 				return render(cmd.OutOrStdout(), f.out, v, func(*tabwriter.Writer) {})
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: submitted %s; following its output\n", v.ID)
-			final, err := followJob(cmd, c, v.ID, 0)
+			final, err := followJob(cmd, c, v.ID, 0, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}
@@ -144,7 +149,8 @@ output until it ends and exit with its exit code.`,
 	fl.StringVar(&f.workdir, "workdir", "", "working directory (default: the current directory; with --image, the uploaded or empty work tree)")
 	fl.StringVar(&f.cuda, "cuda", "", "the CUDA version the image needs, e.g. 12.4 (default: the image's com.nvidia.cuda.version label, when the image is on this machine)")
 	fl.StringVar(&f.image, "image", "", "run in a container of this image (e.g. localhost/app:1; see gpufleet images build): only nodes with a container runtime take it")
-	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it")
+	fl.BoolVar(&f.upload, "upload-workdir", false, "upload the working directory (at most 256 MiB) so that nodes on other machines run in a copy of it; leaves out .git and what .gitignore files and .gpufleetignore ignore")
+	fl.StringVar(&f.uploadMaxFile, "upload-max-file", "64Mi", "with --upload-workdir: refuse a file larger than this (e.g. 1Gi); 0 for no limit")
 	fl.StringVar(&f.runtime, "runtime", "", "runtime limit per attempt (e.g. 30m, 12h)")
 	fl.StringVar(&f.grace, "grace", "", "grace period between the checkpoint signal and SIGKILL (default 30s)")
 	fl.StringVar(&f.signal, "signal", "", "checkpoint signal sent before a stop (default SIGTERM)")

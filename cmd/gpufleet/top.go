@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
-	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
 )
@@ -58,27 +58,41 @@ func newJobsTopCmd(g *globals) *cobra.Command {
 	var (
 		once     bool
 		interval time.Duration
+		out      string
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "A live view of running jobs: efficiency, SM activity, cost and effective cost",
+		Long: `A live view of the running jobs, redrawn every --interval on a terminal (q or
+Ctrl-C quits). When standard output is not a terminal it writes plain tables one
+after the other, without terminal escapes; --once prints one and exits, and
+-o json or -o yaml print one snapshot ({"items": [...]}) and exit.`,
 		Example: `  gpufleet jobs top            # refreshes every 2s; q or Ctrl-C quits
-  gpufleet jobs top --once     # one table, for scripts`,
+  gpufleet jobs top --once     # one table, for scripts
+  gpufleet jobs top -o json    # one snapshot as JSON`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if once {
-				return topFrame(cmd.Context(), c, out)
+			w := cmd.OutOrStdout()
+			if once || out != "table" {
+				rows, err := topRows(cmd.Context(), c)
+				if err != nil {
+					return err
+				}
+				return render(w, out, topList{Items: rows}, func(tw *tabwriter.Writer) { topTable(tw, rows) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			ctx, quit := context.WithCancel(ctx)
 			defer quit()
-			if restore, ok := rawInput(); ok {
+			tty := isTerminal(w)
+			if restore, ok := rawInput(); ok && tty {
 				defer restore()
 				go func() { // q, Q or Ctrl-C quits; the terminal is raw
 					r := bufio.NewReader(os.Stdin)
@@ -91,8 +105,10 @@ func newJobsTopCmd(g *globals) *cobra.Command {
 					}
 				}()
 			}
-			fmt.Fprint(out, "\x1b[?25l") // hide the cursor
-			defer fmt.Fprint(out, "\x1b[?25h\n")
+			if tty {
+				fmt.Fprint(w, "\x1b[?25l") // hide the cursor
+				defer fmt.Fprint(w, "\x1b[?25h\n")
+			}
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for {
@@ -100,7 +116,11 @@ func newJobsTopCmd(g *globals) *cobra.Command {
 				if err := topFrame(ctx, c, &b); err != nil && ctx.Err() == nil {
 					fmt.Fprintf(&b, "error: %v\n", err)
 				}
-				fmt.Fprint(out, "\x1b[H\x1b[2J"+strings.ReplaceAll(b.String(), "\n", "\r\n")+"\r\nq to quit")
+				if tty {
+					fmt.Fprint(w, "\x1b[H\x1b[2J"+strings.ReplaceAll(b.String(), "\n", "\r\n")+"\r\nq to quit")
+				} else {
+					fmt.Fprintln(w, b.String())
+				}
 				select {
 				case <-ctx.Done():
 					return nil
@@ -111,41 +131,85 @@ func newJobsTopCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "print one table and exit")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval")
+	outputFlag(cmd, &out)
 	return cmd
 }
 
-// topFrame writes one table of the running jobs.
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// topRow is one running job in `jobs top`.
+type topRow struct {
+	Job                 string     `json:"job"`
+	Name                string     `json:"name,omitempty"`
+	GPUs                string     `json:"gpus"`
+	Class               string     `json:"class"`
+	SMActive            *float64   `json:"smActive,omitempty"`
+	CostMicros          *int64     `json:"costMicros,omitempty"`
+	EffectiveCostMicros *int64     `json:"effectiveCostMicros,omitempty"`
+	IdleSince           *time.Time `json:"idleSince,omitempty"`
+	Simulated           bool       `json:"simulated,omitempty"`
+}
+
+type topList struct {
+	Items []topRow `json:"items"`
+}
+
+// topRows reads the running jobs with their efficiency in one request.
+func topRows(ctx context.Context, c *client.Client) ([]topRow, error) {
+	list, err := c.JobSummaries(ctx, client.ListOptions{States: []string{"running"}, Limit: 50})
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]topRow, 0, len(list.Jobs))
+	for _, j := range list.Jobs {
+		r := topRow{Job: j.ID, Name: j.Name, GPUs: gpuSummary(j), Class: "unknown"}
+		if e := list.Summaries[j.ID].Efficiency; e != nil {
+			r.Class, r.SMActive, r.CostMicros, r.EffectiveCostMicros = string(e.Verdict.Class), e.SMActive, e.CostMicros, e.EffectiveCostMicros
+			r.Simulated = e.Source == "simulated"
+			if !e.Verdict.IdleSince.IsZero() {
+				t := e.Verdict.IdleSince
+				r.IdleSince = &t
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func topTable(tw *tabwriter.Writer, rows []topRow) {
+	row(tw, "JOB", "NAME", "GPUS", "CLASS", "SM ACTIVE", "COST", "EFFECTIVE", "IDLE SINCE")
+	sim := false
+	for _, r := range rows {
+		cls, idle := r.Class, "-"
+		if r.Simulated {
+			cls += "*"
+			sim = true
+		}
+		if r.IdleSince != nil {
+			idle = r.IdleSince.Local().Format(time.TimeOnly)
+		}
+		row(tw, r.Job, dash(r.Name), r.GPUs, cls, pctOrDash(r.SMActive), microsOrDash(r.CostMicros), microsOrDash(r.EffectiveCostMicros), idle)
+	}
+	if sim {
+		row(tw, "")
+		row(tw, "* simulated telemetry (demo GPUs)")
+	}
+}
+
+// topFrame writes one table of the running jobs with a heading.
 func topFrame(ctx context.Context, c *client.Client, w io.Writer) error {
-	jobs, err := c.ListJobs(ctx, client.ListOptions{States: []string{"running"}, Limit: 50})
+	rows, err := topRows(ctx, c)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "gpufleet jobs top — %s — %d running\n\n", time.Now().Format(time.TimeOnly), len(jobs))
+	fmt.Fprintf(w, "gpufleet jobs top — %s — %d running\n\n", time.Now().Format(time.TimeOnly), len(rows))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row(tw, "JOB", "NAME", "GPUS", "CLASS", "SM ACTIVE", "COST", "EFFECTIVE", "IDLE SINCE")
-	for _, j := range jobs {
-		var v *api.JobView
-		v, err := c.Job(ctx, j.ID)
-		if err != nil {
-			return err
-		}
-		cls, sm, cost, eff, idle := "unknown", "-", "-", "-", "-"
-		if e := v.Efficiency; e != nil {
-			cls, sm, cost, eff = string(e.Verdict.Class), pctOrDash(e.SMActive), microsOrDash(e.CostMicros), microsOrDash(e.EffectiveCostMicros)
-			if e.Source == "simulated" {
-				cls += "*"
-			}
-			if !e.Verdict.IdleSince.IsZero() {
-				idle = e.Verdict.IdleSince.Local().Format(time.TimeOnly)
-			}
-		}
-		row(tw, j.ID, dash(j.Name), gpuSummary(j), cls, sm, cost, eff, idle)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "\n* simulated telemetry (demo GPUs)")
-	return nil
+	topTable(tw, rows)
+	return tw.Flush()
 }
 
 // rawInput puts a terminal stdin into raw mode so single keys arrive; ok is

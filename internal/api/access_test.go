@@ -85,6 +85,7 @@ var accessCases = map[string]accessCase{
 	"POST /v1/jobs/{id}/checkpoints": {project: "job", min: model.RoleMember, build: onJob("POST", "/checkpoints")},
 	"GET /v1/jobs/{id}/logs":         {project: "job", min: model.RoleViewer, build: onJob("GET", "/logs")},
 	"GET /v1/jobs/{id}/explain":      {project: "job", min: model.RoleViewer, build: onJob("GET", "/explain")},
+	"GET /v1/jobs/{id}/telemetry":    {project: "job", min: model.RoleViewer, build: onJob("GET", "/telemetry")},
 	"GET /v1/queues":                 {min: model.RoleViewer, build: get("/v1/queues")},
 	"POST /v1/services": {project: "body", min: model.RoleMember, build: func(_ *accessFixture, p string) req {
 		return req{Method: "POST", Path: "/v1/services", Body: projectService("new-"+p, p, "token")}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost/earlystop"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
 	"github.com/gpufleet/gpufleet/internal/fleet"
+	"github.com/gpufleet/gpufleet/internal/gpuseries"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
@@ -145,6 +146,8 @@ type Costs interface {
 // and a job's training metrics.
 type Telemetry interface {
 	Efficiency(jobID string) (efficiency.Report, bool)
+	// GPUPlots returns a job's per-GPU series by attempt number.
+	GPUPlots(jobID string) (map[int][]gpuseries.GPU, error)
 	Alerts() []model.Alert
 	// Events returns the matching events in Seq order.
 	Events(f model.EventFilter) []model.Event

@@ -70,10 +70,12 @@ type JobCostView struct {
 	EffectiveCost model.Money         `json:"effectiveCost,omitempty"`
 	MeasuredCost  model.Money         `json:"measuredCost,omitempty"`
 	GPUHours      float64             `json:"gpuHours"`
+	// Points is the running total over time (at most 128, thinned).
+	Points []cost.JobCostPoint `json:"points,omitempty"`
 }
 
 func jobCostView(jc cost.JobCost) *JobCostView {
-	return &JobCostView{Total: jc.Total, ByAttempt: jc.ByAttempt, EffectiveCost: jc.EffectiveCost, MeasuredCost: jc.MeasuredCost, GPUHours: jc.GPUSeconds / 3600}
+	return &JobCostView{Total: jc.Total, ByAttempt: jc.ByAttempt, EffectiveCost: jc.EffectiveCost, MeasuredCost: jc.MeasuredCost, GPUHours: jc.GPUSeconds / 3600, Points: jc.Points}
 }
 
 // CostReport is GET /v1/cost's answer.

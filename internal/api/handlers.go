@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"runtime"
@@ -167,12 +168,22 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
+	page := readListPage(q, &problems)
 	if len(problems) > 0 {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
 	if f.Project == "" {
 		f.Projects = s.visibleProjects(r, MinRole[PermJobsRead])
+	}
+	if page.offset > 0 || page.search != "" || page.summary {
+		limit := f.Limit
+		if limit == 0 {
+			limit = 1000
+		}
+		f.Limit = math.MaxInt // every match, for the total; paged here
+		writeJSON(w, http.StatusOK, s.redactJobs(r, s.paged(s.cfg.Controller.Jobs(f), page, limit)))
+		return
 	}
 	writeJSON(w, http.StatusOK, s.redactJobs(r, JobList{Jobs: nonNil(s.cfg.Controller.Jobs(f))}))
 }

@@ -124,7 +124,9 @@ func Routes() []Route {
 			Request: JobManifest{}, Response: JobView{}, Status: 201,
 			handler: func(s *Server) http.HandlerFunc { return s.submitJob }},
 		{Method: "GET", Pattern: "/v1/jobs", Project: projectOfQuery, Perm: PermJobsRead, Kinds: users, Summary: "List jobs, newest first.",
-			Query:    []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"user", "string", "only jobs this user submitted"}, {"queue", "string", "only jobs of this queue"}, {"limit", "integer", "most jobs to return (default 1000)"}},
+			Query: []Param{{"state", "string", "comma-separated job states"}, {"project", "string", "project name"}, {"array", "string", "only the tasks of this array job"}, {"user", "string", "only jobs this user submitted"}, {"queue", "string", "only jobs of this queue"}, {"limit", "integer", "most jobs to return (default 1000)"},
+				{"offset", "integer", "skip this many matches (paging; the answer's total counts them all)"}, {"q", "string", "only jobs whose id, name, user, project or queue contains this (any case)"},
+				{"summary", "boolean", "add each job's metered cost and efficiency (summaries)"}},
 			Response: JobList{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.listJobs }},
 		{Method: "GET", Pattern: "/v1/jobs/{id}", Project: projectOfJob, Perm: PermJobsRead, Kinds: usersJobs, Scope: scopeOwnJob, Summary: "A job with its attempts and, while pending, why it waits.",
@@ -259,5 +261,5 @@ func Routes() []Route {
 			Summary: "Agent protocol: store a chunk of a replica's output at its offset; the answer says where to continue.",
 			Request: agentapi.LogChunk{}, Response: agentapi.LogAck{}, Status: 200,
 			handler: func(s *Server) http.HandlerFunc { return s.agentLogs }},
-	}, append(append(append(costRoutes(), secretRoutes()...), serviceRoutes()...), artifactRoutes()...)...)
+	}, append(append(append(append(costRoutes(), secretRoutes()...), serviceRoutes()...), artifactRoutes()...), dashboardRoutes()...)...)
 }

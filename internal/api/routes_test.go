@@ -149,12 +149,13 @@ func TestRouteDeclarations(t *testing.T) {
 		"PUT /v1/artifacts/{project}/models/{name}/objects/{digest}":    {Perm: api.PermArtifactsPush, Kinds: users},
 		"POST /v1/artifacts/{project}/models/{name}":                    {Perm: api.PermArtifactsPush, Kinds: users},
 		"DELETE /v1/artifacts/{project}/models/{name}":                  {Perm: api.PermArtifactsDelete, Kinds: users},
-		"GET /v1/alerts":            {Perm: api.PermNodesRead, Kinds: users},
-		"GET /v1/archives/{digest}": {Perm: api.PermAgent, Kinds: agents},
-		"POST /v1/agent/join":       {Perm: api.PermAgentJoin, Kinds: []model.TokenKind{model.TokenJoin}},
-		"POST /v1/agent/register":   {Perm: api.PermAgent, Kinds: agents},
-		"POST /v1/agent/sync":       {Perm: api.PermAgent, Kinds: agents},
-		"POST /v1/agent/logs":       {Perm: api.PermAgent, Kinds: agents},
+		"GET /v1/alerts":              {Perm: api.PermNodesRead, Kinds: users},
+		"GET /v1/archives/{digest}":   {Perm: api.PermAgent, Kinds: agents},
+		"POST /v1/agent/join":         {Perm: api.PermAgentJoin, Kinds: []model.TokenKind{model.TokenJoin}},
+		"POST /v1/agent/register":     {Perm: api.PermAgent, Kinds: agents},
+		"POST /v1/agent/sync":         {Perm: api.PermAgent, Kinds: agents},
+		"POST /v1/agent/logs":         {Perm: api.PermAgent, Kinds: agents},
+		"GET /v1/jobs/{id}/telemetry": {Perm: api.PermJobsRead, Kinds: usersJobs},
 	}
 	got := map[string]declaration{}
 	for _, rt := range api.Routes() {

@@ -52,6 +52,12 @@ type CheckpointReport struct {
 // JobList is the body of GET /v1/jobs.
 type JobList struct {
 	Jobs []*model.Job `json:"jobs"`
+	// Total counts the matches before offset and limit (paged lists,
+	// ?offset= or ?q=, only).
+	Total int `json:"total,omitempty"`
+	// Summaries has each listed job's cost and efficiency, by id
+	// (?summary=true only).
+	Summaries map[string]JobSummary `json:"summaries,omitempty"`
 }
 
 // ArrayState derives an array job's state from its tasks: queued until a

@@ -28,7 +28,23 @@ type Limits struct {
 	MaxBytes int64
 	// MaxEntries bounds files, folders and links (default 100,000).
 	MaxEntries int
+	// MaxFileBytes, when above 0, refuses any one file larger (Pack).
+	MaxFileBytes int64
+	// Skip, when set, leaves out of Pack the entries it returns true for
+	// (a folder with all it holds), given their path from the top in
+	// parts (see Ignore).
+	Skip func(rel []string, isDir bool) bool
 }
+
+// Stats is what Pack packed and left out.
+type Stats struct {
+	Files   int   // regular files
+	Bytes   int64 // their sizes, uncompressed
+	Skipped int   // entries Skip left out (a folder counts once)
+}
+
+// ErrFileTooLarge marks a file over Limits.MaxFileBytes.
+var ErrFileTooLarge = errors.New("file over the size limit")
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBytes <= 0 {
@@ -52,6 +68,18 @@ var ErrTooLarge = errors.New("archive over its limits")
 // or timestamps, so the same tree always gives the same digest. Symbolic
 // links are kept only when they point inside dir.
 func Pack(dir string, w io.Writer, lim Limits) (string, error) {
+	digest, _, err := PackStats(dir, w, lim)
+	return digest, err
+}
+
+// PackStats is Pack, also returning what it packed and skipped.
+func PackStats(dir string, w io.Writer, lim Limits) (string, Stats, error) {
+	var st Stats
+	digest, err := pack(dir, w, lim, &st)
+	return digest, st, err
+}
+
+func pack(dir string, w io.Writer, lim Limits, st *Stats) (string, error) {
 	lim = lim.withDefaults()
 	root, err := filepath.Abs(dir)
 	if err != nil {
@@ -61,6 +89,16 @@ func Pack(dir string, w io.Writer, lim Limits) (string, error) {
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if p != root && lim.Skip != nil {
+			rel := strings.Split(filepath.ToSlash(strings.TrimPrefix(p, root+string(filepath.Separator))), "/")
+			if lim.Skip(rel, d.IsDir()) {
+				st.Skipped++
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
 		}
 		if p != root {
 			paths = append(paths, p)
@@ -90,6 +128,11 @@ func Pack(dir string, w io.Writer, lim Limits) (string, error) {
 			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
 		case info.Mode().IsRegular():
 			hdr.Typeflag, hdr.Size = tar.TypeReg, info.Size()
+			if lim.MaxFileBytes > 0 && info.Size() > lim.MaxFileBytes {
+				return "", fmt.Errorf("%s is %d bytes, over the %d-byte limit per file (ignore it in .gpufleetignore, or raise the limit): %w", rel, info.Size(), lim.MaxFileBytes, ErrFileTooLarge)
+			}
+			st.Files++
+			st.Bytes += info.Size()
 			total += info.Size()
 			if total > lim.MaxBytes {
 				return "", fmt.Errorf("%s holds more than %d bytes (leave data sets out of the workdir): %w", dir, lim.MaxBytes, ErrTooLarge)

@@ -10,6 +10,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/controller/telemetry"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
+	"github.com/gpufleet/gpufleet/internal/gpuseries"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
@@ -434,4 +435,28 @@ func (c *Controller) allocatedCostLocked(a *model.Attempt, now time.Time) (int64
 		total += price.Dollars() * share * hours
 	}
 	return int64(math.Round(total * 1e6)), priced
+}
+
+// GPUPlots returns each attempt's per-GPU telemetry series (SM activity,
+// memory, power over time) of a job, by attempt number; attempts without
+// a kept series are left out. The series live in memory only: a restart
+// starts them afresh.
+func (c *Controller) GPUPlots(jobID string) (map[int][]gpuseries.GPU, error) {
+	c.mu.Lock()
+	j, ok := c.st.Job(jobID)
+	n := 0
+	if ok {
+		n = j.Attempts
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("job %s: %w", jobID, ErrNotFound)
+	}
+	out := map[int][]gpuseries.GPU{}
+	for i := 1; i <= n; i++ {
+		if p := c.tel.Plots(model.AttemptID(jobID, i)); p != nil {
+			out[i] = p
+		}
+	}
+	return out, nil
 }

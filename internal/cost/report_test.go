@@ -87,8 +87,19 @@ func TestReport(t *testing.T) {
 	t.Run("per-job cost across attempts", func(t *testing.T) {
 		got, ok := r.Job("b")
 		want := JobCost{JobID: "b", Total: 96 * model.Dollar, ByAttempt: map[int]model.Money{2: 96 * model.Dollar}, GPUSeconds: 2 * 48 * 3600, First: t0, Last: at(48 * time.Hour)}
+		pts := got.Points
+		got.Points = nil
 		if diff := cmp.Diff(want, got); diff != "" || !ok {
 			t.Errorf("(-want +got)\n%s", diff)
+		}
+		// The running total after each hour's entry: $2 an hour.
+		if len(pts) != 48 {
+			t.Fatalf("%d cost points, want one per metered hour (48)", len(pts))
+		}
+		for i, p := range pts {
+			if !p.At.Equal(at(time.Duration(i+1)*time.Hour)) || p.Total != model.Money(2*(i+1))*model.Dollar {
+				t.Fatalf("point %d = %+v, want $%d at %v", i, p, 2*(i+1), at(time.Duration(i+1)*time.Hour))
+			}
 		}
 	})
 	t.Run("invalid query", func(t *testing.T) {
@@ -204,5 +215,34 @@ func TestReportDaysInZone(t *testing.T) {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+// A job metered for 1,000 hours keeps a bounded running total that still
+// ends at its whole cost and never decreases.
+func TestJobCostPointsStayBounded(t *testing.T) {
+	t.Parallel()
+	nodes := []NodeUsage{{NodeID: "n1", GPUs: 1, PricePerHour: model.Dollar, CapacityType: model.OnDemand, PriceSource: model.PriceCatalog,
+		Allocations: []Allocation{{JobID: "long", Attempt: 1, Project: "p", GPUs: 1, SMActive: 0.25, Telemetry: true}}}}
+	r := NewRollup()
+	for h := 0; h < 1000; h++ {
+		r.Add(Meter(nodes, at(time.Duration(h)*time.Hour), at(time.Duration(h+1)*time.Hour)))
+	}
+	jc, ok := r.Job("long")
+	if !ok {
+		t.Fatal("no cost for the job")
+	}
+	pts := jc.Points
+	if len(pts) > maxJobPoints || len(pts) < maxJobPoints/2 {
+		t.Fatalf("%d points, want at most %d and not fewer than half", len(pts), maxJobPoints)
+	}
+	last := pts[len(pts)-1]
+	if last.Total != 1000*model.Dollar || !last.At.Equal(at(1000*time.Hour)) || last.EffectiveCost != 250*model.Dollar {
+		t.Errorf("last point = %+v, want $1000 (effective $250) at hour 1000", last)
+	}
+	for i := 1; i < len(pts); i++ {
+		if !pts[i].At.After(pts[i-1].At) || pts[i].Total < pts[i-1].Total {
+			t.Fatalf("points %d and %d go back: %+v %+v", i-1, i, pts[i-1], pts[i])
+		}
 	}
 }

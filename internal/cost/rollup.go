@@ -76,6 +76,40 @@ type JobCost struct {
 	MeasuredCost  model.Money
 	GPUSeconds    float64
 	First, Last   time.Time
+	// Points is the running total over time, at most maxJobPoints (the
+	// job page's cost plot): after each metered stretch, thinned to every
+	// other point as it grows. Rebuilt from the stored ledger at start.
+	Points []JobCostPoint
+}
+
+// JobCostPoint is a job's cost metered up to At.
+type JobCostPoint struct {
+	At time.Time `json:"at"`
+	// Total and EffectiveCost are cumulative; EffectiveCost counts only
+	// the seconds telemetry measured, MeasuredCost what they cost.
+	Total         model.Money `json:"total"`
+	EffectiveCost model.Money `json:"effectiveCost"`
+	MeasuredCost  model.Money `json:"measuredCost"`
+}
+
+// maxJobPoints bounds JobCost.Points.
+const maxJobPoints = 128
+
+func (j *JobCost) addPoint(at time.Time) {
+	p := JobCostPoint{At: at, Total: j.Total, EffectiveCost: j.EffectiveCost, MeasuredCost: j.MeasuredCost}
+	if n := len(j.Points); n > 0 && !at.After(j.Points[n-1].At) {
+		p.At = j.Points[n-1].At
+		j.Points[n-1] = p
+		return
+	}
+	if len(j.Points) == maxJobPoints {
+		keep := j.Points[:0]
+		for i := 0; i < len(j.Points); i += 2 {
+			keep = append(keep, j.Points[i])
+		}
+		j.Points = keep
+	}
+	j.Points = append(j.Points, p)
 }
 
 // Rollup is hourly and daily aggregates of ledger entries, maintained
@@ -247,6 +281,7 @@ func (r *Rollup) addOne(e *model.LedgerEntry, share model.Money) {
 	if e.To.After(j.Last) {
 		j.Last = e.To
 	}
+	j.addPoint(e.To)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -265,6 +300,7 @@ func (r *Rollup) Job(id string) (JobCost, bool) {
 	}
 	c := *j
 	c.ByAttempt = maps.Clone(j.ByAttempt)
+	c.Points = slices.Clone(j.Points)
 	return c, true
 }
 

@@ -743,9 +743,13 @@ In another terminal:
   gpufleet jobs logs JOB_ID
   gpufleet nodes list
 The CLI finds this server and its admin token in the data dir.
+
+Dashboard: %s/ui/
+  log in with the admin token (gfu_…):  cat %s
+  a token for someone else:             gpufleet tokens create NAME && gpufleet roles grant NAME PROJECT member
 Press Ctrl-C to stop; running jobs keep running and are re-adopted at the next start.
 
-`, url, dataDir)
+`, url, dataDir, url, filepath.Join(dataDir, TokenFile))
 }
 
 // providerInventory lists the instances of every provider gpufleet buys

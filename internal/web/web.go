@@ -100,8 +100,20 @@ func (u *UI) Handler() http.Handler {
 	mux.HandleFunc("POST /ui/login", u.login)
 	mux.HandleFunc("POST /ui/logout", u.logout)
 	mux.HandleFunc("GET /ui/session", u.sessionInfo)
+	mux.Handle("GET /ui/jobs/{id}", u.secureHeaders(http.HandlerFunc(u.page)))
 	mux.Handle("GET /ui/", u.secureHeaders(u.static))
 	return mux
+}
+
+// page serves the dashboard's page for a path the page routes itself
+// (/ui/jobs/ID: a job's page).
+func (u *UI) page(w http.ResponseWriter, r *http.Request) {
+	data, err := assets.ReadFile("assets/index.html")
+	if err != nil {
+		panic(err) // the embedded folder is part of the binary
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(data)
 }
 
 // secureHeaders keeps the page from loading anything off this server and

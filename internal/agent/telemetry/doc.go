@@ -12,10 +12,11 @@
 // from its GPUSample, never an error and never a made-up zero.
 //
 // The NVML logic is written against nvml.Interface and tested with
-// go-nvml's mock servers. go-nvml's package compiles only with cgo, so
-// nvml.go and its tests build only with cgo (CI's -race run has it);
-// loading the real library is behind the nvml tag (nvml_lib.go), so a
-// default build never opens libnvidia-ml and CGO_ENABLED=0 builds work.
+// go-nvml's mock servers. go-nvml's package compiles only with cgo and
+// prints C deprecation warnings from NVIDIA's header, so nvml.go, its
+// tests and the loader (nvml_lib.go) build only with -tags nvml and cgo
+// (.ci/run runs them): a default build compiles no go-nvml, needs no cgo,
+// prints no warnings and never opens libnvidia-ml.
 //
 // A Sampler samples one Source at an interval on an injected clock and
 // keeps the last samples; each sample converts to efficiency.Readings for

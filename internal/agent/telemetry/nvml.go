@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build nvml && cgo
 
 package telemetry
 
@@ -15,9 +15,10 @@ import (
 
 // This file holds the NVML sampling logic over nvml.Interface, so it runs
 // against go-nvml's mock servers in tests. go-nvml's nvml package, and so
-// its mocks, compile only with cgo (the race detector needs cgo too, so CI
-// runs these tests); opening the real library is behind the nvml build tag
-// in nvml_lib.go, so a default build never loads libnvidia-ml.
+// its mocks, compile only with cgo, and compiling it prints C deprecation
+// warnings from NVIDIA's header: it is built only with the nvml tag, so a
+// default `go build` neither compiles go-nvml nor needs cgo (.ci/run runs
+// these tests with -tags nvml).
 
 // NVML samples GPUs through NVML: a few microseconds a field, no process.
 // On Hopper and newer (GPM-capable) GPUs it reads SM active, SM occupancy,

@@ -170,7 +170,20 @@ type ListOptions struct {
 
 // ListJobs returns matching jobs, newest first.
 func (c *Client) ListJobs(ctx context.Context, o ListOptions) ([]*model.Job, error) {
-	q := url.Values{}
+	out, err := c.listJobs(ctx, o, nil)
+	return out.Jobs, err
+}
+
+// JobSummaries returns matching jobs, newest first, with each one's cost
+// and efficiency (api.JobList.Summaries): one request for a table.
+func (c *Client) JobSummaries(ctx context.Context, o ListOptions) (api.JobList, error) {
+	return c.listJobs(ctx, o, url.Values{"summary": {"true"}})
+}
+
+func (c *Client) listJobs(ctx context.Context, o ListOptions, q url.Values) (api.JobList, error) {
+	if q == nil {
+		q = url.Values{}
+	}
 	if len(o.States) > 0 {
 		q.Set("state", strings.Join(o.States, ","))
 	}
@@ -187,9 +200,9 @@ func (c *Client) ListJobs(ctx context.Context, o ListOptions) ([]*model.Job, err
 	}
 	var out api.JobList
 	if _, err := c.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, nil, &out); err != nil {
-		return nil, err
+		return api.JobList{}, err
 	}
-	return out.Jobs, nil
+	return out, nil
 }
 
 // Job returns one job with its attempts.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/efficiency"
+	"github.com/gpufleet/gpufleet/internal/gpuseries"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -32,6 +33,24 @@ type Tracker struct {
 	// final is each job's last judged attempt once it has ended.
 	final  map[string]Final
 	alerts []model.Alert
+	// plots keeps per-GPU series of live attempts and of the last
+	// maxEndedPlots ended ones (ended, oldest first), for job pages.
+	plots map[string]*attemptPlots
+	ended []string
+}
+
+// maxEndedPlots bounds the ended attempts whose GPU series are kept.
+const maxEndedPlots = 2048
+
+// attemptPlots is one attempt's GPU series, by node and GPU index.
+type attemptPlots struct {
+	gpus map[GPUKey]*gpuseries.Series
+}
+
+// GPUKey names one GPU of a node.
+type GPUKey struct {
+	Node  string
+	Index int
 }
 
 // node is what the tracker keeps per node.
@@ -70,6 +89,7 @@ func New(th efficiency.Thresholds, drain []int) *Tracker {
 		eff:       efficiency.NewTracker(th),
 		nodes:     map[string]*node{},
 		final:     map[string]Final{},
+		plots:     map[string]*attemptPlots{},
 	}
 }
 
@@ -109,6 +129,7 @@ func (t *Tracker) Observe(nodeID string, tel *agentapi.Telemetry, allocs map[str
 	var xids []XID
 	for i, s := range tel.Samples {
 		t.eff.Observe(s.Time, readings[i], allocs, math.NaN())
+		t.plotLocked(nodeID, s, allocs)
 		for _, g := range s.GPUs {
 			x, ok := g.Values[FieldXID]
 			if !ok || x == 0 || n.lastXID[g.UUID] == x {
@@ -251,6 +272,15 @@ func (t *Tracker) End(ended []Ended) {
 			}
 		}
 		t.eff.Forget(e.Attempt)
+		if _, ok := t.plots[e.Attempt]; ok && !slices.Contains(t.ended, e.Attempt) {
+			t.ended = append(t.ended, e.Attempt)
+		}
+	}
+	if over := len(t.ended) - maxEndedPlots; over > 0 {
+		for _, id := range t.ended[:over] {
+			delete(t.plots, id)
+		}
+		t.ended = slices.Delete(t.ended, 0, over)
 	}
 }
 
@@ -290,4 +320,60 @@ func (t *Tracker) Alerts() []model.Alert {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Clone(t.alerts)
+}
+
+// plotLocked adds one sample of a node to the GPU series of the attempts
+// holding its GPUs. Callers hold t.mu.
+func (t *Tracker) plotLocked(nodeID string, s agentapi.TelemetrySample, allocs map[string][]string) {
+	for id, uuids := range allocs {
+		for _, g := range s.GPUs {
+			if !slices.Contains(uuids, g.UUID) {
+				continue
+			}
+			p := t.plots[id]
+			if p == nil {
+				p = &attemptPlots{gpus: map[GPUKey]*gpuseries.Series{}}
+				t.plots[id] = p
+			}
+			k := GPUKey{Node: nodeID, Index: g.Index}
+			ser := p.gpus[k]
+			if ser == nil {
+				ser = gpuseries.New()
+				p.gpus[k] = ser
+			}
+			val := func(name string) float64 {
+				if x, ok := g.Values[name]; ok {
+					return x
+				}
+				return math.NaN()
+			}
+			ser.Add(gpuseries.Reading{Time: s.Time, SMActive: val(FieldSMActive), MemUsedMiB: val("DCGM_FI_DEV_FB_USED"),
+				MemTotalMiB: val("DCGM_FI_DEV_FB_TOTAL"), PowerW: val("DCGM_FI_DEV_POWER_USAGE")})
+		}
+	}
+}
+
+// Plots returns an attempt's GPU series, sorted by node and index; nil
+// when none is kept (no telemetry, or it ended long ago).
+func (t *Tracker) Plots(attemptID string) []gpuseries.GPU {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.plots[attemptID]
+	if p == nil {
+		return nil
+	}
+	out := make([]gpuseries.GPU, 0, len(p.gpus))
+	for k, s := range p.gpus {
+		out = append(out, gpuseries.GPU{Node: k.Node, Index: k.Index, Points: s.Points()})
+	}
+	slices.SortFunc(out, func(a, b gpuseries.GPU) int {
+		if a.Node != b.Node {
+			if a.Node < b.Node {
+				return -1
+			}
+			return 1
+		}
+		return a.Index - b.Index
+	})
+	return out
 }
