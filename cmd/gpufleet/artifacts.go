@@ -345,17 +345,3 @@ func newArtifactsDeleteCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&all, "all", false, "delete every version of the artefact")
 	return cmd
 }
-
-// humanBytes writes n in binary units (1.5 GiB).
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/server"
 	"github.com/gpufleet/gpufleet/internal/simulate"
 	"github.com/gpufleet/gpufleet/internal/trace"
 )
@@ -64,7 +65,7 @@ func TestSimulateMatchesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, problems, err := manifest.ParseDocuments([]string{fleetDir}, cat.KnownGPU)
+	set, problems, err := manifest.ParseDocuments([]string{fleetDir}, manifest.Checks{KnownGPU: cat.KnownGPU, Pool: server.PoolChecks().CheckPool})
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}

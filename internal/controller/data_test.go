@@ -38,7 +38,7 @@ func dataSpec(src string) model.JobSpec {
 func TestDataSourcesResolveForTheNode(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, newMemStore(), clock.NewFake(t0), withKeyring(t))
-	set, fe := manifest.Parse([]manifest.Source{{Name: "project.yaml", Data: []byte(lakeProject), Format: manifest.YAML}}, nil)
+	set, fe := manifest.Parse([]manifest.Source{{Name: "project.yaml", Data: []byte(lakeProject), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}
@@ -103,7 +103,7 @@ func TestDataSourcesResolveForTheNode(t *testing.T) {
 
 	// A storage removed after submission: the attempt ends with the reason.
 	j2 := h.submit(dataSpec("storage:gone/x"))
-	without, fe := manifest.Parse([]manifest.Source{{Name: "project.yaml", Data: []byte(strings.Replace(lakeProject, "    gone:", "    #gone:", 1)), Format: manifest.YAML}}, nil)
+	without, fe := manifest.Parse([]manifest.Source{{Name: "project.yaml", Data: []byte(strings.Replace(lakeProject, "    gone:", "    #gone:", 1)), Format: manifest.YAML}}, manifest.Checks{})
 	if fe != nil {
 		t.Fatal(fe)
 	}
