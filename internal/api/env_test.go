@@ -131,7 +131,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	if err != nil {
 		tb.Fatalf("loading catalog: %v", err)
 	}
-	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, Price: sim.PoolPrice}, registry.Driver{Name: model.ProviderStatic, Price: static.PoolPrice})
+	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, Price: sim.PoolPrice, Check: sim.CheckPool}, registry.Driver{Name: model.ProviderStatic, Price: static.PoolPrice, Check: static.CheckPool})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 		}
 	}
 	srv, err := api.New(api.Config{
-		Artifacts: arts, Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, Owned: cfg.Owned,
+		Artifacts: arts, Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, CheckPool: drivers.CheckPool, Owned: cfg.Owned,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs, Joiner: ctrl,
 	})
 	if err != nil {
