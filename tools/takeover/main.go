@@ -71,6 +71,10 @@ func run(bin, dsn string, n, runs, nj int) error {
 		return err
 	}
 	defer os.RemoveAll(root)
+	// Workload users must pass through to the work root below it.
+	if err := os.Chmod(root, 0o711); err != nil {
+		return err
+	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	env := append(cleanEnv(), "GPUFLEET_STORE="+dsn, "GPUFLEET_SECRET_KEYS="+hex.EncodeToString(key))
@@ -92,7 +96,8 @@ func run(bin, dsn string, n, runs, nj int) error {
 	}()
 	lead, err := waitLeader(rs, nil, 2*time.Minute)
 	if err != nil {
-		return err
+		b, _ := os.ReadFile(filepath.Join(root, "r1.log"))
+		return fmt.Errorf("%w; r1's log:\n%s", err, b)
 	}
 	tok, err := os.ReadFile(filepath.Join(lead.dir, "admin.token"))
 	if err != nil {
@@ -267,7 +272,16 @@ func logTime(line string) (time.Time, bool) {
 	return t, err == nil
 }
 
+// field reads key's value from a log line, text (key=v) or JSON
+// ("key":"v").
 func field(line, key string) string {
+	if i := strings.Index(line, `"`+key+`":`); i >= 0 {
+		v := line[i+len(key)+3:]
+		if j := strings.IndexAny(v, ",}"); j >= 0 {
+			v = v[:j]
+		}
+		return strings.Trim(v, `"`)
+	}
 	i := strings.Index(line, key+"=")
 	if i < 0 {
 		return ""
