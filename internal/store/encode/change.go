@@ -90,7 +90,8 @@ func Unbatch(record []byte) (*store.Batch, error) {
 func unrow(b *store.Batch, r wireRow) error {
 	want := map[Stmt]int{UpsertJob: 6, UpsertAttempt: 4, UpsertNode: 3, UpsertToken: 3, UpsertIdempotency: 5, UpsertMeta: 2,
 		UpsertQueue: 3, DeleteQueue: 1, InsertRevision: 3, InsertEvent: 5, UpsertGrant: 3, DeleteGrant: 2, InsertAudit: 3,
-		UpsertSecret: 3, DeleteSecret: 2, InsertLedger: 7, InsertFired: 3, InsertMetric: 3, UpsertNotification: 3}
+		UpsertSecret: 3, DeleteSecret: 2, InsertLedger: 7, InsertFired: 3, InsertMetric: 3, UpsertNotification: 3,
+		UpsertService: 3, DeleteService: 1}
 	n, known := want[r.S]
 	if !known {
 		return fmt.Errorf("unknown statement (written by a newer gpufleet?)")
@@ -150,6 +151,14 @@ func unrow(b *store.Batch, r wireRow) error {
 			return err
 		}
 		b.DeleteQueues = append(b.DeleteQueues, name)
+	case UpsertService:
+		return appendObj(&b.Services, data)
+	case DeleteService:
+		var name string
+		if err := arg(0, &name); err != nil {
+			return err
+		}
+		b.DeleteServices = append(b.DeleteServices, name)
 	case InsertRevision:
 		return appendObj(&b.Revisions, data)
 	case InsertEvent:

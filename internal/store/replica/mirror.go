@@ -43,6 +43,7 @@ type Mirror struct {
 	grants        map[[2]string]model.Grant
 	auditHead     *model.AuditEntry
 	secrets       map[[2]string]model.Secret
+	services      map[string]*model.Service
 }
 
 // New returns a Mirror holding d, the store's state as of change seq.
@@ -53,9 +54,10 @@ func New(d *store.Dump, seq uint64) *Mirror {
 		queues: map[string]*model.Queue{}, revisions: map[int]*model.Revision{}, fired: map[string]model.FiredKey{},
 		metrics: map[string]store.MetricReport{}, notifications: map[string]*store.Notification{},
 		grants: map[[2]string]model.Grant{}, secrets: map[[2]string]model.Secret{},
+		services: map[string]*model.Service{},
 	}
 	b := &store.Batch{Jobs: d.Jobs, Attempts: d.Attempts, Nodes: d.Nodes, Tokens: d.Tokens, Idempotency: d.Idempotency,
-		Queues: d.Queues, Revisions: d.Revisions, Events: d.Events, Meta: d.Meta, Cost: d.Cost,
+		Queues: d.Queues, Revisions: d.Revisions, Events: d.Events, Meta: d.Meta, Cost: d.Cost, Services: d.Services,
 		Access: store.Access{Grants: d.Grants, Secrets: d.Secrets}}
 	if d.AuditHead != nil {
 		b.Audit = []*model.AuditEntry{d.AuditHead}
@@ -119,6 +121,14 @@ func (m *Mirror) apply(b *store.Batch) {
 	}
 	for _, name := range b.DeleteQueues {
 		delete(m.queues, name)
+	}
+	for _, sv := range b.Services {
+		if old, ok := m.services[sv.Name]; !ok || sv.Generation >= old.Generation {
+			m.services[sv.Name] = sv
+		}
+	}
+	for _, name := range b.DeleteServices {
+		delete(m.services, name)
 	}
 	for _, r := range b.Revisions {
 		if _, ok := m.revisions[r.Number]; !ok {
@@ -219,6 +229,7 @@ func (m *Mirror) Dump(now time.Time) *store.Dump {
 		return cmp.Or(strings.Compare(a.Subject, b.Subject), strings.Compare(a.Key, b.Key))
 	})
 	d.Queues = sorted(m.queues, func(q *model.Queue) string { return q.Name })
+	d.Services = sorted(m.services, func(sv *model.Service) string { return sv.Name })
 	d.Revisions = values(m.revisions)
 	slices.SortFunc(d.Revisions, func(a, b *model.Revision) int { return cmp.Compare(a.Number, b.Number) })
 	d.Events = slices.Clone(m.events)
