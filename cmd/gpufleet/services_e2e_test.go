@@ -121,24 +121,6 @@ spec:
 	if job.Spec.Run.Env["PORT"] != strconv.Itoa(port) || job.Tags["gpufleet.dev/service"] != "echo" {
 		t.Fatalf("replica job: env %v tags %v", job.Spec.Run.Env, job.Tags)
 	}
-	// Any process on the node can reach the replica's port; one that does
-	// not hold the project's replica key (the proxy sends it, the replica
-	// checks it as vLLM's --api-key does) is refused. The key is a sealed
-	// secret named by the job, never in its spec.
-	for _, hdr := range []string{"", "Bearer guess"} {
-		req, _ := http.NewRequest("POST", "http://"+v.Replicas[0].Address+"/v1/completions", strings.NewReader(`{"prompt":"direct"}`))
-		if hdr != "" {
-			req.Header.Set("Authorization", hdr)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
-		}
-	}
 	if _, inEnv := job.Spec.Run.Env["GPUFLEET_SERVICE_KEY"]; inEnv || !slices.Contains(job.Spec.Run.Secrets, "GPUFLEET_SERVICE_KEY") {
 		t.Fatalf("replica job: secrets %v, env %v", job.Spec.Run.Secrets, job.Spec.Run.Env)
 	}
@@ -197,7 +179,30 @@ spec:
 			time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
 		}
 	}
-	waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
+	loaded := waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
+	// Any process on the node can reach the replica's port; one that does
+	// not hold the project's replica key (the proxy sends it, the replica
+	// checks it as vLLM's --api-key does) is refused. The key is a sealed
+	// secret named by the job, never in its spec.
+	for _, hdr := range []string{"", "Bearer guess"} {
+		req, _ := http.NewRequest("POST", "http://"+loaded.Replicas[0].Address+"/v1/completions", strings.NewReader(`{"prompt":"direct"}`))
+		if hdr != "" {
+			req.Header.Set("Authorization", hdr)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
+		}
+	}
+
 	updated := strings.Replace(manifest, "REPLY: hello", "REPLY: world", 1)
 	if err := os.WriteFile(file, []byte(updated), 0o600); err != nil {
 		t.Fatal(err)
