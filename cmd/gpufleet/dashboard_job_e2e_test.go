@@ -268,7 +268,7 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 
 	// The admin, in a browser of their own: budgets panel, every project
 	// in the picker; submits to vision; sees bob's job page with plots.
-	actx := browser(t, 90*time.Second)
+	actx := browser(t, 180*time.Second)
 	err = chromedp.Do(actx,
 		chromedp.Navigate(base+"/ui/jobs/"+id),
 		chromedp.WaitVisible(C("#token")),

@@ -279,6 +279,13 @@ func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
 	for p := range roles {
 		names[p] = true
 	}
+	if global { // an admin sees every project someone holds a role in, declared or not
+		for _, g := range s.cfg.Roles.Grants() {
+			if g.Project != "*" {
+				names[g.Project] = true
+			}
+		}
+	}
 	out := []ProjectView{}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for n := range names {

@@ -7,7 +7,7 @@
 const Charts = (() => {
   const NS = "http://www.w3.org/2000/svg";
   const COLORS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#db2777", "#65a30d"];
-  const W = 560, H = 230, L = 58, R = 12, T = 22, B = 28;
+  const W = 560, H = 230, L = 58, R = 26, T = 22, B = 28;
 
   function svgEl(tag, attrs, text) {
     const e = document.createElementNS(NS, tag);
