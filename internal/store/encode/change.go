@@ -27,7 +27,7 @@ type wireRow struct {
 // hasData reports whether st's last argument is a JSON data column.
 func hasData(st Stmt) bool {
 	switch st {
-	case UpsertIdempotency, UpsertMeta, DeleteQueue, DeleteGrant, DeleteSecret, InsertFired:
+	case UpsertIdempotency, UpsertMeta, DeleteQueue, DeleteService, DeleteGrant, DeleteSecret, InsertFired:
 		return false
 	}
 	return true

@@ -19,16 +19,18 @@ import (
 func TestChangeRoundTrip(t *testing.T) {
 	t0 := storetest.T0
 	b := &store.Batch{
-		Jobs:         []*model.Job{storetest.Job("j1", 1, 2)},
-		Attempts:     []*model.Attempt{storetest.Attempt("j1", 1, 3)},
-		Nodes:        []*model.Node{storetest.Node("n1", 4)},
-		Tokens:       []*model.Token{storetest.Token("t1")},
-		Idempotency:  []store.Idempotency{storetest.Idempotency("ada", "k", "j1", t0.Add(time.Hour))},
-		Queues:       []*model.Queue{{Name: "q", Version: 2, Spec: model.QueueSpec{Weight: 2}}},
-		DeleteQueues: []string{"old"},
-		Revisions:    []*model.Revision{{Number: 3, CreatedAt: t0, Author: "ada"}},
-		Meta:         map[string]string{"k": "v \"quoted\""},
-		Events:       []*model.Event{{Seq: 9, Time: t0, Kind: "job.queued", Object: "job/j1", Message: "a\nb"}},
+		Jobs:           []*model.Job{storetest.Job("j1", 1, 2)},
+		Attempts:       []*model.Attempt{storetest.Attempt("j1", 1, 3)},
+		Nodes:          []*model.Node{storetest.Node("n1", 4)},
+		Tokens:         []*model.Token{storetest.Token("t1")},
+		Idempotency:    []store.Idempotency{storetest.Idempotency("ada", "k", "j1", t0.Add(time.Hour))},
+		Queues:         []*model.Queue{{Name: "q", Version: 2, Spec: model.QueueSpec{Weight: 2}}},
+		DeleteQueues:   []string{"old"},
+		Revisions:      []*model.Revision{{Number: 3, CreatedAt: t0, Author: "ada"}},
+		Meta:           map[string]string{"k": "v \"quoted\""},
+		Events:         []*model.Event{{Seq: 9, Time: t0, Kind: "job.queued", Object: "job/j1", Message: "a\nb"}},
+		Services:       []*model.Service{{Name: "chat", Generation: 2}},
+		DeleteServices: []string{"retired"},
 		Cost: store.Cost{
 			Ledger:        []model.LedgerEntry{{NodeID: "n1", JobID: "j1", Project: "p", Kind: "gpu", From: t0, To: t0.Add(time.Minute), Cost: 42}},
 			BudgetFired:   []model.FiredKey{{Budget: "b", Threshold: 80, PeriodStart: t0}},
