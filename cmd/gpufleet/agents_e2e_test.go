@@ -152,7 +152,9 @@ func TestRemoteAgents(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "src", "hello.txt"), []byte("hello from the workdir\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	uploaded := strings.TrimSpace(s.gpufleet("run", "--upload-workdir", "--workdir", work, "--gpus", "0", "--", "sh", "-c", "cat src/hello.txt"))
+	// run prints the upload summary on stderr and the job id last.
+	out := strings.TrimSpace(s.gpufleet("run", "--upload-workdir", "--workdir", work, "--gpus", "0", "--", "sh", "-c", "cat src/hello.txt"))
+	uploaded := out[strings.LastIndex(out, "\n")+1:]
 	if v := s.waitJob(uploaded, func(v api.JobView) bool { return v.State.Terminal() }, "ended"); v.State != model.JobSucceeded {
 		t.Fatalf("job with an uploaded workdir = %s (%s)", v.State, v.Reason)
 	}

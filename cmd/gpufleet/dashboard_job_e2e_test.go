@@ -92,7 +92,7 @@ func axesScript(sel string) string {
 			y: [...f.querySelectorAll("svg .y-axis .tick text")].map((e) => e.textContent),
 			unit: (f.querySelector("svg .y-axis text.unit") || {}).textContent || "",
 			legend: [...f.querySelectorAll(".legend li")].map((e) => e.textContent),
-			lines: f.querySelectorAll("svg path.series").length,
+			lines: f.querySelectorAll("svg path.series, svg rect.bar").length,
 		}));
 		return out.every((c) => c.x.length >= 2 && c.y.length >= 2 && c.unit && c.legend.length >= 1 && c.lines >= 1) ? JSON.stringify(out) : false;
 	})()`, sel)

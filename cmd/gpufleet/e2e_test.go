@@ -390,3 +390,17 @@ func TestArrayJob(t *testing.T) {
 		t.Errorf("jobs list --array shows:\n%s", out)
 	}
 }
+
+// withoutUploadNotes drops the "gpufleet: uploading …" lines that run
+// --upload-workdir writes on stderr, for tests that read a job id or JSON
+// from combined output.
+func withoutUploadNotes(out string) string {
+	lines := strings.SplitAfter(out, "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "gpufleet: uploading ") {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "")
+}

@@ -34,15 +34,16 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 		cmd.Env = append(cleanEnv(), "GPUFLEET_CONFIG="+cfgPath)
 		cmd.Dir = cliDir
 		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
+		raw, err := cmd.CombinedOutput()
+		out := withoutUploadNotes(string(raw))
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return string(out), ee.ExitCode()
+			return out, ee.ExitCode()
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(out), 0
+		return out, 0
 	}
 
 	if out, code := cli("", "login", url); code != exitUsage || !strings.Contains(out, "--token-stdin") {
