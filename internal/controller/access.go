@@ -34,7 +34,7 @@ func (c *Controller) admitLocked(s *Submission) model.FieldErrors {
 			p = x
 		}
 	}
-	fe := admitData(p, s.Project, &s.Spec)
+	fe := admitData(p, s.Project, &s.Spec, s.Trusted)
 	if p == nil {
 		return fe
 	}

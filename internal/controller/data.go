@@ -131,14 +131,20 @@ func joinPrefix(a, b string) string {
 	return strings.Trim(path.Join(strings.Trim(a, "/"), b), "/")
 }
 
-// admitDataLocked checks that the job's storage: sources name storages its
-// project declares. Callers hold c.mu.
-func admitData(p *model.Project, project string, spec *model.JobSpec) model.FieldErrors {
+// admitData checks that the job's storage: sources name storages its
+// project declares, and that only trusted (admins') jobs read s3:// sources:
+// those are read with the node's own cloud credentials, which a tenant must
+// not borrow to read buckets that are not its project's.
+func admitData(p *model.Project, project string, spec *model.JobSpec, trusted bool) model.FieldErrors {
 	var fe model.FieldErrors
 	for i, d := range spec.Data {
 		loc, err := model.ParseDataSource(d.Source)
 		if err != nil {
 			continue // JobSpec.Validate reported it
+		}
+		if loc.Storage == "" && !trusted {
+			fe.Add(fmt.Sprintf("spec.data[%d].source", i), fmt.Sprintf("%q is read with the node's own credentials, which only admins' jobs may use: declare a storage with sealed credentials in project %s (spec.storage.NAME) and use storage:NAME/PREFIX", d.Source, project))
+			continue
 		}
 		if _, err := resolveData(p, project, loc); err != nil {
 			fe.Add(fmt.Sprintf("spec.data[%d].source", i), err.Error())

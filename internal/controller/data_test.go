@@ -58,6 +58,14 @@ func TestDataSourcesResolveForTheNode(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.data[0].source") || !strings.Contains(err.Error(), "its own secrets") {
 		t.Fatalf("a storage with another project's credentials: %v", err)
 	}
+	// s3:// is read with the node's own credentials: a tenant may not.
+	_, _, err = h.c.Submit(ctx, Submission{Project: "default", User: "test", Spec: dataSpec("s3://someone-elses/bucket")})
+	if err == nil || !strings.Contains(err.Error(), "spec.data[0].source") || !strings.Contains(err.Error(), "node's own credentials") {
+		t.Fatalf("a tenant's s3:// source: %v", err)
+	}
+	if fe := admitData(nil, "default", dataSpecPtr("s3://lake/x"), true); fe != nil {
+		t.Errorf("an admin's s3:// source refused: %v", fe)
+	}
 
 	j := h.submit(dataSpec("storage:lake/imagenet/"))
 	rs := h.waitDesired(1).Replicas[0]
@@ -117,4 +125,9 @@ func TestDataSourcesResolveForTheNode(t *testing.T) {
 			}
 		}
 	}
+}
+
+func dataSpecPtr(src string) *model.JobSpec {
+	s := dataSpec(src)
+	return &s
 }
