@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -216,13 +217,30 @@ func (k *fakeKeys) set(project, name, value string) {
 	k.secrets[[2]string{project, name}] = value
 }
 
+// freePort is the first of a run of free ports a service's replicas take
+// (PORT is the service's port plus the replica's slot). It is drawn below
+// Linux's ephemeral range (32768–60999), so the outgoing connections of
+// tests running beside this one cannot take a slot's port between the
+// check and the replica's listen.
 func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	const slots = 8
+	for range 200 {
+		base := 20000 + rand.IntN(12000)
+		free := true
+		for p := base; p < base+slots && free; p++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no run of free ports below the ephemeral range")
+	return 0
 }
 
 func testService(t testing.TB, name string, minR, maxR int) model.Service {
