@@ -324,21 +324,6 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-func TestDecideFast(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("timing")
-	}
-	in := benchInput(t)
-	start := time.Now()
-	acts := Decide(in)
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("Decide over 10,000 pending jobs took %s, want < 100ms", d)
-	}
-	if len(acts) == 0 {
-		t.Error("no actions")
-	}
-}
-
 // TestUnavailable: an offer without capacity is skipped by every pool
 // until its TTL ends, and the next offer by cost is launched; a region out
 // of quota is skipped by its pool only.

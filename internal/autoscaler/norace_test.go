@@ -1,5 +1,0 @@
-//go:build !race
-
-package autoscaler
-
-const raceEnabled = false
