@@ -469,9 +469,11 @@ func load(t *testing.T, url string, workers int, stop <-chan struct{}) (ok, fail
 	return ok, failed, wg.Wait
 }
 
+// waitFor polls cond for up to 30 s: it returns as soon as cond holds, and
+// a CI machine running every package at once can be slow.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -195,10 +195,10 @@ func read(t *testing.T, path string) string {
 	return string(b)
 }
 
-// waitFor polls cond for up to 10s.
+// waitFor polls cond for up to 30s (a loaded CI machine is slow to spawn).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if cond() {
 			return
 		}
