@@ -56,7 +56,11 @@ func timeTerms(t *Timing, training bool) []Term {
 		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
 		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
 		ts.addSeconds("steady-state total", "step · steps (what a steps × seconds-per-step projection gives)", t.StepTime*t.Steps)
-		ts.addSeconds("total", fmt.Sprintf("step · steps ÷ goodput (%.3f: hardware interruptions at 2.2e-5 per GPU-hour (Llama 3), restart + lost work, checkpoints every %.0fs; Young/Daly)", t.Goodput, t.CheckpointEvery), t.Seconds)
+		ckpt := "run shorter than one checkpoint interval"
+		if t.CheckpointEvery > 0 {
+			ckpt = fmt.Sprintf("checkpoint every %.0fs", t.CheckpointEvery)
+		}
+		ts.addSeconds("total", fmt.Sprintf("step · steps ÷ goodput (%.3f: hardware interruptions at 2.2e-5 per GPU-hour (Llama 3 §3.3.4), each a restart + lost work; %s; Young/Daly)", t.Goodput, ckpt), t.Seconds)
 		return ts
 	}
 	ts.addSeconds("time to first token", "prefill FLOPs ÷ (tp · peak · prefill MFU)", t.TTFT)
