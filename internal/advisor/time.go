@@ -208,8 +208,15 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 	if steady > 0 {
 		// Hardware interruptions restart the whole synchronous job: rate ∝
 		// GPUs; checkpoints of the full states at the nodes' write rate.
-		delta := w.checkpointBytes() / (float64(p.Nodes) * hw.ckptBW)
-		t.Seconds, t.CheckpointEvery = youngDaly(steady, G*hardwareInterruptionsPerGPUHour, delta, hw.restart)
+		bw, restart := hw.ckptBW, hw.restart
+		if bw <= 0 {
+			bw = defaultCheckpointGBs * 1e9
+		}
+		if restart <= 0 {
+			restart = defaultRestart.Seconds()
+		}
+		delta := w.checkpointBytes() / (float64(max(1, p.Nodes)) * bw)
+		t.Seconds, t.CheckpointEvery = youngDaly(steady, G*hardwareInterruptionsPerGPUHour, delta, restart)
 	}
 	t.Goodput = 1
 	if t.Seconds > 0 {
