@@ -188,7 +188,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.Bool("on-demand", false, "on-demand offers only")
 	fl.StringVar(&req.ReservedTerm, "reserved-term", "", "reserved price term: 1y (default), 3y or none")
 	fl.StringVar(&deadline, "deadline", "", "finish within this time (e.g. 48h); plans that miss it rank last")
-	fl.IntVar(&req.MaxNodes, "max-nodes", 0, "most nodes of one instance type (default 64)")
+	fl.IntVar(&req.MaxNodes, "max-nodes", 0, "most nodes of one instance type (default 64, at most 4096)")
 	fl.IntVar(&req.Limit, "limit", 20, "most rows to show (-1: all)")
 	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown, every term with its formula")
 	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model)")

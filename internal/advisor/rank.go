@@ -66,8 +66,8 @@ type Options struct {
 	// CheckpointGBs is checkpoint write bandwidth per node in GB/s (default
 	// 1: one NVMe or an object-store upload stream per node).
 	CheckpointGBs float64
-	// Restart is the time to replace an interrupted spot node and resume:
-	// boot, image pull, checkpoint load (default 10m).
+	// Restart is the time to replace an interrupted (spot) or failed node
+	// and resume: boot, image pull, checkpoint load (default 10m).
 	Restart time.Duration
 	// Limit is the most rows to return (default 50; negative means all).
 	Limit int
@@ -82,6 +82,12 @@ type Options struct {
 	// listed price) are left out.
 	PricePerGPUHour float64
 }
+
+// Defaults for Options.CheckpointGBs and Options.Restart.
+const (
+	defaultCheckpointGBs = 1
+	defaultRestart       = 10 * time.Minute
+)
 
 // Result is a ranking of offers for one workload.
 type Result struct {
@@ -212,10 +218,10 @@ func Rank(p Profile, o Options) (Result, error) {
 		o.MaxNodes = 64
 	}
 	if o.CheckpointGBs <= 0 {
-		o.CheckpointGBs = 1
+		o.CheckpointGBs = defaultCheckpointGBs
 	}
 	if o.Restart <= 0 {
-		o.Restart = 10 * time.Minute
+		o.Restart = defaultRestart
 	}
 	if o.Limit == 0 {
 		o.Limit = 50
@@ -302,6 +308,7 @@ func Rank(p Profile, o Options) (Result, error) {
 				hw.intra, hw.pcie = linkRate(acc, sh.link)
 				hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
 				hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
+				hw.ckptBW, hw.restart = o.CheckpointGBs*1e9, o.Restart.Seconds()
 				// 3. Search once per shape.
 				if w.Task.Training() {
 					st.sr = w.searchTraining(sh, &hw, lim)
@@ -627,7 +634,7 @@ func (w *workload) assumptions(o Options) []string {
 	var a []string
 	if w.Task.Training() {
 		a = append(a,
-			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × utilisation by GPU, attention kernel and model width), plus pipeline bubble and exposed data-parallel communication, ÷ 0.68 production goodput (restarts, checkpoints, evaluation, stalls; fitted to Llama 2 GPU-hours)",
+			"time = FLOPs (6·N·tokens + attention, more with recomputation) ÷ (datasheet bf16 peak × utilisation by GPU, attention kernel and model width), plus pipeline bubble and exposed data-parallel communication, ÷ goodput: hardware interruptions at Llama 3's 2.2e-5 per GPU-hour, each a restart and the work since the last checkpoint, checkpoints at Young's interval (Young 1974, Daly 2006); evaluation and data stalls not included",
 			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; ZeRO-2/3 model states and offload host memory as DeepSpeed's estimators count them; 7% allocator margin on what is allocated",
 		)
 		if w.arch.Experts > 0 {
@@ -688,6 +695,7 @@ func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, inte
 	hw.inter = 400 / 8 * 1e9 * netEfficiency
 	sh := shape{gpu: acc.Name, perNode: perNode, capacity: float64(acc.Memory) * usableMemory, link: interconnect, networkGbps: 400}
 	hw.capacity, hw.gpusPerNode = sh.capacity, perNode
+	hw.ckptBW, hw.restart = defaultCheckpointGBs*1e9, defaultRestart.Seconds()
 	nodes := gpus / perNode
 	if !w.Task.Training() {
 		sr := w.searchServing(sh, &hw)

@@ -140,14 +140,15 @@ func flashSizeFactor(hidden int) float64 {
 	return math.Min(1, 0.75+0.125*float64(hidden)/1024)
 }
 
-// productionGoodput is the share of steady-state throughput a long
-// production run averages: restarts after failures (Llama 3 reports 466
-// interruptions in 54 days, Dubey et al. 2024 §3.3.4), checkpoint writes,
-// evaluation, data stalls and stragglers at scale. Fitted to Llama 2's
-// A100 GPU-hours (Touvron et al. 2023 Table 2: 42–46% MFU end to end)
-// against the FlashAttention-era steady state above (0.66): 0.68. Held out:
-// Llama 3/3.1 H100 GPU-hours.
-const productionGoodput = 0.68
+// hardwareInterruptionsPerGPUHour is how often a synchronous training job
+// is interrupted, per GPU-hour of the job, by hardware and host failures
+// and planned maintenance: Llama 3's 405B pre-training saw 466 job
+// interruptions (419 unexpected, 47 planned) in a 54-day snapshot on 16,384
+// H100 GPUs (Dubey et al. 2024 "The Llama 3 Herd of Models", §3.3.4 and
+// Table 5): 466 ÷ (54 · 24 · 16,384) ≈ 2.2e-5, one every 3 hours at that
+// scale. Each interruption restarts the whole job from its last checkpoint
+// (Young/Daly in youngDaly), so the loss grows with the GPU count.
+const hardwareInterruptionsPerGPUHour = 466.0 / (54 * 24 * 16384)
 
 // sizeFactor scales MFU with the hidden size: larger matmuls run closer to
 // peak. Fitted to Korthikanti et al. 2022 Table 5 (22B at h=6144: 0.83 of the
@@ -170,7 +171,12 @@ type hardware struct {
 	capacity    float64 // bytes per GPU
 	hostMem     float64 // bytes per node
 	gpusPerNode int
-	notes       []string
+	// ckptBW is checkpoint write bandwidth per node (bytes/s) and restart
+	// the seconds to replace a failed node and resume; they price hardware
+	// interruptions (trainingTime) and spot ones (quote).
+	ckptBW  float64
+	restart float64
+	notes   []string
 }
 
 // newHardware derives rates for a GPU model and workload; ok is false with

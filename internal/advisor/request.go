@@ -11,6 +11,10 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
+// maxNodesLimit bounds Request.MaxNodes: 4,096 nodes of 8 GPUs is a
+// 32,768-GPU cluster, twice Llama 3's 16,384-GPU pre-training.
+const maxNodesLimit = 4096
+
 // Request is the document `gpufleet advise -f` reads and POST /v1/advise
 // accepts: a workload profile and how to rank offers for it.
 type Request struct {
@@ -80,8 +84,8 @@ func (r Request) Validate(knownGPU func(string) bool) model.FieldErrors {
 	if r.Deadline < 0 {
 		fe.Add("deadline", "must be >= 0")
 	}
-	if r.MaxNodes < 0 || r.MaxNodes > 128 {
-		fe.Add("maxNodes", "must be between 1 and 128 (0 means 64)")
+	if r.MaxNodes < 0 || r.MaxNodes > maxNodesLimit {
+		fe.Add("maxNodes", fmt.Sprintf("must be between 1 and %d (0 means 64)", maxNodesLimit))
 	}
 	if r.MeasuredTFLOPS < 0 || r.MeasuredTFLOPS > 1e5 || math.IsNaN(r.MeasuredTFLOPS) {
 		fe.Add("measuredTFLOPS", "must be between 0 and 100000")

@@ -46,7 +46,7 @@ type searchLimits struct {
 }
 
 var (
-	powersOfTwo = []int{1, 2, 4, 8, 16, 32, 64, 128}
+	powersOfTwo = []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
 	recomputeFA = []Recompute{RecomputeNone, RecomputeFull}
 	recomputeEA = []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
 )
@@ -119,7 +119,11 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 || (tp > 1 && w.Parallelism == "data") || (pin.TP > 0 && tp != pin.TP) {
 			continue
 		}
-		for _, pp := range powersOfTwo {
+		pps := powersOfTwo
+		if pin.PP > 0 {
+			pps = []int{pin.PP} // a pinned depth need not be a power of two (BLOOM: 12)
+		}
+		for _, pp := range pps {
 			if pp > w.arch.Layers || G%(tp*pp*cp) != 0 || (pp > 1 && w.Parallelism == "data") || (pin.PP > 0 && pp != pin.PP) {
 				continue
 			}

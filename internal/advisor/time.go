@@ -1,6 +1,9 @@
 package advisor
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Timing is how a training plan's time splits, per optimizer step, in
 // seconds, and in total.
@@ -20,9 +23,14 @@ type Timing struct {
 	Exposed  float64 `json:"exposedCommSeconds"`       // what overlap leaves
 	Offload  float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
 	StepTime float64 `json:"stepSeconds"`
-	// Goodput is the share of steady-state throughput a production run
-	// averages (restarts, checkpoints, evaluation, stalls).
+	// Goodput is the share of wall time spent on steps that are kept:
+	// hardware interruptions (at Llama 3's rate per GPU-hour) each cost a
+	// restart and the work since the last checkpoint, and checkpoints are
+	// written at Young's interval.
 	Goodput float64 `json:"goodput,omitempty"`
+	// CheckpointEvery is that interval in seconds (0: the run is shorter
+	// than one interval and writes none).
+	CheckpointEvery float64 `json:"checkpointEverySeconds,omitempty"`
 	// Seconds is the time to finish: steps × step time ÷ goodput (spot
 	// interruptions come on top, in the row).
 	Seconds float64 `json:"seconds"`
@@ -48,7 +56,11 @@ func timeTerms(t *Timing, training bool) []Term {
 		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
 		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
 		ts.addSeconds("steady-state total", "step · steps (what a steps × seconds-per-step projection gives)", t.StepTime*t.Steps)
-		ts.addSeconds("total", "step · steps ÷ goodput (0.68: restarts, checkpoints, evaluation, stalls)", t.Seconds)
+		ckpt := "run shorter than one checkpoint interval"
+		if t.CheckpointEvery > 0 {
+			ckpt = fmt.Sprintf("checkpoint every %.0fs", t.CheckpointEvery)
+		}
+		ts.addSeconds("total", fmt.Sprintf("step · steps ÷ goodput (%.3f: hardware interruptions at 2.2e-5 per GPU-hour (Llama 3 §3.3.4), each a restart + lost work; %s; Young/Daly)", t.Goodput, ckpt), t.Seconds)
 		return ts
 	}
 	ts.addSeconds("time to first token", "prefill FLOPs ÷ (tp · peak · prefill MFU)", t.TTFT)
@@ -191,8 +203,25 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 		t.Offload += micro * 2 * 2 * w.params / (tp * pp * dp) / (pcieHostGBs * 1e9)
 	}
 	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.Offload
-	t.Goodput = productionGoodput
-	t.Seconds = t.StepTime * w.steps / t.Goodput
+	steady := t.StepTime * w.steps
+	t.Seconds, t.CheckpointEvery = steady, 0
+	if steady > 0 {
+		// Hardware interruptions restart the whole synchronous job: rate ∝
+		// GPUs; checkpoints of the full states at the nodes' write rate.
+		bw, restart := hw.ckptBW, hw.restart
+		if bw <= 0 {
+			bw = defaultCheckpointGBs * 1e9
+		}
+		if restart <= 0 {
+			restart = defaultRestart.Seconds()
+		}
+		delta := w.checkpointBytes() / (float64(max(1, p.Nodes)) * bw)
+		t.Seconds, t.CheckpointEvery = youngDaly(steady, G*hardwareInterruptionsPerGPUHour, delta, restart)
+	}
+	t.Goodput = 1
+	if t.Seconds > 0 {
+		t.Goodput = steady / t.Seconds
+	}
 	t.FLOPs = fpt * stepTokens * w.steps
 	return t
 }
