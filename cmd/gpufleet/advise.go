@@ -47,7 +47,8 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
   gpufleet advise --preset llama-3-70b --task serving --input-tokens 1000 --output-tokens 200 --concurrency 64 --target-latency 10s
   gpufleet advise --layers 32 --hidden 4096 --heads 32 --vocab 32000 --task pretrain --tokens 2e11 --deadline 72h
   gpufleet advise --preset llama-3-8b --task full-finetune --tokens 1e9 --instance-type p5.48xlarge --price-per-gpu-hour 2.5
-  gpufleet advise -f workload.yaml --explain -o json`,
+  gpufleet advise -f workload.yaml --explain -o json
+  gpufleet advise --task pretrain --tokens 1.48e13 --layers 61 --hidden 7168 --ffn 18432 --heads 128 --vocab 129280 --experts 256 --active-experts 8 --shared-experts 1 --expert-ffn 2048 --dense-layers 3 --route-nodes 4 --precision fp8 --seq 4096 --global-batch 15360 --num-gpus 2048 --tp 1 --pp 16 --ep 64 --zero 1 --overlap-expert-comm --instance-type p5.48xlarge --max-nodes 256 --plan`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(out); err != nil {
@@ -167,7 +168,11 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&p.Model.KVHeads, "kv-heads", 0, "key/value heads (default: heads)")
 	fl.IntVar(&p.Model.Vocab, "vocab", 0, "vocabulary size")
 	fl.IntVar(&p.Model.Experts, "experts", 0, "MoE experts per layer")
-	fl.IntVar(&p.Model.ActiveExperts, "active-experts", 0, "MoE experts per token")
+	fl.IntVar(&p.Model.ActiveExperts, "active-experts", 0, "MoE routed experts per token (top-k)")
+	fl.IntVar(&p.Model.SharedExperts, "shared-experts", 0, "MoE shared experts every token passes through (DeepSeek-V3: 1)")
+	fl.IntVar(&p.Model.ExpertFFN, "expert-ffn", 0, "MoE: one expert's intermediate size (default --ffn)")
+	fl.IntVar(&p.Model.DenseLayers, "dense-layers", 0, "MoE: first layers that keep a dense MLP of --ffn (DeepSeek-V3: 3)")
+	fl.IntVar(&p.Model.RouteNodes, "route-nodes", 0, "MoE: node-limited routing, most nodes a token's experts lie on (DeepSeek-V3: 4)")
 	fl.BoolVar(&gated, "gated-mlp", true, "SwiGLU-style MLP with three matrices")
 	fl.BoolVar(&tied, "tied-embeddings", false, "output layer shares the input embedding")
 	// Serving.
@@ -202,6 +207,8 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&p.Pin.PP, "pp", 0, "pin: pipeline parallel degree")
 	fl.IntVar(&p.Pin.DP, "dp", 0, "pin: data parallel degree")
 	fl.IntVar(&p.Pin.CP, "cp", 0, "pin: context parallel degree (sequence split over GPUs)")
+	fl.IntVar(&p.Pin.EP, "ep", 0, "pin: MoE expert parallel degree (divides dp and the experts)")
+	fl.BoolVar(&p.Pin.OverlapExpertComm, "overlap-expert-comm", false, "MoE: the framework hides the expert all-to-all behind compute (DualPipe, Megatron --overlap-moe-expert-parallel-comm)")
 	fl.IntVar(&zero, "zero", 0, "pin: ZeRO stage 0-3")
 	fl.StringVar(&p.Pin.Sharding, "sharding", "", "pin: FSDP sharding no-shard, shard-grad-op or full-shard")
 	fl.StringVar((*string)(&p.Pin.Recompute), "recompute", "", "pin: activation recomputation none, selective or full")
@@ -297,6 +304,14 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		d.Model.Experts = s.Model.Experts
 	case "active-experts":
 		d.Model.ActiveExperts = s.Model.ActiveExperts
+	case "shared-experts":
+		d.Model.SharedExperts = s.Model.SharedExperts
+	case "expert-ffn":
+		d.Model.ExpertFFN = s.Model.ExpertFFN
+	case "dense-layers":
+		d.Model.DenseLayers = s.Model.DenseLayers
+	case "route-nodes":
+		d.Model.RouteNodes = s.Model.RouteNodes
 	case "input-tokens":
 		d.Serving.InputTokens = s.Serving.InputTokens
 	case "output-tokens":
@@ -347,6 +362,10 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		d.Pin.DP = s.Pin.DP
 	case "cp":
 		d.Pin.CP = s.Pin.CP
+	case "ep":
+		d.Pin.EP = s.Pin.EP
+	case "overlap-expert-comm":
+		d.Pin.OverlapExpertComm = s.Pin.OverlapExpertComm
 	case "sharding":
 		d.Pin.Sharding = s.Pin.Sharding
 	case "recompute":

@@ -145,6 +145,15 @@ func evaluate(t *testing.T, cat *catalog.Catalog, c truthCase) (float64, error) 
 		return res.Workload.ModelFLOPs / (tm.RatePerGPU * tm.Goodput) / 3600 * r.PricePerGPUHour, nil
 	case "cost":
 		return row.Cost, nil
+	case "steadyGPUHours":
+		// Steps × step time × GPUs, without goodput: the GPU-hours a source
+		// projects from its measured step time at a stated scale.
+		return tm.Steps * tm.StepTime * float64(row.GPUs) / 3600, nil
+	case "steadyGPUHoursCost":
+		if r.PricePerGPUHour <= 0 {
+			return 0, fmt.Errorf("steadyGPUHoursCost needs pricePerGPUHour")
+		}
+		return tm.Steps * tm.StepTime * float64(row.GPUs) / 3600 * r.PricePerGPUHour, nil
 	case "steadyHours":
 		// Steps × step time, without goodput: what a source that projects
 		// "steps × seconds per iteration" states.

@@ -44,8 +44,17 @@ type Plan struct {
 	OffloadParams bool `json:"offloadParams,omitempty"`
 	// CP is the context-parallel degree: each sequence split over CP GPUs
 	// (Megatron-Core context parallelism, ring attention); 0 or 1 is none.
-	CP         int `json:"cp,omitempty"`
-	MicroBatch int `json:"microBatch,omitempty"`
+	CP int `json:"cp,omitempty"`
+	// EP is the expert-parallel degree of an MoE (0 or 1: none): each
+	// MoE layer's routed experts are split over EP ranks of the
+	// data-parallel group, which exchange tokens by all-to-all
+	// (Lepikhin et al. 2020 "GShard"; Megatron-Core MoE).
+	EP int `json:"ep,omitempty"`
+	// OverlapExpertComm hides the all-to-all behind another micro-batch's
+	// compute (DeepSeek-V3's DualPipe; Megatron-Core
+	// --overlap-moe-expert-parallel-comm).
+	OverlapExpertComm bool `json:"overlapExpertComm,omitempty"`
+	MicroBatch        int  `json:"microBatch,omitempty"`
 	// Serving: model replicas and sequences in flight per replica.
 	Replicas int `json:"replicas,omitempty"`
 	Batch    int `json:"batch,omitempty"`
@@ -56,6 +65,9 @@ func (p Plan) GPUs() int { return p.Nodes * p.GPUsPerNode }
 
 // cp is the context-parallel degree, at least 1.
 func (p Plan) cp() int { return max(1, p.CP) }
+
+// ep is the expert-parallel degree, at least 1.
+func (p Plan) ep() int { return max(1, p.EP) }
 
 // String is the plan in one short line, e.g. "tp8 pp1 dp4 zero3 full mb1".
 func (p Plan) String() string {
@@ -70,6 +82,12 @@ func (p Plan) String() string {
 	fmt.Fprintf(&b, "tp%d pp%d dp%d", p.TP, p.PP, p.DP)
 	if p.cp() > 1 {
 		fmt.Fprintf(&b, " cp%d", p.CP)
+	}
+	if p.ep() > 1 {
+		fmt.Fprintf(&b, " ep%d", p.EP)
+		if p.OverlapExpertComm {
+			b.WriteString(" a2a-overlap")
+		}
 	}
 	fmt.Fprintf(&b, " zero%d", p.ZeRO)
 	if p.Recompute != RecomputeNone && p.Recompute != "" {
@@ -271,20 +289,42 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 	if rc == RecomputeFull {
 		return 2 * s * h / t64
 	}
-	f := float64(w.arch.FFN)
-	k := 1.0
-	if w.arch.ActiveExperts > 0 {
-		k = float64(w.arch.ActiveExperts)
-	}
-	mlp := 3 + 4*f/h*k
-	if w.gated {
-		mlp = 3 + 8*f/h*k
-	}
-	per := s * h * (11 + 4 + mlp)
+	per := s * h * (11 + 4 + w.mlpActivationTerm())
 	if w.Attention == Eager && rc == RecomputeNone {
 		per += 5 * float64(w.arch.Heads) * s * s
 	}
 	return per / t64
+}
+
+// mlpActivationTerm is the MLP's bytes per token per hidden unit, mean
+// over layers: 3 + 4·f/h for a GELU MLP (fc1 out, GELU out, input, mask),
+// 3 + 8·f/h gated. An MoE layer stores this at the expert width f_e for
+// each of the k routed and S shared experts a token visits, plus the k
+// permuted copies of its input (2k; Megatron-Core's token permutation).
+func (w *workload) mlpActivationTerm() float64 {
+	h := float64(w.arch.Hidden)
+	per := 4.0
+	if w.gated {
+		per = 8
+	}
+	dense := 3 + per*float64(w.arch.FFN)/h
+	moe := w.moeLayers()
+	if moe == 0 {
+		return dense
+	}
+	k := float64(w.arch.ActiveExperts)
+	moeTerm := 3 + 2*k + per*float64(w.arch.ExpertFFN)/h*(k+float64(w.arch.SharedExperts))
+	L := float64(w.arch.Layers)
+	return (float64(moe)*moeTerm + float64(w.arch.DenseLayers)*dense) / L
+}
+
+// residentParams is the parameters one GPU holds before ZeRO shards them:
+// the dense part split by tensor and pipeline parallelism, the routed
+// experts also by expert parallelism (Megatron-Core: expert tensor
+// parallelism = TP by default).
+func (w *workload) residentParams(p Plan) float64 {
+	mp := float64(p.TP) * float64(p.PP)
+	return (w.params-w.routed)/mp + w.routed/(mp*float64(p.ep()))
 }
 
 // largestLayer is the largest module's parameters on one TP rank, the
@@ -293,7 +333,7 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 // or one MLP matrix), divided by the tensor-parallel degree.
 func (w *workload) largestLayer(tp float64) float64 {
 	h := float64(w.arch.Hidden)
-	return math.Max(float64(w.arch.Vocab)*h, float64(w.arch.FFN)*h) / tp
+	return math.Max(float64(w.arch.Vocab)*h, float64(max(w.arch.FFN, w.arch.ExpertFFN))*h) / tp
 }
 
 // trainingMemory is one GPU's memory for a training plan: the first
@@ -309,7 +349,8 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	var m mem
 	tp, pp, dp := float64(p.TP), float64(p.PP), float64(p.DP)
 	perNode := float64(p.GPUsPerNode)
-	shard := w.params / (tp * pp) // parameters on one model-parallel rank
+	shard := w.residentParams(p)           // parameters on one model-parallel rank
+	partition := w.params / (tp * pp * dp) // one rank's ZeRO partition
 	largest := w.largestLayer(tp)
 
 	switch w.Task {
@@ -335,9 +376,9 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 			if wb == 4 && gb == 4 {
 				m.gather = 8 * largest // fp32 training gathers fp32
 			}
-			m.weights = wb * shard / dp
+			m.weights = wb * partition
 			m.grads = 0
-			m.optim = (ob + g32) * shard / dp
+			m.optim = (ob + g32) * partition
 			host := 0.0
 			if p.Offload {
 				host += m.optim
@@ -362,11 +403,14 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 			// estimate_zero2_model_states_mem_needs counts it: the 16-bit
 			// weights and gradients whole (4·params) plus 16·params/GPUs
 			// (fp32 weights, gradients, momentum, variance).
+			// With expert parallelism the experts' states are sharded over
+			// the expert-data-parallel group (dp/ep) and the rest over dp:
+			// params/(tp·pp·dp) either way.
 			if p.ZeRO >= 1 {
-				m.optim /= dp
+				m.optim = ob * partition
 			}
 			if p.ZeRO == 2 {
-				m.optim += g32 * shard / dp
+				m.optim += g32 * partition
 			}
 			if p.Offload {
 				// ZeRO-Offload: gradients and optimizer on the host, 2·params
@@ -375,7 +419,7 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 				m.grads, m.optim = 0, 0
 				m.hostPerNode = shard * math.Max(4*perNode, ob+g32) * hostBufferFactor
 			}
-			formula := "ddp: (2+2+K)·params/(tp·pp)"
+			formula := "ddp: (2+2+K)·params/(tp·pp) (MoE: routed experts also /ep)"
 			switch p.ZeRO {
 			case 1:
 				formula = "zero1: 2+2 + K/dp per param (Rajbhandari et al. 2020)"
@@ -544,11 +588,11 @@ func (w *workload) servingMemoryTerms(tp, batch int, capacity float64, t *terms)
 	// intermediate, 2 bytes each, plus the chunk's logits in fp32 (vLLM
 	// profiles this peak with a dummy forward pass).
 	chunk := math.Min(prefillChunk, float64(batch)*float64(w.Serving.InputTokens))
-	k := 1.0
-	if w.arch.ActiveExperts > 0 {
-		k = float64(w.arch.ActiveExperts)
+	f := float64(w.arch.FFN)
+	if w.moeLayers() > 0 {
+		f = float64(w.arch.ExpertFFN) * float64(w.arch.ActiveExperts+w.arch.SharedExperts)
 	}
-	m.acts = chunk * (4*float64(w.arch.Hidden) + 4*float64(w.arch.FFN)*k) / float64(tp)
+	m.acts = chunk * (4*float64(w.arch.Hidden) + 4*f) / float64(tp)
 	m.acts += 4 * float64(min(batch, prefillChunk)) * float64(w.arch.Vocab) / float64(tp)
 	m.overhead = cudaContext
 	if tp > 1 {

@@ -104,10 +104,29 @@ type Model struct {
 	// zero means Heads (multi-head attention).
 	KVHeads int `json:"kvHeads,omitempty"`
 	Vocab   int `json:"vocab,omitempty"`
-	// Experts and ActiveExperts describe a mixture-of-experts MLP; zero
-	// means dense.
+	// Experts and ActiveExperts describe a mixture-of-experts MLP: routed
+	// experts per layer and routed experts per token (top-k); zero means
+	// dense.
 	Experts       int `json:"experts,omitempty"`
 	ActiveExperts int `json:"activeExperts,omitempty"`
+	// SharedExperts are experts every token passes through besides its
+	// routed ones (DeepSeekMoE, Dai et al. 2024; DeepSeek-V3: 1), each of
+	// ExpertFFN width; replicated, not split by expert parallelism.
+	SharedExperts int `json:"sharedExperts,omitempty"`
+	// ExpertFFN is one expert's intermediate size (Hugging Face
+	// moe_intermediate_size; Megatron --moe-ffn-hidden-size); zero means
+	// FFN. Fine-grained MoE splits experts narrower than the dense MLP
+	// (DeepSeek-V3: 2048 against a dense 18432).
+	ExpertFFN int `json:"expertFFN,omitempty"`
+	// DenseLayers is how many of the first layers keep a dense MLP of
+	// width FFN (DeepSeek-V3 first_k_dense_replace: 3); the rest are MoE.
+	DenseLayers int `json:"denseLayers,omitempty"`
+	// RouteNodes is node-limited routing: each token's routed experts lie
+	// on at most this many nodes, and a token crosses the network once per
+	// target node, then fans out over NVLink (DeepSeek-V3 report §3.2.2,
+	// M = 4; DeepEP; Megatron-Core node-limited routing). Zero means
+	// unlimited: every routed copy travels on its own.
+	RouteNodes int `json:"routeNodes,omitempty"`
 	// GatedMLP is true for SwiGLU/GeGLU MLPs (three matrices), false for
 	// the two-matrix GELU MLP of GPT-2/3.
 	GatedMLP *bool `json:"gatedMLP,omitempty"`
@@ -197,6 +216,16 @@ type Pin struct {
 	PP int `json:"pp,omitempty"`
 	DP int `json:"dp,omitempty"`
 	CP int `json:"cp,omitempty"`
+	// EP fixes the expert-parallel degree of an MoE: routed experts are
+	// split over EP ranks carved out of the data-parallel group
+	// (Megatron-Core --expert-model-parallel-size; Lepikhin et al. 2020
+	// "GShard"); it must divide dp and the experts.
+	EP int `json:"ep,omitempty"`
+	// OverlapExpertComm says the framework hides the all-to-all of expert
+	// parallelism behind compute (DeepSeek-V3's DualPipe; Megatron-Core
+	// --overlap-moe-expert-parallel-comm); without it the all-to-all is
+	// exposed.
+	OverlapExpertComm bool `json:"overlapExpertComm,omitempty"`
 	// ZeRO fixes the ZeRO stage (0–3); Sharding names it the FSDP way:
 	// no-shard (0), shard-grad-op (2) or full-shard (3).
 	ZeRO     *int   `json:"zero,omitempty"`
@@ -227,9 +256,22 @@ func validatePin(p *Pin, arch Model, layers int, parallelism string, training bo
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}} {
+	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}, {"ep", p.EP}} {
 		if f.v < 0 || f.v > 1<<14 {
 			fe.Add("pin."+f.name, "must be between 0 (free) and 16384")
+		}
+	}
+	if p.OverlapExpertComm && arch.Experts == 0 {
+		fe.Add("pin.overlapExpertComm", "needs an MoE model (model.experts)")
+	}
+	if p.EP > 1 {
+		switch {
+		case arch.Experts == 0:
+			fe.Add("pin.ep", "expert parallelism needs an MoE model (model.experts)")
+		case arch.Experts%p.EP != 0:
+			fe.Add("pin.ep", fmt.Sprintf("expert parallel degree %d does not divide %d experts", p.EP, arch.Experts))
+		case p.DP > 0 && p.DP%p.EP != 0:
+			fe.Add("pin.ep", fmt.Sprintf("expert parallel degree %d does not divide dp %d (EP ranks are carved out of the data-parallel group)", p.EP, p.DP))
 		}
 	}
 	if p.TP > 0 && arch.Heads > 0 && arch.Heads%p.TP != 0 {
@@ -285,12 +327,15 @@ type workload struct {
 	params     float64 // total parameters
 	active     float64 // parameters touched per token (MoE: active experts)
 	embed      float64 // embedding + output-layer parameters
-	layerDense float64 // per-layer parameters outside the experts
-	expertMLP  float64 // per-layer parameters of one expert's MLP
-	adapters   float64 // LoRA parameters
-	tokens     float64 // training tokens to process
-	steps      float64
-	kvBytes    float64 // KV cache bytes per token, all layers
+	layerDense float64 // per-layer parameters outside the MLP
+	expertMLP  float64 // parameters of one expert's MLP
+	// routed is every routed expert's parameters, all layers: what expert
+	// parallelism splits (the rest is replicated over the EP group).
+	routed   float64
+	adapters float64 // LoRA parameters
+	tokens   float64 // training tokens to process
+	steps    float64
+	kvBytes  float64 // KV cache bytes per token, all layers
 }
 
 // Validate checks a profile and returns every problem with its field path.
@@ -395,6 +440,18 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	if arch.Experts == 0 && arch.ActiveExperts > 0 {
 		fe.Add(mp+"experts", "activeExperts needs experts")
 	}
+	if arch.SharedExperts < 0 || arch.ExpertFFN < 0 || arch.DenseLayers < 0 || arch.RouteNodes < 0 {
+		fe.Add(mp+"experts", "sharedExperts, expertFFN, denseLayers and routeNodes must be >= 0")
+	}
+	if arch.Experts == 0 && (arch.SharedExperts > 0 || arch.ExpertFFN > 0 || arch.DenseLayers > 0 || arch.RouteNodes > 0) {
+		fe.Add(mp+"experts", "sharedExperts, expertFFN, denseLayers and routeNodes describe an MoE: set experts and activeExperts")
+	}
+	if arch.Experts > 0 && arch.Layers > 0 && arch.DenseLayers >= arch.Layers {
+		fe.Add(mp+"denseLayers", fmt.Sprintf("must be less than layers (%d): an MoE needs at least one MoE layer", arch.Layers))
+	}
+	if arch.ExpertFFN == 0 {
+		arch.ExpertFFN = arch.FFN
+	}
 	if arch.Parameters < 0 || math.IsNaN(arch.Parameters) || math.IsInf(arch.Parameters, 0) {
 		fe.Add(mp+"parameters", "must be a finite number >= 0")
 	}
@@ -404,7 +461,7 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 		name string
 		v    int
 		max  int
-	}{{"layers", arch.Layers, 1 << 12}, {"hidden", arch.Hidden, 1 << 18}, {"heads", arch.Heads, 1 << 12}, {"vocab", arch.Vocab, 1 << 24}, {"ffn", arch.FFN, 1 << 20}, {"experts", arch.Experts, 1 << 12}} {
+	}{{"layers", arch.Layers, 1 << 12}, {"hidden", arch.Hidden, 1 << 18}, {"heads", arch.Heads, 1 << 12}, {"vocab", arch.Vocab, 1 << 24}, {"ffn", arch.FFN, 1 << 20}, {"experts", arch.Experts, 1 << 12}, {"sharedExperts", arch.SharedExperts, 1 << 6}, {"expertFFN", arch.ExpertFFN, 1 << 20}, {"routeNodes", arch.RouteNodes, 1 << 12}} {
 		if b.v > b.max {
 			fe.Add(mp+b.name, fmt.Sprintf("must be <= %d", b.max))
 		}
@@ -510,7 +567,7 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 		// A stated count wins; scale the derived parts to it so that the
 		// memory and FLOP models stay consistent.
 		f := arch.Parameters / w.params
-		w.params, w.active, w.embed, w.layerDense, w.expertMLP = arch.Parameters, w.active*f, w.embed*f, w.layerDense*f, w.expertMLP*f
+		w.params, w.active, w.embed, w.layerDense, w.expertMLP, w.routed = arch.Parameters, w.active*f, w.embed*f, w.layerDense*f, w.expertMLP*f, w.routed*f
 	}
 	if p.Task.Training() {
 		seqTokens := float64(p.SequenceLength) * float64(p.GlobalBatch)
@@ -538,36 +595,55 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 
 // deriveParams counts parameters from the architecture. Per layer: the
 // attention projections q and o (h·h each) and k and v (h·kv·d each), the
-// MLP (3·h·f when gated, 2·h·f otherwise) per expert, the router (h·E) and
-// two norms (2h); plus the embedding V·h, the output layer V·h unless tied,
-// and the final norm. Biases are left out (≤0.1% for the presets). This is
-// the count Hugging Face reports for the presets' config.json files (the
+// MLP (3·h·f when gated, 2·h·f otherwise) and two norms (2h); an MoE layer
+// has instead E routed and S shared experts of width f_e and a router
+// (h·E), and its first DenseLayers layers keep the dense MLP. Plus the
+// embedding V·h, the output layer V·h unless tied, and the final norm.
+// Biases are left out (≤0.1% for the presets). Active parameters count the
+// k routed experts a token visits and the shared ones (Fedus et al. 2022
+// "Switch Transformers" §2; Dai et al. 2024 "DeepSeekMoE" §3). This is the
+// count Hugging Face reports for the presets' config.json files (the
 // preset tests check it to 1%).
 func (w *workload) deriveParams() {
 	a := w.arch
-	h, f, v := float64(a.Hidden), float64(a.FFN), float64(a.Vocab)
+	h, v := float64(a.Hidden), float64(a.Vocab)
 	kv := float64(a.KVHeads * w.headDim)
 	attn := 2*h*h + 2*h*kv
 	mats := 2.0
 	if w.gated {
 		mats = 3
 	}
-	mlp := mats * h * f
-	experts, active := 1.0, 1.0
-	router := 0.0
-	if a.Experts > 0 {
-		experts, active = float64(a.Experts), float64(a.ActiveExperts)
-		router = h * experts
-	}
-	w.layerDense = attn + router + 2*h
-	w.expertMLP = mlp
+	dense := mats * h * float64(a.FFN)
+	w.layerDense = attn + 2*h
 	w.embed = v * h
 	if a.TiedEmbeddings == nil || !*a.TiedEmbeddings {
 		w.embed *= 2
 	}
 	L := float64(a.Layers)
-	w.params = L*(w.layerDense+experts*mlp) + w.embed + h
-	w.active = L*(w.layerDense+active*mlp) + w.embed + h
+	w.params = L*w.layerDense + w.embed + h
+	w.active = w.params
+	if a.Experts == 0 {
+		w.expertMLP = dense
+		w.params += L * dense
+		w.active += L * dense
+		return
+	}
+	moeLayers, denseLayers := float64(a.Layers-a.DenseLayers), float64(a.DenseLayers)
+	w.expertMLP = mats * h * float64(a.ExpertFFN)
+	E, k, S := float64(a.Experts), float64(a.ActiveExperts), float64(a.SharedExperts)
+	router := h * E
+	w.routed = moeLayers * E * w.expertMLP
+	shared := moeLayers * (S*w.expertMLP + router)
+	w.params += w.routed + shared + denseLayers*dense
+	w.active += moeLayers*k*w.expertMLP + shared + denseLayers*dense
+}
+
+// moeLayers is the number of MoE layers (0 for a dense model).
+func (w *workload) moeLayers() int {
+	if w.arch.Experts == 0 {
+		return 0
+	}
+	return w.arch.Layers - w.arch.DenseLayers
 }
 
 // loraParams counts adapter parameters: r·(in+out) per adapted matrix (Hu
@@ -583,11 +659,14 @@ func loraParams(w workload) float64 {
 		if w.gated {
 			mats = 3
 		}
-		experts := 1.0
-		if a.Experts > 0 {
-			experts = float64(a.Experts)
+		if a.Experts == 0 {
+			per += mats * r * (h + f)
+		} else {
+			fe := float64(a.ExpertFFN)
+			moe := float64(w.moeLayers())
+			experts := float64(a.Experts + a.SharedExperts)
+			return per*float64(a.Layers) + moe*experts*mats*r*(h+fe) + float64(a.DenseLayers)*mats*r*(h+f)
 		}
-		per += experts * mats * r * (h + f)
 	}
 	return per * float64(a.Layers)
 }
@@ -610,6 +689,10 @@ func overlay(base, over Model) Model {
 	setInt(&base.Vocab, over.Vocab)
 	setInt(&base.Experts, over.Experts)
 	setInt(&base.ActiveExperts, over.ActiveExperts)
+	setInt(&base.SharedExperts, over.SharedExperts)
+	setInt(&base.ExpertFFN, over.ExpertFFN)
+	setInt(&base.DenseLayers, over.DenseLayers)
+	setInt(&base.RouteNodes, over.RouteNodes)
 	if over.GatedMLP != nil {
 		base.GatedMLP = over.GatedMLP
 	}

@@ -638,7 +638,7 @@ func (w *workload) assumptions(o Options) []string {
 			"memory: first pipeline stage; Korthikanti et al. 2022 activations with sequence parallelism under TP; ZeRO-2/3 model states and offload host memory as DeepSpeed's estimators count them; 7% allocator margin on what is allocated",
 		)
 		if w.arch.Experts > 0 {
-			a = append(a, "MoE: FLOPs by active parameters; expert parallelism and routing imbalance are not modelled (real MoE MFU is lower)")
+			a = append(a, "MoE: FLOPs by active parameters (routed top-k + shared experts); memory by total parameters with routed experts split by expert parallelism; the all-to-all of expert parallelism per MoE layer (exposed unless overlapExpertComm); routing imbalance, token dropping and the GEMM efficiency of narrow experts are not modelled")
 		}
 		if w.Task == QLoRA {
 			a = append(a, "QLoRA dequantisation slowdown (1.3×) is a rough figure")

@@ -131,13 +131,39 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
 				continue
 			}
-			c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP}, sh, hw, recomputes, res)
-			if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
-				best, found = c, true
+			for _, ep := range w.expertDegrees(dp) {
+				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
+				if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
+					best, found = c, true
+				}
 			}
 		}
 	}
 	return best, found
+}
+
+// expertDegrees are the expert-parallel degrees to try at data-parallel
+// degree dp: the pinned one, or for a fully trained MoE every power of two
+// that divides both dp and the experts (0 stands for none). LoRA keeps the
+// frozen experts replicated (PEFT has no expert parallelism).
+func (w *workload) expertDegrees(dp int) []int {
+	if w.Pin.EP > 0 {
+		if dp%w.Pin.EP != 0 {
+			return nil
+		}
+		return []int{w.Pin.EP}
+	}
+	if w.moeLayers() == 0 || (w.Task != PreTrain && w.Task != FullFineTune) {
+		return []int{0}
+	}
+	eps := []int{0}
+	for _, ep := range powersOfTwo[1:] {
+		if ep > dp || dp%ep != 0 || w.arch.Experts%ep != 0 {
+			break
+		}
+		eps = append(eps, ep)
+	}
+	return eps
 }
 
 // bestOptions picks recomputation, ZeRO stage, offload and micro-batch for
@@ -307,13 +333,16 @@ func (p *Pin) describe() string {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}} {
+	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}, {"ep", p.EP}} {
 		if f.v > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", f.name, f.v))
 		}
 	}
 	if p.ZeRO != nil {
 		parts = append(parts, fmt.Sprintf("zero %d", *p.ZeRO))
+	}
+	if p.OverlapExpertComm {
+		parts = append(parts, "expert all-to-all overlapped")
 	}
 	if p.Recompute != "" {
 		parts = append(parts, "recompute "+string(p.Recompute))

@@ -15,14 +15,18 @@ type Timing struct {
 	MFU        float64 `json:"mfu"`
 	Steps      float64 `json:"steps"`
 	// Per step:
-	Compute  float64 `json:"computeSeconds"`
-	Bubble   float64 `json:"pipelineBubbleSeconds"`
-	TPComm   float64 `json:"tensorParallelCommSeconds"`
-	PPComm   float64 `json:"pipelineCommSeconds"`
-	DPComm   float64 `json:"dataParallelCommSeconds"`  // total, before overlap
-	Exposed  float64 `json:"exposedCommSeconds"`       // what overlap leaves
-	Offload  float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
-	StepTime float64 `json:"stepSeconds"`
+	Compute float64 `json:"computeSeconds"`
+	Bubble  float64 `json:"pipelineBubbleSeconds"`
+	TPComm  float64 `json:"tensorParallelCommSeconds"`
+	PPComm  float64 `json:"pipelineCommSeconds"`
+	DPComm  float64 `json:"dataParallelCommSeconds"` // total, before overlap
+	// EPComm is the MoE token all-to-all (dispatch and combine, forward
+	// and backward) per step; EPExposed what overlap leaves of it.
+	EPComm    float64 `json:"expertParallelCommSeconds,omitempty"`
+	EPExposed float64 `json:"expertParallelExposedSeconds,omitempty"`
+	Exposed   float64 `json:"exposedCommSeconds"`       // what overlap leaves
+	Offload   float64 `json:"offloadSeconds,omitempty"` // host transfers and CPU step
+	StepTime  float64 `json:"stepSeconds"`
 	// Goodput is the share of wall time spent on steps that are kept:
 	// hardware interruptions (at Llama 3's rate per GPU-hour) each cost a
 	// restart and the work since the last checkpoint, and checkpoints are
@@ -53,8 +57,10 @@ func timeTerms(t *Timing, training bool) []Term {
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
 		ts.addSeconds("data-parallel comm per step (total)", "ring all-reduce 2(d−1)/d·grad bytes (ZeRO-3: 1.5×)", t.DPComm)
 		ts.addSeconds("data-parallel comm per step (exposed)", "total − backward overlap window", t.Exposed)
+		ts.addSeconds("expert-parallel all-to-all per step (total)", "moe: micro-batches · MoE layers/pp · passes · s·b/(tp·cp)·k·h·bytes, off-node share (n−1)/n over the node's NIC (node-limited routing: M of k copies), the rest over NVLink (GShard; DeepSeek-V3 §3.2.2)", t.EPComm)
+		ts.addSeconds("expert-parallel all-to-all per step (exposed)", "all of it, or with overlap what the MoE layers' compute does not hide (DualPipe)", t.EPExposed)
 		ts.addSeconds("offload per step", "4·params/PCIe + CPU Adam (ZeRO-Offload)", t.Offload)
-		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + offload", t.StepTime)
+		ts.addSeconds("step", "compute + bubble + TP + PP + exposed DP + exposed EP + offload", t.StepTime)
 		ts.addSeconds("steady-state total", "step · steps (what a steps × seconds-per-step projection gives)", t.StepTime*t.Steps)
 		ckpt := "run shorter than one checkpoint interval"
 		if t.CheckpointEvery > 0 {
@@ -150,17 +156,19 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 		if w.Precision == FP32 {
 			gradBytes = 4
 		}
-		params := w.params
+		// resident: one rank's parameters before ZeRO (MoE experts split
+		// by ep, whose gradients are reduced over dp/ep ranks).
+		resident := w.residentParams(p)
 		if w.Task == LoRA || w.Task == QLoRA {
-			gradBytes, params = 4, w.adapters
+			gradBytes, resident = 4, w.adapters/(tp*pp)
 		}
 		// shard is the all-reduce-equivalent bytes per rank per step.
-		shard := gradBytes * params / (tp * pp)
+		shard := gradBytes * resident
 		window := t.Compute * 2 / 3 / micro // DDP overlaps the last backward
 		if p.ZeRO >= 3 {
 			// All-gather the weights forward and backward, reduce-scatter the
 			// gradients, each (d−1)/d of its size: half an all-reduce each.
-			weightBytes := 2 * params / (tp * pp)
+			weightBytes := 2 * w.residentParams(p)
 			if w.Task == LoRA || w.Task == QLoRA {
 				weightBytes = w.Precision.bytes() * w.params / (tp * pp) // frozen base, sharded by FSDP
 			}
@@ -187,6 +195,8 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 		t.Exposed = math.Max(0, t.DPComm-window)
 	}
 
+	t.EPComm, t.EPExposed = w.expertAllToAll(p, hw, micro, t.Compute)
+
 	// CPU offload: gradients down and weights up over PCIe, then the CPU
 	// optimizer step; not overlapped.
 	if p.Offload {
@@ -202,7 +212,7 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 	if p.OffloadParams {
 		t.Offload += micro * 2 * 2 * w.params / (tp * pp * dp) / (pcieHostGBs * 1e9)
 	}
-	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.Offload
+	t.StepTime = t.Compute + t.Bubble + t.TPComm + t.PPComm + t.Exposed + t.EPExposed + t.Offload
 	steady := t.StepTime * w.steps
 	t.Seconds, t.CheckpointEvery = steady, 0
 	if steady > 0 {
@@ -224,6 +234,60 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 	}
 	t.FLOPs = fpt * stepTokens * w.steps
 	return t
+}
+
+// expertAllToAll is an MoE plan's token exchange per step. Each MoE layer
+// sends every token's hidden state to the ranks of its k routed experts
+// (dispatch) and brings the k results back (combine), forward and again
+// for the gradients in the backward pass, and once more forward under full
+// recomputation (Lepikhin et al. 2020 "GShard" §2.2; Fedus et al. 2022
+// "Switch Transformers" §2.2; Megatron-Core's alltoall dispatcher). With
+// FP8 the dispatch is sent in FP8 and the combine in BF16 (DeepSeek-V3
+// report §3.3.3). The EP group is laid out after TP, so it spans
+// ceil(tp·ep / GPUs per node) nodes; with balanced routing a copy lands
+// off-node with probability (n−1)/n and crosses the node's NIC, shared by
+// its GPUs, and the rest moves over NVLink. Without overlap (Megatron-Core
+// runs the all-to-all on the compute stream) it is all exposed; with it
+// (DeepSeek-V3's DualPipe, §3.2.1) only what exceeds the compute of the
+// stage's MoE layers shows.
+func (w *workload) expertAllToAll(p Plan, hw *hardware, micro, compute float64) (total, exposed float64) {
+	moe := w.moeLayers()
+	if moe == 0 || p.ep() <= 1 {
+		return 0, 0
+	}
+	tokens := float64(w.SequenceLength) * float64(p.MicroBatch) / float64(p.TP*p.cp())
+	k, h := float64(w.arch.ActiveExperts), float64(w.arch.Hidden)
+	dispatch := 2.0
+	if w.Precision == FP8 {
+		dispatch = 1
+	}
+	fwd := tokens * k * h * (dispatch + 2)
+	bwd := tokens * k * h * 4
+	perLayer := fwd + bwd
+	if p.Recompute == RecomputeFull {
+		perLayer += fwd
+	}
+	spanNodes := math.Ceil(float64(p.TP*p.ep()) / float64(p.GPUsPerNode))
+	off := 0.0
+	if spanNodes > 1 {
+		off = (spanNodes - 1) / spanNodes
+	}
+	// Network copies per token: k·(n−1)/n, or with node-limited routing
+	// one per remote target node, M·(n−1)/n, forwarded inside the node
+	// over NVLink, where all k copies then move.
+	netShare, linkShare := off, 1-off
+	if m := w.arch.RouteNodes; m > 0 && off > 0 {
+		netShare = math.Min(float64(m), math.Min(k, spanNodes)) / k * off
+		linkShare = 1
+	}
+	perLayerTime := perLayer*netShare*float64(p.GPUsPerNode)/hw.inter + perLayer*linkShare/hw.intra
+	layers := math.Ceil(float64(moe) / float64(p.PP))
+	total = micro * layers * perLayerTime
+	exposed = total
+	if p.OverlapExpertComm {
+		exposed = math.Max(0, total-compute*float64(moe)/float64(w.arch.Layers))
+	}
+	return total, exposed
 }
 
 // servingTime estimates one replica of tp GPUs serving batch sequences.
