@@ -166,6 +166,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&p.Model.FFN, "ffn", 0, "MLP intermediate size (default 4×hidden)")
 	fl.IntVar(&p.Model.Heads, "heads", 0, "attention heads")
 	fl.IntVar(&p.Model.KVHeads, "kv-heads", 0, "key/value heads (default: heads)")
+	fl.IntVar(&p.Model.HeadDim, "head-dim", 0, "width of one attention head (default hidden/heads; Qwen3, GPT-OSS set it apart)")
 	fl.IntVar(&p.Model.Vocab, "vocab", 0, "vocabulary size")
 	fl.IntVar(&p.Model.Experts, "experts", 0, "MoE experts per layer")
 	fl.IntVar(&p.Model.ActiveExperts, "active-experts", 0, "MoE routed experts per token (top-k)")
@@ -298,6 +299,8 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		d.Model.Heads = s.Model.Heads
 	case "kv-heads":
 		d.Model.KVHeads = s.Model.KVHeads
+	case "head-dim":
+		d.Model.HeadDim = s.Model.HeadDim
 	case "vocab":
 		d.Model.Vocab = s.Model.Vocab
 	case "experts":

@@ -18,7 +18,9 @@ func BenchmarkRankCatalog(b *testing.B) {
 		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
 		"8b-qlora":          {Preset: "llama-3-8b", Task: QLoRA, Tokens: 1e7},
 		"405b-pretrain":     {Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12},
-		"70b-serving":       {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
+		// An MoE searches expert-parallel degrees as well.
+		"mixtral-pretrain": {Preset: "mixtral-8x7b", Task: PreTrain, Tokens: 1e11},
+		"70b-serving":      {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
 	} {
 		b.Run(name, func(b *testing.B) {
 			opts := Options{Offers: offers, Accelerator: c.Accelerator}

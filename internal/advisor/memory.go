@@ -69,6 +69,18 @@ func (p Plan) cp() int { return max(1, p.CP) }
 // ep is the expert-parallel degree, at least 1.
 func (p Plan) ep() int { return max(1, p.EP) }
 
+// etp is the expert tensor-parallel degree. When ep divides dp the EP
+// group is carved out of the data-parallel ranks and the experts are also
+// split by TP (Megatron-Core's default, --expert-tensor-parallel-size =
+// TP); otherwise the experts are folded over the TP×DP ranks with ETP 1
+// (MoE Parallel Folding, Liu et al. 2025, arXiv 2504.14960).
+func (p Plan) etp() int {
+	if p.DP%p.ep() == 0 {
+		return max(1, p.TP)
+	}
+	return 1
+}
+
 // String is the plan in one short line, e.g. "tp8 pp1 dp4 zero3 full mb1".
 func (p Plan) String() string {
 	if p.Replicas > 0 {
@@ -324,7 +336,7 @@ func (w *workload) mlpActivationTerm() float64 {
 // parallelism = TP by default).
 func (w *workload) residentParams(p Plan) float64 {
 	mp := float64(p.TP) * float64(p.PP)
-	return (w.params-w.routed)/mp + w.routed/(mp*float64(p.ep()))
+	return (w.params-w.routed)/mp + w.routed/(float64(p.PP)*float64(p.etp())*float64(p.ep()))
 }
 
 // largestLayer is the largest module's parameters on one TP rank, the

@@ -105,3 +105,29 @@ func TestExpertParallelPinValidation(t *testing.T) {
 		t.Error("expertFFN on a dense model validated")
 	}
 }
+
+// Models whose heads·headDim differs from the hidden size: the derived
+// counts match the published totals and activated parameters (Qwen3
+// model cards: 30.5B/3.3B and 235B/22B; OpenAI gpt-oss model card:
+// 116.8B total and 5.13B active, which leaves out the 0.58B input
+// embedding that the advisor's active count keeps: 5.71B; attention sinks
+// and biases left out).
+func TestHeadDimParameterCounts(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		m             Model
+		total, active float64
+	}{
+		"qwen3-30b-a3b":   {Model{Layers: 48, Hidden: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, Vocab: 151936, Experts: 128, ActiveExperts: 8, ExpertFFN: 768, FFN: 6144}, 30.5e9, 3.3e9},
+		"qwen3-235b-a22b": {Model{Layers: 94, Hidden: 4096, Heads: 64, KVHeads: 4, HeadDim: 128, Vocab: 151936, Experts: 128, ActiveExperts: 8, ExpertFFN: 1536, FFN: 12288}, 235e9, 22e9},
+		"gpt-oss-120b":    {Model{Layers: 36, Hidden: 2880, Heads: 64, KVHeads: 8, HeadDim: 64, Vocab: 201088, Experts: 128, ActiveExperts: 4, ExpertFFN: 2880, FFN: 2880}, 116.8e9, 5.13e9 + 201088*2880},
+	} {
+		w := mustResolve(t, Profile{Model: c.m, Task: PreTrain, Tokens: 1e9})
+		if rel := math.Abs(w.params/c.total - 1); rel > 0.03 {
+			t.Errorf("%s: %.4g parameters, want %.4g within 3%%", name, w.params, c.total)
+		}
+		if rel := math.Abs(w.active/c.active - 1); rel > 0.05 {
+			t.Errorf("%s: %.4g active, want %.4g within 5%%", name, w.active, c.active)
+		}
+	}
+}

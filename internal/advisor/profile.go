@@ -103,6 +103,10 @@ type Model struct {
 	// KVHeads is the number of key/value heads (grouped-query attention);
 	// zero means Heads (multi-head attention).
 	KVHeads int `json:"kvHeads,omitempty"`
+	// HeadDim is each head's width (Hugging Face head_dim); zero means
+	// Hidden/Heads. Qwen3, GPT-OSS and Gemma set it apart, so that
+	// heads·headDim differs from the hidden size.
+	HeadDim int `json:"headDim,omitempty"`
 	Vocab   int `json:"vocab,omitempty"`
 	// Experts and ActiveExperts describe a mixture-of-experts MLP: routed
 	// experts per layer and routed experts per token (top-k); zero means
@@ -219,7 +223,8 @@ type Pin struct {
 	// EP fixes the expert-parallel degree of an MoE: routed experts are
 	// split over EP ranks carved out of the data-parallel group
 	// (Megatron-Core --expert-model-parallel-size; Lepikhin et al. 2020
-	// "GShard"); it must divide dp and the experts.
+	// "GShard"); it must divide the experts and dp, or tp·dp with MoE
+	// Parallel Folding (then the experts are not split by TP).
 	EP int `json:"ep,omitempty"`
 	// OverlapExpertComm says the framework hides the all-to-all of expert
 	// parallelism behind compute (DeepSeek-V3's DualPipe; Megatron-Core
@@ -270,8 +275,8 @@ func validatePin(p *Pin, arch Model, layers int, parallelism string, training bo
 			fe.Add("pin.ep", "expert parallelism needs an MoE model (model.experts)")
 		case arch.Experts%p.EP != 0:
 			fe.Add("pin.ep", fmt.Sprintf("expert parallel degree %d does not divide %d experts", p.EP, arch.Experts))
-		case p.DP > 0 && p.DP%p.EP != 0:
-			fe.Add("pin.ep", fmt.Sprintf("expert parallel degree %d does not divide dp %d (EP ranks are carved out of the data-parallel group)", p.EP, p.DP))
+		case p.DP > 0 && p.DP%p.EP != 0 && (max(1, p.TP)*p.DP)%p.EP != 0:
+			fe.Add("pin.ep", fmt.Sprintf("expert parallel degree %d divides neither dp %d nor tp·dp %d (EP ranks come from the data-parallel group, or with folding from tp×dp)", p.EP, p.DP, max(1, p.TP)*p.DP))
 		}
 	}
 	if p.TP > 0 && arch.Heads > 0 && arch.Heads%p.TP != 0 {
@@ -425,8 +430,11 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	if arch.KVHeads == 0 {
 		arch.KVHeads = arch.Heads
 	}
-	if arch.Heads > 0 && arch.Hidden > 0 && arch.Hidden%arch.Heads != 0 {
-		fe.Add(mp+"heads", fmt.Sprintf("%d heads do not divide hidden size %d", arch.Heads, arch.Hidden))
+	if arch.HeadDim < 0 {
+		fe.Add(mp+"headDim", "must be >= 0")
+	}
+	if arch.HeadDim == 0 && arch.Heads > 0 && arch.Hidden > 0 && arch.Hidden%arch.Heads != 0 {
+		fe.Add(mp+"heads", fmt.Sprintf("%d heads do not divide hidden size %d (set headDim when heads·headDim differs from hidden)", arch.Heads, arch.Hidden))
 	}
 	if arch.Heads > 0 && arch.KVHeads > 0 && arch.Heads%arch.KVHeads != 0 {
 		fe.Add(mp+"kvHeads", fmt.Sprintf("%d key/value heads do not divide %d heads", arch.KVHeads, arch.Heads))
@@ -461,7 +469,7 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 		name string
 		v    int
 		max  int
-	}{{"layers", arch.Layers, 1 << 12}, {"hidden", arch.Hidden, 1 << 18}, {"heads", arch.Heads, 1 << 12}, {"vocab", arch.Vocab, 1 << 24}, {"ffn", arch.FFN, 1 << 20}, {"experts", arch.Experts, 1 << 12}, {"sharedExperts", arch.SharedExperts, 1 << 6}, {"expertFFN", arch.ExpertFFN, 1 << 20}, {"routeNodes", arch.RouteNodes, 1 << 12}} {
+	}{{"layers", arch.Layers, 1 << 12}, {"hidden", arch.Hidden, 1 << 18}, {"heads", arch.Heads, 1 << 12}, {"vocab", arch.Vocab, 1 << 24}, {"ffn", arch.FFN, 1 << 20}, {"headDim", arch.HeadDim, 1 << 12}, {"experts", arch.Experts, 1 << 12}, {"sharedExperts", arch.SharedExperts, 1 << 6}, {"expertFFN", arch.ExpertFFN, 1 << 20}, {"routeNodes", arch.RouteNodes, 1 << 12}} {
 		if b.v > b.max {
 			fe.Add(mp+b.name, fmt.Sprintf("must be <= %d", b.max))
 		}
@@ -561,6 +569,9 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	}
 
 	w := workload{Profile: p, arch: arch, headDim: arch.Hidden / arch.Heads}
+	if arch.HeadDim > 0 {
+		w.headDim = arch.HeadDim
+	}
 	w.gated = arch.GatedMLP == nil || *arch.GatedMLP
 	w.deriveParams()
 	if arch.Parameters > 0 {
@@ -608,7 +619,7 @@ func (w *workload) deriveParams() {
 	a := w.arch
 	h, v := float64(a.Hidden), float64(a.Vocab)
 	kv := float64(a.KVHeads * w.headDim)
-	attn := 2*h*h + 2*h*kv
+	attn := 2*h*w.attnWidth() + 2*h*kv
 	mats := 2.0
 	if w.gated {
 		mats = 3
@@ -638,6 +649,12 @@ func (w *workload) deriveParams() {
 	w.active += moeLayers*k*w.expertMLP + shared + denseLayers*dense
 }
 
+// attnWidth is heads·headDim, the width of the queries and of the
+// attention output (the hidden size unless headDim says otherwise).
+func (w *workload) attnWidth() float64 {
+	return float64(w.arch.Heads) * float64(w.headDim)
+}
+
 // moeLayers is the number of MoE layers (0 for a dense model).
 func (w *workload) moeLayers() int {
 	if w.arch.Experts == 0 {
@@ -653,7 +670,8 @@ func loraParams(w workload) float64 {
 	a := w.arch
 	r, h, f := float64(w.LoRA.Rank), float64(a.Hidden), float64(a.FFN)
 	kv := float64(a.KVHeads * w.headDim)
-	per := r * ((h + h) + (h + kv) + (h + kv) + (h + h)) // q, k, v, o
+	q := w.attnWidth()
+	per := r * ((h + q) + (h + kv) + (h + kv) + (q + h)) // q, k, v, o
 	if w.LoRA.Targets == "all-linear" {
 		mats := 2.0
 		if w.gated {
@@ -686,6 +704,7 @@ func overlay(base, over Model) Model {
 	setInt(&base.FFN, over.FFN)
 	setInt(&base.Heads, over.Heads)
 	setInt(&base.KVHeads, over.KVHeads)
+	setInt(&base.HeadDim, over.HeadDim)
 	setInt(&base.Vocab, over.Vocab)
 	setInt(&base.Experts, over.Experts)
 	setInt(&base.ActiveExperts, over.ActiveExperts)

@@ -131,7 +131,7 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
 				continue
 			}
-			for _, ep := range w.expertDegrees(dp) {
+			for _, ep := range w.expertDegrees(tp, dp) {
 				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
 				if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
 					best, found = c, true
@@ -142,13 +142,14 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 	return best, found
 }
 
-// expertDegrees are the expert-parallel degrees to try at data-parallel
-// degree dp: the pinned one, or for a fully trained MoE every power of two
-// that divides both dp and the experts (0 stands for none). LoRA keeps the
+// expertDegrees are the expert-parallel degrees to try at tensor and
+// data-parallel degrees tp and dp: the pinned one (it must divide dp, or
+// tp·dp with folding), or for a fully trained MoE every power of two that
+// divides both dp and the experts (0 stands for none). LoRA keeps the
 // frozen experts replicated (PEFT has no expert parallelism).
-func (w *workload) expertDegrees(dp int) []int {
+func (w *workload) expertDegrees(tp, dp int) []int {
 	if w.Pin.EP > 0 {
-		if dp%w.Pin.EP != 0 {
+		if dp%w.Pin.EP != 0 && (tp*dp)%w.Pin.EP != 0 {
 			return nil
 		}
 		return []int{w.Pin.EP}

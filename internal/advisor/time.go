@@ -77,13 +77,13 @@ func timeTerms(t *Timing, training bool) []Term {
 
 // flopsPerToken is the training work per token: 6·N for the weights
 // (Kaplan et al. 2020 §2.1; Hoffmann et al. 2022 "C ≈ 6ND") with N the
-// active parameters of an MoE (Fedus et al. 2022), plus 12·L·h·s for
+// active parameters of an MoE (Fedus et al. 2022), plus 12·L·(heads·headDim)·s for
 // attention scores (Chowdhery et al. 2022 "PaLM", Appendix B). LoRA skips
 // the frozen weights' gradients: 2N forward + 2N backward (Hu et al. 2021).
 // Full recomputation adds a forward pass (Korthikanti et al. 2022 §5: 2N +
 // the attention forward), selective recomputation the attention forward.
 func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
-	attn := 12 * float64(w.arch.Layers) * float64(w.arch.Hidden) * float64(w.SequenceLength)
+	attn := 12 * float64(w.arch.Layers) * w.attnWidth() * float64(w.SequenceLength)
 	weights := 6 * w.active
 	if w.Task == LoRA || w.Task == QLoRA {
 		weights = 4 * w.active
@@ -243,8 +243,8 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 // recomputation (Lepikhin et al. 2020 "GShard" §2.2; Fedus et al. 2022
 // "Switch Transformers" §2.2; Megatron-Core's alltoall dispatcher). With
 // FP8 the dispatch is sent in FP8 and the combine in BF16 (DeepSeek-V3
-// report §3.3.3). The EP group is laid out after TP, so it spans
-// ceil(tp·ep / GPUs per node) nodes; with balanced routing a copy lands
+// report §3.3.3). The EP group spans ceil(etp·ep / GPUs per node) nodes
+// (etp = tp when carved out of the data-parallel ranks, 1 when folded); with balanced routing a copy lands
 // off-node with probability (n−1)/n and crosses the node's NIC, shared by
 // its GPUs, and the rest moves over NVLink. Without overlap (Megatron-Core
 // runs the all-to-all on the compute stream) it is all exposed; with it
@@ -267,7 +267,7 @@ func (w *workload) expertAllToAll(p Plan, hw *hardware, micro, compute float64) 
 	if p.Recompute == RecomputeFull {
 		perLayer += fwd
 	}
-	spanNodes := math.Ceil(float64(p.TP*p.ep()) / float64(p.GPUsPerNode))
+	spanNodes := math.Ceil(float64(p.etp()*p.ep()) / float64(p.GPUsPerNode))
 	off := 0.0
 	if spanNodes > 1 {
 		off = (spanNodes - 1) / spanNodes
@@ -303,7 +303,7 @@ func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
 	ctx := float64(s.InputTokens) + float64(s.OutputTokens)/2
 	kv := float64(batch) * ctx * w.kvBytes / float64(min(tp, w.arch.KVHeads))
 	memTime := (weights + quant + kv) / (hw.bw * mbu)
-	attnFlops := 4 * float64(w.arch.Layers) * float64(w.arch.Hidden) * ctx // QKᵀ and AV per token
+	attnFlops := 4 * float64(w.arch.Layers) * w.attnWidth() * ctx // QKᵀ and AV per token
 	computeTime := float64(batch) * (2*w.active + attnFlops) / (T * hw.peak * decodeMFU)
 	step := math.Max(memTime, computeTime)
 	if tp > 1 {
@@ -314,7 +314,7 @@ func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
 		step += 2 * float64(w.arch.Layers) * lat // 2 all-reduces per layer
 	}
 	in := float64(s.InputTokens)
-	prefillFlops := in * (2*w.active + 2*float64(w.arch.Layers)*float64(w.arch.Hidden)*in)
+	prefillFlops := in * (2*w.active + 2*float64(w.arch.Layers)*w.attnWidth()*in)
 	t.TTFT = prefillFlops / (T * hw.peak * prefillMFU)
 	t.TPOT = step
 	t.Latency = t.TTFT + float64(s.OutputTokens)*step
