@@ -336,11 +336,14 @@ type workload struct {
 	expertMLP  float64 // parameters of one expert's MLP
 	// routed is every routed expert's parameters, all layers: what expert
 	// parallelism splits (the rest is replicated over the EP group).
-	routed   float64
-	adapters float64 // LoRA parameters
-	tokens   float64 // training tokens to process
-	steps    float64
-	kvBytes  float64 // KV cache bytes per token, all layers
+	routed float64
+	// epDegrees is 0 (none) and every power of two dividing the experts:
+	// the expert-parallel degrees the plan search tries.
+	epDegrees []int
+	adapters  float64 // LoRA parameters
+	tokens    float64 // training tokens to process
+	steps     float64
+	kvBytes   float64 // KV cache bytes per token, all layers
 }
 
 // Validate checks a profile and returns every problem with its field path.
@@ -574,6 +577,13 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	}
 	w.gated = arch.GatedMLP == nil || *arch.GatedMLP
 	w.deriveParams()
+	w.epDegrees = noExpertParallelism
+	if arch.Experts > 0 {
+		w.epDegrees = []int{0}
+		for ep := 2; ep <= arch.Experts && arch.Experts%ep == 0; ep *= 2 {
+			w.epDegrees = append(w.epDegrees, ep)
+		}
+	}
 	if arch.Parameters > 0 {
 		// A stated count wins; scale the derived parts to it so that the
 		// memory and FLOP models stay consistent.

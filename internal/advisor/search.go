@@ -131,16 +131,26 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
 				continue
 			}
+			// Expert degrees ascend: a larger one only adds all-to-all
+			// traffic unless it frees memory, so stop once a plan needs no
+			// memory-saving measure.
 			for _, ep := range w.expertDegrees(tp, dp) {
 				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
 				if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
 					best, found = c, true
+				}
+				if ok && c.plan.Recompute == RecomputeNone && c.plan.ZeRO < 2 && !c.plan.Offload && !c.plan.OffloadParams {
+					break
 				}
 			}
 		}
 	}
 	return best, found
 }
+
+// noExpertParallelism is the one degree a dense model tries; shared, so
+// that the search's hot path does not allocate it.
+var noExpertParallelism = []int{0}
 
 // expertDegrees are the expert-parallel degrees to try at tensor and
 // data-parallel degrees tp and dp: the pinned one (it must divide dp, or
@@ -155,16 +165,15 @@ func (w *workload) expertDegrees(tp, dp int) []int {
 		return []int{w.Pin.EP}
 	}
 	if w.moeLayers() == 0 || (w.Task != PreTrain && w.Task != FullFineTune) {
-		return []int{0}
+		return noExpertParallelism
 	}
-	eps := []int{0}
-	for _, ep := range powersOfTwo[1:] {
-		if ep > dp || dp%ep != 0 || w.arch.Experts%ep != 0 {
-			break
-		}
-		eps = append(eps, ep)
+	// w.epDegrees lists 0 and the powers of two dividing the experts;
+	// those that also divide dp are a prefix of it.
+	n := 1
+	for n < len(w.epDegrees) && w.epDegrees[n] <= dp && dp%w.epDegrees[n] == 0 {
+		n++
 	}
-	return eps
+	return w.epDegrees[:n]
 }
 
 // bestOptions picks recomputation, ZeRO stage, offload and micro-batch for
