@@ -131,3 +131,30 @@ func TestHeadDimParameterCounts(t *testing.T) {
 		}
 	}
 }
+
+// Unpinned, the search finds the expert parallelism an MoE needs to fit:
+// DeepSeek-V3 on 2,048 H100s at tp 1, pp 16 cannot hold its routed
+// experts without it (672B/16 parameters per GPU), and the plan it picks
+// pays an all-to-all for it.
+func TestSearchChoosesExpertParallelism(t *testing.T) {
+	t.Parallel()
+	c := testCatalog(t)
+	p := deepSeekV3()
+	p.Pin = Pin{GPUs: 2048, TP: 1, PP: 16}
+	res, err := Rank(p, Options{Offers: c.Offers(), Accelerator: c.Accelerator, InstanceTypes: []string{"p5.48xlarge"}, MaxNodes: 256, Limit: 1, Explain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) == 0 {
+		t.Fatalf("no plan for DeepSeek-V3 on 2048 H100s: %+v", res.Shortfall)
+	}
+	row := res.Rows[0]
+	if row.Plan.EP < 2 || row.Timing.EPComm <= 0 {
+		t.Errorf("plan %s: want expert parallelism with an all-to-all term (ep %d, all-to-all %.3gs)", row.Plan, row.Plan.EP, row.Timing.EPComm)
+	}
+	p.Pin.EP = 1
+	res, err = Rank(p, Options{Offers: c.Offers(), Accelerator: c.Accelerator, InstanceTypes: []string{"p5.48xlarge"}, MaxNodes: 256, Limit: 1})
+	if err == nil && len(res.Rows) > 0 && res.Rows[0].Plan.ZeRO < 3 {
+		t.Errorf("ep pinned to 1 at tp 1, pp 16 should not fit without ZeRO-3: %s", res.Rows[0].Plan)
+	}
+}
