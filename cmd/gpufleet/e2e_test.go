@@ -148,6 +148,18 @@ func (s *serverProc) gpufleetErr(args ...string) (string, error) {
 	return string(out), err
 }
 
+// gpufleetOut runs a CLI command against the server and returns its
+// standard output alone (notes such as run's upload summary go to stderr);
+// a failure fails the test with both.
+func (s *serverProc) gpufleetOut(args ...string) string {
+	s.t.Helper()
+	out, err := outputOf(s.gpufleetCmd(args...))
+	if err != nil {
+		s.t.Fatalf("gpufleet %s: %v\n%s\nserver log:\n%s", strings.Join(args, " "), err, out, s.out)
+	}
+	return out
+}
+
 func (s *serverProc) gpufleet(args ...string) string {
 	s.t.Helper()
 	out, err := s.gpufleetErr(args...)
@@ -391,16 +403,30 @@ func TestArrayJob(t *testing.T) {
 	}
 }
 
-// withoutUploadNotes drops the "gpufleet: uploading …" lines that run
-// --upload-workdir writes on stderr, for tests that read a job id or JSON
-// from combined output.
-func withoutUploadNotes(out string) string {
-	lines := strings.SplitAfter(out, "\n")
-	kept := lines[:0]
-	for _, l := range lines {
-		if !strings.HasPrefix(l, "gpufleet: uploading ") {
-			kept = append(kept, l)
-		}
+// outputOf runs a CLI command and returns its standard output, which
+// holds what scripts read (a job id, JSON); notes such as run
+// --upload-workdir's summary go to standard error. When the command fails
+// its standard error follows, for the error message.
+func outputOf(cmd *exec.Cmd) (string, error) {
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
 	}
-	return strings.Join(kept, "")
+	return string(out), nil
+}
+
+// decodeItems reads a list command's JSON output, {"items": [...]}, and
+// fails the test on any other shape (a bare array, a key named after the
+// kind), which would otherwise decode as an empty list.
+func decodeItems[T any](t testing.TB, out string) []T {
+	t.Helper()
+	var doc struct {
+		Items *[]T `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Items == nil {
+		t.Fatalf("want a list as {\"items\": [...]}, got (%v):\n%s", err, out)
+	}
+	return *doc.Items
 }

@@ -105,7 +105,7 @@ line for each job whose state or reason changes.`,
 			if wide {
 				format = "table"
 			}
-			if err := render(cmd.OutOrStdout(), format, api.JobList{Jobs: jobs}, func(tw *tabwriter.Writer) {
+			if err := render(cmd.OutOrStdout(), format, items(jobs), func(tw *tabwriter.Writer) {
 				header(tw)
 				for _, j := range jobs {
 					line(tw, j)
