@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -400,6 +402,35 @@ func TestArrayJob(t *testing.T) {
 	}
 	if out := s.gpufleet("jobs", "list", "--all", "--array", id); strings.Count(out, id+"-") != 3 {
 		t.Errorf("jobs list --array shows:\n%s", out)
+	}
+
+	// The array's own id: every task's lines, prefixed; --task picks one.
+	want := "[task 0] task=0\n[task 1] task=1\n[task 2] task=2\n"
+	if got := s.gpufleetOut("jobs", "logs", id); got != want {
+		t.Errorf("jobs logs %s = %q, want %q", id, got, want)
+	}
+	followed := strings.SplitAfter(s.gpufleetOut("jobs", "logs", "-f", id), "\n")
+	slices.Sort(followed) // -f interleaves whole lines as they come
+	if got := strings.Join(followed, ""); got != want {
+		t.Errorf("jobs logs -f %s = %q, want the lines of %q", id, got, want)
+	}
+	if got := s.gpufleetOut("jobs", "logs", id, "--task", "1"); got != "task=1\n" {
+		t.Errorf("jobs logs --task 1 = %q", got)
+	}
+	out, err := s.gpufleetErr("jobs", "logs", id, "--task", "3")
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(out, "tasks 0 to 2") {
+		t.Errorf("jobs logs --task 3 of a 3-task array: %v %q, want exit %d naming the tasks", err, out, exitUsage)
+	}
+
+	// A job that cannot start has no logs: nothing on stdout, and stderr
+	// says why it waits.
+	queued := strings.TrimSpace(s.gpufleetOut("run", "--gpus", "4", "--gpu", "A100", "--", "true"))
+	defer s.gpufleet("jobs", "cancel", queued)
+	cmd := s.gpufleetCmd("jobs", "logs", queued)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if got, err := cmd.Output(); err != nil || len(got) != 0 || !strings.Contains(stderr.String(), "has no logs yet") {
+		t.Errorf("jobs logs of a queued job: %v, stdout %q, stderr %q; want nothing on stdout and a note why", err, got, stderr.String())
 	}
 }
 

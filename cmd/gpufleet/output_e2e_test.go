@@ -3,16 +3,19 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // listCommands are the commands whose -o json is a list, with the
@@ -135,6 +138,23 @@ func TestListOutputsAreItems(t *testing.T) {
 			t.Errorf("gpufleet %s = %q, want %q in it", args, got, want)
 		}
 	}
+	// jobs top into a pipe: plain tables one after another, no terminal
+	// escape, until interrupted.
+	top := s.gpufleetCmd("jobs", "top", "--interval", "300ms")
+	topOut := &testutil.SyncBuffer{}
+	top.Stdout, top.Stderr = topOut, topOut
+	if err := top.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); strings.Count(topOut.String(), id) < 2 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond) // polling another process's output; bounded by the deadline
+	}
+	_ = top.Process.Signal(os.Interrupt)
+	_ = top.Wait()
+	if got := topOut.String(); strings.Count(got, id) < 2 || strings.Contains(got, "\x1b") {
+		t.Errorf("jobs top into a pipe: want two tables or more naming %s and no escape sequence:\n%q", id, got)
+	}
+
 	out, err := s.gpufleetErr("nodes", "list", "-o", "jsonpath={.items[")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(out, "jsonpath") {
