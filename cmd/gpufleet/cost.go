@@ -48,7 +48,7 @@ idle cost over the jobs that ran on it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out != "csv" {
 				if err := checkOutput(out); err != nil {
-					return fmt.Errorf("--output %q: want table, json, yaml or csv", out)
+					return fmt.Errorf("%w (or csv)", err)
 				}
 			}
 			mode, err := idleMode(idle, includeIdle, cmd.Flags().Changed("idle"))
@@ -74,7 +74,7 @@ idle cost over the jobs that ran on it.`,
 			return render(cmd.OutOrStdout(), out, rep, func(tw *tabwriter.Writer) { costTable(tw, rep, step != "", loc) })
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json, yaml or csv")
+	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json, yaml, csv or jsonpath=TEMPLATE")
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"table", "json", "yaml", "csv"}, cobra.ShellCompDirectiveNoFileComp
 	})
