@@ -200,7 +200,12 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[string](axesScript("#jp-cost"), chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(500*time.Millisecond))); err != nil {
 		t.Fatalf("the job page has no cost plot with axes: %v\nserver log:\n%s", err, s.out)
 	}
-	for _, want := range []string{"succeeded", "attempt 1 started", "first log line"} {
+	// The page refreshes itself every 3 s: wait until it shows the end.
+	ended := `document.querySelector("#job-page").textContent.includes("succeeded")`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ended, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(500*time.Millisecond))); err != nil {
+		t.Errorf("the job page never showed job %s succeeded: %v", id, err)
+	}
+	for _, want := range []string{"attempt 1 started", "first log line"} {
 		if txt, _ := chromedp.Run(ctx, chromedp.Text(C("#job-page"))); !strings.Contains(txt, want) {
 			t.Errorf("job page lacks %q", want)
 		}
