@@ -20,19 +20,19 @@ import (
 )
 
 func newProjectsCmd(g *globals) *cobra.Command {
-	return readCommand(g, &cobra.Command{
-		Example: `  gpufleet projects list
-  gpufleet projects list -o json`,
+	return listCommand(g, &cobra.Command{
+		Example: `  gpufleet projects
+  gpufleet projects -o json
+  gpufleet projects -o jsonpath='{.items[*].name}'`,
 		Use:     "projects",
 		Aliases: []string{"project"},
 		Short:   "List the projects you hold a role in, with the role and the project's policy",
 		Args:    cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.ProjectList, error) {
-		ps, err := c.Projects(ctx)
-		return api.ProjectList{Projects: ps}, err
-	}, func(tw *tabwriter.Writer, l api.ProjectList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]api.ProjectView, error) {
+		return c.Projects(ctx)
+	}, func(tw *tabwriter.Writer, ps []api.ProjectView) {
 		row(tw, "PROJECT", "ROLE", "ALLOWED REGIONS", "ALLOWED GPUS", "MAX GPUS/JOB", "MAX $/H")
-		for _, p := range l.Projects {
+		for _, p := range ps {
 			var s model.ProjectSpec
 			if p.Spec != nil {
 				s = *p.Spec
@@ -54,16 +54,15 @@ viewer reads a project's jobs and logs; member also submits and cancels them;
 project-admin also manages the project's secrets; admin, granted on project "*",
 does everything everywhere (tokens, users, fleet apply, queues, audit).`,
 	}
-	list := readCommand(g, &cobra.Command{
+	list := listCommand(g, &cobra.Command{
 		Example: `  gpufleet roles list
   gpufleet roles list -o yaml`,
 		Use: "list", Aliases: []string{"ls"}, Short: "List every grant", Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.GrantList, error) {
-		gs, err := c.Grants(ctx)
-		return api.GrantList{Grants: gs}, err
-	}, func(tw *tabwriter.Writer, l api.GrantList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]model.Grant, error) {
+		return c.Grants(ctx)
+	}, func(tw *tabwriter.Writer, gs []model.Grant) {
 		row(tw, "USER", "PROJECT", "ROLE", "GRANTED")
-		for _, gr := range l.Grants {
+		for _, gr := range gs {
 			row(tw, gr.User, gr.Project, gr.Role, gr.CreatedAt.Local().Format("2006-01-02 15:04"))
 		}
 	})
@@ -163,7 +162,7 @@ func newUsersCmd(g *globals) *cobra.Command {
 				list = append(list, v)
 			}
 			sort.Slice(list, func(i, j int) bool { return list[i].User < list[j].User })
-			return render(cmd.OutOrStdout(), out, list, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(list), func(tw *tabwriter.Writer) {
 				row(tw, "USER", "ROLES", "LIVE TOKENS")
 				for _, v := range list {
 					var rs []string
@@ -226,7 +225,7 @@ func newAuditCmd(g *globals) *cobra.Command {
 			if limit > 0 && len(sel) > limit {
 				sel = sel[len(sel)-limit:]
 			}
-			return render(cmd.OutOrStdout(), out, api.AuditList{Entries: nonNilEntries(sel)}, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(sel), func(tw *tabwriter.Writer) {
 				row(tw, "SEQ", "TIME", "ACTOR", "TOKEN", "PROJECT", "ACTION", "OBJECT", "RESULT", "REQUEST")
 				for _, e := range sel {
 					row(tw, e.Seq, e.Time.Local().Format(time.RFC3339), dash(e.Actor), dash(e.TokenID), dash(e.Project), e.Action, dash(e.Object), e.Result, e.RequestID)
@@ -271,13 +270,6 @@ earlier: the command prints the head so you can keep it.`,
 	}
 	cmd.AddCommand(verify)
 	return cmd
-}
-
-func nonNilEntries(es []*model.AuditEntry) []*model.AuditEntry {
-	if es == nil {
-		return []*model.AuditEntry{}
-	}
-	return es
 }
 
 func newRotateAdminCmd(g *globals) *cobra.Command {

@@ -109,10 +109,8 @@ func (s *serverProc) waitNodes(want int) {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var nodes api.NodeList
-		_ = json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes)
 		ready := 0
-		for _, n := range nodes.Nodes {
+		for _, n := range decodeItems[model.NodeInfo](s.t, s.gpufleet("nodes", "list", "-o", "json")) {
 			if n.State == model.NodeReady {
 				ready++
 			}
@@ -152,9 +150,8 @@ func TestRemoteAgents(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "src", "hello.txt"), []byte("hello from the workdir\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// run prints the upload summary on stderr and the job id last.
-	out := strings.TrimSpace(s.gpufleet("run", "--upload-workdir", "--workdir", work, "--gpus", "0", "--", "sh", "-c", "cat src/hello.txt"))
-	uploaded := out[strings.LastIndex(out, "\n")+1:]
+	// run prints the upload summary on stderr, the job id alone on stdout.
+	uploaded := strings.TrimSpace(s.gpufleetOut("run", "--upload-workdir", "--workdir", work, "--gpus", "0", "--", "sh", "-c", "cat src/hello.txt"))
 	if v := s.waitJob(uploaded, func(v api.JobView) bool { return v.State.Terminal() }, "ended"); v.State != model.JobSucceeded {
 		t.Fatalf("job with an uploaded workdir = %s (%s)", v.State, v.Reason)
 	}

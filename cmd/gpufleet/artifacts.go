@@ -100,13 +100,13 @@ func newArtifactsListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items, err := c.Artifacts(cmd.Context(), project, model.ArtifactFilter{Job: job, Name: name, Kind: kind})
+			list, err := c.Artifacts(cmd.Context(), project, model.ArtifactFilter{Job: job, Name: name, Kind: kind})
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, model.ArtifactList{Items: items}, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(list), func(tw *tabwriter.Writer) {
 				row(tw, "KIND", "JOB/NAME", "VERSION", "STEP", "LATEST", "TAGS", "FILES", "SIZE", "UPLOADED")
-				for _, a := range items {
+				for _, a := range list {
 					id, step := a.Name, "-"
 					if a.Kind == model.ArtifactCheckpoint {
 						id, step = a.Job, strconv.FormatInt(a.Step, 10)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -177,15 +176,12 @@ func startInstanceAgent(t *testing.T, s *serverProc, in ec2test.Instance, extra 
 // nodeOfInstance returns the node whose instance is id.
 func nodeOfInstance(t *testing.T, s *serverProc, id string) model.NodeInfo {
 	t.Helper()
-	var nodes api.NodeList
-	if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Nodes {
+	nodes := decodeItems[model.NodeInfo](t, s.gpufleet("nodes", "list", "-o", "json"))
+	for _, n := range nodes {
 		if n.Labels[model.LabelInstance] == id {
 			return n
 		}
 	}
-	t.Fatalf("no node for instance %s: %+v", id, nodes.Nodes)
+	t.Fatalf("no node for instance %s: %+v", id, nodes)
 	return model.NodeInfo{}
 }

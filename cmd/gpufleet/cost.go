@@ -17,6 +17,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/cost"
+	"github.com/gpufleet/gpufleet/internal/cost/purchase"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -47,7 +48,7 @@ idle cost over the jobs that ran on it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out != "csv" {
 				if err := checkOutput(out); err != nil {
-					return fmt.Errorf("--output %q: want table, json, yaml or csv", out)
+					return fmt.Errorf("%w (or csv)", err)
 				}
 			}
 			mode, err := idleMode(idle, includeIdle, cmd.Flags().Changed("idle"))
@@ -73,7 +74,7 @@ idle cost over the jobs that ran on it.`,
 			return render(cmd.OutOrStdout(), out, rep, func(tw *tabwriter.Writer) { costTable(tw, rep, step != "", loc) })
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json, yaml or csv")
+	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json, yaml, csv or jsonpath=TEMPLATE")
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{"table", "json", "yaml", "csv"}, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -182,7 +183,7 @@ on a scope's first day, its run rate so far with a wider one.`,
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, api.BudgetList{Budgets: bs}, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(bs), func(tw *tabwriter.Writer) {
 				if len(bs) == 0 {
 					row(tw, "No budgets: declare one with `gpufleet apply` (kind: Budget).")
 					return
@@ -233,7 +234,13 @@ utilisation, coverage, savings and the share of the rest that could run on spot.
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, l, func(tw *tabwriter.Writer) {
+			// A list like the others ({"items": [...]}), with the
+			// lookback it was computed over.
+			doc := struct {
+				LookbackDays int                       `json:"lookbackDays"`
+				Items        []purchase.Recommendation `json:"items"`
+			}{l.LookbackDays, items(l.Recommendations).Items}
+			return render(cmd.OutOrStdout(), out, doc, func(tw *tabwriter.Writer) {
 				if len(l.Recommendations) == 0 {
 					row(tw, fmt.Sprintf("No GPU usage in the last %d days.", l.LookbackDays))
 					return
@@ -282,19 +289,18 @@ these commands show their state.`,
 }
 
 func newBudgetsListCmd(g *globals) *cobra.Command {
-	return readCommand(g, &cobra.Command{
+	return listCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List budgets with their spend this period",
 		Example: `  gpufleet budgets list
   gpufleet budgets list -o json`,
 		Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.BudgetList, error) {
-		bs, err := c.Budgets(ctx)
-		return api.BudgetList{Budgets: bs}, err
-	}, func(tw *tabwriter.Writer, l api.BudgetList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]model.BudgetStatus, error) {
+		return c.Budgets(ctx)
+	}, func(tw *tabwriter.Writer, bs []model.BudgetStatus) {
 		row(tw, "NAME", "SCOPE", "AMOUNT", "SPENT", "USED", "FORECAST", "PERIOD", "FIRED", "BLOCKED")
-		for _, b := range l.Budgets {
+		for _, b := range bs {
 			row(tw, b.Budget.Name, dash(b.Budget.Scope.String()), dollars(b.Budget.Amount), dollars(b.Actual), pct(b.Ratio),
 				dollars(b.Forecast), b.PeriodStart.Format(time.DateOnly)+"…"+b.PeriodEnd.Format(time.DateOnly), firedList(b), yesNo(b.Blocked))
 		}

@@ -51,23 +51,12 @@ func artifactDir(t *testing.T) string {
 	return abs
 }
 
-// The dashboard in headless Chromium against a real server on loopback:
-// log in with a user token, submit a job, watch it run and finish, see
-// its cost — the demo H100s are priced from the catalog, so a non-zero
-// dollar amount — and the node's simulated GPU telemetry, and keep
-// screenshots of the page and of the job's row.
-func TestDashboardInChromium(t *testing.T) {
-	browser := chromium(t)
-	dataDir := t.TempDir()
-	s := startServer(t, dataDir, freePort(t), "--meter-interval", "2s")
-	tokenBytes, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(tokenBytes))
-
+// browser starts a headless Chromium of its own (own profile, so its own
+// cookies) and returns a context for it with a deadline.
+func browser(t *testing.T, timeout time.Duration) context.Context {
+	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(browser),
+		chromedp.ExecPath(chromium(t)),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
@@ -77,19 +66,72 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WindowSize(1400, 1100),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelCtx()
-	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	defer cancel()
+	t.Cleanup(cancelCtx)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
 
-	base := "http://" + s.listen
+// dashboardServer starts the server the dashboard tests drive: the demo
+// H100s, metered every 2 s so that costs show within the test. It returns
+// the server and its admin token; a machine without Chromium skips first.
+func dashboardServer(t *testing.T) (*serverProc, string) {
+	t.Helper()
+	chromium(t)
+	dataDir := t.TempDir()
+	s := startServer(t, dataDir, freePort(t), "--meter-interval", "2s")
+	token, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, strings.TrimSpace(string(token))
+}
+
+// login opens url, which shows the login form to a browser without a
+// session, and signs in with token.
+func login(url, token string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#login-submit")),
+	)
+}
+
+// saveArtifact keeps data under artifactDir (a screenshot, for people to
+// look at) and logs where.
+func saveArtifact(t *testing.T, name string, data []byte) {
+	t.Helper()
+	path := filepath.Join(artifactDir(t), name)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dashboard screenshot: %s", path)
+}
+
+// saveScreenshot keeps a screenshot of the whole page.
+func saveScreenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	saveArtifact(t, name, png)
+}
+
+// The dashboard in headless Chromium against a real server on loopback:
+// log in with a user token, submit a job, watch it run and finish, see
+// its cost — the demo H100s are priced from the catalog, so a non-zero
+// dollar amount — and the node's simulated GPU telemetry, and keep
+// screenshots of the page and of the job's row.
+func TestDashboardInChromium(t *testing.T) {
+	s, token := dashboardServer(t)
+	ctx := browser(t, 120*time.Second)
 	type C = chromedp.CSS
-	err = chromedp.Do(ctx,
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(C("#token")),
-		chromedp.SendKeys(C("#token"), token),
-		chromedp.Click(C("#login-submit")),
+	err := chromedp.Do(ctx,
+		login("http://"+s.listen+"/", token),
 		chromedp.WaitVisible(C("#job-command")),
 		chromedp.SendKeys(C("#job-name"), "from-the-dashboard"),
 		chromedp.SendKeys(C("#job-command"), "echo hello from chromium; sleep 8"),
@@ -167,20 +209,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	t.Logf("job %s succeeded; its cost cell reads %q", jobID, cost)
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
+	saveArtifact(t, "dashboard-job-cost.png", rowPNG)
+	saveScreenshot(t, ctx, "dashboard.png")
 	if after, err := chromedp.Run(ctx, chromedp.Text(C(row+" td.cost"))); err != nil || after != cost {
 		t.Errorf("the cost cell changed while the screenshots were taken: %q, then %q (%v)", cost, after, err)
-	}
-	dir := artifactDir(t)
-	for name, data := range map[string][]byte{"dashboard.png": png, "dashboard-job-cost.png": rowPNG} {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("dashboard screenshot: %s", path)
-		fmt.Println("dashboard screenshot:", path)
 	}
 }

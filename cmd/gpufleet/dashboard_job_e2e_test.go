@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,29 +14,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
-
-// browser starts a headless Chromium of its own (own profile, so its own
-// cookies) and returns a context for it with a deadline.
-func browser(t *testing.T, timeout time.Duration) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 1000),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(cancelCtx)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // apiRequests lists the API paths the page fetched since the last call
 // (the browser's resource timing entries), and clears them.
@@ -64,19 +39,6 @@ func matching(paths []string, re *regexp.Regexp) []string {
 		}
 	}
 	return out
-}
-
-func saveScreenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	path := filepath.Join(artifactDir(t), name)
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("dashboard screenshot: %s", path)
 }
 
 // axesScript counts, for the charts inside sel, the ticks with a label on
@@ -117,13 +79,7 @@ type chartInfo struct {
 // GPU tile shows the job but the tenant sees another project's GPU only
 // as "in use". The admin submits to a project picked in the form.
 func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
-	chromium(t)
-	dataDir := t.TempDir()
-	s := startServer(t, dataDir, freePort(t), "--meter-interval", "2s")
-	adminTok, err := os.ReadFile(filepath.Join(dataDir, tokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, adminTok := dashboardServer(t)
 	var bob api.TokenCreated
 	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "create", "bob", "--ttl", "1h", "-o", "json")), &bob); err != nil {
 		t.Fatal(err)
@@ -137,11 +93,8 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 	base := "http://" + s.listen
 	type C = chromedp.CSS
 	ctx := browser(t, 150*time.Second)
-	err = chromedp.Do(ctx,
-		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(C("#token")),
-		chromedp.SendKeys(C("#token"), bob.Secret),
-		chromedp.Click(C("#login-submit")),
+	err := chromedp.Do(ctx,
+		login(base+"/ui/", bob.Secret),
 		chromedp.WaitVisible(C("#job-command")),
 		chromedp.WaitReady(C(`#job-project option[value="vision"]`)), // options have no box: ready, not visible
 	)
@@ -247,7 +200,12 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[string](axesScript("#jp-cost"), chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(500*time.Millisecond))); err != nil {
 		t.Fatalf("the job page has no cost plot with axes: %v\nserver log:\n%s", err, s.out)
 	}
-	for _, want := range []string{"succeeded", "attempt 1 started", "first log line"} {
+	// The page refreshes itself every 3 s: wait until it shows the end.
+	ended := `document.querySelector("#job-page").textContent.includes("succeeded")`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ended, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(500*time.Millisecond))); err != nil {
+		t.Errorf("the job page never showed job %s succeeded: %v", id, err)
+	}
+	for _, want := range []string{"attempt 1 started", "first log line"} {
 		if txt, _ := chromedp.Run(ctx, chromedp.Text(C("#job-page"))); !strings.Contains(txt, want) {
 			t.Errorf("job page lacks %q", want)
 		}
@@ -256,11 +214,7 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 
 	// The audit log has no request of bob's refused: the pages never
 	// asked for what he may not read.
-	var audit api.AuditList
-	if err := json.Unmarshal([]byte(s.gpufleet("audit", "-o", "json")), &audit); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range audit.Entries {
+	for _, e := range decodeItems[model.AuditEntry](t, s.gpufleet("audit", "-o", "json")) {
 		if e.Actor == "bob" && e.Result == 403 {
 			t.Errorf("the dashboard made a request bob may not: %+v", e)
 		}
@@ -270,10 +224,7 @@ func TestDashboardJobPageAsTenantAndAdmin(t *testing.T) {
 	// in the picker; submits to vision; sees bob's job page with plots.
 	actx := browser(t, 180*time.Second)
 	err = chromedp.Do(actx,
-		chromedp.Navigate(base+"/ui/jobs/"+id),
-		chromedp.WaitVisible(C("#token")),
-		chromedp.SendKeys(C("#token"), strings.TrimSpace(string(adminTok))),
-		chromedp.Click(C("#login-submit")),
+		login(base+"/ui/jobs/"+id, adminTok),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="jp-logs"][contains(., "last log line")]`)),
 	)
 	if err != nil {

@@ -227,11 +227,7 @@ func fetches(log string) string {
 // nodeID is the id of the node registered under name.
 func (s *serverProc) nodeID(name string) string {
 	s.t.Helper()
-	var nodes api.NodeList
-	if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes); err != nil {
-		s.t.Fatal(err)
-	}
-	for _, n := range nodes.Nodes {
+	for _, n := range decodeItems[model.NodeInfo](s.t, s.gpufleet("nodes", "list", "-o", "json")) {
 		if n.Name == name {
 			return n.ID
 		}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,6 +148,18 @@ func (s *serverProc) gpufleetCmd(args ...string) *exec.Cmd {
 func (s *serverProc) gpufleetErr(args ...string) (string, error) {
 	out, err := s.gpufleetCmd(args...).CombinedOutput()
 	return string(out), err
+}
+
+// gpufleetOut runs a CLI command against the server and returns its
+// standard output alone (notes such as run's upload summary go to stderr);
+// a failure fails the test with both.
+func (s *serverProc) gpufleetOut(args ...string) string {
+	s.t.Helper()
+	out, err := outputOf(s.gpufleetCmd(args...))
+	if err != nil {
+		s.t.Fatalf("gpufleet %s: %v\n%s\nserver log:\n%s", strings.Join(args, " "), err, out, s.out)
+	}
+	return out
 }
 
 func (s *serverProc) gpufleet(args ...string) string {
@@ -389,18 +403,61 @@ func TestArrayJob(t *testing.T) {
 	if out := s.gpufleet("jobs", "list", "--all", "--array", id); strings.Count(out, id+"-") != 3 {
 		t.Errorf("jobs list --array shows:\n%s", out)
 	}
+
+	// The array's own id: every task's lines, prefixed; --task picks one.
+	want := "[task 0] task=0\n[task 1] task=1\n[task 2] task=2\n"
+	if got := s.gpufleetOut("jobs", "logs", id); got != want {
+		t.Errorf("jobs logs %s = %q, want %q", id, got, want)
+	}
+	followed := strings.SplitAfter(s.gpufleetOut("jobs", "logs", "-f", id), "\n")
+	slices.Sort(followed) // -f interleaves whole lines as they come
+	if got := strings.Join(followed, ""); got != want {
+		t.Errorf("jobs logs -f %s = %q, want the lines of %q", id, got, want)
+	}
+	if got := s.gpufleetOut("jobs", "logs", id, "--task", "1"); got != "task=1\n" {
+		t.Errorf("jobs logs --task 1 = %q", got)
+	}
+	out, err := s.gpufleetErr("jobs", "logs", id, "--task", "3")
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(out, "tasks 0 to 2") {
+		t.Errorf("jobs logs --task 3 of a 3-task array: %v %q, want exit %d naming the tasks", err, out, exitUsage)
+	}
+
+	// A job that cannot start has no logs: nothing on stdout, and stderr
+	// says why it waits.
+	queued := strings.TrimSpace(s.gpufleetOut("run", "--gpus", "4", "--gpu", "A100", "--", "true"))
+	defer s.gpufleet("jobs", "cancel", queued)
+	cmd := s.gpufleetCmd("jobs", "logs", queued)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if got, err := cmd.Output(); err != nil || len(got) != 0 || !strings.Contains(stderr.String(), "has no logs yet") {
+		t.Errorf("jobs logs of a queued job: %v, stdout %q, stderr %q; want nothing on stdout and a note why", err, got, stderr.String())
+	}
 }
 
-// withoutUploadNotes drops the "gpufleet: uploading …" lines that run
-// --upload-workdir writes on stderr, for tests that read a job id or JSON
-// from combined output.
-func withoutUploadNotes(out string) string {
-	lines := strings.SplitAfter(out, "\n")
-	kept := lines[:0]
-	for _, l := range lines {
-		if !strings.HasPrefix(l, "gpufleet: uploading ") {
-			kept = append(kept, l)
-		}
+// outputOf runs a CLI command and returns its standard output, which
+// holds what scripts read (a job id, JSON); notes such as run
+// --upload-workdir's summary go to standard error. When the command fails
+// its standard error follows, for the error message.
+func outputOf(cmd *exec.Cmd) (string, error) {
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
 	}
-	return strings.Join(kept, "")
+	return string(out), nil
+}
+
+// decodeItems reads a list command's JSON output, {"items": [...]}, and
+// fails the test on any other shape (a bare array, a key named after the
+// kind), which would otherwise decode as an empty list.
+func decodeItems[T any](t testing.TB, out string) []T {
+	t.Helper()
+	var doc struct {
+		Items *[]T `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Items == nil {
+		t.Fatalf("want a list as {\"items\": [...]}, got (%v):\n%s", err, out)
+	}
+	return *doc.Items
 }

@@ -52,7 +52,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := render(cmd.OutOrStdout(), out, list, table(list, true)); err != nil || !follow {
+			if err := render(cmd.OutOrStdout(), out, items(list.Events), table(list, true)); err != nil || !follow {
 				return err
 			}
 			var last uint64
@@ -74,7 +74,7 @@ func newEventsCmd(g *globals) *cobra.Command {
 					continue
 				}
 				last = list.Events[len(list.Events)-1].Seq
-				if err := render(cmd.OutOrStdout(), out, list, table(list, false)); err != nil {
+				if err := render(cmd.OutOrStdout(), out, items(list.Events), table(list, false)); err != nil {
 					return err
 				}
 			}

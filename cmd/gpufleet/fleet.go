@@ -16,6 +16,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/fleet"
 	"github.com/gpufleet/gpufleet/internal/gitops"
 	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/server"
 )
 
@@ -259,19 +260,31 @@ func writeApplied(w io.Writer, res *api.ApplyView) {
 	fmt.Fprintf(w, "\nRevision %d recorded and applied.\n", res.Revision.Number)
 }
 
+// revisionList is `gpufleet history` as JSON or YAML: the revisions
+// (oldest first) and the number of the current one.
+type revisionList struct {
+	Current int              `json:"current"`
+	Items   []model.Revision `json:"items"`
+}
+
 func newHistoryCmd(g *globals) *cobra.Command {
 	return readCommand(g, &cobra.Command{
 		Use:   "history",
 		Short: "List the fleet's revisions",
 		Example: `  gpufleet history
-  gpufleet history -o yaml`,
+  gpufleet history -o yaml
+  gpufleet history -o jsonpath='{.current}'`,
 		Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (*api.RevisionList, error) {
-		return c.Revisions(ctx)
-	}, func(tw *tabwriter.Writer, list *api.RevisionList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) (revisionList, error) {
+		l, err := c.Revisions(ctx)
+		if err != nil {
+			return revisionList{}, err
+		}
+		return revisionList{Current: l.Current, Items: items(l.Revisions).Items}, nil
+	}, func(tw *tabwriter.Writer, list revisionList) {
 		row(tw, "REVISION", "CREATED", "AUTHOR", "DIGEST", "MESSAGE")
-		for i := len(list.Revisions) - 1; i >= 0; i-- {
-			r := list.Revisions[i]
+		for i := len(list.Items) - 1; i >= 0; i-- {
+			r := list.Items[i]
 			num := strconv.Itoa(r.Number)
 			if r.Number == list.Current {
 				num += " (current)"

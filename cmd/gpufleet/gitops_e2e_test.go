@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/gitops"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // gitRun runs git in dir as author Ada and returns its output.
@@ -80,11 +80,8 @@ func TestGitOpsServer(t *testing.T) {
 	if st.Head.SHA != sha || !st.InSync || st.Head.Author != "Ada Lovelace <ada@example.com>" {
 		t.Fatalf("status %+v", st)
 	}
-	var revs api.RevisionList
-	if err := json.Unmarshal([]byte(s.gpufleet("history", "-o", "json")), &revs); err != nil {
-		t.Fatal(err)
-	}
-	if len(revs.Revisions) != 1 || revs.Revisions[0].Commit != sha || revs.Revisions[0].Author != gitops.Author {
+	revs := decodeItems[model.Revision](t, s.gpufleet("history", "-o", "json"))
+	if len(revs) != 1 || revs[0].Commit != sha || revs[0].Author != gitops.Author {
 		t.Fatalf("revisions %+v", revs)
 	}
 	if out := s.gpufleet("history"); !strings.Contains(out, "research queue (git "+sha[:12]+" by Ada Lovelace <ada@example.com>)") {

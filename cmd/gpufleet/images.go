@@ -91,6 +91,6 @@ minimum drivers. Agents make the same check before they start a replica.`,
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "table", "output format: table, json or yaml")
+	outputFlag(cmd, &out)
 	return cmd
 }

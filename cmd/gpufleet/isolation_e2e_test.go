@@ -54,8 +54,7 @@ func TestJobsCannotReachTheControlPlane(t *testing.T) {
 			cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+tok.Secret)
 			cmd.Stdin = strings.NewReader(stdin)
 			cmd.Dir = t.TempDir()
-			out, err := cmd.CombinedOutput()
-			return withoutUploadNotes(string(out)), err
+			return outputOf(cmd)
 		}
 	}
 	must := func(out string, err error) string {

@@ -52,6 +52,7 @@ line for each job whose state or reason changes.`,
   gpufleet jobs list --state running,queued -o json
   gpufleet jobs list --all --limit 50 --user alice --queue research
   gpufleet jobs list -A -o wide
+  gpufleet jobs list -o jsonpath='{.items[*].id}'
   gpufleet jobs list -w
   gpufleet jobs list --all --array j-abcdefghij     # the tasks of an array job`,
 		Args: cobra.NoArgs,
@@ -105,7 +106,7 @@ line for each job whose state or reason changes.`,
 			if wide {
 				format = "table"
 			}
-			if err := render(cmd.OutOrStdout(), format, api.JobList{Jobs: jobs}, func(tw *tabwriter.Writer) {
+			if err := render(cmd.OutOrStdout(), format, items(jobs), func(tw *tabwriter.Writer) {
 				header(tw)
 				for _, j := range jobs {
 					line(tw, j)
@@ -117,10 +118,8 @@ line for each job whose state or reason changes.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&out, "output", "o", "table", "output format: table, wide, json or yaml")
-	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp
-	})
+	fl.StringVarP(&out, "output", "o", "table", "output format: table, wide, json, yaml or jsonpath=TEMPLATE")
+	completeOutput(cmd, "table", "wide", "json", "yaml", "jsonpath=")
 	fl.StringSliceVar(&states, "state", nil, "only jobs in these states (default: unfinished jobs)")
 	fl.BoolVarP(&all, "all", "a", false, "include finished jobs")
 	fl.BoolVarP(&allProjects, "all-projects", "A", false, "every project the token may read, not only the default project")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,11 +66,7 @@ spec:
 		Price float64
 	}
 	waitFor(t, s, "the virtual node", func() bool {
-		var list api.NodeList
-		if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &list); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range list.Nodes {
+		for _, n := range decodeItems[model.NodeInfo](t, s.gpufleet("nodes", "list", "-o", "json")) {
 			if n.Pool == pool && n.State == model.NodeReady && len(n.GPUs) == 16 {
 				node.ID, node.Price = n.ID, n.PricePerHour
 				return true
@@ -88,16 +83,13 @@ spec:
 	if v.State != model.JobSucceeded {
 		t.Fatalf("job %s ended %s (%s), want succeeded\nserver log:\n%s", id, v.State, v.Reason, s.out)
 	}
-	var events api.EventList
-	if err := json.Unmarshal([]byte(s.gpufleet("events", "--job", id, "-o", "json")), &events); err != nil {
-		t.Fatal(err)
-	}
+	events := decodeItems[model.Event](t, s.gpufleet("events", "--job", id, "-o", "json"))
 	ended := false
-	for _, e := range events.Events {
+	for _, e := range events {
 		ended = ended || e.Kind == model.EventAttemptEnd && e.Node == node.ID
 	}
 	if !ended {
-		t.Errorf("no attempt-end event on %s for job %s: %+v", node.ID, id, events.Events)
+		t.Errorf("no attempt-end event on %s for job %s: %+v", node.ID, id, events)
 	}
 
 	// A job that is still running when the pool goes: its Job must go too.

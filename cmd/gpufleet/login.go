@@ -212,13 +212,13 @@ func newConfigCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items := []contextView{}
+			var views []contextView
 			for _, x := range cfg.Contexts {
-				items = append(items, contextView{Name: x.Name, Current: x.Name == cfg.CurrentContext, Server: x.Server, Project: x.Project, HasToken: x.Token != "", CA: x.CA})
+				views = append(views, contextView{Name: x.Name, Current: x.Name == cfg.CurrentContext, Server: x.Server, Project: x.Project, HasToken: x.Token != "", CA: x.CA})
 			}
-			return render(cmd.OutOrStdout(), out, map[string]any{"items": items}, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(views), func(tw *tabwriter.Writer) {
 				row(tw, "CURRENT", "NAME", "SERVER", "PROJECT", "TOKEN")
-				for _, x := range items {
+				for _, x := range views {
 					cur, tok := "", "none"
 					if x.Current {
 						cur = "*"

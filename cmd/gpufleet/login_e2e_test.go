@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // A member logs in with --token-stdin, gets their one project as the
@@ -34,8 +35,7 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 		cmd.Env = append(cleanEnv(), "GPUFLEET_CONFIG="+cfgPath)
 		cmd.Dir = cliDir
 		cmd.Stdin = strings.NewReader(stdin)
-		raw, err := cmd.CombinedOutput()
-		out := withoutUploadNotes(string(raw))
+		out, err := outputOf(cmd)
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			return out, ee.ExitCode()
@@ -128,11 +128,7 @@ func TestLoginContextsAndExitCodes(t *testing.T) {
 	}
 
 	// Revoked: told to log in again, exit 4.
-	var tokens api.TokenList
-	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "list", "-o", "json")), &tokens); err != nil {
-		t.Fatal(err)
-	}
-	for _, tk := range tokens.Tokens {
+	for _, tk := range decodeItems[model.Token](t, s.gpufleet("tokens", "list", "-o", "json")) {
 		if tk.Subject == "alice" {
 			s.gpufleet("tokens", "revoke", tk.ID)
 		}

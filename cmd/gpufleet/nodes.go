@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/api/client"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
@@ -21,18 +20,19 @@ func newNodesCmd(g *globals) *cobra.Command {
 		Aliases: []string{"node"},
 		Short:   "Inspect the machines that run jobs",
 	}
-	list := readCommand(g, &cobra.Command{
+	list := listCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List nodes, their GPUs and how many are free",
 		Example: `  gpufleet nodes list
   gpufleet nodes list -o json`,
 		Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.NodeList, error) {
-		return c.Nodes(ctx)
-	}, func(tw *tabwriter.Writer, nodes api.NodeList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]model.NodeInfo, error) {
+		l, err := c.Nodes(ctx)
+		return l.Nodes, err
+	}, func(tw *tabwriter.Writer, nodes []model.NodeInfo) {
 		row(tw, "ID", "NAME", "STATE", "PROVIDER", "GPUS", "FREE", "CPU", "MEMORY", "GPU SOURCE", "AGE")
-		for _, n := range nodes.Nodes {
+		for _, n := range nodes {
 			row(tw, n.ID, n.Name, n.State, n.Provider, gpuList(n), len(n.GPUs)-len(n.GPUHolders), n.CPU, n.Memory.Human(), dash(n.GPUSource), age(n.RegisteredAt))
 		}
 	})

@@ -66,19 +66,18 @@ func useSummary(use map[string]float64) string {
 }
 
 func newQueuesListCmd(g *globals) *cobra.Command {
-	return readCommand(g, &cobra.Command{
+	return listCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List queues with their quota and use",
 		Example: `  gpufleet queues list
   gpufleet queues list -o yaml`,
 		Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.QueueList, error) {
-		qs, err := c.Queues(ctx)
-		return api.QueueList{Queues: qs}, err
-	}, func(tw *tabwriter.Writer, l api.QueueList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]api.QueueView, error) {
+		return c.Queues(ctx)
+	}, func(tw *tabwriter.Writer, qs []api.QueueView) {
 		row(tw, "NAME", "COHORT", "WEIGHT", "QUOTA (used/nominal)", "IN USE", "PENDING")
-		for _, q := range l.Queues {
+		for _, q := range qs {
 			row(tw, q.Name, dash(q.Spec.Cohort), q.Spec.EffectiveWeight(), quotaSummary(q), useSummary(q.Use), q.Pending)
 		}
 	})

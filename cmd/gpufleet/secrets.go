@@ -88,7 +88,7 @@ reseal', then remove the old line and restart again.`,
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), out, list, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), out, items(list), func(tw *tabwriter.Writer) {
 				row(tw, "NAME", "VERSION", "UPDATED")
 				for _, s := range list {
 					row(tw, s.Name, fmt.Sprint(s.Version), s.UpdatedAt.Local().Format(time.RFC3339))

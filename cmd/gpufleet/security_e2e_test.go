@@ -100,11 +100,11 @@ func TestNoSecretLeaks(t *testing.T) {
 		cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+alice.Secret)
 		cmd.Stdin = strings.NewReader(stdin)
 		cmd.Dir = t.TempDir() // uploaded: alice, no admin, may not run in a host folder
-		out, err := cmd.CombinedOutput()
+		out, err := outputOf(cmd)
 		if err != nil {
 			t.Fatalf("gpufleet %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
-		return withoutUploadNotes(string(out))
+		return out
 	}
 	asAlice(value+"\n", "secrets", "set", "nlp", "HF_TOKEN")
 	// A job that names a secret its project lacks is refused by field.

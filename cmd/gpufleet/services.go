@@ -84,19 +84,18 @@ A changed spec rolls the replicas to it; the same spec changes nothing.`,
 }
 
 func newServicesListCmd(g *globals) *cobra.Command {
-	return readCommand(g, &cobra.Command{
+	return listCommand(g, &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List services with their replicas and traffic",
 		Example: `  gpufleet services list
   gpufleet services list -o json`,
 		Args: cobra.NoArgs,
-	}, func(ctx context.Context, c *client.Client, _ []string) (api.ServiceList, error) {
-		ss, err := c.Services(ctx)
-		return api.ServiceList{Services: ss}, err
-	}, func(tw *tabwriter.Writer, l api.ServiceList) {
+	}, func(ctx context.Context, c *client.Client, _ []string) ([]api.ServiceView, error) {
+		return c.Services(ctx)
+	}, func(tw *tabwriter.Writer, ss []api.ServiceView) {
 		row(tw, "NAME", "PROJECT", "READY", "DESIRED", "MIN-MAX", "IN FLIGHT", "REQUESTS", "TOKENS", "$/HOUR", "$/1M TOKENS", "URL")
-		for _, s := range l.Services {
+		for _, s := range ss {
 			row(tw, s.Name, s.Project, s.Ready, s.Desired, fmt.Sprintf("%d-%d", s.Spec.Replicas.Min, s.Spec.Replicas.Max), s.InFlight, s.Requests, s.Tokens,
 				s.CostPerHour.USD(), perMillion(s), s.URL)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -75,14 +74,8 @@ func TestSimulatedClouds(t *testing.T) {
 	}
 
 	// 3. The events tell the story.
-	var evs struct {
-		Items []model.Event `json:"events"`
-	}
-	if err := json.Unmarshal([]byte(s.gpufleet("events", "--limit", "1000", "-o", "json")), &evs); err != nil {
-		t.Fatal(err)
-	}
 	kinds := map[model.EventKind]int{}
-	for _, e := range evs.Items {
+	for _, e := range decodeItems[model.Event](t, s.gpufleet("events", "--limit", "1000", "-o", "json")) {
 		kinds[e.Kind]++
 	}
 	for _, k := range []model.EventKind{model.EventLaunch, model.EventNodeReady, model.EventNotice, model.EventDrain, model.EventPreempted, model.EventRequeue, model.EventTerminate} {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,11 +49,8 @@ spec:
 	}
 	s.gpufleet("apply", "-f", poolFile, "-m", "ssh pool")
 	s.waitNodes(1)
-	var nodes api.NodeList
-	if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	if n := nodes.Nodes[0]; n.ID != "ssh-box" || n.Provider != "ssh" || n.Pool != "lab" || n.PricePerHour != 2.5 {
+	nodes := decodeItems[model.NodeInfo](t, s.gpufleet("nodes", "list", "-o", "json"))
+	if n := nodes[0]; n.ID != "ssh-box" || n.Provider != "ssh" || n.Pool != "lab" || n.PricePerHour != 2.5 {
 		t.Errorf("node = id %s provider %s pool %s price %v; want ssh-box, ssh, lab, 2.5", n.ID, n.Provider, n.Pool, n.PricePerHour)
 	}
 	if st, err := os.Stat(filepath.Join(nodeDir, "agent.env")); err != nil || st.Mode().Perm() != 0o600 {
@@ -91,20 +87,13 @@ spec:
 		}
 		time.Sleep(100 * time.Millisecond) // polling another process's work; bounded by the deadline
 	}
-	if err := json.Unmarshal([]byte(s.gpufleet("nodes", "list", "-o", "json")), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Nodes {
+	for _, n := range decodeItems[model.NodeInfo](t, s.gpufleet("nodes", "list", "-o", "json")) {
 		if n.ID == "ssh-box" && n.State == model.NodeReady {
 			t.Errorf("node ssh-box is still ready after its pool went")
 		}
 	}
-	var toks api.TokenList
-	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "list", "-o", "json")), &toks); err != nil {
-		t.Fatal(err)
-	}
 	minted := 0
-	for _, tk := range toks.Tokens {
+	for _, tk := range decodeItems[model.Token](t, s.gpufleet("tokens", "list", "-o", "json")) {
 		if tk.Subject == "ssh-box" {
 			minted++
 			if !tk.Revoked {

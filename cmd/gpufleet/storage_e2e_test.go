@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -104,12 +103,8 @@ spec:
 
 	// 3. The checkpoints are artefacts: listed with their steps, and the
 	// one written on the notice fetched by its step, verified.
-	var list model.ArtifactList
-	if err := json.Unmarshal([]byte(s.gpufleet("artifacts", "list", "--job", id, "-o", "json")), &list); err != nil {
-		t.Fatal(err)
-	}
 	steps := map[string]bool{}
-	for _, a := range list.Items {
+	for _, a := range decodeItems[model.Artifact](t, s.gpufleet("artifacts", "list", "--job", id, "-o", "json")) {
 		if a.Kind == model.ArtifactCheckpoint && a.Job == id {
 			steps[strconv.FormatInt(a.Step, 10)] = true
 		}

@@ -84,7 +84,7 @@ func newTokensCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return render(cmd.OutOrStdout(), lsOut, api.TokenList{Tokens: toks}, func(tw *tabwriter.Writer) {
+			return render(cmd.OutOrStdout(), lsOut, items(toks), func(tw *tabwriter.Writer) {
 				row(tw, "ID", "KIND", "SUBJECT", "NAME", "ADMIN", "EXPIRES", "REVOKED")
 				for _, t := range toks {
 					row(tw, t.ID, t.Kind, t.Subject, dash(t.Name), t.Admin, t.ExpiresAt.Local().Format("2006-01-02 15:04"), t.Revoked)

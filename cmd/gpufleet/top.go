@@ -85,7 +85,7 @@ after the other, without terminal escapes; --once prints one and exits, and
 				if err != nil {
 					return err
 				}
-				return render(w, out, topList{Items: rows}, func(tw *tabwriter.Writer) { topTable(tw, rows) })
+				return render(w, out, items(rows), func(tw *tabwriter.Writer) { topTable(tw, rows) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -152,10 +152,6 @@ type topRow struct {
 	EffectiveCostMicros *int64     `json:"effectiveCostMicros,omitempty"`
 	IdleSince           *time.Time `json:"idleSince,omitempty"`
 	Simulated           bool       `json:"simulated,omitempty"`
-}
-
-type topList struct {
-	Items []topRow `json:"items"`
 }
 
 // topRows reads the running jobs with their efficiency in one request.

@@ -379,6 +379,13 @@ func ParseOfferQuery(q map[string][]string, canonical func(string) (string, bool
 		}
 		cq.Limit = n
 	}
+	if v := get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fe.Add("query.offset", "must be a non-negative integer")
+		}
+		cq.Offset = n
+	}
 	for _, e := range cq.Validate() {
 		field, index, _ := strings.Cut(e.Path, "[")
 		if p, ok := offerParams[field]; ok {
@@ -426,7 +433,8 @@ func (s *Server) listOffers(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
-	writeJSON(w, http.StatusOK, OfferList{Offers: nonNil(s.cfg.Catalog.QueryWith(q, s.owned(r.Context())))})
+	page, total := s.cfg.Catalog.Page(q, s.owned(r.Context()))
+	writeJSON(w, http.StatusOK, OfferList{Offers: nonNil(page), Total: total})
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {

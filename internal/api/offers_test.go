@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/gpufleet/gpufleet/internal/api"
@@ -22,6 +23,14 @@ func TestOffersIncludeOwnedMachines(t *testing.T) {
 	list := decodeReply[api.OfferList](t, get("/v1/offers?gpu=H100&gpus=8&limit=2"), http.StatusOK)
 	if len(list.Offers) != 2 || list.Offers[0] != rack || list.Offers[1].Provider == "static" {
 		t.Errorf("offers = %+v, want the owned rack first, then the catalog's cheapest", list.Offers)
+	}
+	// Pages: offset skips, total counts every match, the rack included.
+	second := decodeReply[api.OfferList](t, get("/v1/offers?gpu=H100&gpus=8&limit=2&offset=1"), http.StatusOK)
+	if len(second.Offers) != 2 || second.Offers[0] != list.Offers[1] || second.Total != list.Total || list.Total < 3 {
+		t.Errorf("offset=1 page = %+v (total %d), want it to start at the first page's second offer, total %d > 2", second.Offers, second.Total, list.Total)
+	}
+	if r := get("/v1/offers?offset=-1"); r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "query.offset") {
+		t.Errorf("offset=-1 answered %d %s, want 400 naming query.offset", r.Status, r.Body)
 	}
 	spot := decodeReply[api.OfferList](t, get("/v1/offers?gpu=H100&gpus=8&capacity=spot&limit=5"), http.StatusOK)
 	for _, o := range spot.Offers {

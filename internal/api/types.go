@@ -98,6 +98,8 @@ type NodeList struct {
 // OfferList is the body of GET /v1/offers.
 type OfferList struct {
 	Offers []model.Offer `json:"offers"`
+	// Total counts the offers that match across pages (?offset=, ?limit=).
+	Total int `json:"total"`
 }
 
 // VersionInfo describes the server.

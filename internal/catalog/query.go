@@ -48,6 +48,9 @@ type Query struct {
 	MaxPricePerHour float64 `json:"maxPricePerHour,omitempty"`
 	// Sort is SortPrice (when empty), SortTotal, SortMemory or SortGPUs.
 	Sort string `json:"sort,omitempty"`
+	// Offset skips this many matches, in q's order, before Limit applies
+	// (pages: Offset = (page-1)·Limit).
+	Offset int `json:"offset,omitempty"`
 	// Limit caps the number of offers returned.
 	Limit int `json:"limit,omitempty"`
 }
@@ -98,6 +101,9 @@ func (q Query) Validate() model.FieldErrors {
 	default:
 		errs.Add("sort", fmt.Sprintf("%q is not one of %s, %s, %s, %s", q.Sort, SortPrice, SortTotal, SortMemory, SortGPUs))
 	}
+	if q.Offset < 0 {
+		errs.Add("offset", "must not be negative")
+	}
 	if q.Limit < 0 {
 		errs.Add("limit", "must not be negative")
 	}
@@ -110,11 +116,12 @@ func (c *Catalog) Query(q Query) []model.Offer {
 	regions := c.matchRegions(q.Regions)
 	order := sortKey(q.Sort)
 	candidates := c.candidates(q.GPUs)
-	// Offers are stored in the default order, so with it the first Limit
-	// matches are the answer and the scan can stop there.
+	offset := max(q.Offset, 0)
+	// Offers are stored in the default order, so with it the first
+	// Offset+Limit matches are the answer and the scan can stop there.
 	stopAt := len(candidates)
 	if order == nil && q.Limit > 0 {
-		stopAt = min(stopAt, q.Limit)
+		stopAt = min(stopAt, offset+q.Limit)
 	}
 	hits := make([]int32, 0, stopAt)
 	for _, i := range candidates {
@@ -131,6 +138,7 @@ func (c *Catalog) Query(q Query) []model.Offer {
 			return cmp.Or(order(&c.offers[a], &c.offers[b]), cmp.Compare(a, b))
 		})
 	}
+	hits = hits[min(offset, len(hits)):]
 	if q.Limit > 0 && len(hits) > q.Limit {
 		hits = hits[:q.Limit]
 	}
@@ -263,8 +271,8 @@ func (c *Catalog) QueryWith(q Query, extra []model.Offer) []model.Offer {
 	if len(extra) == 0 {
 		return c.Query(q)
 	}
-	limit := q.Limit
-	q.Limit = 0
+	limit, offset := q.Limit, max(q.Offset, 0)
+	q.Limit, q.Offset = 0, 0
 	out := c.Query(q)
 	for i := range extra {
 		o := &extra[i]
@@ -290,8 +298,23 @@ func (c *Catalog) QueryWith(q Query, extra []model.Offer) []model.Offer {
 		}
 		return compareOffers(&a, &b)
 	})
+	out = out[min(offset, len(out)):]
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out
+}
+
+// Page is QueryWith and the number of offers that match q across all pages
+// (Offset and Limit aside), for a caller that says how many more there are.
+func (c *Catalog) Page(q Query, extra []model.Offer) (page []model.Offer, total int) {
+	all := q
+	all.Offset, all.Limit = 0, 0
+	matches := c.QueryWith(all, extra)
+	total = len(matches)
+	matches = matches[min(max(q.Offset, 0), total):]
+	if q.Limit > 0 && len(matches) > q.Limit {
+		matches = matches[:q.Limit]
+	}
+	return matches, total
 }

@@ -119,6 +119,7 @@ func referenceQuery(c *Catalog, q Query) []model.Offer {
 	case SortGPUs:
 		slices.SortStableFunc(out, func(a, b model.Offer) int { return cmp.Compare(b.GPUCount, a.GPUCount) })
 	}
+	out = out[min(max(q.Offset, 0), len(out)):]
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]
 	}
@@ -129,14 +130,17 @@ func TestQueryMatchesReference(t *testing.T) {
 	t.Parallel()
 	c := mustLoad(t)
 	tests := map[string]Query{
-		"everything":             {},
-		"everything by memory":   {Sort: SortMemory},
-		"spot us by total":       {CapacityTypes: []model.CapacityType{model.Spot}, Regions: []string{"us-*"}, Sort: SortTotal},
-		"big memory by gpus":     {MinGPUMemory: 80 * model.GiB, Sort: SortGPUs, Limit: 50},
-		"count and min count":    {GPUCount: 4, MinGPUCount: 2},
-		"tpus":                   {GPUs: []string{"tpu-v5p-8", "TPU-V6E-256"}, Sort: SortTotal},
-		"providers":              {Providers: []string{"oci", "VAST"}},
-		"limit in default order": {GPUs: []string{"L4"}, Limit: 7},
+		"everything":              {},
+		"everything by memory":    {Sort: SortMemory},
+		"spot us by total":        {CapacityTypes: []model.CapacityType{model.Spot}, Regions: []string{"us-*"}, Sort: SortTotal},
+		"big memory by gpus":      {MinGPUMemory: 80 * model.GiB, Sort: SortGPUs, Limit: 50},
+		"count and min count":     {GPUCount: 4, MinGPUCount: 2},
+		"tpus":                    {GPUs: []string{"tpu-v5p-8", "TPU-V6E-256"}, Sort: SortTotal},
+		"providers":               {Providers: []string{"oci", "VAST"}},
+		"limit in default order":  {GPUs: []string{"L4"}, Limit: 7},
+		"a page in default order": {Offset: 50, Limit: 50},
+		"a page by price":         {Sort: SortPrice, Offset: 100, Limit: 25},
+		"offset to the end":       {GPUs: []string{"L4"}, Offset: 3},
 	}
 	for name, q := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -282,5 +286,80 @@ func TestQueryWith(t *testing.T) {
 	}
 	if got := c.QueryWith(Query{CapacityTypes: []model.CapacityType{model.Spot}, GPUs: []string{"L4"}, Limit: 3}, owned); slices.ContainsFunc(got, func(o model.Offer) bool { return o.Provider == "static" }) {
 		t.Errorf("an owned machine among spot offers: %v", keys(got))
+	}
+}
+
+// TestPage: pages of a query tile its whole answer, and total counts it.
+func TestPage(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t)
+	owned := []model.Offer{{Provider: "static", Region: "lab", InstanceType: "box", GPU: "H100", GPUCount: 8, CapacityType: model.OnDemand, PricePerHour: 9}}
+	q := Query{GPUs: []string{"H100", "L4"}, Sort: SortPrice}
+	want := c.QueryWith(q, owned)
+	if len(want) < 120 {
+		t.Fatalf("the query matches %d offers; too few to page", len(want))
+	}
+	var got []model.Offer
+	for offset := 0; ; offset += 50 {
+		q.Offset, q.Limit = offset, 50
+		page, total := c.Page(q, owned)
+		if total != len(want) {
+			t.Fatalf("page at %d: total %d, want %d", offset, total, len(want))
+		}
+		if len(page) == 0 {
+			break
+		}
+		got = append(got, page...)
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("pages joined differ from the whole answer (-want +got):\n%s", diff)
+	}
+	if page, total := c.Page(Query{GPUs: []string{"H100"}, Offset: 1 << 20, Limit: 5}, nil); len(page) != 0 || total == 0 {
+		t.Errorf("a page past the end = %d offers of %d, want none of many", len(page), total)
+	}
+}
+
+// TestModels: each model's summary agrees with a query for that model
+// alone: its offer count, providers, memory and both price ranges.
+func TestModels(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t)
+	models := c.Models(Query{Sort: SortTotal, Limit: 3}) // sort and limit do not apply
+	if len(models) < 10 {
+		t.Fatalf("%d models in the whole catalog", len(models))
+	}
+	if !slices.IsSortedFunc(models, func(a, b GPUModel) int { return strings.Compare(strings.ToLower(a.GPU), strings.ToLower(b.GPU)) }) {
+		t.Error("models are not sorted by name")
+	}
+	total := 0
+	for _, m := range models {
+		total += m.Offers
+		offers := c.Query(Query{GPUs: []string{m.GPU}})
+		want := GPUModel{GPU: m.GPU, Vendor: m.Vendor, Offers: len(offers), MinGPUMemory: math.MaxInt64, TPU: strings.HasPrefix(m.GPU, "tpu-")}
+		for _, o := range offers {
+			want.GPUMemory, want.MinGPUMemory = max(want.GPUMemory, o.GPUMemory), min(want.MinGPUMemory, o.GPUMemory)
+			if !slices.Contains(want.Providers, o.Provider) {
+				want.Providers = append(want.Providers, o.Provider)
+			}
+			r := &want.OnDemand
+			if o.CapacityType == model.Spot {
+				r = &want.Spot
+			}
+			if *r == nil {
+				*r = &PriceRange{Min: math.Inf(1), Max: math.Inf(-1)}
+			}
+			(*r).Min, (*r).Max = math.Min((*r).Min, o.PricePerGPUHour()), math.Max((*r).Max, o.PricePerGPUHour())
+		}
+		slices.Sort(want.Providers)
+		if diff := gocmp.Diff(want, m); diff != "" {
+			t.Errorf("model %s (-want +got):\n%s", m.GPU, diff)
+		}
+	}
+	if all := len(c.Offers()); total != all {
+		t.Errorf("models count %d offers, the catalog has %d", total, all)
+	}
+	h100 := c.Models(Query{GPUs: []string{"h100"}, CapacityTypes: []model.CapacityType{model.Spot}})
+	if len(h100) != 1 || h100[0].Spot == nil || h100[0].OnDemand != nil || h100[0].GPUMemory != 80*model.GiB || h100[0].MinGPUMemory != 80*model.GiB {
+		t.Errorf("H100 spot summary = %+v, want one model, 80GiB, spot prices only", h100)
 	}
 }

@@ -275,13 +275,12 @@ func (c *Client) Unavailable(ctx context.Context) ([]model.Unavailable, error) {
 	return out.Unavailable, nil
 }
 
-// Offers queries the catalog with the parameters of GET /v1/offers.
-func (c *Client) Offers(ctx context.Context, q url.Values) ([]model.Offer, error) {
+// Offers queries the catalog with the parameters of GET /v1/offers: a page
+// of offers and how many match in all.
+func (c *Client) Offers(ctx context.Context, q url.Values) (api.OfferList, error) {
 	var out api.OfferList
-	if _, err := c.do(ctx, "GET", "/v1/offers?"+q.Encode(), nil, nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Offers, nil
+	_, err := c.do(ctx, "GET", "/v1/offers?"+q.Encode(), nil, nil, &out)
+	return out, err
 }
 
 // Version returns the server's version.
