@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // buildReplica builds testdata/replica (an OpenAI-style stand-in server)
@@ -35,22 +35,19 @@ func buildReplica(t *testing.T) string {
 // TestServiceScalesFromZero: a service with min 0 has no replica until a
 // request comes; the request is held while a replica job starts (with
 // PORT set) and turns ready, then served through /services/NAME/, both as
-// JSON and as an unbuffered SSE stream, and its usage is counted.
+// JSON and as an unbuffered SSE stream, and its usage is counted. The
+// replica checks no key, and still another project's job on its node
+// cannot call it: it meets the agent's gate.
 func TestServiceScalesFromZero(t *testing.T) {
 	replica := buildReplica(t)
 	s := startServer(t, t.TempDir(), freePort(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.PortRun(t, 8)
 	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
 kind: Service
 metadata: {name: echo}
 spec:
   template:
-    run: {command: [%q], env: {REPLY: hello}}
+    run: {command: [%q], env: {REPLY: hello, IGNORE_KEY: "1"}}
     resources: {gpus: 0}
   port: %d
   readiness: {path: /health, period: 200ms}
@@ -127,7 +124,6 @@ spec:
 	if list := s.gpufleet("services", "list"); !strings.Contains(list, "echo") || !strings.Contains(list, "/services/echo/") {
 		t.Fatalf("list:\n%s", list)
 	}
-
 	// Under load from 6 clients (3 per replica at target 2) it scales to
 	// max 2; a rolling update to a new reply meanwhile fails no request;
 	// when the load stops it scales back to 0.
@@ -164,6 +160,12 @@ spec:
 			}
 		}()
 	}
+	failNow := func(format string, args ...any) {
+		t.Helper()
+		close(stop)
+		wg.Wait()
+		t.Fatalf(format, args...)
+	}
 	waitService := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -180,10 +182,12 @@ spec:
 		}
 	}
 	loaded := waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
-	// Any process on the node can reach the replica's port; one that does
-	// not hold the project's replica key (the proxy sends it, the replica
-	// checks it as vLLM's --api-key does) is refused. The key is a sealed
-	// secret named by the job, never in its spec.
+	// A caller on the node that does not hold the project's replica key
+	// (the proxy sends it) is refused, though the replica checks none:
+	// the port is the agent's gate (as root; else the node runs only
+	// admins' jobs, and a replica must check the key itself as vLLM's
+	// --api-key does). The key is a sealed secret named by the job,
+	// never in its spec.
 	for _, hdr := range []string{"", "Bearer guess"} {
 		req, _ := http.NewRequest("POST", "http://"+loaded.Replicas[0].Address+"/v1/completions", strings.NewReader(`{"prompt":"direct"}`))
 		if hdr != "" {
@@ -200,6 +204,32 @@ spec:
 			close(stop)
 			wg.Wait()
 			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
+		}
+	}
+
+	if os.Geteuid() == 0 {
+		// Another project's job on the same node calls the replica's
+		// port as a hostile tenant would. The replica itself checks no
+		// key; it listens in a network namespace of its own, and the
+		// port on the node is the agent's gate, which wants the key.
+		var tok api.TokenCreated
+		if err := json.Unmarshal([]byte(s.gpufleet("tokens", "create", "mallory", "--ttl", "1h", "-o", "json")), &tok); err != nil {
+			failNow("%v", err)
+		}
+		s.gpufleet("roles", "grant", "mallory", "nlp", "member")
+		direct := "http://" + loaded.Replicas[0].Address + "/v1/completions"
+		cmd := s.gpufleetCmd("run", "--upload-workdir", "--project", "nlp", "--", replica, "probe", direct, fmt.Sprintf("http://127.0.0.1:%d/v1/completions", port))
+		cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+tok.Secret)
+		cmd.Dir = t.TempDir()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			failNow("mallory's job: %v\n%s", err, out)
+		}
+		hostile := strings.TrimSpace(withoutUploadNotes(string(out)))
+		s.waitJob(hostile, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+		logs := s.gpufleet("jobs", "logs", hostile)
+		if strings.Count(logs, "status 401") != 2 {
+			failNow("another project's job called the replica directly:\n%s", logs)
 		}
 	}
 
@@ -223,7 +253,9 @@ spec:
 	// other replica and a new job replaces it.
 	v = waitService("2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 	crashed := v.Replicas[0]
-	if resp, err := http.Get("http://" + crashed.Address + "/crash"); err == nil {
+	crash, _ := http.NewRequest("GET", "http://"+crashed.Address+"/crash", nil)
+	crash.Header.Set("Authorization", "Bearer "+replicaEnv(t, s.dataDir, crashed.Job)["GPUFLEET_SERVICE_KEY"])
+	if resp, err := http.DefaultClient.Do(crash); err == nil {
 		resp.Body.Close()
 		t.Fatalf("the replica answered /crash")
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -217,36 +217,10 @@ func (k *fakeKeys) set(project, name, value string) {
 	k.secrets[[2]string{project, name}] = value
 }
 
-// freePort is the first of a run of free ports a service's replicas take
-// (PORT is the service's port plus the replica's slot). It is drawn below
-// Linux's ephemeral range (32768–60999), so the outgoing connections of
-// tests running beside this one cannot take a slot's port between the
-// check and the replica's listen.
-func freePort(t testing.TB) int {
-	const slots = 8
-	for range 200 {
-		base := 20000 + rand.IntN(12000)
-		free := true
-		for p := base; p < base+slots && free; p++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no run of free ports below the ephemeral range")
-	return 0
-}
-
 func testService(t testing.TB, name string, minR, maxR int) model.Service {
 	s := model.Service{Name: name, Project: "default", Spec: model.ServiceSpec{
 		Template:    model.JobSpec{Run: model.RunSpec{Command: []string{"serve"}, Env: map[string]string{"REPLY": "v1"}}},
-		Port:        freePort(t),
+		Port:        testutil.PortRun(t, 8),
 		Readiness:   model.ReadinessProbe{Path: "/health", Period: model.Duration(20 * time.Millisecond)},
 		Replicas:    model.ServiceReplicas{Min: minR, Max: maxR},
 		Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnInFlight, Target: 4, ScaleFromZeroTimeout: model.Duration(10 * time.Second)},

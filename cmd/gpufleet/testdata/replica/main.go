@@ -3,7 +3,11 @@
 // OpenAI-style /v1/completions with usage, streamed as Server-Sent Events
 // when the request asks for "stream": true. Like vLLM's --api-key, it
 // answers /v1/ only to "Authorization: Bearer $GPUFLEET_SERVICE_KEY" when
-// that is set (the replica key the proxy sends).
+// that is set (the replica key the proxy sends), unless IGNORE_KEY is set,
+// as a careless replica would.
+//
+// "replica probe URL..." is a tenant's job looking around instead: it
+// prints "URL status CODE" (or "URL error") for a GET of each URL.
 package main
 
 import (
@@ -13,15 +17,32 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		c := &http.Client{Timeout: 5 * time.Second}
+		for _, u := range os.Args[2:] {
+			resp, err := c.Post(u, "application/json", strings.NewReader(`{"prompt":"probe"}`))
+			if err != nil {
+				fmt.Println(u, "error", err)
+				continue
+			}
+			resp.Body.Close()
+			fmt.Println(u, "status", resp.StatusCode)
+		}
+		return
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		log.Fatal("PORT is not set")
 	}
 	reply := os.Getenv("REPLY")
 	key := os.Getenv("GPUFLEET_SERVICE_KEY")
+	if os.Getenv("IGNORE_KEY") != "" {
+		key = ""
+	}
 	http.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// /crash ends the process at once, as a crashing server would.
 	http.HandleFunc("/crash", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
