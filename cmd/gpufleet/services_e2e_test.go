@@ -233,6 +233,24 @@ spec:
 		}
 	}
 
+	// The replica's output reaches the server as the agent ships it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		logs := s.gpufleet("services", "logs", "echo")
+		if strings.Contains(logs, "[replica 0] ") && strings.Contains(logs, fmt.Sprintf("replica listening on :%d", port)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			failNow("services logs:\n%s", logs)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the server; bounded by the deadline
+	}
+	if logs := s.gpufleet("services", "logs", "echo", "--replica", "0"); strings.Contains(logs, "[replica") || !strings.Contains(logs, "replica listening") {
+		failNow("services logs --replica 0:\n%s", logs)
+	}
+	if ex := s.gpufleet("explain", "service", "echo"); !strings.Contains(ex, "inflight at 2 per ready replica; 0 to 2 replicas") || !strings.Contains(ex, "replicas 0 → 1: scale from zero") {
+		failNow("explain service:\n%s", ex)
+	}
+
 	updated := strings.Replace(manifest, "REPLY: hello", "REPLY: world", 1)
 	if err := os.WriteFile(file, []byte(updated), 0o600); err != nil {
 		t.Fatal(err)

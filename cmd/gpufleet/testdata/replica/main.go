@@ -75,5 +75,6 @@ func main() {
 		json.NewEncoder(w).Encode(map[string]any{"object": "text_completion", "model": "echo", "port": port,
 			"choices": []any{map[string]any{"text": reply, "index": 0}}, "usage": usage})
 	})
+	log.Printf("replica listening on :%s", port)
 	log.Fatal(http.ListenAndServe(":"+port, nil))
 }
