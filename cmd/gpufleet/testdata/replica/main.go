@@ -11,12 +11,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -54,6 +57,10 @@ func main() {
 		var req struct {
 			Prompt string `json:"prompt"`
 			Stream bool   `json:"stream"`
+			// Tokens and IntervalMS shape a stream: how many events, how
+			// far apart (default 3, none).
+			Tokens     int `json:"tokens"`
+			IntervalMS int `json:"interval_ms"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -63,8 +70,15 @@ func main() {
 		usage := map[string]int{"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3}
 		if req.Stream {
 			w.Header().Set("Content-Type", "text/event-stream")
-			for _, tok := range []string{"a", "b", "c"} {
-				fmt.Fprintf(w, "data: {\"choices\":[{\"text\":%q}]}\n\n", tok)
+			n := req.Tokens
+			if n <= 0 {
+				n = 3
+			}
+			for i := range n {
+				if i > 0 {
+					time.Sleep(time.Duration(req.IntervalMS) * time.Millisecond)
+				}
+				fmt.Fprintf(w, "data: {\"choices\":[{\"text\":%q}]}\n\n", string(rune('a'+i%26)))
 				w.(http.Flusher).Flush()
 			}
 			u, _ := json.Marshal(map[string]any{"choices": []any{}, "usage": usage})
@@ -75,6 +89,22 @@ func main() {
 		json.NewEncoder(w).Encode(map[string]any{"object": "text_completion", "model": "echo", "port": port,
 			"choices": []any{map[string]any{"text": reply, "index": 0}}, "usage": usage})
 	})
+	// On SIGTERM (a stop, a spot notice) it stops accepting and finishes
+	// the requests in flight, as a serving engine does.
+	srv := &http.Server{Addr: ":" + port}
+	done := make(chan struct{})
+	go func() {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		<-term
+		log.Print("SIGTERM: finishing the requests in flight")
+		srv.Shutdown(context.Background())
+		close(done)
+	}()
 	log.Printf("replica listening on :%s", port)
-	log.Fatal(http.ListenAndServe(":"+port, nil))
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+	<-done
+	log.Print("all requests finished")
 }
