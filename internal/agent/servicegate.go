@@ -59,6 +59,22 @@ func (a *Agent) setGate(r *replica, g *gate.Gate) {
 // the replica that replaces it.
 func (a *Agent) closeGate(r *replica) { a.setGate(r, nil) }
 
+// closeGates stops every tracked replica's gate, as the agent stops.
+func (a *Agent) closeGates() {
+	a.mu.Lock()
+	var gates []*gate.Gate
+	for _, r := range a.tracked {
+		if r.gate != nil {
+			gates = append(gates, r.gate)
+			r.gate = nil
+		}
+	}
+	a.mu.Unlock()
+	for _, g := range gates {
+		g.Close()
+	}
+}
+
 // replicaDialer connects to 127.0.0.1:PORT inside the namespace of the
 // replica in dir: a process replica's own child, a container's main
 // process (asked of podman once, then while it lives).

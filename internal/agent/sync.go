@@ -439,6 +439,9 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 	a.mu.Lock()
 	if a.shut {
 		a.mu.Unlock()
+		if g != nil {
+			g.Close() // the next agent run opens it again
+		}
 		log.Warn("replica started while the agent stopped; the next agent run adopts it")
 		return nil
 	}
