@@ -816,3 +816,36 @@ func TestOnDemandShare(t *testing.T) {
 		t.Fatalf("spot policies of 3 replicas at onDemandShare 0.5: %v", count)
 	}
 }
+
+// TestP95LatencyScalesTheService: with metric p95, the proxy's own time
+// to first byte drives the count. A replica that takes 50 ms against a
+// 20 ms target is 2.5× over: one ready replica becomes three (max), the
+// decision says why, and the service reports the p95 it read.
+func TestP95LatencyScalesTheService(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "lat", 1, 3)
+	s.Spec.Autoscaling.Metric, s.Spec.Autoscaling.Target = model.ScaleOnLatency, 0.02
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("lat"); return st.Ready == 1 })
+	if st, _ := m.Get("lat"); st.Desired != 1 {
+		t.Fatalf("before any request: desired %d", st.Desired)
+	}
+	stop := make(chan struct{})
+	ok, failed, wait := load(t, srv.URL+"/services/lat/slow", 2, stop)
+	defer func() { close(stop); wait() }()
+	waitFor(t, "3 replicas asked for", func() bool { st, _ := m.Get("lat"); return st.Desired == 3 })
+	st, _ := m.Get("lat")
+	if st.Load.LatencySamples < minLatencySamples || st.Load.P95Seconds < 0.04 {
+		t.Fatalf("load read: %+v", st.Load)
+	}
+	last := st.Events[len(st.Events)-1]
+	if !strings.Contains(last.Message, "p95 latency") || !strings.Contains(last.Message, "over target 20ms") {
+		t.Fatalf("the decision's reason: %q", last.Message)
+	}
+	if ok.Load() == 0 || failed.Load() != 0 {
+		t.Fatalf("load: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
