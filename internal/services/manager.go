@@ -602,6 +602,9 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 							b.perHour = n.share(&j.Spec)
 							moving = n.draining
 						}
+						if ep := a.Replicas[0].Endpoint; ep != "" {
+							addr = ep // its runner fronts it (a Kubernetes Service)
+						}
 						moving = moving || a.Stop
 						if a.StartedAt != nil {
 							b.started = *a.StartedAt

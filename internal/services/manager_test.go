@@ -38,6 +38,9 @@ type fakeControl struct {
 	events  []model.Event
 	// stopping are jobs whose attempt the controller stops (a notice).
 	stopping map[string]bool
+	// endpoint, when set, is every attempt's replica endpoint (as a
+	// Kubernetes runner reports its Service).
+	endpoint string
 	t        *testing.T
 }
 
@@ -128,8 +131,9 @@ func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
 	f.mu.Lock()
 	start := f.jobs[id].SubmittedAt
 	stop := f.stopping[id]
+	ep := f.endpoint
 	f.mu.Unlock()
-	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
+	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1", Endpoint: ep}}}}, nil
 }
 
 // Nodes is one node with 4 GPUs at $8/hour.
@@ -847,5 +851,29 @@ func TestP95LatencyScalesTheService(t *testing.T) {
 	}
 	if ok.Load() == 0 || failed.Load() != 0 {
 		t.Fatalf("load: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// TestReplicaEndpointIsDialed: a replica whose runner reports an endpoint
+// (a Kubernetes Service) is probed and proxied there, not at its node's
+// address and port.
+func TestReplicaEndpointIsDialed(t *testing.T) {
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"via":"endpoint","path":%q}`, r.URL.Path)
+	}))
+	defer front.Close()
+	f := newFake(t)
+	f.endpoint = strings.TrimPrefix(front.URL, "http://")
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "kube", 1, 1)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("kube"); return st.Ready == 1 })
+	if st, _ := m.Get("kube"); st.Replicas[0].Address != f.endpoint {
+		t.Fatalf("replica address %q, want the endpoint %q", st.Replicas[0].Address, f.endpoint)
+	}
+	if code, body := get(t, srv.URL+"/services/kube/v1/completions"); code != 200 || body != `{"via":"endpoint","path":"/v1/completions"}` {
+		t.Fatalf("proxied: %d %s", code, body)
 	}
 }
