@@ -15,15 +15,75 @@ import (
 )
 
 func newExplainCmd(g *globals) *cobra.Command {
-	return readCommand(g, &cobra.Command{
+	cmd := readCommand(g, &cobra.Command{
 		Use:   "explain JOB",
-		Short: "Say why a job waits: queue position, reasons per node group and offer, estimated start",
+		Short: "Say why a job waits (queue position, reasons per node group and offer, estimated start), or why a service has its replicas",
 		Example: `  gpufleet explain j-abc123
-  gpufleet explain j-abc123 -o json`,
+  gpufleet explain j-abc123 -o json
+  gpufleet explain service llm`,
 		Args: cobra.ExactArgs(1),
 	}, func(ctx context.Context, c *client.Client, args []string) (*api.Explanation, error) {
 		return c.Explain(ctx, args[0])
 	}, explainTable)
+	cmd.AddCommand(newExplainServiceCmd(g))
+	return cmd
+}
+
+func newExplainServiceCmd(g *globals) *cobra.Command {
+	return readCommand(g, &cobra.Command{
+		Use:     "service SERVICE",
+		Aliases: []string{"svc"},
+		Short:   "Say why a service has the replicas it has: its policy, what the autoscaler measures now, its recent decisions and their reasons",
+		Long: `Shows a service's autoscaling policy, the load the autoscaler reads now (requests in
+flight, requests per second, p95 latency), the replica count it decided and each
+replica's state, and its latest decisions (the service-scale events) with their
+reasons, oldest first. A replica that is pending waits for the scheduler:
+` + "`gpufleet explain JOB`" + ` says why.`,
+		Example: `  gpufleet explain service llm
+  gpufleet explain service llm -o json`,
+		Args: cobra.ExactArgs(1),
+	}, func(ctx context.Context, c *client.Client, args []string) (*api.ServiceView, error) {
+		return c.Service(ctx, args[0])
+	}, explainServiceTable)
+}
+
+// explainServiceTable renders why a service has its replicas.
+func explainServiceTable(tw *tabwriter.Writer, s *api.ServiceView) {
+	a, r := s.Spec.Autoscaling, s.Spec.Replicas
+	row(tw, "SERVICE", s.Name)
+	switch a.Metric {
+	case "":
+		row(tw, "POLICY", fmt.Sprintf("fixed at %d replicas (no autoscaling metric)", r.Target))
+	case model.ScaleOnLatency:
+		row(tw, "POLICY", fmt.Sprintf("p95 latency (time to first byte) at %s, ±10%%; %d to %d replicas", time.Duration(a.Target*float64(time.Second)), r.Min, r.Max))
+	default:
+		row(tw, "POLICY", fmt.Sprintf("%s at %g per ready replica; %d to %d replicas", a.Metric, a.Target, r.Min, r.Max))
+	}
+	if a.Metric != "" {
+		row(tw, "WINDOWS", fmt.Sprintf("scale up after %s, down after %s of the metric asking for it", a.ScaleUpWindow, a.ScaleDownWindow))
+	}
+	p95 := "-"
+	if s.Load.LatencySamples > 0 {
+		p95 = fmt.Sprintf("%s over %d requests", time.Duration(s.Load.P95Seconds*float64(time.Second)).Round(time.Millisecond), s.Load.LatencySamples)
+	}
+	row(tw, "LOAD NOW", fmt.Sprintf("%d in flight (%d waiting for a replica), %.3g requests/s, p95 %s", s.InFlight, s.Load.Waiting, s.Load.Rate, p95))
+	row(tw, "REPLICAS", fmt.Sprintf("%d desired, %d ready", s.Desired, s.Ready))
+	for _, rep := range s.Replicas {
+		line := fmt.Sprintf("%s %s (job %s), generation %d", rep.State, dash(rep.Address), rep.JobState, rep.Generation)
+		if rep.State == model.ReplicaPending {
+			line += "; why it waits: gpufleet explain " + rep.Job
+		}
+		row(tw, fmt.Sprintf("REPLICA %d", rep.Slot), rep.Job+" "+line)
+	}
+	fmt.Fprintln(tw)
+	if len(s.Events) == 0 {
+		row(tw, "DECISIONS", "none since the server started (the count has stayed where it began)")
+		return
+	}
+	row(tw, "TIME", "DECISION")
+	for _, e := range s.Events {
+		row(tw, e.Time.Format(time.RFC3339), e.Message)
+	}
 }
 
 // explainTable renders an explanation: the job's place in its queue and, for

@@ -137,7 +137,18 @@ func TestJobsCannotReachTheControlPlane(t *testing.T) {
 // which must be its owner's only (mode 0600).
 func jobTokenOf(t *testing.T, dataDir, jobID string) string {
 	t.Helper()
-	var token string
+	token := replicaEnv(t, dataDir, jobID)["GPUFLEET_JOB_TOKEN"]
+	if !strings.HasPrefix(token, "gfj_") {
+		t.Fatalf("finding job %s's token: %q", jobID, token)
+	}
+	return token
+}
+
+// replicaEnv is the environment of job id's replica, secrets included, from
+// the agent's copy of its spec, which must be its owner's only (mode 0600).
+func replicaEnv(t *testing.T, dataDir, jobID string) map[string]string {
+	t.Helper()
+	var env map[string]string
 	err := filepath.WalkDir(filepath.Join(dataDir, "agent"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.Name() != "spec.json" || !strings.Contains(path, jobID) {
 			return err
@@ -157,13 +168,13 @@ func jobTokenOf(t *testing.T, dataDir, jobID string) string {
 		if err := json.Unmarshal(data, &spec); err != nil {
 			return err
 		}
-		token = spec.Env["GPUFLEET_JOB_TOKEN"]
+		env = spec.Env
 		return nil
 	})
-	if err != nil || !strings.HasPrefix(token, "gfj_") {
-		t.Fatalf("finding job %s's token: %v (%q)", jobID, err, token)
+	if err != nil || env == nil {
+		t.Fatalf("finding job %s's replica spec: %v", jobID, err)
 	}
-	return token
+	return env
 }
 
 // podmanWorks reports whether rootful podman runs here; with CI set it

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,12 +22,14 @@ func newServicesCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Example: `  gpufleet services apply -f llm.yaml
   gpufleet services list
+  gpufleet services logs llm -f
+  gpufleet explain service llm
   curl -H "Authorization: Bearer $TOKEN" $SERVER/services/llm/v1/completions -d '{"prompt":"hi"}'`,
 		Use:     "services",
 		Aliases: []string{"service", "svc"},
 		Short:   "Run inference endpoints: replicas behind the server's proxy at /services/NAME/, scaled on load",
 	}
-	cmd.AddCommand(newServicesApplyCmd(g), newServicesListCmd(g), newServicesGetCmd(g), newServicesDeleteCmd(g))
+	cmd.AddCommand(newServicesApplyCmd(g), newServicesListCmd(g), newServicesGetCmd(g), newServicesDeleteCmd(g), newServicesLogsCmd(g))
 	return cmd
 }
 
@@ -170,4 +175,125 @@ func authOf(a model.ServiceAuth) string {
 		return a.Mode + " (" + strings.Join(a.Secrets, ", ") + ")"
 	}
 	return a.Mode
+}
+
+func newServicesLogsCmd(g *globals) *cobra.Command {
+	var (
+		follow  bool
+		replica int
+	)
+	cmd := &cobra.Command{
+		Use:   "logs SERVICE",
+		Short: "Print the output of a service's replicas",
+		Long: `Prints the output of every replica of a service, each line prefixed with
+[replica N] (N is the replica's slot; it listens on port + N), one replica
+after the other; or one replica's, unprefixed, with --replica N. With -f it
+follows them until interrupted, and takes on replicas that start meanwhile
+(a scale-up, a rolling update, a replacement).`,
+		Example: `  gpufleet services logs llm
+  gpufleet services logs llm -f                 # every replica, as it comes, lines prefixed [replica N]
+  gpufleet services logs llm --replica 0 -f     # one replica's output, followed across its attempts`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Service(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("replica") {
+				for _, r := range s.Replicas {
+					if r.Slot != replica {
+						continue
+					}
+					if follow {
+						_, err := followJob(cmd, c, r.Job, 0, cmd.OutOrStdout())
+						return err
+					}
+					_, err := c.Logs(cmd.Context(), r.Job, client.LogOptions{}, cmd.OutOrStdout())
+					return err
+				}
+				return usageError{fmt.Errorf("--replica %d: service %s has no replica in slot %d (%s); see `gpufleet services get %s`", replica, s.Name, replica, slotsOf(s), s.Name)}
+			}
+			if follow {
+				return followReplicas(cmd, c, s)
+			}
+			if len(s.Replicas) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: service %s has no replicas now (%d desired); follow it with `gpufleet services logs -f %s`\n", s.Name, s.Desired, s.Name)
+				return nil
+			}
+			for _, r := range s.Replicas {
+				pw := &prefixWriter{w: cmd.OutOrStdout(), prefix: fmt.Sprintf("[replica %d] ", r.Slot)}
+				if _, err := c.Logs(cmd.Context(), r.Job, client.LogOptions{}, pw); err != nil {
+					return fmt.Errorf("replica %d (%s): %w", r.Slot, r.Job, err)
+				}
+				pw.Flush()
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the output until interrupted, taking on new replicas")
+	cmd.Flags().IntVar(&replica, "replica", 0, "only the replica in this slot (see `gpufleet services get`)")
+	return cmd
+}
+
+// serviceFollowPoll is how often a followed service is asked for replicas
+// that started since.
+const serviceFollowPoll = 2 * time.Second
+
+// followReplicas follows the output of every replica of s, and of each
+// that starts later, lines prefixed [replica N], until the command is
+// interrupted or the service is deleted.
+func followReplicas(cmd *cobra.Command, c *client.Client, s *api.ServiceView) error {
+	ctx := cmd.Context()
+	out := &lockedWriter{w: cmd.OutOrStdout()}
+	followed := map[string]bool{}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(serviceFollowPoll)
+	defer tick.Stop()
+	for {
+		for _, r := range s.Replicas {
+			if followed[r.Job] {
+				continue
+			}
+			followed[r.Job] = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pw := &prefixWriter{w: out, prefix: fmt.Sprintf("[replica %d] ", r.Slot)}
+				if _, err := followJob(cmd, c, r.Job, 0, pw); err != nil && ctx.Err() == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gpufleet: replica %d (%s): %v\n", r.Slot, r.Job, err)
+				}
+				pw.Flush()
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		next, err := c.Service(ctx, s.Name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s = next
+	}
+}
+
+// slotsOf lists a service's replica slots, for an error.
+func slotsOf(s *api.ServiceView) string {
+	if len(s.Replicas) == 0 {
+		return "it has none now"
+	}
+	slots := make([]string, len(s.Replicas))
+	for i, r := range s.Replicas {
+		slots[i] = strconv.Itoa(r.Slot)
+	}
+	return "its slots: " + strings.Join(slots, ", ")
 }

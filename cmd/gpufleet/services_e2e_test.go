@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // buildReplica builds testdata/replica (an OpenAI-style stand-in server)
@@ -35,22 +37,19 @@ func buildReplica(t *testing.T) string {
 // TestServiceScalesFromZero: a service with min 0 has no replica until a
 // request comes; the request is held while a replica job starts (with
 // PORT set) and turns ready, then served through /services/NAME/, both as
-// JSON and as an unbuffered SSE stream, and its usage is counted.
+// JSON and as an unbuffered SSE stream, and its usage is counted. The
+// replica checks no key, and still another project's job on its node
+// cannot call it: it meets the agent's gate.
 func TestServiceScalesFromZero(t *testing.T) {
 	replica := buildReplica(t)
 	s := startServer(t, t.TempDir(), freePort(t))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testutil.PortRun(t, 8)
 	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
 kind: Service
 metadata: {name: echo}
 spec:
   template:
-    run: {command: [%q], env: {REPLY: hello}}
+    run: {command: [%q], env: {REPLY: hello, IGNORE_KEY: "1"}}
     resources: {gpus: 0}
   port: %d
   readiness: {path: /health, period: 200ms}
@@ -127,7 +126,6 @@ spec:
 	if list := s.gpufleet("services", "list"); !strings.Contains(list, "echo") || !strings.Contains(list, "/services/echo/") {
 		t.Fatalf("list:\n%s", list)
 	}
-
 	// Under load from 6 clients (3 per replica at target 2) it scales to
 	// max 2; a rolling update to a new reply meanwhile fails no request;
 	// when the load stops it scales back to 0.
@@ -164,6 +162,12 @@ spec:
 			}
 		}()
 	}
+	failNow := func(format string, args ...any) {
+		t.Helper()
+		close(stop)
+		wg.Wait()
+		t.Fatalf(format, args...)
+	}
 	waitService := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
 		deadline := time.Now().Add(90 * time.Second)
 		for {
@@ -180,10 +184,12 @@ spec:
 		}
 	}
 	loaded := waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
-	// Any process on the node can reach the replica's port; one that does
-	// not hold the project's replica key (the proxy sends it, the replica
-	// checks it as vLLM's --api-key does) is refused. The key is a sealed
-	// secret named by the job, never in its spec.
+	// A caller on the node that does not hold the project's replica key
+	// (the proxy sends it) is refused, though the replica checks none:
+	// the port is the agent's gate (as root; else the node runs only
+	// admins' jobs, and a replica must check the key itself as vLLM's
+	// --api-key does). The key is a sealed secret named by the job,
+	// never in its spec.
 	for _, hdr := range []string{"", "Bearer guess"} {
 		req, _ := http.NewRequest("POST", "http://"+loaded.Replicas[0].Address+"/v1/completions", strings.NewReader(`{"prompt":"direct"}`))
 		if hdr != "" {
@@ -201,6 +207,36 @@ spec:
 			wg.Wait()
 			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
 		}
+	}
+
+	if os.Geteuid() == 0 {
+		// Another project's job on the same node calls the replica's
+		// port as a hostile tenant would. The replica itself checks no
+		// key; it listens in a network namespace of its own, and the
+		// port on the node is the agent's gate, which wants the key.
+		direct := "http://" + loaded.Replicas[0].Address + "/v1/completions"
+		logs := tenantJob(t, s, "--", replica, "probe", direct, fmt.Sprintf("http://127.0.0.1:%d/v1/completions", port))
+		if strings.Count(logs, "status 401") != 2 {
+			failNow("another project's job called the replica directly:\n%s", logs)
+		}
+	}
+
+	// The replica's output reaches the server as the agent ships it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		logs := s.gpufleet("services", "logs", "echo")
+		if strings.Contains(logs, "[replica 0] ") && strings.Contains(logs, fmt.Sprintf("replica listening on :%d", port)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			failNow("services logs:\n%s", logs)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the server; bounded by the deadline
+	}
+	if logs := s.gpufleet("services", "logs", "echo", "--replica", "0"); strings.Contains(logs, "[replica") || !strings.Contains(logs, "replica listening") {
+		failNow("services logs --replica 0:\n%s", logs)
+	}
+	if ex := s.gpufleet("explain", "service", "echo"); !strings.Contains(ex, "inflight at 2 per ready replica; 0 to 2 replicas") || !strings.Contains(ex, "replicas 0 → 1: scale from zero") {
+		failNow("explain service:\n%s", ex)
 	}
 
 	updated := strings.Replace(manifest, "REPLY: hello", "REPLY: world", 1)
@@ -223,9 +259,16 @@ spec:
 	// other replica and a new job replaces it.
 	v = waitService("2 ready replicas", func(v api.ServiceView) bool { return v.Ready == 2 })
 	crashed := v.Replicas[0]
-	if resp, err := http.Get("http://" + crashed.Address + "/crash"); err == nil {
+	crash, _ := http.NewRequest("GET", "http://"+crashed.Address+"/crash", nil)
+	crash.Header.Set("Authorization", "Bearer "+replicaEnv(t, s.dataDir, crashed.Job)["GPUFLEET_SERVICE_KEY"])
+	if resp, err := http.DefaultClient.Do(crash); err == nil {
+		// The gate sent the GET on a kept-alive connection; its transport
+		// tries a GET once more on a new one, finds the replica gone and
+		// says so (502). Any answer but that is the replica's.
 		resp.Body.Close()
-		t.Fatalf("the replica answered /crash")
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("the replica answered /crash: %d", resp.StatusCode)
+		}
 	}
 	waitService("the crashed replica replaced", func(v api.ServiceView) bool {
 		if v.Ready != 2 {
@@ -273,5 +316,232 @@ spec:
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Fatalf("deleted service answered %d", resp.StatusCode)
+	}
+}
+
+// tenantJob runs args (gpufleet run's, after its flags) as a member of
+// project nlp, and returns the job's log once it has ended.
+func tenantJob(t *testing.T, s *serverProc, args ...string) string {
+	t.Helper()
+	name := "mallory-" + strconv.FormatInt(time.Now().UnixNano(), 36) // a token of its own per job
+	var tok api.TokenCreated
+	if err := json.Unmarshal([]byte(s.gpufleet("tokens", "create", name, "--ttl", "1h", "-o", "json")), &tok); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("roles", "grant", name, "nlp", "member")
+	cmd := s.gpufleetCmd(append([]string{"run", "--upload-workdir", "--project", "nlp"}, args...)...)
+	cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+tok.Secret)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mallory's job: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(withoutUploadNotes(string(out)))
+	s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
+	return s.gpufleet("jobs", "logs", id)
+}
+
+// TestServiceContainerReplicaBehindGate: a replica in a container (busybox
+// httpd, which checks no key) is served through the proxy, while on its
+// node a caller without the key, another project's process job and
+// another project's container job (through slirp4netns's way to the
+// host's loopback) all meet the agent's gate.
+func TestServiceContainerReplicaBehindGate(t *testing.T) {
+	if os.Geteuid() != 0 || !podmanWorks(t) {
+		t.Skip("container replicas behind a gate need root and podman")
+	}
+	image := buildExampleImages(t)
+	replica := buildReplica(t)
+	s := startServer(t, t.TempDir(), freePort(t))
+	port := testutil.PortRun(t, 4)
+	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
+kind: Service
+metadata: {name: web}
+spec:
+  template:
+    run:
+      image: %s
+      command: [sh, -c, 'mkdir -p /tmp/www && echo ok > /tmp/www/health && exec httpd -f -p "$PORT" -h /tmp/www']
+    resources: {gpus: 0}
+  port: %d
+  readiness: {path: /health, period: 200ms}
+  replicas: {min: 1, max: 1}
+  auth: {mode: public}
+`, image, port)
+	cmd := s.gpufleetCmd("services", "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	var v api.ServiceView
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", "web", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Ready == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready replica: %+v\nserver log:\n%s", v.Replicas, s.out)
+		}
+		time.Sleep(250 * time.Millisecond) // polling the server; bounded by the deadline
+	}
+	resp, err := http.Get("http://" + s.listen + "/services/web/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "ok" {
+		t.Fatalf("through the proxy: %d %q", resp.StatusCode, body)
+	}
+	resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a caller on the node without the key: %d, want 401", resp.StatusCode)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/health", port)
+	if logs := tenantJob(t, s, "--", replica, "probe", url); !strings.Contains(logs, "status 401") {
+		t.Fatalf("another project's process job reached the container replica:\n%s", logs)
+	}
+	slirp := fmt.Sprintf("http://10.0.2.2:%d/health", port)
+	logs := tenantJob(t, s, "--image", image, "--", "sh", "-c", "wget -q -O- "+slirp+" 2>&1; echo exit $?")
+	if !strings.Contains(logs, "401") || strings.Contains(logs, "\nok\n") {
+		t.Fatalf("another project's container job reached the container replica:\n%s", logs)
+	}
+}
+
+// TestServiceReplicaMovesOnSpotNotice: a service's replica runs on a
+// simulated spot node; a stream is in flight when the node gets its
+// notice. The replica takes no new request, its stream runs to its end
+// within the grace period, a replacement starts on another node and serves
+// a request sent meanwhile.
+func TestServiceReplicaMovesOnSpotNotice(t *testing.T) {
+	replica := buildReplica(t)
+	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
+	// 2 h of simulated notice lead at 600× is 12 s: longer than the stream.
+	if err := os.WriteFile(scenario, []byte("clouds:\n  aws: {noticeLead: 2h}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startControlPlane(t, t.TempDir(), freePort(t), "--sim", "--sim-clouds", "aws", "--time-scale", "600", "--sim-scenario", scenario)
+	pool := filepath.Join(t.TempDir(), "pool.yaml")
+	if err := os.WriteFile(pool, []byte(`apiVersion: gpufleet.dev/v1
+kind: NodePool
+metadata: {name: spot-h100}
+spec:
+  provider: sim
+  sim: {clouds: [aws]}
+  requirements: {gpuModels: [H100], gpusPerNode: 8}
+  capacityTypes: [spot]
+  min: 0
+  max: 3
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("apply", "-f", pool)
+	port := testutil.PortRun(t, 4)
+	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
+kind: Service
+metadata: {name: spotty}
+spec:
+  template:
+    run: {command: [%q], env: {REPLY: moved}}
+    resources: {gpus: 8, gpu: {models: [H100]}}
+    spot: allowed
+    checkpoint: {grace: 60s}
+  port: %d
+  readiness: {path: /health, period: 200ms}
+  replicas: {min: 1, max: 1}
+  auth: {mode: public}
+`, replica, port)
+	apply := s.gpufleetCmd("services", "apply", "-f", "-")
+	apply.Stdin = strings.NewReader(manifest)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	get := func() api.ServiceView {
+		var v api.ServiceView
+		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", "spotty", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	wait := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			v := get()
+			if ok(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s: %+v\nserver log:\n%s", what, v, s.out)
+			}
+			time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
+		}
+	}
+	first := wait("a ready replica", func(v api.ServiceView) bool { return v.Ready == 1 }).Replicas[0]
+	node := s.attemptNode(first.Job)
+
+	// A stream of 12 events 500 ms apart is in flight when the notice comes.
+	base := "http://" + s.listen + "/services/spotty"
+	resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","stream":true,"tokens":12,"interval_ms":500}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("the stream's first event: %q %v", line, err)
+	}
+	s.gpufleet("nodes", "interrupt", node)
+
+	// A request sent now goes to the replacement, never to the moving
+	// replica; it is held until the replacement is ready.
+	type answer struct {
+		body string
+		err  error
+	}
+	later := make(chan answer, 1)
+	go func() {
+		wait("the replica moving", func(v api.ServiceView) bool {
+			for _, r := range v.Replicas {
+				if r.Job == first.Job && r.State == model.ReplicaDraining {
+					return true
+				}
+			}
+			return v.Ready == 0
+		})
+		r, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"after the notice"}`))
+		if err != nil {
+			later <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			err = fmt.Errorf("status %d", r.StatusCode)
+		}
+		later <- answer{string(b), err}
+	}()
+
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatalf("the stream broke after the notice: %v (got %q)", err, rest)
+	}
+	if n := strings.Count(string(rest), "data: "); n != 11+2 || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream after the notice: %d events, %q", n, rest)
+	}
+	a := <-later
+	if a.err != nil || !strings.Contains(a.body, `"text":"moved"`) {
+		t.Fatalf("a request sent during the move: %v %s\nserver log:\n%s", a.err, a.body, s.out)
+	}
+	v := wait("a ready replica on another node", func(v api.ServiceView) bool { return v.Ready == 1 })
+	for _, r := range v.Replicas {
+		if r.State == model.ReplicaReady && r.Job == first.Job && s.attemptNode(r.Job) == node {
+			t.Fatalf("the ready replica is still on the interrupted node %s", node)
+		}
 	}
 }

@@ -148,6 +148,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// Last, once nothing tends replicas: the gates go with the agent (an
+	// agent that starts again opens them for the replicas it adopts).
+	defer a.closeGates()
 	defer a.tending.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // before the Wait above: stop tending on any return

@@ -28,4 +28,8 @@
 //     answers a report of its end no longer lists it; then it is acked.
 //   - Sync and log errors are retried with capped, jittered exponential
 //     backoff on the Clock; nothing is stopped because the server is away.
+//   - On an isolating agent a service replica's port on the host is the
+//     agent's gate (package gate, servicegate.go), open from before the
+//     replica starts until its end is seen (or the agent stops); the replica
+//     itself listens only inside its own network namespace.
 package agent

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/agent/gate"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
@@ -45,6 +46,7 @@ type replica struct {
 	status agentapi.ReplicaStatus // Phase empty while there is nothing to report
 	stop   bool
 	ckpt   *ckptState // its checkpoint sync, set at most once (setCheckpoints)
+	gate   *gate.Gate // a service replica's gate while it may run (servicegate.go)
 }
 
 // launched is a supervisor process this agent started.
@@ -180,6 +182,9 @@ func (a *Agent) tend(ctx context.Context, r *replica) {
 		}
 		obs := a.observe(r, log)
 		if ended(obs.status.Phase) {
+			// Its port is free before its end is reported, for the
+			// replica that replaces it.
+			a.closeGate(r)
 			// The last checkpoint is uploaded before the end is
 			// reported: the attempt that resumes the job must find it.
 			watch.end()

@@ -28,6 +28,10 @@ const (
 // a container started with allow_host_loopback.
 const slirpHost = "10.0.2.2"
 
+// containerNetwork is a container's own network namespace, with a way
+// out and to the host's loopback (where the server may listen).
+const containerNetwork = "slirp4netns:allow_host_loopback=true"
+
 // errNoContainerRuntime refuses a replica with an image on a node that
 // has no container runtime: it must never run on the host instead.
 var errNoContainerRuntime = errors.New("the job names an image, and this node has no container runtime (podman); it will not run it on the host")
@@ -128,8 +132,14 @@ func (a *Agent) prepareSandbox(ctx context.Context, spec agentapi.ReplicaSpec) (
 			}
 		}
 	}
+	sb.Gate = a.gateSpec(spec)
 	if sb.Runtime == runtime.Container {
 		sb.Container = a.containerSpec(spec)
+		if sb.Gate != nil {
+			// A namespace of its own even where jobs share the host's:
+			// the port is the gate's, and the replica is not published.
+			sb.Container.Network = containerNetwork
+		}
 	}
 	return sb, nil
 }
@@ -152,7 +162,7 @@ func (a *Agent) containerSpec(spec agentapi.ReplicaSpec) *runtime.ContainerSpec 
 		OCIRuntime:         iso.Podman.OCIRuntime,
 		Name:               runtime.ContainerName(spec.ID),
 		Image:              spec.Image,
-		Network:            "slirp4netns:allow_host_loopback=true",
+		Network:            containerNetwork,
 		CPU:                spec.CPU,
 		Memory:             int64(spec.Memory),
 		ReadOnly:           !iso.WritableRoot,
@@ -282,6 +292,7 @@ func (a *Agent) putUser(attempt string, sb runtime.Sandbox) {
 // release undoes a finished replica's sandbox once the server has its end:
 // the container (if any) removed, its home deleted, its user given back.
 func (a *Agent) release(ctx context.Context, r *replica) {
+	a.closeGate(r)
 	if r.dir == "" {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/agent/gate"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
@@ -408,22 +409,39 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 			return a.trackEnded(ctx, spec.ID, dir, phase, "agent could not restore the job's checkpoint: "+err.Error())
 		}
 	}
+	var g *gate.Gate
+	if sb.Gate != nil {
+		// Before the replica starts: a port taken here is the attempt's
+		// loss (retried), not a replica nobody can reach.
+		if g, err = a.openGate(spec.ID, dir, sb, spec.Env[model.ServiceKeySecret]); err != nil {
+			log.Error("opening the replica's gate", "err", err)
+			a.putUser(spec.AttemptID, sb)
+			return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, "agent could not serve the replica's port: "+err.Error())
+		}
+	}
 	sb.EnvOverrides = a.envOverrides(spec, sb)
 	l, err := a.launch(dir, spec, sb)
 	if err != nil {
 		log.Error("launching supervisor", "err", err)
+		if g != nil {
+			g.Close()
+		}
 		a.putUser(spec.AttemptID, sb)
 		return a.trackEnded(ctx, spec.ID, dir, agentapi.PhaseLost, fmt.Sprintf("agent could not launch the supervisor: %v", err))
 	}
 	log.Info("started replica", "gpus", spec.GPUs, "runtime", sb.Runtime, "uid", uidOf(sb))
 	r := a.newReplica(spec.ID, spec.AttemptID, dir, l)
 	r.ckpt = ck
+	r.gate = g
 	// As track, but not once Run has stopped waiting for launches (the
 	// check and the Add under one lock, before Run's Wait): a replica
 	// started as the agent stopped runs on, and the next run adopts it.
 	a.mu.Lock()
 	if a.shut {
 		a.mu.Unlock()
+		if g != nil {
+			g.Close() // the next agent run opens it again
+		}
 		log.Warn("replica started while the agent stopped; the next agent run adopts it")
 		return nil
 	}
@@ -440,10 +458,11 @@ func (a *Agent) admit(ctx context.Context, spec agentapi.ReplicaSpec, stopped fu
 // adopt tracks a replica started before (by this agent or an earlier run),
 // taking on its workload user again.
 func (a *Agent) adopt(ctx context.Context, id, dir string) *replica {
-	attempt := ""
+	attempt, key := "", ""
 	if spec, err := supervisor.ReadSpec(dir); err == nil {
-		attempt = spec.AttemptID
+		attempt, key = spec.AttemptID, spec.Env[model.ServiceKeySecret]
 	}
+	r := a.newReplica(id, attempt, dir, nil)
 	if sb, ok, err := supervisor.ReadSandbox(dir); err != nil {
 		a.log.Warn("reading an adopted replica's sandbox", "replica_id", id, "err", err)
 	} else if ok {
@@ -451,8 +470,16 @@ func (a *Agent) adopt(ctx context.Context, id, dir string) *replica {
 			a.log.Error("taking on an adopted replica's user", "replica_id", id, "err", err)
 		}
 		a.adoptData(id, sb)
+		if sb.Gate != nil {
+			// Its port was the agent's before the restart; until the gate
+			// is back the replica is unreachable, never open.
+			if g, err := a.openGate(id, dir, sb, key); err != nil {
+				a.log.Error("opening an adopted replica's gate", "replica_id", id, "err", err)
+			} else {
+				r.gate = g
+			}
+		}
 	}
-	r := a.newReplica(id, attempt, dir, nil)
 	a.track(ctx, r)
 	return r
 }

@@ -242,6 +242,11 @@ type ReplicaStatus struct {
 	// for the replica (ReplicaSpec.Checkpoint), the time its LATEST
 	// marker names: work lost by preempting the job is measured from it.
 	Checkpoint *time.Time `json:"checkpoint,omitempty"`
+	// Endpoint, for a service's replica on a runner that puts something
+	// in front of it (a Kubernetes Service), is the host:port where the
+	// server reaches the replica's port; empty: the node's address and
+	// the port.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // Reasons a supervisor records.

@@ -407,7 +407,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 		if r.State == model.AttemptRunning {
 			return
 		}
-		r.State = model.AttemptRunning
+		r.State, r.Endpoint = model.AttemptRunning, st.Endpoint
 	case agentapi.PhaseExited:
 		// No exit code: the agent stopped a replica it never started.
 		r.ExitCode, r.Reason, r.State = st.ExitCode, st.Reason, model.AttemptFailed

@@ -89,6 +89,9 @@ type Replica struct {
 	State    AttemptState `json:"state"`
 	ExitCode *int         `json:"exitCode,omitempty"`
 	Reason   string       `json:"reason,omitempty"`
+	// Endpoint is host:port where a service's replica is reached, when
+	// its runner says (a Kubernetes Service); empty: its node's address.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 func (r Replica) clone() Replica {

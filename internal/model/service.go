@@ -21,6 +21,9 @@ const (
 const (
 	ScaleOnInFlight = "inflight" // requests in flight per ready replica
 	ScaleOnRate     = "rps"      // requests per second per ready replica
+	// ScaleOnLatency scales on the 95th percentile of the proxy's time to
+	// a response's first byte over the last 30 s; the target is seconds.
+	ScaleOnLatency = "p95"
 )
 
 // Service auth modes.
@@ -38,6 +41,12 @@ const (
 // The service manager creates it (32 random bytes, hex) on a project's
 // first service.
 const ServiceKeySecret = "GPUFLEET_SERVICE_KEY"
+
+// ReplicaUnreachableHeader is set by an agent's gate (docs/services.md,
+// "Isolation") on a 502 it answers when nothing reached the replica, so
+// the proxy may send the request to another replica as it would after a
+// refused connection.
+const ReplicaUnreachableHeader = "Gpufleet-Replica-Unreachable"
 
 // MaxServiceSlots bounds max + maxSurge, so port + slot stays a small range.
 const MaxServiceSlots = 256
@@ -82,9 +91,11 @@ type ServiceReplicas struct {
 
 // ServiceAutoscaling scales between min and max on the proxy's metrics.
 type ServiceAutoscaling struct {
-	// Metric is inflight or rps; empty keeps the replica count at target.
+	// Metric is inflight, rps or p95; empty keeps the replica count at
+	// target.
 	Metric string `json:"metric,omitempty"`
-	// Target is the metric's value per ready replica to aim for.
+	// Target is the metric's value per ready replica to aim for (inflight,
+	// rps), or the p95 latency in seconds (p95).
 	Target float64 `json:"target,omitempty"`
 	// ScaleUpWindow and ScaleDownWindow: the count changes to the highest
 	// (up) or lowest-but-highest (down) recommendation seen over the window,
@@ -212,8 +223,12 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 		if !(a.Target > 0) || a.Target > 1e6 {
 			fe.Add(p("autoscaling.target"), "must be > 0 and ≤ 1e6 (the metric's value per replica)")
 		}
+	case ScaleOnLatency:
+		if !(a.Target >= 0.001) || a.Target > 600 {
+			fe.Add(p("autoscaling.target"), "must be 0.001 to 600 (the p95 latency to aim for, in seconds)")
+		}
 	default:
-		fe.Add(p("autoscaling.metric"), fmt.Sprintf("%q is not a metric: use inflight or rps", a.Metric))
+		fe.Add(p("autoscaling.metric"), fmt.Sprintf("%q is not a metric: use inflight, rps or p95", a.Metric))
 	}
 	if a.QueueLimit < 0 || a.QueueLimit > 100000 {
 		fe.Add(p("autoscaling.queueLimit"), "must be 0 to 100000")
@@ -314,6 +329,21 @@ type ServiceStatus struct {
 	Cost                 Money `json:"cost"`
 	CostPerHour          Money `json:"costPerHour"`
 	CostPerMillionTokens Money `json:"costPerMillionTokens,omitempty"`
+	// Load is what the autoscaler measures now.
+	Load ServiceLoad `json:"load"`
 	// Events are the autoscaler's latest decisions, oldest first.
 	Events []Event `json:"events,omitempty"`
+}
+
+// ServiceLoad is what the proxy measures of a service, as its autoscaler
+// reads it.
+type ServiceLoad struct {
+	// Rate is requests per second over the last 10 s.
+	Rate float64 `json:"rate"`
+	// Waiting counts requests held for a replica to turn ready.
+	Waiting int `json:"waiting"`
+	// P95Seconds is the 95th percentile of the time to a response's
+	// first byte over the last 30 s, over LatencySamples requests.
+	P95Seconds     float64 `json:"p95Seconds"`
+	LatencySamples int     `json:"latencySamples"`
 }

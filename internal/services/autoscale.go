@@ -18,7 +18,22 @@ type Load struct {
 	Rate float64
 	// Waiting counts requests held because no replica is ready.
 	Waiting int
+	// P95 is the 95th percentile of the time to a response's first byte
+	// over the last 30 s, and Samples how many requests it rests on.
+	P95     time.Duration
+	Samples int
 }
+
+// Latency scaling's constants.
+const (
+	// latencyTolerance is the band around the target within which the
+	// p95 asks for no change (as Kubernetes' HPA's 10%): a measure that
+	// wobbles around its target does not move the count.
+	latencyTolerance = 0.1
+	// minLatencySamples is the fewest requests a p95 is trusted on; with
+	// fewer the count holds (or, with no traffic at all, may fall).
+	minLatencySamples = 20
+)
 
 // Decision is an autoscaler's answer: the replica count and why.
 type Decision struct {
@@ -77,14 +92,20 @@ func (a *Autoscaler) Decide(m Load, now time.Time) Decision {
 		a.current = a.clamp(a.bounds.Target)
 		return Decision{Replicas: a.current, Raw: a.bounds.Target, Reason: "fixed target"}
 	}
-	var value float64
+	var raw int
+	var over, under string // the reasons for a scale-up, a scale-down
 	switch a.policy.Metric {
-	case model.ScaleOnRate:
-		value = m.Rate
+	case model.ScaleOnLatency:
+		raw, over, under = a.latencyRaw(m)
 	default:
-		value = float64(m.InFlight)
+		value := float64(m.InFlight)
+		if a.policy.Metric == model.ScaleOnRate {
+			value = m.Rate
+		}
+		raw = int(math.Ceil(value/a.policy.Target - 1e-9))
+		over = fmt.Sprintf("%s %.3g over target %.3g per replica", a.policy.Metric, value, a.policy.Target)
+		under = fmt.Sprintf("%s below target %.3g per replica for %s", a.policy.Metric, a.policy.Target, a.policy.ScaleDownWindow)
 	}
-	raw := int(math.Ceil(value/a.policy.Target - 1e-9))
 	a.history = append(a.history, sample{now, raw})
 	keep := max(a.policy.ScaleUpWindow.D(), a.policy.ScaleDownWindow.D())
 	i := 0
@@ -107,10 +128,34 @@ func (a *Autoscaler) Decide(m Load, now time.Time) Decision {
 	case a.current == 0 && (m.Waiting > 0 || raw > 0):
 		next, reason = max(raw, 1), "scale from zero: requests waiting"
 	case up > a.current:
-		next, reason = up, fmt.Sprintf("%s %.3g over target %.3g per replica", a.policy.Metric, value, a.policy.Target)
+		next, reason = up, over
 	case down < a.current:
-		next, reason = down, fmt.Sprintf("%s below target %.3g per replica for %s", a.policy.Metric, a.policy.Target, a.policy.ScaleDownWindow)
+		next, reason = down, under
 	}
 	a.current = a.clamp(next)
 	return Decision{Replicas: a.current, Raw: raw, Reason: reason}
+}
+
+// latencyRaw is the count the p95 latency alone asks for, and the reasons
+// to give for a scale-up and a scale-down. Latency is not a per-replica
+// quantity, so the count is proportional (as the HPA's): ready replicas ×
+// p95 / target, on the assumption that latency grows with the load per
+// replica. Within the tolerance band it asks for the current count; on too
+// few requests it holds too, unless there was no traffic at all, when it
+// asks for none (the scale-down window and min still apply).
+func (a *Autoscaler) latencyRaw(m Load) (raw int, over, under string) {
+	target := time.Duration(a.policy.Target * float64(time.Second))
+	under = fmt.Sprintf("p95 latency below target %s for %s", target, a.policy.ScaleDownWindow)
+	if m.Samples < minLatencySamples {
+		if m.Samples == 0 && m.InFlight == 0 && m.Waiting == 0 && m.Rate == 0 {
+			return 0, "", fmt.Sprintf("no requests for %s", a.policy.ScaleDownWindow)
+		}
+		return a.current, "", under
+	}
+	ratio := m.P95.Seconds() / a.policy.Target
+	over = fmt.Sprintf("p95 latency %s over target %s with %d ready", m.P95.Round(time.Millisecond), target, m.Ready)
+	if math.Abs(ratio-1) <= latencyTolerance {
+		return a.current, over, under
+	}
+	return int(math.Ceil(float64(max(m.Ready, 1))*ratio - 1e-9)), over, under
 }

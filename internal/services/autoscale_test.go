@@ -85,3 +85,108 @@ func TestDecideFixedTarget(t *testing.T) {
 		t.Fatalf("fixed target: %+v", d)
 	}
 }
+
+func latencySpec(minR, maxR int, targetSeconds float64, down time.Duration) model.ServiceSpec {
+	s := scalerSpec(minR, maxR, 0, down)
+	s.Autoscaling.Metric, s.Autoscaling.Target = model.ScaleOnLatency, targetSeconds
+	return s
+}
+
+// TestDecideOnP95Latency walks one service through a day's shapes, one
+// decision a second: each step's load and the count it must lead to.
+func TestDecideOnP95Latency(t *testing.T) {
+	ms := time.Millisecond
+	type step struct {
+		load Load
+		want int
+	}
+	for name, tc := range map[string]struct {
+		start int
+		steps []step
+	}{
+		"twice the target doubles the ready replicas": {2, []step{
+			{Load{Ready: 2, P95: 1000 * ms, Samples: 100}, 4},
+		}},
+		"within 10% of the target holds": {2, []step{
+			{Load{Ready: 2, P95: 540 * ms, Samples: 100}, 2},
+			{Load{Ready: 2, P95: 460 * ms, Samples: 100}, 2},
+		}},
+		"just past the band moves": {2, []step{
+			{Load{Ready: 2, P95: 560 * ms, Samples: 100}, 3},
+		}},
+		"bounded by max": {2, []step{
+			{Load{Ready: 2, P95: 10 * time.Second, Samples: 100}, 6},
+		}},
+		"too few requests hold, however slow": {2, []step{
+			{Load{Ready: 2, InFlight: 3, P95: 5 * time.Second, Samples: 19}, 2},
+		}},
+		"fast replicas scale down only after the down window": {4, []step{
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4},
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4},
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4},
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 1}, // 4 s after the resume: past the 3.5 s window
+		}},
+		"a spike inside the down window keeps the count": {4, []step{
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4},
+			{Load{Ready: 4, P95: 500 * ms, Samples: 100}, 4}, // at target: wants 4
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4},
+			{Load{Ready: 4, P95: 100 * ms, Samples: 100}, 4}, // the 4 is still in the window
+		}},
+		"no traffic falls to min after the window": {3, []step{
+			{Load{Ready: 3}, 3}, {Load{Ready: 3}, 3}, {Load{Ready: 3}, 3}, {Load{Ready: 3}, 0},
+		}},
+		"scale from zero on a waiting request": {0, []step{
+			{Load{InFlight: 1, Waiting: 1}, 1},
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := clock.NewFake(time.Unix(1000, 0))
+			a := NewAutoscaler(latencySpec(0, 6, 0.5, 3500*time.Millisecond))
+			a.Resume(tc.start, clk.Now())
+			for i, s := range tc.steps {
+				clk.Advance(time.Second)
+				if d := a.Decide(s.load, clk.Now()); d.Replicas != s.want {
+					t.Fatalf("step %d (%+v): %d replicas (%s), want %d", i, s.load, d.Replicas, d.Reason, s.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLatencyWindowQuantile(t *testing.T) {
+	now := time.Unix(5000, 0)
+	var w latencyWindow
+	// 90 requests at 20 ms, 10 at 2 s: the p95 lies in the 2 s bucket
+	// (1.5–2 s), the p50 in the 10–25 ms one.
+	for i := range 100 {
+		d := 20 * time.Millisecond
+		if i%10 == 0 {
+			d = 2 * time.Second
+		}
+		w.add(now, d)
+	}
+	if p, n := w.quantile(now, 0.95); n != 100 || p <= 1500*time.Millisecond || p > 2*time.Second {
+		t.Fatalf("p95 %v of %d", p, n)
+	}
+	if p, _ := w.quantile(now, 0.5); p <= 10*time.Millisecond || p > 25*time.Millisecond {
+		t.Fatalf("p50 %v", p)
+	}
+	// Slower than the last bound reads as the last bound.
+	var slow latencyWindow
+	slow.add(now, time.Hour)
+	if p, _ := slow.quantile(now, 0.95); p != time.Minute {
+		t.Fatalf("an hour: %v", p)
+	}
+	// 29 s on the samples still count; 30 s on they are gone, and new
+	// ones alone count.
+	if _, n := w.quantile(now.Add(29*time.Second), 0.95); n != 100 {
+		t.Fatalf("29 s on: %d samples", n)
+	}
+	w.add(now.Add(30*time.Second), 100*time.Millisecond)
+	if p, n := w.quantile(now.Add(30*time.Second), 0.95); n != 1 || p <= 75*time.Millisecond || p > 100*time.Millisecond {
+		t.Fatalf("30 s on: %v of %d", p, n)
+	}
+	if _, n := w.quantile(now.Add(time.Hour), 0.95); n != 0 {
+		t.Fatalf("an hour on: %d samples", n)
+	}
+}

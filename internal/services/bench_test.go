@@ -3,15 +3,12 @@ package services
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // BenchmarkProxyOverhead sends b.N completions from 1 and from 64
@@ -44,48 +41,17 @@ func benchProxy(b *testing.B, workers int) {
 	}
 	direct := fmt.Sprintf("http://127.0.0.1:%d/v1/completions", s.Spec.Port)
 	proxied := srv.URL + "/services/bench/v1/completions"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
-	run := func(url string) ([]time.Duration, time.Duration) {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var wg sync.WaitGroup
-		start := time.Now()
-		n := b.N
-		per := max(n/workers, 1)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				mine := make([]time.Duration, 0, per)
-				for range per {
-					t0 := time.Now()
-					resp, err := client.Post(url, "application/json", strings.NewReader(`{"prompt":"hello there","max_tokens":16}`))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					mine = append(mine, time.Since(t0))
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		slices.Sort(lat)
-		return lat, time.Since(start)
+	load := testutil.Load{
+		Client:  &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}},
+		Workers: workers, N: b.N, Body: `{"prompt":"hello there","max_tokens":16}`,
 	}
-	pct := func(l []time.Duration, p float64) float64 {
-		return float64(l[min(int(float64(len(l))*p), len(l)-1)].Microseconds())
-	}
-	run(direct) // warm both paths' connections
-	run(proxied)
+	load.Run(b, direct) // warm both paths' connections
+	load.Run(b, proxied)
 	b.ResetTimer()
-	d, _ := run(direct)
-	p, elapsed := run(proxied)
+	d, _ := load.Run(b, direct)
+	p, elapsed := load.Run(b, proxied)
 	b.StopTimer()
+	pct := testutil.Micros
 	b.ReportMetric(pct(d, .5), "direct-p50-µs")
 	b.ReportMetric(pct(d, .99), "direct-p99-µs")
 	b.ReportMetric(pct(p, .5), "proxy-p50-µs")

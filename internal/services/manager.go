@@ -109,6 +109,7 @@ type entry struct {
 	resumed  bool
 	waiting  int
 	rate     rateMeter
+	latency  latencyWindow // time to first byte, for p95 scaling
 	requests int64
 	tokens   int64
 	// storedUsage is when requests and tokens were last stored.
@@ -403,6 +404,9 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 	}
 	sort.Slice(st.Replicas, func(i, j int) bool { return st.Replicas[i].Slot < st.Replicas[j].Slot })
 	st.InFlight += e.waiting
+	now := m.cfg.Clock.Now()
+	p95, samples := e.latency.quantile(now, 0.95)
+	st.Load = model.ServiceLoad{Rate: e.rate.rate(now), Waiting: e.waiting, P95Seconds: p95.Seconds(), LatencySamples: samples}
 	return st
 }
 
@@ -598,6 +602,9 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 							b.perHour = n.share(&j.Spec)
 							moving = n.draining
 						}
+						if ep := a.Replicas[0].Endpoint; ep != "" {
+							addr = ep // its runner fronts it (a Kubernetes Service)
+						}
 						moving = moving || a.Stop
 						if a.StartedAt != nil {
 							b.started = *a.StartedAt
@@ -643,7 +650,8 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 			ready++
 		}
 	}
-	d := e.scaler.Decide(Load{Ready: ready, InFlight: inFlight, Rate: e.rate.rate(now), Waiting: e.waiting}, now)
+	p95, samples := e.latency.quantile(now, 0.95)
+	d := e.scaler.Decide(Load{Ready: ready, InFlight: inFlight, Rate: e.rate.rate(now), Waiting: e.waiting, P95: p95, Samples: samples}, now)
 	if d.Replicas != e.desired {
 		ev := model.Event{Time: now, Kind: model.EventServiceScale, Object: "service/" + e.svc.Name,
 			Message: fmt.Sprintf("replicas %d → %d: %s", e.desired, d.Replicas, d.Reason),

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/store/sqlite"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -38,6 +38,9 @@ type fakeControl struct {
 	events  []model.Event
 	// stopping are jobs whose attempt the controller stops (a notice).
 	stopping map[string]bool
+	// endpoint, when set, is every attempt's replica endpoint (as a
+	// Kubernetes runner reports its Service).
+	endpoint string
 	t        *testing.T
 }
 
@@ -128,8 +131,9 @@ func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
 	f.mu.Lock()
 	start := f.jobs[id].SubmittedAt
 	stop := f.stopping[id]
+	ep := f.endpoint
 	f.mu.Unlock()
-	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1"}}}}, nil
+	return []*model.Attempt{{JobID: id, State: model.AttemptRunning, StartedAt: &start, Stop: stop, Replicas: []model.Replica{{NodeID: "n1", Endpoint: ep}}}}, nil
 }
 
 // Nodes is one node with 4 GPUs at $8/hour.
@@ -217,36 +221,10 @@ func (k *fakeKeys) set(project, name, value string) {
 	k.secrets[[2]string{project, name}] = value
 }
 
-// freePort is the first of a run of free ports a service's replicas take
-// (PORT is the service's port plus the replica's slot). It is drawn below
-// Linux's ephemeral range (32768–60999), so the outgoing connections of
-// tests running beside this one cannot take a slot's port between the
-// check and the replica's listen.
-func freePort(t testing.TB) int {
-	const slots = 8
-	for range 200 {
-		base := 20000 + rand.IntN(12000)
-		free := true
-		for p := base; p < base+slots && free; p++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no run of free ports below the ephemeral range")
-	return 0
-}
-
 func testService(t testing.TB, name string, minR, maxR int) model.Service {
 	s := model.Service{Name: name, Project: "default", Spec: model.ServiceSpec{
 		Template:    model.JobSpec{Run: model.RunSpec{Command: []string{"serve"}, Env: map[string]string{"REPLY": "v1"}}},
-		Port:        freePort(t),
+		Port:        testutil.PortRun(t, 8),
 		Readiness:   model.ReadinessProbe{Path: "/health", Period: model.Duration(20 * time.Millisecond)},
 		Replicas:    model.ServiceReplicas{Min: minR, Max: maxR},
 		Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnInFlight, Target: 4, ScaleFromZeroTimeout: model.Duration(10 * time.Second)},
@@ -842,5 +820,62 @@ func TestOnDemandShare(t *testing.T) {
 	}
 	if count[model.SpotNever] != 2 || count[model.SpotAllowed] != 1 {
 		t.Fatalf("spot policies of 3 replicas at onDemandShare 0.5: %v", count)
+	}
+}
+
+// TestP95LatencyScalesTheService: with metric p95, the proxy's own time
+// to first byte drives the count. A replica that takes 50 ms against a
+// 20 ms target is 2.5× over: one ready replica becomes three (max), the
+// decision says why, and the service reports the p95 it read.
+func TestP95LatencyScalesTheService(t *testing.T) {
+	f := newFake(t)
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "lat", 1, 3)
+	s.Spec.Autoscaling.Metric, s.Spec.Autoscaling.Target = model.ScaleOnLatency, 0.02
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("lat"); return st.Ready == 1 })
+	if st, _ := m.Get("lat"); st.Desired != 1 {
+		t.Fatalf("before any request: desired %d", st.Desired)
+	}
+	stop := make(chan struct{})
+	ok, failed, wait := load(t, srv.URL+"/services/lat/slow", 2, stop)
+	defer func() { close(stop); wait() }()
+	waitFor(t, "3 replicas asked for", func() bool { st, _ := m.Get("lat"); return st.Desired == 3 })
+	st, _ := m.Get("lat")
+	if st.Load.LatencySamples < minLatencySamples || st.Load.P95Seconds < 0.04 {
+		t.Fatalf("load read: %+v", st.Load)
+	}
+	last := st.Events[len(st.Events)-1]
+	if !strings.Contains(last.Message, "p95 latency") || !strings.Contains(last.Message, "over target 20ms") {
+		t.Fatalf("the decision's reason: %q", last.Message)
+	}
+	if ok.Load() == 0 || failed.Load() != 0 {
+		t.Fatalf("load: %d ok, %d failed", ok.Load(), failed.Load())
+	}
+}
+
+// TestReplicaEndpointIsDialed: a replica whose runner reports an endpoint
+// (a Kubernetes Service) is probed and proxied there, not at its node's
+// address and port.
+func TestReplicaEndpointIsDialed(t *testing.T) {
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"via":"endpoint","path":%q}`, r.URL.Path)
+	}))
+	defer front.Close()
+	f := newFake(t)
+	f.endpoint = strings.TrimPrefix(front.URL, "http://")
+	m, srv, _ := startManager(t, f)
+	s := testService(t, "kube", 1, 1)
+	if _, _, err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a ready replica", func() bool { st, _ := m.Get("kube"); return st.Ready == 1 })
+	if st, _ := m.Get("kube"); st.Replicas[0].Address != f.endpoint {
+		t.Fatalf("replica address %q, want the endpoint %q", st.Replicas[0].Address, f.endpoint)
+	}
+	if code, body := get(t, srv.URL+"/services/kube/v1/completions"); code != 200 || body != `{"via":"endpoint","path":"/v1/completions"}` {
+		t.Fatalf("proxied: %d %s", code, body)
 	}
 }

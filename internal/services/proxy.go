@@ -125,11 +125,17 @@ func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest strin
 	}
 	pr := &proxyReq{service: name, key: m.replicaKey(project)}
 	r = r.WithContext(context.WithValue(r.Context(), proxyKey{}, pr))
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, now: m.cfg.Clock.Now}
 	m.reverseProxy(rest).ServeHTTP(rec, r)
 	code = rec.code
 	if code == 0 {
 		code = 499 // the client left before an answer
+	} else {
+		m.mu.Lock()
+		if e, ok := m.svcs[name]; ok {
+			e.latency.add(rec.first, rec.first.Sub(start))
+		}
+		m.mu.Unlock()
 	}
 	m.cfg.Metrics.observe(name, code, m.cfg.Clock.Now().Sub(start))
 }
@@ -271,6 +277,11 @@ func (t *replicaTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			}
 		}
 		resp, err := replicaClient.RoundTrip(out)
+		if err == nil && resp.StatusCode == http.StatusBadGateway && resp.Header.Get(model.ReplicaUnreachableHeader) != "" {
+			// The replica's gate reached nothing: as a refused dial.
+			resp.Body.Close()
+			resp, err = nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("the replica is not listening behind its gate")}
+		}
 		if err == nil {
 			var once sync.Once
 			resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { once.Do(func() { m.release(pr.service, b, false) }) }}
@@ -457,19 +468,21 @@ func (b *usageBody) report() {
 // recorder remembers the status code and passes flushes through.
 type recorder struct {
 	http.ResponseWriter
-	code int
+	now   func() time.Time
+	code  int
+	first time.Time // when the status was written: the first byte
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.code == 0 {
-		r.code = code
+		r.code, r.first = code, r.now()
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.code == 0 {
-		r.code = http.StatusOK
+		r.code, r.first = http.StatusOK, r.now()
 	}
 	return r.ResponseWriter.Write(b)
 }

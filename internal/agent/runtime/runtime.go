@@ -56,6 +56,12 @@ type Sandbox struct {
 	// kept past it); 0 is the supervisor's default, 1 GiB.
 	LogLimit int64 `json:"logLimit,omitempty"`
 
+	// Gate, for a service replica on a node that isolates tenants: the
+	// workload gets a network namespace of its own (a process one with
+	// loopback only; a container its slirp4netns one, never the host's)
+	// and the agent serves the port on the host (GateSpec).
+	Gate *GateSpec `json:"gate,omitempty"`
+
 	// Container, for Runtime == Container.
 	Container *ContainerSpec `json:"container,omitempty"`
 

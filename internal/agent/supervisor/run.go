@@ -164,7 +164,7 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 	}
 
 	started := time.Now()
-	err = cmd.Start()
+	err = runtime.Start(sb, cmd)
 	pw.Close() // the child holds its own copy
 	if err != nil {
 		pr.Close()

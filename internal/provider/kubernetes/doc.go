@@ -22,7 +22,9 @@
 // As a runner, Cluster.Run is the agent of every virtual node: it registers
 // the node with the control plane, long-polls its desired set, and carries
 // each attempt out as a batch/v1 Job (an indexed Job and a headless Service
-// for gangs) whose pods select the group's nodes. Status flows back through
+// for gangs; a ClusterIP Service on its port for a service's replica, whose
+// name the replica's status reports as its endpoint) whose pods select the
+// group's nodes. Status flows back through
 // informers on Jobs, pods and nodes; logs are streamed from the pods.
 //
 // Invariants:

@@ -112,13 +112,17 @@ func (c *Cluster) objectHandler() cache.ResourceEventHandler {
 }
 
 // jobDeleted has the runner check whether the Job's attempt still needs its
-// gang Service.
+// Service (a gang's, or a service replica's).
 func (c *Cluster) jobDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	j, ok := obj.(*batchv1.Job)
-	if !ok || !c.ours(j) || j.Spec.CompletionMode == nil || *j.Spec.CompletionMode != batchv1.IndexedCompletion {
+	if !ok || !c.ours(j) {
+		return
+	}
+	indexed := j.Spec.CompletionMode != nil && *j.Spec.CompletionMode == batchv1.IndexedCompletion
+	if !indexed && j.Annotations[AnnotationEndpoint] == "" {
 		return
 	}
 	if r := c.runnerHooks(); r != nil && j.Annotations[AnnotationAttemptID] != "" {

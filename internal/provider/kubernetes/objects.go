@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"net"
 	"path"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
@@ -204,6 +206,22 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 	if k := p.settings.KeepFinished; k != nil && k.D() > 0 {
 		job.Spec.TTLSecondsAfterFinished = new(int32(math.Ceil(k.D().Seconds())))
 	}
+	if port := servicePort(first); port > 0 && !gang {
+		// A service's replica: a ClusterIP Service in front of its pod,
+		// which the server's proxy reaches by name (it runs in the
+		// cluster, or resolves its DNS).
+		svc := serviceName(first.AttemptID)
+		job.Annotations[AnnotationEndpoint] = endpoint(first.AttemptID, p.settings.Namespace, port)
+		selector := map[string]string{LabelManagedBy: p.pool, LabelAttempt: labelValue(first.AttemptID)}
+		return job, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: p.settings.Namespace, Labels: cloneWith(selector, map[string]string{LabelJobID: meta[LabelJobID]}),
+				Annotations: map[string]string{AnnotationAttemptID: first.AttemptID}},
+			Spec: corev1.ServiceSpec{
+				Selector: selector,
+				Ports:    []corev1.ServicePort{{Name: "http", Port: int32(port), TargetPort: intstr.FromInt32(int32(port))}},
+			},
+		}
+	}
 	if !gang {
 		return job, nil
 	}
@@ -224,6 +242,25 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 		service.Spec.Ports = []corev1.ServicePort{{Name: "master", Port: int32(port)}}
 	}
 	return job, service
+}
+
+// servicePort is the port of a service's replica (tagged with its
+// service, PORT set), 0 for any other replica.
+func servicePort(spec agentapi.ReplicaSpec) int {
+	if spec.Tags[model.TagService] == "" {
+		return 0
+	}
+	port, err := strconv.Atoi(spec.Env["PORT"])
+	if err != nil || port <= 0 || port > 65535 {
+		return 0
+	}
+	return port
+}
+
+// endpoint is where a service replica of attemptID is reached: its
+// attempt's Service in namespace, on port.
+func endpoint(attemptID, namespace string, port int) string {
+	return net.JoinHostPort(serviceName(attemptID)+"."+namespace+".svc", strconv.Itoa(port))
 }
 
 // preStop delivers a checkpoint signal other than SIGTERM, which is all the

@@ -148,6 +148,48 @@ func TestBuildGang(t *testing.T) {
 	}
 }
 
+// TestBuildServiceReplica: a service's replica gets a ClusterIP Service on
+// its port, selecting its attempt's pod, and its Job names the endpoint
+// (Service DNS name and port) where the server's proxy reaches it.
+func TestBuildServiceReplica(t *testing.T) {
+	s := spec("j-svc", 0, 1, 0, 1)
+	s.Tags = map[string]string{model.TagService: "llm"}
+	s.Env["PORT"] = "8001"
+	plan := jobPlan{pool: "k8s", settings: withDefaults(model.KubernetesPoolSettings{Namespace: "serving"}), node: testTarget(), specs: []agentapi.ReplicaSpec{s}}
+	job, svc := plan.build()
+	if svc == nil {
+		t.Fatal("a service's replica got no Service")
+	}
+	if svc.Name != "gf-j-svc-a1" || svc.Namespace != "serving" || svc.Spec.ClusterIP == corev1.ClusterIPNone || svc.Annotations[AnnotationAttemptID] != "j-svc-a1" {
+		t.Errorf("service %+v", svc)
+	}
+	if diff := cmp.Diff(map[string]string{LabelManagedBy: "k8s", LabelAttempt: "j-svc-a1"}, svc.Spec.Selector); diff != "" {
+		t.Errorf("service selector (-want +got):\n%s", diff)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8001 || svc.Spec.Ports[0].TargetPort.IntValue() != 8001 {
+		t.Errorf("service ports = %+v", svc.Spec.Ports)
+	}
+	if got := job.Annotations[AnnotationEndpoint]; got != "gf-j-svc-a1.serving.svc:8001" {
+		t.Errorf("endpoint annotation %q", got)
+	}
+	// Without the service tag, or without a port, a replica gets none.
+	for name, edit := range map[string]func(*agentapi.ReplicaSpec){
+		"no service tag": func(s *agentapi.ReplicaSpec) { s.Tags = nil },
+		"no port":        func(s *agentapi.ReplicaSpec) { delete(s.Env, "PORT") },
+	} {
+		o := s
+		o.Env = map[string]string{}
+		for k, v := range s.Env {
+			o.Env[k] = v
+		}
+		edit(&o)
+		plan.specs = []agentapi.ReplicaSpec{o}
+		if job, svc := plan.build(); svc != nil || job.Annotations[AnnotationEndpoint] != "" {
+			t.Errorf("%s: service %v, endpoint %q", name, svc, job.Annotations[AnnotationEndpoint])
+		}
+	}
+}
+
 func TestAffinityWithUnlabelledNodes(t *testing.T) {
 	target := &nodeTarget{id: "x", models: []string{"L4", "NVIDIA-L4"}, capacities: []string{"", "spot"}}
 	terms := target.affinity(withDefaults(model.KubernetesPoolSettings{})).NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms

@@ -423,3 +423,39 @@ func TestLogFollowFailureWaitsForTheEnd(t *testing.T) {
 		t.Errorf("%d log reads in all, want %d", n, logTries)
 	}
 }
+
+// TestServiceReplicaIsReachedThroughItsService: a service's replica runs
+// with a ClusterIP Service on its port, made before its Job; its status
+// names the Service as its endpoint (which the server's proxy dials); the
+// Service goes with the Job.
+func TestServiceReplicaIsReachedThroughItsService(t *testing.T) {
+	h := newHarness(t, model.KubernetesPoolSettings{KeepFinished: new(model.Duration(0))}, h100("n1").obj())
+	h.run()
+	eventually(t, "registration", func() bool { return len(h.cp.registrations()) > 0 })
+	s := spec("j-svc", 0, 1, 0)
+	s.Tags = map[string]string{model.TagService: "llm"}
+	s.Env["PORT"] = "8000"
+	h.cp.want(h.node, s)
+	job := h.job("gf-j-svc-a1-r0")
+	svc, err := h.cs.CoreV1().Services(DefaultNamespace).Get(bg, "gf-j-svc-a1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the replica's Service: %v", err)
+	}
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8000 {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	pod := podOf(job, 0, "n1", corev1.PodRunning)
+	h.createPod(pod)
+	want := "gf-j-svc-a1." + DefaultNamespace + ".svc:8000"
+	if st := h.waitPhase(s.ID, agentapi.PhaseRunning); st.Endpoint != want {
+		t.Errorf("running replica's endpoint %q, want %q", st.Endpoint, want)
+	}
+	pod.Status.Phase = corev1.PodSucceeded
+	h.updatePod(exited(pod, 0))
+	h.waitPhase(s.ID, agentapi.PhaseExited)
+	eventually(t, "the Job deleted", func() bool { return h.jobGone(job.Name) })
+	eventually(t, "the Service deleted with it", func() bool {
+		_, err := h.cs.CoreV1().Services(DefaultNamespace).Get(bg, "gf-j-svc-a1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+}

@@ -60,6 +60,9 @@ const (
 	// the attempt (labels may hold a shortened attempt id).
 	AnnotationAttemptID = "gpufleet.dev/attempt-id"
 	AnnotationRankBase  = "gpufleet.dev/rank-base"
+	// AnnotationEndpoint, on the Job of a service's replica, is where the
+	// server's proxy reaches it: the attempt's Service, NAME.NAMESPACE.svc:PORT.
+	AnnotationEndpoint = "gpufleet.dev/endpoint"
 	// AnnotationCompletionIndex is set by the Job controller on each pod
 	// of an indexed Job.
 	AnnotationCompletionIndex = "batch.kubernetes.io/job-completion-index"

@@ -293,7 +293,7 @@ func (v *vnode) adopt() {
 			js.deleting, js.deleted = true, true
 		}
 		for _, id := range replicasOfJob(j) {
-			r := &replica{id: id, job: j.Name, seenJob: true, stopping: js.deleting, status: agentapi.ReplicaStatus{ID: id}}
+			r := &replica{id: id, job: j.Name, seenJob: true, stopping: js.deleting, status: agentapi.ReplicaStatus{ID: id, Endpoint: j.Annotations[AnnotationEndpoint]}}
 			js.replicas = append(js.replicas, r)
 			v.tracked[id] = r
 		}
@@ -595,6 +595,9 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 		}
 		for _, spec := range batch {
 			r := &replica{id: spec.ID, job: name, grace: grace(spec), status: agentapi.ReplicaStatus{ID: spec.ID}}
+			if port := servicePort(spec); port > 0 && worldSize(spec) <= 1 {
+				r.status.Endpoint = endpoint(spec.AttemptID, settings.Namespace, port)
+			}
 			if reason != "" {
 				r.refused, r.refusedPhase = reason, phase
 			}
