@@ -332,11 +332,11 @@ func tenantJob(t *testing.T, s *serverProc, args ...string) string {
 	cmd := s.gpufleetCmd(append([]string{"run", "--upload-workdir", "--project", "nlp"}, args...)...)
 	cmd.Env = append(cmd.Env, "GPUFLEET_TOKEN="+tok.Secret)
 	cmd.Dir = t.TempDir()
-	out, err := cmd.CombinedOutput()
+	out, err := outputOf(cmd)
 	if err != nil {
 		t.Fatalf("mallory's job: %v\n%s", err, out)
 	}
-	id := strings.TrimSpace(withoutUploadNotes(string(out)))
+	id := strings.TrimSpace(out)
 	s.waitJob(id, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
 	return s.gpufleet("jobs", "logs", id)
 }
