@@ -101,7 +101,7 @@ func (a *Agent) fetchData(ctx context.Context, spec agentapi.ReplicaSpec, sb *ru
 		// Source names the field too: the cache's errors start with it.
 		ds := datacache.Dataset{Project: spec.Project, Digest: d.Digest, Source: d.Field + ".source " + d.Source, Open: st.Get}
 		err = st.List(ctx, "", func(i objstore.Info) bool {
-			ds.Objects = append(ds.Objects, datacache.Object{Key: i.Key, Size: i.Size, ETag: i.ETag, SHA256: i.SHA256})
+			ds.Objects = append(ds.Objects, i)
 			total += i.Size
 			return true
 		})
