@@ -19,7 +19,6 @@ import (
 // more when it ends, before its end is reported, so that the attempt that
 // resumes it elsewhere finds the last checkpoint.
 const (
-	defaultCheckpointInterval = 5 * time.Second
 	// finalUploadTimeout bounds the upload after a replica ends; past it
 	// the end is reported anyway and the last uploaded checkpoint counts.
 	finalUploadTimeout = 10 * time.Minute
@@ -42,7 +41,7 @@ func (a *Agent) openCheckpoints(ctx context.Context, spec agentapi.ReplicaSpec, 
 	}
 	every := ck.Interval.D()
 	if every <= 0 {
-		every = defaultCheckpointInterval
+		every = ckptsync.DefaultInterval
 	}
 	return &ckptState{sync: s, interval: every}, nil
 }

@@ -31,6 +31,10 @@ var ErrSuperseded = errors.New("a later attempt of the job has published a check
 // published (the previous one stays latest) and the next round retries.
 var ErrChanged = errors.New("a checkpoint file changed while it was uploaded")
 
+// DefaultInterval is how often a watch looks for a new LATEST marker when
+// the control plane names no interval.
+const DefaultInterval = 5 * time.Second
+
 // hiddenPrefix marks this package's own files in a checkpoint folder; they
 // are never uploaded.
 const hiddenPrefix = ".gpufleet-"
@@ -137,6 +141,9 @@ func (s *Syncer) Restore(ctx context.Context) (m Manifest, ok bool, err error) {
 		if local.content == m.Marker || step > m.Step {
 			s.cfg.Log.Info("checkpoint folder already holds this or a later checkpoint", "step", step, "stored_step", m.Step)
 			s.last = local
+			if local.content == m.Marker {
+				s.remember(m) // its objects are stored: never sent again
+			}
 			return m, true, nil
 		}
 	}

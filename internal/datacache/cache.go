@@ -516,7 +516,7 @@ func (c *Cache) download(ctx context.Context, ds Dataset, name string, f *flight
 	if err := Fetch(ctx, ds, tmp, FetchOptions{Workers: c.cfg.Workers, Bytes: &f.bytes, Progress: progress}); err != nil {
 		return err
 	}
-	if err := readOnlyTree(tmp); err != nil {
+	if err := ReadOnlyTree(tmp); err != nil {
 		return fmt.Errorf("%s: %w", ds.Source, err)
 	}
 	m := meta{Digest: ds.Digest, Source: ds.Source, Bytes: f.total, Objects: len(ds.Objects), LastUsed: c.cfg.Now()}
@@ -549,9 +549,9 @@ func safeKey(key string) (string, error) {
 	return key, nil
 }
 
-// readOnlyTree makes files 0444 and folders 0555 under (and including)
+// ReadOnlyTree makes files 0444 and folders 0555 under (and including)
 // root, so that workloads can read an entry and not change it.
-func readOnlyTree(root string) error {
+func ReadOnlyTree(root string) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
