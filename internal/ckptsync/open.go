@@ -26,3 +26,15 @@ func Open(ctx context.Context, ck agentapi.CheckpointSync, cfg Config) (*Syncer,
 	cfg.Store, cfg.Sealer = st, sl
 	return New(cfg)
 }
+
+// OpenLatest returns a reader of job jobID's latest complete checkpoint in
+// the storage ck names, for a runner that reports uploads it does not make
+// itself (the Kubernetes runner, whose pods upload): ok is false while the
+// job has none.
+func OpenLatest(ctx context.Context, ck agentapi.CheckpointSync, jobID string) (func(context.Context) (m Manifest, ok bool, err error), error) {
+	s, err := Open(ctx, ck, Config{JobID: jobID, Dir: "/"}) // Latest reads no folder
+	if err != nil {
+		return nil, err
+	}
+	return s.Latest, nil
+}

@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/ckptsync"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/podsync"
+	"github.com/gpufleet/gpufleet/internal/s3test"
 )
 
 const testSyncImage = "registry.example/gpufleet:test"
@@ -169,4 +172,48 @@ func TestCheckPoolNeedsSyncImage(t *testing.T) {
 	if fe := CheckPool(&model.NodePoolSpec{Provider: Name, CheckpointStorage: ckpt, Kubernetes: &model.KubernetesPoolSettings{SyncImage: testSyncImage}}, "spec", nil); len(fe) != 0 {
 		t.Errorf("a valid pool: %v", fe)
 	}
+}
+
+// The runner reports the checkpoints a replica's pod uploads, as an agent
+// reports its own uploads: the scheduler measures lost work from them.
+func TestRunnerReportsUploadedCheckpoints(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "ckpt")
+	defer func(d time.Duration) { checkpointPoll = d }(checkpointPoll)
+	checkpointPoll = 100 * time.Millisecond
+
+	s := withSync(spec("j-ckreport", 0, 1, 0))
+	s.Data = nil
+	s.Checkpoint.Storage.S3.Endpoint = srv.Endpoint
+	s.Checkpoint.AccessKeyID, s.Checkpoint.SecretAccessKey = s3test.AccessKey, s3test.SecretKey
+	// What the pod's sidecar does: upload to the job's place.
+	dir := t.TempDir()
+	up, err := ckptsync.Open(bg, *s.Checkpoint, ckptsync.Config{JobID: s.JobID, Attempt: s.AttemptID, AttemptNumber: 1, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := func(step string) time.Time {
+		writeFiles(t, dir, map[string]string{"model.pt": "weights " + step, ckptsync.Marker: step})
+		m, ok, err := up.Upload(bg)
+		if err != nil || !ok {
+			t.Fatalf("upload %s: %v %v", step, ok, err)
+		}
+		return m.Time
+	}
+	first := upload(`{"step": 10, "time": "2026-12-06T10:00:00Z"}`)
+
+	h := newHarness(t, model.KubernetesPoolSettings{SyncImage: testSyncImage}, h100("n1").obj())
+	h.run()
+	h.cp.want(h.node, s)
+	job := h.job("gf-j-ckreport-a1-r0")
+	h.createPod(podOf(job, 0, "n1", corev1.PodRunning))
+	reported := func(want time.Time) {
+		t.Helper()
+		eventually(t, "checkpoint "+want.String()+" reported", func() bool {
+			c := h.cp.status(s.ID).Checkpoint
+			return c != nil && c.Equal(want)
+		})
+	}
+	reported(first)
+	reported(upload(`{"step": 20, "time": "2026-12-06T11:00:00Z"}`))
 }
