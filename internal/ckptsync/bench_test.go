@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,8 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/ckptsync"
+	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/objstore"
+	"github.com/gpufleet/gpufleet/internal/podsync"
 	"github.com/gpufleet/gpufleet/internal/s3test"
 )
 
@@ -22,6 +26,11 @@ import (
 // (default 64) through versitygw on loopback: the plain SDK PutObject and
 // GetObject of the same file, against Syncer.Upload (hash, seal,
 // multipart) and Syncer.Restore (download, open, verify, move in place).
+// resume is the whole added time to resume as a node pays it before the
+// job starts: open the storage from what the control plane hands the node
+// (agentapi.CheckpointSync), read latest, restore; through podsync.Restore,
+// which a Kubernetes pod's restore container runs and which an agent's
+// restore matches (ckptsync.Open, Restore) but for podsync's chmod pass.
 // Run: go test -run '^$' -bench Checkpoint -benchtime 3x ./internal/ckptsync/
 func BenchmarkCheckpoint(b *testing.B) {
 	mb := 64
@@ -98,6 +107,20 @@ func BenchmarkCheckpoint(b *testing.B) {
 		for range b.N {
 			if m, ok, err := newSyncer("bench-0", b.TempDir()).Restore(ctx); err != nil || !ok || m.Bytes() != size+6 {
 				b.Fatalf("restore: %v %v", ok, err)
+			}
+		}
+	})
+	ck := agentapi.CheckpointSync{Storage: model.Storage{S3: &model.S3Storage{Bucket: "ckpt", Endpoint: srv.Endpoint, Region: s3test.Region, PathStyle: true}},
+		AccessKeyID: s3test.AccessKey, SecretAccessKey: s3test.SecretKey, DataKey: dataKey}
+	b.Run(fmt.Sprintf("resume-%dMiB", mb), func(b *testing.B) {
+		b.SetBytes(size)
+		for range b.N {
+			dir := b.TempDir()
+			if err := podsync.Restore(ctx, podsync.Spec{JobID: "bench-0", AttemptID: "a2", Attempt: 2, Checkpoint: &ck}, dir, slog.New(slog.DiscardHandler)); err != nil {
+				b.Fatal(err)
+			}
+			if fi, err := os.Stat(filepath.Join(dir, "model.pt")); err != nil || fi.Size() != size {
+				b.Fatalf("resumed model.pt: %v %v", fi, err)
 			}
 		}
 	})
