@@ -73,8 +73,10 @@ spec:
 	id := strings.TrimSpace(s.gpufleet("run", "--gpus", "0", "--data", "storage:slow/big:data/", "--", "true"))
 	progress := regexp.MustCompile(`fetching data (\d+\.\d)/12\.0 MiB`)
 	var seen []string
+	var last string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) { // polling a separate process; bounded
 		out := s.gpufleet("jobs", "get", id)
+		last = out
 		if m := progress.FindStringSubmatch(out); m != nil && (len(seen) == 0 || seen[len(seen)-1] != m[1]) {
 			seen = append(seen, m[1])
 		}
@@ -89,7 +91,7 @@ spec:
 		}
 	}
 	if len(seen) < 2 {
-		t.Errorf("jobs get showed the download's progress at %v, want at least two different points of 12.0 MiB", seen)
+		t.Errorf("jobs get showed the download's progress at %v, want at least two different points of 12.0 MiB; last:\n%s", seen, last)
 	}
 
 	// 2. A container job: its dataset is a read-only bind mount.

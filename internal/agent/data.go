@@ -176,13 +176,18 @@ func (a *Agent) showData(sb runtime.Sandbox, d agentapi.DataSync, h *datacache.H
 }
 
 // setFetching records (or, with nil, clears) a replica's download progress
-// for the next sync.
+// for the next sync. A download that starts cuts short the sync waiting
+// on the server, so that its progress is reported from the start rather
+// than after that long poll.
 func (a *Agent) setFetching(id string, p *agentapi.DataProgress) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p == nil {
 		delete(a.fetching, id)
 		return
+	}
+	if _, had := a.fetching[id]; !had {
+		ring(a.changed)
 	}
 	a.fetching[id] = *p
 }
