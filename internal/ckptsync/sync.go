@@ -185,6 +185,26 @@ func (s *Syncer) Restore(ctx context.Context) (m Manifest, ok bool, err error) {
 	return m, true, nil
 }
 
+// Adopt takes the checkpoint in Dir as already stored when it is the job's
+// latest (its LATEST marker is the one latest records), so that Upload
+// does not send it again; any other marker, newer or not, is uploaded at
+// the next Upload. It downloads nothing. A process that syncs a folder
+// another one restored (a Kubernetes pod's sidecar after its restore
+// container) starts with it.
+func (s *Syncer) Adopt(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok, err := s.Latest(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	if local, err := readMarker(s.cfg.Dir); err == nil && local.content == m.Marker {
+		s.last = local
+		s.remember(m)
+	}
+	return nil
+}
+
 // remember makes m's objects the ones known stored: those of the latest
 // checkpoint, which retention never removes (package artifacts), so an
 // upload may name them without looking.

@@ -109,7 +109,7 @@ func Sync(ctx context.Context, s Spec, dir string, interval time.Duration, log *
 	if err != nil {
 		return err
 	}
-	if _, _, err := sy.Restore(ctx); err != nil && ctx.Err() == nil {
+	if err := sy.Adopt(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("reading the latest checkpoint", "job_id", s.JobID, "err", err)
 	}
 	if interval <= 0 {
