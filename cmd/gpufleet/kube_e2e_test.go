@@ -6,17 +6,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sclient "k8s.io/client-go/kubernetes"
 
 	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/kubetest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/podsync"
 	"github.com/gpufleet/gpufleet/internal/provider/kubernetes"
+	"github.com/gpufleet/gpufleet/internal/s3test"
 	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
@@ -41,6 +45,14 @@ func TestKubernetesPoolE2E(t *testing.T) {
 	t.Logf("control plane and 2 nodes ready after %s", time.Since(began).Round(time.Millisecond))
 
 	s := startHeadless(t, t.TempDir(), freePort(t))
+	// Checkpoint storage: the pool's pods sync with it (docs/kubernetes.md).
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "ckpt")
+	set := s.gpufleetCmd("secrets", "set", "default", "S3_CKPT")
+	set.Stdin = strings.NewReader(s3test.AccessKey + ":" + s3test.SecretKey)
+	if out, err := set.CombinedOutput(); err != nil {
+		t.Fatalf("secrets set: %v\n%s", err, out)
+	}
 	dir := t.TempDir()
 	poolFile := filepath.Join(dir, "pool.yaml")
 	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
@@ -53,8 +65,11 @@ spec:
     context: %s
     namespace: %s
     image: ghcr.io/acme/train:1
+    syncImage: registry.example/gpufleet:e2e
     pricePerGPUHour: 2
-`, pool, kc.Kubeconfig, kc.Context, ns)
+  checkpointStorage:
+    s3: {bucket: ckpt, endpoint: %q, pathStyle: true, credentialsRef: default/S3_CKPT}
+`, pool, kc.Kubeconfig, kc.Context, ns, srv.Endpoint)
 	if err := os.WriteFile(poolFile, []byte(manifest), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +110,7 @@ spec:
 	// A job that is still running when the pool goes: its Job must go too.
 	long := strings.TrimSpace(s.gpufleet("run", "--gpus", "1", "--tag", "kwok-duration=1h", "--", "python", "train.py"))
 	s.waitJob(long, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
+	checkSyncedPod(ctx, t, cs, ns, long)
 
 	// Apply the fleet without the pool.
 	other := filepath.Join(dir, "projects.yaml")
@@ -130,6 +146,48 @@ spec:
 		return len(left) == 0
 	})
 	t.Logf("pool applied, job run, pool removed and cleaned up after %s", time.Since(began).Round(time.Millisecond))
+}
+
+// checkSyncedPod checks that the Job of job id's running attempt restores
+// and uploads its checkpoints in the pod: the server handed the runner the
+// pool's storage, credentials and the project's data key, which are in the
+// Job's Secret only, and the job's container has the checkpoint volume.
+func checkSyncedPod(ctx context.Context, t *testing.T, cs k8sclient.Interface, ns, id string) {
+	t.Helper()
+	jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelJobID + "=" + id})
+	if err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("the Job of %s: %v (%d)", id, err, len(jobs.Items))
+	}
+	job := jobs.Items[0]
+	var names []string
+	for _, c := range job.Spec.Template.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	if want := []string{kubernetes.ContainerRestore, kubernetes.ContainerCheckpoint}; !slices.Equal(names, want) {
+		t.Errorf("init containers %v, want %v", names, want)
+	}
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["GPUFLEET_CHECKPOINT_DIR"] != podsync.CheckpointDir {
+		t.Errorf("GPUFLEET_CHECKPOINT_DIR = %q, want %s", env["GPUFLEET_CHECKPOINT_DIR"], podsync.CheckpointDir)
+	}
+	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec podsync.Spec
+	if err := json.Unmarshal(sec.Data[podsync.EnvSpec], &spec); err != nil {
+		t.Fatalf("the Secret's %s: %v", podsync.EnvSpec, err)
+	}
+	if ck := spec.Checkpoint; spec.JobID != id || ck == nil || ck.AccessKeyID != s3test.AccessKey || len(ck.DataKey) != 32 || ck.Storage.S3 == nil || ck.Storage.S3.Bucket != "ckpt" {
+		t.Errorf("the Secret's sync spec = %+v, want job %s's checkpoint storage, credentials and a 32-byte data key", spec, id)
+	}
+	raw, _ := json.Marshal(job)
+	if strings.Contains(string(raw), s3test.SecretKey) {
+		t.Error("the Job holds the storage's secret key")
+	}
 }
 
 // startHeadless runs `gpufleet server --no-local-agent` and waits until the

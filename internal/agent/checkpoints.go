@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 // more when it ends, before its end is reported, so that the attempt that
 // resumes it elsewhere finds the last checkpoint.
 const (
-	defaultCheckpointInterval = 5 * time.Second
 	// finalUploadTimeout bounds the upload after a replica ends; past it
 	// the end is reported anyway and the last uploaded checkpoint counts.
 	finalUploadTimeout = 10 * time.Minute
@@ -36,22 +34,14 @@ type ckptState struct {
 // credentials and data key stay in memory.
 func (a *Agent) openCheckpoints(ctx context.Context, spec agentapi.ReplicaSpec, dir string) (*ckptState, error) {
 	ck := spec.Checkpoint
-	st, err := objstore.Open(ctx, ck.Storage, objstore.Credentials{AccessKeyID: ck.AccessKeyID, SecretAccessKey: ck.SecretAccessKey})
-	if err != nil {
-		return nil, fmt.Errorf("opening checkpoint storage %s: %w", ck.Storage.String(), err)
-	}
-	sl, err := objstore.NewSealer(ck.DataKey)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint data key: %w", err)
-	}
-	s, err := ckptsync.New(ckptsync.Config{Store: st, Sealer: sl, JobID: spec.JobID, Attempt: spec.AttemptID, AttemptNumber: spec.Attempt, Dir: dir,
+	s, err := ckptsync.Open(ctx, *ck, ckptsync.Config{JobID: spec.JobID, Attempt: spec.AttemptID, AttemptNumber: spec.Attempt, Dir: dir,
 		Clock: a.cfg.Clock, Log: a.log.With("job_id", spec.JobID, "replica_id", spec.ID)})
 	if err != nil {
 		return nil, err
 	}
 	every := ck.Interval.D()
 	if every <= 0 {
-		every = defaultCheckpointInterval
+		every = ckptsync.DefaultInterval
 	}
 	return &ckptState{sync: s, interval: every}, nil
 }

@@ -107,25 +107,38 @@ echo weights-100 > $d/model.pt; echo step=100 > $d/LATEST; echo ready; sleep 30 
 	}
 }
 
-// TestCheckpointRestoreFailureEndsTheReplica: wrong credentials fail the
-// attempt before it starts, with the object named.
+// TestCheckpointRestoreFailureEndsTheReplica: wrong credentials and a
+// missing bucket fail the attempt before it starts, unreachable storage
+// loses it (retried elsewhere), each with the object named and no secret.
 func TestCheckpointRestoreFailureEndsTheReplica(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "ckpt")
-	cp := newFakeControlPlane()
-	r := shell("job1-a1-r0", `echo must-not-run`)
-	r.Checkpoint = &agentapi.CheckpointSync{
-		Storage:     model.Storage{S3: &model.S3Storage{Bucket: "ckpt", Endpoint: srv.Endpoint, PathStyle: true}},
-		AccessKeyID: s3test.AccessKey, SecretAccessKey: "wrong-secret",
-		DataKey: bytes.Repeat([]byte{1}, 32),
-	}
-	cp.setDesired(r)
-	startAgent(t, newTestAgent(t, cp, agentDir(t)))
-	s := waitPhase(t, cp, r.ID, agentapi.PhaseExited)
-	if !strings.Contains(s.Reason, "access denied") || !strings.Contains(s.Reason, "latest") || s.ExitCode != nil {
-		t.Errorf("reason %q exit %v; want access denied naming the object, no exit code", s.Reason, s.ExitCode)
-	}
-	if strings.Contains(s.Reason, "wrong-secret") {
-		t.Errorf("reason reveals the secret: %q", s.Reason)
+	for name, tc := range map[string]struct {
+		bucket, endpoint, secret string
+		phase                    agentapi.Phase
+		says                     string
+	}{
+		"wrong credentials": {"ckpt", srv.Endpoint, "wrong-secret", agentapi.PhaseExited, "access denied"},
+		"missing bucket":    {"gone", srv.Endpoint, s3test.SecretKey, agentapi.PhaseExited, "bucket does not exist"},
+		"unreachable":       {"ckpt", "http://127.0.0.1:1", s3test.SecretKey, agentapi.PhaseLost, "unreachable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cp := newFakeControlPlane()
+			r := shell("job1-a1-r0", `echo must-not-run`)
+			r.Checkpoint = &agentapi.CheckpointSync{
+				Storage:     model.Storage{S3: &model.S3Storage{Bucket: tc.bucket, Endpoint: tc.endpoint, PathStyle: true}},
+				AccessKeyID: s3test.AccessKey, SecretAccessKey: tc.secret,
+				DataKey: bytes.Repeat([]byte{1}, 32),
+			}
+			cp.setDesired(r)
+			startAgent(t, newTestAgent(t, cp, agentDir(t)))
+			s := waitPhase(t, cp, r.ID, tc.phase)
+			if !strings.Contains(s.Reason, tc.says) || !strings.Contains(s.Reason, "latest") || s.ExitCode != nil {
+				t.Errorf("reason %q exit %v; want %q naming the object, no exit code", s.Reason, s.ExitCode, tc.says)
+			}
+			if strings.Contains(s.Reason, tc.secret) {
+				t.Errorf("reason reveals the secret: %q", s.Reason)
+			}
+		})
 	}
 }

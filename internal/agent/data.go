@@ -39,12 +39,6 @@ type DataConfig struct {
 // fetchReportEvery is how often a sync carries download progress.
 const fetchReportEvery = 2 * time.Second
 
-// errDataConfig marks a dataset the server could not resolve: permanent.
-var errDataConfig = errors.New("dataset not resolvable")
-
-// errEmptyDataset: no object under the source, most likely a typo.
-var errEmptyDataset = errors.New("no objects under the source (check the bucket and prefix)")
-
 // openCache opens the node's data cache, once, at Run.
 func (a *Agent) openCache() error {
 	dir := a.cfg.Data.CacheDir
@@ -91,26 +85,11 @@ func (a *Agent) fetchData(ctx context.Context, spec agentapi.ReplicaSpec, sb *ru
 	var all []listed
 	var total int64
 	for _, d := range spec.Data {
-		if d.Error != "" {
-			return fmt.Errorf("%w: %s", errDataConfig, d.Error)
-		}
-		st, err := objstore.Open(ctx, d.Storage, objstore.Credentials{AccessKeyID: d.AccessKeyID, SecretAccessKey: d.SecretAccessKey})
+		ds, err := datacache.OpenDataset(ctx, spec.Project, d)
 		if err != nil {
-			return fmt.Errorf("%s.source %s: opening the storage: %w", d.Field, d.Source, err)
+			return err
 		}
-		// Source names the field too: the cache's errors start with it.
-		ds := datacache.Dataset{Project: spec.Project, Digest: d.Digest, Source: d.Field + ".source " + d.Source, Open: st.Get}
-		err = st.List(ctx, "", func(i objstore.Info) bool {
-			ds.Objects = append(ds.Objects, datacache.Object{Key: i.Key, Size: i.Size, ETag: i.ETag, SHA256: i.SHA256})
-			total += i.Size
-			return true
-		})
-		if err != nil {
-			return fmt.Errorf("%s.source %s: listing: %w", d.Field, d.Source, err)
-		}
-		if len(ds.Objects) == 0 {
-			return fmt.Errorf("%s.source %s: %w", d.Field, d.Source, errEmptyDataset)
-		}
+		total += ds.Size()
 		all = append(all, listed{ds: ds, in: d})
 	}
 	var handles []*datacache.Handle
@@ -133,9 +112,7 @@ func (a *Agent) fetchData(ctx context.Context, spec agentapi.ReplicaSpec, sb *ru
 			return err
 		}
 		handles = append(handles, h)
-		for _, o := range l.ds.Objects {
-			before += o.Size
-		}
+		before += l.ds.Size()
 		log.Info("dataset ready", "source", l.in.Source, "path", l.in.Path, "cache_hit", h.Hit, "objects", len(l.ds.Objects), "took", time.Since(start).Round(time.Millisecond))
 		m, err := a.showData(*sb, l.in, h)
 		if err != nil {
@@ -199,13 +176,18 @@ func (a *Agent) showData(sb runtime.Sandbox, d agentapi.DataSync, h *datacache.H
 }
 
 // setFetching records (or, with nil, clears) a replica's download progress
-// for the next sync.
+// for the next sync. A download that starts cuts short the sync waiting
+// on the server, so that its progress is reported from the start rather
+// than after that long poll.
 func (a *Agent) setFetching(id string, p *agentapi.DataProgress) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p == nil {
 		delete(a.fetching, id)
 		return
+	}
+	if _, had := a.fetching[id]; !had {
+		ring(a.changed)
 	}
 	a.fetching[id] = *p
 }
@@ -235,7 +217,7 @@ func (a *Agent) datasets() []string {
 // retrying on this or another node: the attempt fails. Storage that may
 // answer later, or a cache or disk without room here, is lost (retried).
 func permanentDataError(err error) bool {
-	return errors.Is(err, errDataConfig) || errors.Is(err, errEmptyDataset) ||
+	return errors.Is(err, datacache.ErrUnresolved) || errors.Is(err, datacache.ErrEmpty) ||
 		errors.Is(err, objstore.ErrAccessDenied) || errors.Is(err, objstore.ErrNoBucket) ||
 		errors.Is(err, datacache.ErrCorrupt) || errors.Is(err, datacache.ErrUnsafeKey) || errors.Is(err, datacache.ErrTooLarge)
 }

@@ -31,6 +31,10 @@ var ErrSuperseded = errors.New("a later attempt of the job has published a check
 // published (the previous one stays latest) and the next round retries.
 var ErrChanged = errors.New("a checkpoint file changed while it was uploaded")
 
+// DefaultInterval is how often a watch looks for a new LATEST marker when
+// the control plane names no interval.
+const DefaultInterval = 5 * time.Second
+
 // hiddenPrefix marks this package's own files in a checkpoint folder; they
 // are never uploaded.
 const hiddenPrefix = ".gpufleet-"
@@ -137,6 +141,9 @@ func (s *Syncer) Restore(ctx context.Context) (m Manifest, ok bool, err error) {
 		if local.content == m.Marker || step > m.Step {
 			s.cfg.Log.Info("checkpoint folder already holds this or a later checkpoint", "step", step, "stored_step", m.Step)
 			s.last = local
+			if local.content == m.Marker {
+				s.remember(m) // its objects are stored: never sent again
+			}
 			return m, true, nil
 		}
 	}
@@ -176,6 +183,26 @@ func (s *Syncer) Restore(ctx context.Context) (m Manifest, ok bool, err error) {
 	}
 	s.remember(m)
 	return m, true, nil
+}
+
+// Adopt takes the checkpoint in Dir as already stored when it is the job's
+// latest (its LATEST marker is the one latest records), so that Upload
+// does not send it again; any other marker, newer or not, is uploaded at
+// the next Upload. It downloads nothing. A process that syncs a folder
+// another one restored (a Kubernetes pod's sidecar after its restore
+// container) starts with it.
+func (s *Syncer) Adopt(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok, err := s.Latest(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	if local, err := readMarker(s.cfg.Dir); err == nil && local.content == m.Marker {
+		s.last = local
+		s.remember(m)
+	}
+	return nil
 }
 
 // remember makes m's objects the ones known stored: those of the latest

@@ -561,3 +561,39 @@ func TestOldUnreferencedObjectsAreSentAgain(t *testing.T) {
 		t.Errorf("the latest's objects: %d sent, want 2", n)
 	}
 }
+
+// TestAdopt: a syncer that adopts a folder restored by another process
+// sends nothing for the restored checkpoint, and uploads a newer one.
+func TestAdopt(t *testing.T) {
+	b := dirBackend(t)
+	src, dst := t.TempDir(), t.TempDir()
+	write(t, src, map[string]string{"model.pt": "v1", ckptsync.Marker: "step=1"})
+	if _, ok, err := syncer(t, b.store, src).Upload(context.Background()); err != nil || !ok {
+		t.Fatalf("upload: %v %v", ok, err)
+	}
+	if _, ok, err := syncer(t, b.store, dst).Restore(context.Background()); err != nil || !ok {
+		t.Fatalf("restore: %v %v", ok, err)
+	}
+	s := syncer(t, b.store, dst)
+	if err := s.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, uploaded, err := s.Upload(context.Background()); err != nil || uploaded {
+		t.Errorf("upload after adopting the restored checkpoint: uploaded %v, %v; want nothing sent", uploaded, err)
+	}
+	write(t, dst, map[string]string{"model.pt": "v2", ckptsync.Marker: "step=2"})
+	if m, uploaded, err := s.Upload(context.Background()); err != nil || !uploaded || m.Step != 2 {
+		t.Errorf("upload of step 2: %v %v %v", m.Step, uploaded, err)
+	}
+	// A folder whose marker is not latest's (written before the adopt) is
+	// uploaded, not taken as stored.
+	other := t.TempDir()
+	write(t, other, map[string]string{"model.pt": "v3", ckptsync.Marker: "step=3"})
+	s3 := syncer(t, b.store, other)
+	if err := s3.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m, uploaded, err := s3.Upload(context.Background()); err != nil || !uploaded || m.Step != 3 {
+		t.Errorf("upload of a newer folder after adopt: %v %v %v", m.Step, uploaded, err)
+	}
+}

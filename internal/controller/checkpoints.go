@@ -18,9 +18,7 @@ func (c *Controller) poolStorageLocked(nodeID string) *model.Storage {
 		return nil
 	}
 	for _, p := range c.fleet.pools {
-		// The Kubernetes runner does not sync checkpoints (yet): its
-		// jobs keep the server's folder (docs/kubernetes.md).
-		if p.Name == n.Pool && p.Spec.Provider != model.ProviderKubernetes {
+		if p.Name == n.Pool {
 			return p.Spec.CheckpointStorage
 		}
 	}

@@ -82,10 +82,17 @@ func (c *Controller) fetchingLocked(j *model.Job) (done, total int64, ok bool) {
 	return done, total, ok
 }
 
-// FetchingReason is how jobs get shows a download in progress.
+// FetchingReason is how jobs get shows a download in progress, in the
+// unit of the total: "fetching data 3.2/40.0 GiB", "… 2.0/12.0 MiB".
 func FetchingReason(done, total int64) string {
-	const gib = 1 << 30
-	return fmt.Sprintf("fetching data %.1f/%.1f GiB", float64(done)/gib, float64(total)/gib)
+	unit, name := float64(1<<30), "GiB"
+	switch {
+	case total < 1<<20:
+		unit, name = 1<<10, "KiB"
+	case total < 1<<30:
+		unit, name = 1<<20, "MiB"
+	}
+	return fmt.Sprintf("fetching data %.1f/%.1f %s", float64(done)/unit, float64(total)/unit, name)
 }
 
 // projectLocked is the declared project named name, or nil.

@@ -131,3 +131,18 @@ func dataSpecPtr(src string) *model.JobSpec {
 	s := dataSpec(src)
 	return &s
 }
+
+func TestFetchingReasonUnits(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int64
+		want        string
+	}{
+		{3435973837, 40 << 30, "fetching data 3.2/40.0 GiB"},
+		{2 << 20, 12 << 20, "fetching data 2.0/12.0 MiB"},
+		{512, 1 << 10, "fetching data 0.5/1.0 KiB"},
+	} {
+		if got := FetchingReason(tc.done, tc.total); got != tc.want {
+			t.Errorf("FetchingReason(%d, %d) = %q, want %q", tc.done, tc.total, got, tc.want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package datacache
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/md5"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,10 +18,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
+	"github.com/gpufleet/gpufleet/internal/objstore"
 )
 
 // Errors callers branch on.
@@ -40,18 +39,6 @@ var (
 	ErrUnsafeKey = errors.New("object key is not a safe relative path")
 )
 
-// Object is one object of a dataset's listing. Key is relative to the
-// dataset's prefix ("train/00001.tar").
-type Object struct {
-	Key  string
-	Size int64
-	// ETag is the store's entity tag; a plain one (32 hex digits) is the
-	// MD5 of the content and is checked. Empty: only the size is checked.
-	ETag string
-	// SHA256, when the store knows it (hex), is checked.
-	SHA256 string
-}
-
 // Dataset is what Acquire fetches.
 type Dataset struct {
 	// Project owns the data: entries are never shared between projects.
@@ -61,8 +48,11 @@ type Dataset struct {
 	Digest string
 	// Source describes it in errors ("storage:lake/imagenet").
 	Source string
-	// Objects is the listing to download.
-	Objects []Object
+	// Objects is the listing to download, keys relative to the dataset's
+	// prefix ("train/00001.tar"). Each object's Size is checked, its ETag
+	// when plain (32 hex digits: the MD5 of the content), and its SHA256
+	// when the store listed one.
+	Objects []objstore.Info
 	// Open reads one object by its Key.
 	Open func(ctx context.Context, key string) (io.ReadCloser, error)
 }
@@ -259,7 +249,7 @@ func (h *Handle) Release() {
 // Name is the entry name of ds: a keyed hash of its project, digest and
 // listing.
 func (c *Cache) Name(ds Dataset) string {
-	objs := append([]Object(nil), ds.Objects...)
+	objs := append([]objstore.Info(nil), ds.Objects...)
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 	m := hmac.New(sha256.New, c.key)
 	fmt.Fprintf(m, "%q %q\n", ds.Project, ds.Digest)
@@ -511,8 +501,8 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// download fetches every object of ds into a temporary folder, verifies
-// each, makes the tree read-only and renames it into place.
+// download fetches every object of ds into a temporary folder (Fetch),
+// makes the tree read-only and renames it into place.
 func (c *Cache) download(ctx context.Context, ds Dataset, name string, f *flight, progress func(done, total int64)) (err error) {
 	tmp, err := os.MkdirTemp(filepath.Join(c.cfg.Root, dirTmp), name[:16]+"-")
 	if err != nil {
@@ -523,70 +513,10 @@ func (c *Cache) download(ctx context.Context, ds Dataset, name string, f *flight
 			_ = removeTree(tmp)
 		}
 	}()
-	for _, o := range ds.Objects {
-		if _, err := safeKey(o.Key); err != nil {
-			return fmt.Errorf("%s: object %q: %w", ds.Source, o.Key, err)
-		}
-	}
-	dctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	jobs := make(chan Object)
-	errs := make(chan error, c.cfg.Workers)
-	var wg sync.WaitGroup
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for o := range jobs {
-				if err := c.fetch(dctx, ds, tmp, o, f); err != nil {
-					errs <- err
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-	stopTick := make(chan struct{})
-	tickDone := make(chan struct{})
-	go func() {
-		defer close(tickDone)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopTick:
-				return
-			case <-t.C:
-				if progress != nil {
-					progress(f.bytes.Load(), f.total)
-				}
-			}
-		}
-	}()
-feed:
-	for _, o := range ds.Objects {
-		select {
-		case jobs <- o:
-		case <-dctx.Done():
-			break feed
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	close(stopTick)
-	<-tickDone
-	select {
-	case err := <-errs:
+	if err := Fetch(ctx, ds, tmp, FetchOptions{Workers: c.cfg.Workers, Bytes: &f.bytes, Progress: progress}); err != nil {
 		return err
-	default:
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: download cut short: %w", ds.Source, err)
-	}
-	if progress != nil {
-		progress(f.bytes.Load(), f.total)
-	}
-	if err := readOnlyTree(tmp); err != nil {
+	if err := ReadOnlyTree(tmp); err != nil {
 		return fmt.Errorf("%s: %w", ds.Source, err)
 	}
 	m := meta{Digest: ds.Digest, Source: ds.Source, Bytes: f.total, Objects: len(ds.Objects), LastUsed: c.cfg.Now()}
@@ -599,80 +529,6 @@ feed:
 	}
 	_ = atomicfile.SyncDir(filepath.Join(c.cfg.Root, dirEntries))
 	return nil
-}
-
-// fetch downloads one object into tmp and checks its size and checksums.
-func (c *Cache) fetch(ctx context.Context, ds Dataset, tmp string, o Object, f *flight) error {
-	rel, _ := safeKey(o.Key)
-	if rel == "" {
-		return nil // a folder marker ("dir/")
-	}
-	dst := filepath.Join(tmp, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return c.diskError(ds, o, err)
-	}
-	r, err := ds.Open(ctx, o.Key)
-	if err != nil {
-		return fmt.Errorf("%s: object %q: %w", ds.Source, o.Key, err)
-	}
-	defer r.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return c.diskError(ds, o, err)
-	}
-	defer out.Close()
-	md, sh := md5.New(), sha256.New()
-	w := io.MultiWriter(out, md, sh, countWriter{&f.bytes})
-	n, err := io.Copy(w, io.LimitReader(r, o.Size+1))
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: object %q: %w", ds.Source, o.Key, ctx.Err())
-		}
-		var pe *fs.PathError
-		if errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) {
-			return c.diskError(ds, o, err)
-		}
-		return fmt.Errorf("%s: reading object %q: %w", ds.Source, o.Key, err)
-	}
-	if n != o.Size {
-		return fmt.Errorf("%s: object %q: %w (%d bytes listed, %d read)", ds.Source, o.Key, ErrCorrupt, o.Size, n)
-	}
-	if et := strings.Trim(o.ETag, `"`); plainMD5(et) && hex.EncodeToString(md.Sum(nil)) != strings.ToLower(et) {
-		return fmt.Errorf("%s: object %q: %w (MD5 differs from its ETag)", ds.Source, o.Key, ErrCorrupt)
-	}
-	if o.SHA256 != "" && hex.EncodeToString(sh.Sum(nil)) != strings.ToLower(o.SHA256) {
-		return fmt.Errorf("%s: object %q: %w (SHA-256 differs)", ds.Source, o.Key, ErrCorrupt)
-	}
-	if err := out.Sync(); err != nil {
-		return c.diskError(ds, o, err)
-	}
-	if err := out.Close(); err != nil {
-		return c.diskError(ds, o, err)
-	}
-	return nil
-}
-
-// diskError reports a local write failure; a full disk is ErrFull.
-func (c *Cache) diskError(ds Dataset, o Object, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("%s: writing object %q into %s: %w: the disk is full (%v)", ds.Source, o.Key, c.cfg.Root, ErrFull, err)
-	}
-	return fmt.Errorf("%s: writing object %q into %s: %w", ds.Source, o.Key, c.cfg.Root, err)
-}
-
-type countWriter struct{ n *atomic.Int64 }
-
-func (w countWriter) Write(p []byte) (int, error) {
-	w.n.Add(int64(len(p)))
-	return len(p), nil
-}
-
-func plainMD5(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }
 
 // safeKey is key as a clean relative path, "" for a folder marker.
@@ -693,9 +549,9 @@ func safeKey(key string) (string, error) {
 	return key, nil
 }
 
-// readOnlyTree makes files 0444 and folders 0555 under (and including)
+// ReadOnlyTree makes files 0444 and folders 0555 under (and including)
 // root, so that workloads can read an entry and not change it.
-func readOnlyTree(root string) error {
+func ReadOnlyTree(root string) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/objstore"
 )
 
 // bucket is an in-memory source of objects that counts reads.
@@ -46,7 +48,7 @@ func (b *bucket) dataset(project, digest string) Dataset {
 	ds := Dataset{Project: project, Digest: digest, Source: "test://" + digest, Open: b.open}
 	for k, v := range b.objects {
 		sum := md5.Sum(v)
-		ds.Objects = append(ds.Objects, Object{Key: k, Size: int64(len(v)), ETag: `"` + hex.EncodeToString(sum[:]) + `"`})
+		ds.Objects = append(ds.Objects, objstore.Info{Key: k, Size: int64(len(v)), ETag: `"` + hex.EncodeToString(sum[:]) + `"`})
 	}
 	return ds
 }
@@ -378,7 +380,7 @@ func TestCorruptAndUnsafeObjectsAreNamed(t *testing.T) {
 		t.Errorf("truncated object: %v, want ErrCorrupt", err)
 	}
 	for _, key := range []string{"../escape", "/abs", "a//b", "a/./b"} {
-		evil := Dataset{Project: "p", Digest: "e", Source: "test://e", Objects: []Object{{Key: key, Size: 1}}, Open: b.open}
+		evil := Dataset{Project: "p", Digest: "e", Source: "test://e", Objects: []objstore.Info{{Key: key, Size: 1}}, Open: b.open}
 		if _, err := c.Acquire(context.Background(), evil, nil); !errors.Is(err, ErrUnsafeKey) {
 			t.Errorf("key %q: %v, want ErrUnsafeKey", key, err)
 		}

@@ -132,6 +132,10 @@ type KubernetesPoolSettings struct {
 	PricePerGPUHour float64 `json:"pricePerGPUHour,omitempty"`
 	// Image runs jobs that name no run.image.
 	Image string `json:"image,omitempty"`
+	// SyncImage holds the gpufleet binary; the pods of jobs with
+	// checkpoint storage or datasets run their sync containers from it
+	// (docs/kubernetes.md). Required with checkpointStorage.
+	SyncImage string `json:"syncImage,omitempty"`
 	// QueueName, when set, is the Kueue LocalQueue gpufleet's Jobs are
 	// submitted to (label kueue.x-k8s.io/queue-name).
 	QueueName string `json:"queueName,omitempty"`

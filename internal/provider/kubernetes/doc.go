@@ -41,7 +41,10 @@
 //   - No secret value (the job token, run.secrets) is written into a Job:
 //     they live in a Secret named like the Job, made with it, that the pod
 //     reads through secretKeyRef; it is deleted as soon as the attempt's
-//     end is recorded.
+//     end is recorded. The checkpoint storage's credentials and the
+//     project's data key (podsync.Spec) are a key of that Secret too,
+//     referenced only by the pod's sync containers (sync.go), never by
+//     the job's.
 //   - A Job that ended on its own stays for the pool's keepFinished
 //     (ttlSecondsAfterFinished: the cluster's TTL controller deletes it);
 //     gpufleet deletes every other Job once it is done with it.

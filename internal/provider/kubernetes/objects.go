@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/podsync"
 )
 
 // maxJobName keeps "<job>-<index>", an indexed pod's host name, within a
@@ -102,8 +104,12 @@ func refusal(spec agentapi.ReplicaSpec, s model.KubernetesPoolSettings) string {
 	switch {
 	case spec.Archive != "":
 		return "uploaded working directories are not supported on Kubernetes pools: build the code into run.image"
-	case len(spec.Data) > 0:
-		return "datasets (spec.data) are not supported on Kubernetes pools yet: read them from the job, or run it on agent nodes"
+	case (spec.Checkpoint != nil || len(spec.Data) > 0) && s.SyncImage == "":
+		return "checkpoint storage and datasets (spec.data) on a Kubernetes pool need the pool's kubernetes.syncImage (an image holding the gpufleet binary)"
+	case spec.Checkpoint != nil && spec.Checkpoint.Storage.Path != "":
+		return "checkpoint storage " + spec.Checkpoint.Storage.String() + " is a folder, which Kubernetes pods do not see: declare s3 storage for the pool"
+	case folderData(spec) != "":
+		return folderData(spec)
 	case spec.Image == "" && s.Image == "":
 		return "no container image: set the job's run.image or the pool's kubernetes.image"
 	case len(spec.Command) == 0 && spec.Image == "":
@@ -185,6 +191,9 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 	}
 	container.Lifecycle = preStop(first)
 	pod.Containers[0].Lifecycle = container.Lifecycle
+	if ps := podsync.Of(first); ps != nil {
+		p.withSync(&pod, ps, name)
+	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.settings.Namespace, Labels: cloneWith(meta, nil), Annotations: annotations},
 		Spec: batchv1.JobSpec{
@@ -305,12 +314,20 @@ func secretKeys(spec agentapi.ReplicaSpec) []string {
 func (p *jobPlan) secret(job *batchv1.Job) *corev1.Secret {
 	first := p.specs[0]
 	keys := secretKeys(first)
-	if len(keys) == 0 {
+	ps := podsync.Of(first)
+	if len(keys) == 0 && ps == nil {
 		return nil
 	}
-	data := make(map[string][]byte, len(keys))
+	data := make(map[string][]byte, len(keys)+1)
 	for _, k := range keys {
 		data[k] = []byte(first.Env[k])
+	}
+	if ps != nil {
+		b, err := json.Marshal(ps)
+		if err != nil {
+			panic(err) // plain data: cannot fail
+		}
+		data[podsync.EnvSpec] = b
 	}
 	labels := cloneWith(job.Labels, nil)
 	delete(labels, LabelKueueQueue)

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -72,6 +73,9 @@ func viewPod(p *corev1.Pod, nodeGone func(string) (string, bool)) podView {
 		v.phase = agentapi.PhaseExited
 		if v.exitCode == nil {
 			v.reason = fmt.Sprintf("pod %s failed without an exit code (%s): %s", p.Name, p.Status.Reason, p.Status.Message)
+			if why := initFailure(p); why != "" {
+				v.reason = fmt.Sprintf("pod %s: %s", p.Name, why)
+			}
 		}
 	case corev1.PodPending:
 		for _, cs := range p.Status.ContainerStatuses {
@@ -81,6 +85,21 @@ func viewPod(p *corev1.Pod, nodeGone func(string) (string, bool)) podView {
 		}
 	}
 	return v
+}
+
+// initFailure says which init container (a sync container: fetching the
+// datasets, restoring the checkpoint) failed and how, or "".
+func initFailure(p *corev1.Pod) string {
+	for _, cs := range p.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			msg := strings.TrimSpace(t.Message)
+			if msg == "" {
+				msg = t.Reason
+			}
+			return fmt.Sprintf("init container %s exited %d: %s", cs.Name, t.ExitCode, msg)
+		}
+	}
+	return ""
 }
 
 func terminated(p *corev1.Pod) *corev1.ContainerStateTerminated {

@@ -20,10 +20,19 @@ const Name = model.ProviderKubernetes
 // (registry.Driver.Check): its kubernetes block, if any (none means every
 // default: the current kubeconfig context), with field paths under prefix.
 func CheckPool(spec *model.NodePoolSpec, prefix string, _ func(string) bool) model.FieldErrors {
-	if spec.Kubernetes == nil {
-		return nil
+	var fe model.FieldErrors
+	if spec.Kubernetes != nil {
+		fe = ValidateSettings(spec.Kubernetes, prefix+".kubernetes")
 	}
-	return ValidateSettings(spec.Kubernetes, prefix+".kubernetes")
+	if st := spec.CheckpointStorage; st != nil {
+		if st.Path != "" {
+			fe.Add(prefix+".checkpointStorage.path", "a Kubernetes pool's pods see no folder of the server's or the nodes': declare s3 storage")
+		}
+		if spec.Kubernetes == nil || spec.Kubernetes.SyncImage == "" {
+			fe.Add(prefix+".kubernetes.syncImage", "is required with checkpointStorage: an image holding the gpufleet binary, from which each pod's checkpoint containers run (docs/kubernetes.md)")
+		}
+	}
+	return fe
 }
 
 func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
@@ -52,8 +61,10 @@ func ValidateSettings(k *model.KubernetesPoolSettings, prefix string) model.Fiel
 	if bad(k.PricePerGPUHour) || k.PricePerGPUHour < 0 {
 		fe.Add(p("pricePerGPUHour"), "must be a non-negative number of USD per GPU-hour")
 	}
-	if strings.ContainsFunc(k.Image, unicode.IsSpace) {
-		fe.Add(p("image"), fmt.Sprintf("%q is not an image reference", k.Image))
+	for field, v := range map[string]string{"image": k.Image, "syncImage": k.SyncImage} {
+		if strings.ContainsFunc(v, unicode.IsSpace) {
+			fe.Add(p(field), fmt.Sprintf("%q is not an image reference", v))
+		}
 	}
 	if k.QueueName != "" && !validLabelValue(k.QueueName) {
 		fe.Add(p("queueName"), fmt.Sprintf("%q is not a label value (at most 63 letters, digits, '-', '_' and '.')", k.QueueName))

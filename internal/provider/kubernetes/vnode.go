@@ -90,6 +90,8 @@ type replica struct {
 	// it is not).
 	pendingSince time.Time
 	logs         *shipper
+	// ckpt follows the checkpoints its pod uploads (nil: it syncs none).
+	ckpt *ckptWatch
 }
 
 // jobState is one Job of the virtual node and what is wanted of it.
@@ -457,6 +459,14 @@ func (v *vnode) request() (agentapi.SyncRequest, map[string]bool) {
 	endedIDs := map[string]bool{}
 	anyNews := false
 	for _, r := range v.tracked {
+		if r.ckpt != nil {
+			if t := r.ckpt.checkpointOf(); t != nil {
+				r.status.Checkpoint = t
+			}
+			if ended(r.status.Phase) || r.forgotten {
+				r.ckpt.stop()
+			}
+		}
 		s := r.status
 		if s.Phase == "" || r.forgotten {
 			continue
@@ -518,6 +528,10 @@ func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool)
 		if g := grace(spec); g != nil {
 			r.grace = g
 		}
+		if r.ckpt == nil && spec.Checkpoint != nil && r.refused == "" && !ended(r.status.Phase) && !spec.Stop {
+			// Adopted after a restart of the runner: follow its uploads.
+			r.ckpt = watchCheckpoints(v.ctx, spec, v.changed, v.log)
+		}
 		if spec.Stop {
 			v.stop(r)
 		}
@@ -544,7 +558,8 @@ func (v *vnode) apply(resp agentapi.SyncResponse, reportedEnded map[string]bool)
 // node may track thousands.
 func sameStatus(a, b agentapi.ReplicaStatus) bool {
 	return a.ID == b.ID && a.Phase == b.Phase && a.Reason == b.Reason && a.Signal == b.Signal && a.StartedAt.Equal(b.StartedAt) &&
-		sameInt(a.ExitCode, b.ExitCode) && (a.EndedAt == nil) == (b.EndedAt == nil) && (a.EndedAt == nil || a.EndedAt.Equal(*b.EndedAt))
+		sameInt(a.ExitCode, b.ExitCode) && (a.EndedAt == nil) == (b.EndedAt == nil) && (a.EndedAt == nil || a.EndedAt.Equal(*b.EndedAt)) &&
+		(a.Checkpoint == nil) == (b.Checkpoint == nil) && (a.Checkpoint == nil || a.Checkpoint.Equal(*b.Checkpoint))
 }
 
 func sameInt(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
@@ -600,6 +615,8 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 			}
 			if reason != "" {
 				r.refused, r.refusedPhase = reason, phase
+			} else if spec.Checkpoint != nil && v.ctx != nil {
+				r.ckpt = watchCheckpoints(v.ctx, spec, v.changed, log)
 			}
 			js.replicas = append(js.replicas, r)
 			v.tracked[spec.ID] = r
