@@ -15,8 +15,8 @@
 // each retried until acknowledged) through every replica's URL from
 // before the first kill to after the last: takeover under write load. Each
 // run then also says how long writes went unacknowledged (kill → the first
-// submission acknowledged after it) and the submissions a second before
-// the kill.
+// acknowledged submission sent after it) and the submissions acknowledged
+// in the second before the kill.
 //
 //	go build -o /tmp/gpufleet ./cmd/gpufleet
 //	go run ./tools/takeover --binary /tmp/gpufleet --store postgres://… --runs 10
@@ -172,11 +172,15 @@ func run(bin, dsn string, n, runs, nj, load int) error {
 // other, every submission retried with its key until acknowledged.
 type writer struct {
 	mu     sync.Mutex
-	acks   []time.Time // in order
+	acks   []ack // in the order answered
 	failed int
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
+
+// ack is one acknowledged submission: when its successful try was sent,
+// and when its answer came.
+type ack struct{ sent, at time.Time }
 
 func startLoad(c *client.Client, clients int) *writer {
 	w := &writer{done: make(chan struct{})}
@@ -192,12 +196,13 @@ func startLoad(c *client.Client, clients int) *writer {
 						return
 					default:
 					}
+					sent := time.Now()
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					_, err := c.SubmitJob(ctx, []byte(m), client.SubmitOptions{IdempotencyKey: fmt.Sprintf("load-%d", i)})
 					cancel()
 					w.mu.Lock()
 					if err == nil {
-						w.acks = append(w.acks, time.Now())
+						w.acks = append(w.acks, ack{sent, time.Now()})
 					} else {
 						w.failed++
 					}
@@ -218,15 +223,20 @@ func (w *writer) stop() {
 	w.wg.Wait()
 }
 
-// firstAckAfter waits for the first acknowledgement after t.
+// firstAckAfter waits for the first acknowledgement of a try sent after
+// t (an answer the old leader gave just before the kill may be read
+// after it).
 func (w *writer) firstAckAfter(t time.Time, within time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		w.mu.Lock()
-		i, _ := slices.BinarySearchFunc(w.acks, t, func(a, t time.Time) int { return a.Compare(t) })
+		i, _ := slices.BinarySearchFunc(w.acks, t, func(a ack, t time.Time) int { return a.at.Compare(t) })
 		var at time.Time
-		if i < len(w.acks) {
-			at = w.acks[i]
+		for _, a := range w.acks[i:] {
+			if a.sent.After(t) {
+				at = a.at
+				break
+			}
 		}
 		w.mu.Unlock()
 		if !at.IsZero() {
@@ -243,7 +253,7 @@ func (w *writer) acksIn(from, to time.Time) int {
 	defer w.mu.Unlock()
 	n := 0
 	for _, a := range w.acks {
-		if !a.Before(from) && a.Before(to) {
+		if !a.at.Before(from) && a.at.Before(to) {
 			n++
 		}
 	}
