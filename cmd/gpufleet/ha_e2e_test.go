@@ -357,6 +357,7 @@ func TestFailover(t *testing.T) {
 		}
 	}()
 	killedAt := <-killed
+	t.Logf("killed the leader %s at %s, the burst at %d of %d submissions", lead.id, killedAt.UTC().Format(time.RFC3339Nano), burst/4+1, burst)
 	var rest []*replica
 	for _, r := range rs {
 		if r != lead {
@@ -364,8 +365,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	second := waitLeader(t, rest, 10*time.Second)
-	t.Logf("failover: %s answers as leader %s after the kill (%s), the burst at %d of %d submissions; its log:\n%s", second.id, time.Since(killedAt).Round(time.Millisecond),
-		killedAt.UTC().Format(time.RFC3339Nano), burst/4+1, burst, leaderLog(second))
+	t.Logf("failover: %s answers as leader %s after the kill; its log:\n%s", second.id, time.Since(killedAt).Round(time.Millisecond), leaderLog(second))
 	if out := second.out.String(); !strings.Contains(out, "took over from the replica's state") || strings.Contains(out, "loading state from the store") {
 		t.Errorf("%s did not take over from its own replica of the state:\n%s", second.id, leaderLog(second))
 	}
