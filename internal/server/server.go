@@ -316,6 +316,43 @@ func Run(ctx context.Context, cfg Config) error {
 		url = "https://" + ln.Addr().String()
 	}
 
+	// What does not need the lease is ready before a replica campaigns,
+	// so a takeover only builds the controller (detecting podman alone
+	// can take seconds on a loaded machine).
+	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
+	if err != nil {
+		return err
+	}
+	costCfg, err := c.costConfig()
+	if err != nil {
+		return err
+	}
+	if len(costCfg.WebhookSecret) == 0 {
+		key, path, err := loadWebhookSecret(c.DataDir)
+		if err != nil {
+			return err
+		}
+		costCfg.WebhookSecret = key
+		log.Info("webhooks signed with the data dir's own key (give --webhook-secret to choose one)", "key_file", path)
+	}
+	// One isolation for every node this process runs (local and
+	// simulated): they share the work root and the workload users.
+	iso, isoNotes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
+	if err != nil {
+		return err
+	}
+	if !c.NoAgent || c.Sim.Enabled {
+		for _, n := range isoNotes {
+			if strings.HasPrefix(n, "INSECURE") || strings.HasPrefix(n, "NOT ISOLATED") {
+				log.Warn(n)
+				if c.Banner {
+					fmt.Fprintln(os.Stderr, "WARNING: "+n)
+				}
+			} else {
+				log.Info(n)
+			}
+		}
+	}
 	// With replicas (a PostgreSQL store), serve as a follower until this
 	// replica leads; then fence every write with the lease.
 	var (
@@ -380,22 +417,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 
-	archives, err := archive.NewStore(filepath.Join(c.DataDir, "archives"))
-	if err != nil {
-		return err
-	}
-	costCfg, err := c.costConfig()
-	if err != nil {
-		return err
-	}
-	if len(costCfg.WebhookSecret) == 0 {
-		key, path, err := loadWebhookSecret(c.DataDir)
-		if err != nil {
-			return err
-		}
-		costCfg.WebhookSecret = key
-		log.Info("webhooks signed with the data dir's own key (give --webhook-secret to choose one)", "key_file", path)
-	}
 	var (
 		ctrl      *controller.Controller
 		simOffers func(context.Context) []model.Offer
@@ -404,24 +425,6 @@ func Run(ctx context.Context, cfg Config) error {
 		// simNew builds a sim pool's driver; nil without --sim.
 		simNew registry.Factory
 	)
-	// One isolation for every node this process runs (local and
-	// simulated): they share the work root and the workload users.
-	iso, isoNotes, err := agent.NewIsolation(ctx, filepath.Join(c.DataDir, "agent"), c.Isolation)
-	if err != nil {
-		return err
-	}
-	if !c.NoAgent || c.Sim.Enabled {
-		for _, n := range isoNotes {
-			if strings.HasPrefix(n, "INSECURE") || strings.HasPrefix(n, "NOT ISOLATED") {
-				log.Warn(n)
-				if c.Banner {
-					fmt.Fprintln(os.Stderr, "WARNING: "+n)
-				}
-			} else {
-				log.Info(n)
-			}
-		}
-	}
 	if c.Sim.Enabled {
 		sp, err := newSimProvider(c.Sim, cat)
 		if err != nil {

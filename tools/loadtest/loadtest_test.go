@@ -36,6 +36,8 @@ func TestRunTiny(t *testing.T) {
 		// as the first exit, so placement waits for exits too.
 		"virtual agents": {Nodes: 5, Jobs: 50, Clients: 8, JobDuration: 300 * time.Millisecond, TelemetryInterval: 100 * time.Millisecond},
 		"local agent":    {Nodes: 0, Jobs: 5, Clients: 4},
+		// Submission alone: every job stays queued.
+		"submit only": {SubmitOnly: true, Jobs: 50, Clients: 8},
 	}
 	for name, c := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -47,6 +49,12 @@ func TestRunTiny(t *testing.T) {
 			}
 			if diff := cmp.Diff(map[int]int{201: c.Jobs}, res.SubmitStatuses); diff != "" {
 				t.Errorf("submit statuses (-want +got):\n%s", diff)
+			}
+			if c.SubmitOnly {
+				if res.FinalStates["queued"] != c.Jobs || res.Commits == 0 || res.BatchesPerCommit < 1 {
+					t.Errorf("final states %v, %d commits of %.1f batches: want %d queued, committed", res.FinalStates, res.Commits, res.BatchesPerCommit, c.Jobs)
+				}
+				return
 			}
 			if res.FinalStates["succeeded"] != c.Jobs {
 				t.Errorf("final states %v, want %d succeeded", res.FinalStates, c.Jobs)

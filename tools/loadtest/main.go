@@ -16,7 +16,10 @@
 //     jobs-by-state gauge), bounded by --timeout.
 //
 // With --nodes 0 it starts `gpufleet up` with its local agent instead and
-// submits `gpus: 0` jobs that the agent really runs: the burst case.
+// submits `gpus: 0` jobs that the agent really runs: the burst case. With
+// --submit-only it runs no node at all and stops once every submission is
+// acknowledged and counted queued: durable submissions through HTTP alone,
+// on SQLite or (--store) PostgreSQL.
 //
 // It prints submits/s, submit latency, time from the last submit to all
 // placed and to all succeeded, double runs, and the server process's peak RSS
@@ -66,6 +69,11 @@ type Config struct {
 	// KeepDir keeps the temporary data dir (and the server's log) for a
 	// look afterwards.
 	KeepDir bool
+	// SubmitOnly measures submission alone, the shape of the API's
+	// BenchmarkSubmitHTTP through the real binary: `server
+	// --no-local-agent` and no node, so every job stays queued; the run
+	// ends once the server counts them all. Nodes is ignored.
+	SubmitOnly bool
 	// Store is a postgres:// DSN the server keeps its state in (a fresh
 	// database: the run counts every job in it); empty: SQLite in the
 	// data dir.
@@ -148,6 +156,7 @@ func main() {
 	flag.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	flag.BoolVar(&c.KeepDir, "keep", false, "keep the temporary data dir and server log")
 	flag.StringVar(&output, "o", "table", "output: table or json")
+	flag.BoolVar(&c.SubmitOnly, "submit-only", false, "measure submission alone: no node, every job stays queued (the shape of the API's BenchmarkSubmitHTTP); --nodes is ignored")
 	flag.StringVar(&c.Store, "store", os.Getenv("GPUFLEET_LOADTEST_STORE"), "a postgres:// DSN of an empty database for the server's state (env GPUFLEET_LOADTEST_STORE, which keeps the password out of ps); default: SQLite in the data dir")
 	flag.Parse()
 	if output != "table" && output != "json" {

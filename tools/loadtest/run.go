@@ -51,6 +51,13 @@ type Result struct {
 
 	DoubleRuns DoubleRuns `json:"doubleRuns"`
 
+	// Commits, BatchesPerCommit and CommitMs are the store's group
+	// commits while submitting (the server's commit histograms): how
+	// many submissions shared a transaction, and its mean latency.
+	Commits          int     `json:"commits"`
+	BatchesPerCommit float64 `json:"batchesPerCommit"`
+	CommitMs         float64 `json:"commitMs"`
+
 	ServerPeakRSSMB  float64 `json:"serverPeakRssMB"`
 	ServerCPUSeconds float64 `json:"serverCpuSeconds"`
 	// ServerSysCPUSeconds is the kernel's part of ServerCPUSeconds (log
@@ -125,7 +132,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			return nil, err
 		}
 	}
-	srv, err := startServer(ctx, bin, dir, c.Nodes == 0, c.Store)
+	if c.SubmitOnly {
+		c.Nodes = 0
+	}
+	srv, err := startServer(ctx, bin, dir, c.Nodes == 0 && !c.SubmitOnly, c.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +160,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	)
 	agentsCtx, stopAgents := context.WithCancel(ctx)
 	defer func() { stopAgents(); agentsWG.Wait() }()
-	if c.Nodes > 0 {
+	switch {
+	case c.SubmitOnly:
+		res.Mode = "submit-only"
+	case c.Nodes > 0:
 		res.Mode = "virtual-agents"
 		if c.JobGPUs > 0 {
 			res.JobsFitAtOnce = c.Nodes * (c.GPUsPerNode / c.JobGPUs)
@@ -160,7 +173,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			return res, err
 		}
 		logf("%d virtual agents registered", nodes)
-	} else {
+	default:
 		res.Mode = "local-agent"
 		if err := waitLocalNode(ctx, admin); err != nil {
 			return res, err
@@ -170,9 +183,16 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 
 	// Submissions.
 	cpu0, _ := readProc(pid)
+	commits0, errCommits := readStoreCommits(ctx, hc, srv.url, srv.admin)
 	sub := submit(ctx, &c, srv.url, srv.admin, hc, tr)
 	lastSubmit := time.Now()
 	cpu1, _ := readProc(pid)
+	if commits1, err := readStoreCommits(ctx, hc, srv.url, srv.admin); err == nil && errCommits == nil && commits1.Commits > commits0.Commits {
+		n := commits1.Commits - commits0.Commits
+		res.Commits = int(n)
+		res.BatchesPerCommit = (commits1.Batches - commits0.Batches) / n
+		res.CommitMs = (commits1.Seconds - commits0.Seconds) / n * 1000
+	}
 	res.SubmitSeconds = sub.elapsed.Seconds()
 	res.SubmitsPerSec = float64(sub.ok) / sub.elapsed.Seconds()
 	res.SubmitP50ms = ms(percentile(sub.latencies, 0.50))
@@ -183,6 +203,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		sub.ok, sub.elapsed.Seconds(), res.SubmitsPerSec, res.SubmitP50ms, res.SubmitP99ms, sub.statuses)
 	if sub.ok != c.Jobs {
 		return res, fmt.Errorf("%d of %d submissions failed: %v; first refusal: %s", c.Jobs-sub.ok, c.Jobs, sub.statuses, sub.refusal)
+	}
+	if c.SubmitOnly {
+		return res, finishSubmitOnly(ctx, res, c, hc, srv, began)
 	}
 
 	// Placement and completion: virtual agents see both themselves (a job
@@ -294,6 +317,29 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return res, fmt.Errorf("not every job ended within --timeout %s: %v", c.Timeout, counts)
 	}
 	return res, nil
+}
+
+// finishSubmitOnly checks that the server holds every acknowledged job,
+// queued, and fills in the server's figures.
+func finishSubmitOnly(ctx context.Context, res *Result, c Config, hc *http.Client, srv *server, began time.Time) error {
+	counts, err := jobCounts(ctx, hc, srv.url, srv.admin)
+	if err != nil {
+		return fmt.Errorf("reading the job counts: %w", err)
+	}
+	res.FinalStates = counts
+	st, _ := readProc(srv.cmd.Process.Pid)
+	res.ServerPeakRSSMB = float64(st.PeakRSS) / (1 << 20)
+	res.ServerCPUSeconds, res.ServerSysCPUSeconds = st.CPU.Seconds(), st.SysCPU.Seconds()
+	res.ServerLogWarning = countWarnings(srv.logFile.Name())
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.HarnessCPU = (time.Duration(ru.Utime.Nano()) + time.Duration(ru.Stime.Nano())).Seconds()
+	}
+	res.WallSeconds = time.Since(began).Seconds()
+	if counts[string(model.JobQueued)] != c.Jobs {
+		return fmt.Errorf("the server counts %v after %d acknowledged submissions, want them all queued", counts, c.Jobs)
+	}
+	return nil
 }
 
 // startVirtualNodes creates an agent token per node as the admin, then
@@ -485,7 +531,7 @@ func post(ctx context.Context, hc *http.Client, base, token, key string, body []
 // submission benchmark): one H100 with CPU and memory asks for virtual
 // nodes, a gpus: 0 shell command for the local agent.
 func manifest(buf []byte, c *Config, i int) []byte {
-	if c.Nodes == 0 {
+	if c.Nodes == 0 && !c.SubmitOnly {
 		buf = append(buf, `{"apiVersion":"gpufleet.dev/v1","kind":"Job","metadata":{"name":"burst-`...)
 		buf = strconv.AppendInt(buf, int64(i), 10)
 		return append(buf, `","tags":{"team":"nlp","experiment":"burst"}},`+
@@ -626,8 +672,11 @@ func (r *Result) WriteTable(w io.Writer) {
 		{"mode", fmt.Sprintf("%s, %d nodes, %d jobs, %d clients, job duration %.1f s", r.Mode, r.Nodes, r.Jobs, r.Clients, r.JobDuration)},
 		{"submits/s", fmt.Sprintf("%.0f (%d in %.2f s; statuses %v)", r.SubmitsPerSec, r.Jobs, r.SubmitSeconds, r.SubmitStatuses)},
 		{"submit p50 / p99", fmt.Sprintf("%.1f ms / %.1f ms", r.SubmitP50ms, r.SubmitP99ms)},
-		{"all placed after last submit", after(r.PlacedAfterLastSubmit)},
-		{"all succeeded after last submit", after(r.SucceededAfterLastSubmit)},
+		{"store commits while submitting", fmt.Sprintf("%d, %.1f batches each, %.2f ms mean", r.Commits, r.BatchesPerCommit, r.CommitMs)},
+	}
+	if r.Mode != "submit-only" {
+		rows = append(rows, [2]string{"all placed after last submit", after(r.PlacedAfterLastSubmit)},
+			[2]string{"all succeeded after last submit", after(r.SucceededAfterLastSubmit)})
 	}
 	if r.JobsFitAtOnce > 0 {
 		rows = append(rows, [2]string{"jobs that fit at once", strconv.Itoa(r.JobsFitAtOnce)})

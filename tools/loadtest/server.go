@@ -264,3 +264,44 @@ func parseJobCounts(r io.Reader) (map[string]int, error) {
 	}
 	return counts, sc.Err()
 }
+
+// storeCommits is what the server's store-commit histograms say so far
+// (gpufleet_store_commit_seconds and _batches).
+type storeCommits struct {
+	Commits, Batches, Seconds float64
+}
+
+// readStoreCommits scrapes the server's commit histograms' counts and sums.
+func readStoreCommits(ctx context.Context, hc *http.Client, url, token string) (storeCommits, error) {
+	var sc storeCommits
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return sc, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return sc, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return sc, fmt.Errorf("/metrics answered %s", resp.Status)
+	}
+	series := map[string]*float64{
+		"gpufleet_store_commit_seconds_count": &sc.Commits,
+		"gpufleet_store_commit_seconds_sum":   &sc.Seconds,
+		"gpufleet_store_commit_batches_sum":   &sc.Batches,
+	}
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(make([]byte, 64<<10), 1<<20)
+	for lines.Scan() {
+		name, value, ok := strings.Cut(lines.Text(), " ")
+		if p, want := series[name]; ok && want {
+			if *p, err = strconv.ParseFloat(strings.TrimSpace(value), 64); err != nil {
+				return sc, fmt.Errorf("parsing %q: %w", lines.Text(), err)
+			}
+		}
+	}
+	return sc, lines.Err()
+}

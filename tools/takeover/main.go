@@ -11,6 +11,13 @@
 // next one, records the times, and starts the killed replica again as a
 // follower. It prints each run and the p50 and max.
 //
+// With --load N, N clients submit jobs (queued, with idempotency keys,
+// each retried until acknowledged) through every replica's URL from
+// before the first kill to after the last: takeover under write load. Each
+// run then also says how long writes went unacknowledged (kill → the first
+// acknowledged submission sent after it) and the submissions acknowledged
+// in the second before the kill.
+//
 //	go build -o /tmp/gpufleet ./cmd/gpufleet
 //	go run ./tools/takeover --binary /tmp/gpufleet --store postgres://… --runs 10
 package main
@@ -31,6 +38,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,18 +49,20 @@ func main() {
 	var (
 		bin, dsn           string
 		replicas, runs, nj int
+		load               int
 	)
 	flag.StringVar(&bin, "binary", "", "the gpufleet binary (required)")
 	flag.StringVar(&dsn, "store", os.Getenv("GPUFLEET_TAKEOVER_STORE"), "postgres:// DSN of an empty database (env GPUFLEET_TAKEOVER_STORE)")
 	flag.IntVar(&replicas, "replicas", 3, "server replicas")
 	flag.IntVar(&runs, "runs", 10, "takeovers to measure")
 	flag.IntVar(&nj, "jobs", 2000, "queued jobs submitted first: the state a new leader takes over")
+	flag.IntVar(&load, "load", 0, "clients submitting jobs all through the runs (0: the leaders are idle when killed)")
 	flag.Parse()
 	if bin == "" || dsn == "" {
 		fmt.Fprintln(os.Stderr, "takeover: --binary and --store are required (see go doc ./tools/takeover)")
 		os.Exit(2)
 	}
-	if err := run(bin, dsn, replicas, runs, nj); err != nil {
+	if err := run(bin, dsn, replicas, runs, nj, load); err != nil {
 		fmt.Fprintln(os.Stderr, "takeover:", err)
 		os.Exit(1)
 	}
@@ -65,7 +75,7 @@ type replica struct {
 	log                  *os.File
 }
 
-func run(bin, dsn string, n, runs, nj int) error {
+func run(bin, dsn string, n, runs, nj, load int) error {
 	root, err := os.MkdirTemp("", "gpufleet-takeover")
 	if err != nil {
 		return err
@@ -107,12 +117,15 @@ func run(bin, dsn string, n, runs, nj int) error {
 	for _, r := range rs {
 		urls = append(urls, r.url)
 	}
-	if err := seed(client.New(strings.Join(urls, ","), strings.TrimSpace(string(tok)), nil), nj); err != nil {
+	c := client.New(strings.Join(urls, ","), strings.TrimSpace(string(tok)), nil)
+	if err := seed(c, nj); err != nil {
 		return err
 	}
-	fmt.Printf("%d replicas, %d queued jobs; killing the leader %d times\n", n, nj, runs)
-	fmt.Println("run  killed  new leader  kill→first pass  kill→/readyz 200  tail changes")
-	var toPass, toReady []time.Duration
+	w := startLoad(c, load)
+	defer w.stop()
+	fmt.Printf("%d replicas, %d queued jobs, %d clients submitting; killing the leader %d times\n", n, nj, load, runs)
+	fmt.Println("run  killed  new leader  kill→first pass  kill→/readyz 200  kill→first ack  acks/s before  tail changes")
+	var toPass, toReady, toAck []time.Duration
 	for i := range runs {
 		time.Sleep(2 * time.Second) // let followers settle
 		killed := time.Now()
@@ -130,7 +143,16 @@ func run(bin, dsn string, n, runs, nj int) error {
 			return err
 		}
 		toPass, toReady = append(toPass, passAt.Sub(killed)), append(toReady, ready)
-		fmt.Printf("%3d  %6s  %10s  %15s  %16s  %s\n", i+1, lead.id, next.id, passAt.Sub(killed).Round(time.Millisecond), ready.Round(time.Millisecond), tail)
+		ack, before := "-", "-"
+		if load > 0 {
+			at, err := w.firstAckAfter(killed, 60*time.Second)
+			if err != nil {
+				return err
+			}
+			toAck = append(toAck, at.Sub(killed))
+			ack, before = at.Sub(killed).Round(time.Millisecond).String(), fmt.Sprint(w.acksIn(killed.Add(-time.Second), killed))
+		}
+		fmt.Printf("%3d  %6s  %10s  %15s  %16s  %14s  %13s  %s\n", i+1, lead.id, next.id, passAt.Sub(killed).Round(time.Millisecond), ready.Round(time.Millisecond), ack, before, tail)
 		if err := lead.start(bin, env, root); err != nil {
 			return err
 		}
@@ -138,7 +160,110 @@ func run(bin, dsn string, n, runs, nj int) error {
 	}
 	fmt.Printf("kill → first pass: p50 %s, max %s; kill → /readyz: p50 %s, max %s\n",
 		pct(toPass, 0.5), pct(toPass, 1), pct(toReady, 0.5), pct(toReady, 1))
+	if load > 0 {
+		acked, failed := w.totals()
+		fmt.Printf("kill → first acknowledged submission: p50 %s, max %s; %d submissions acknowledged in all, %d tries failed and were retried\n",
+			pct(toAck, 0.5), pct(toAck, 1), acked, failed)
+	}
 	return nil
+}
+
+// writer is the --load clients: each submits queued jobs one after the
+// other, every submission retried with its key until acknowledged.
+type writer struct {
+	mu     sync.Mutex
+	acks   []ack // in the order answered
+	failed int
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// ack is one acknowledged submission: when its successful try was sent,
+// and when its answer came.
+type ack struct{ sent, at time.Time }
+
+func startLoad(c *client.Client, clients int) *writer {
+	w := &writer{done: make(chan struct{})}
+	var next atomic.Int64
+	for range clients {
+		w.wg.Go(func() {
+			for {
+				i := next.Add(1)
+				m := fmt.Sprintf(`{"apiVersion":"gpufleet.dev/v1","kind":"Job","metadata":{"name":"load-%d"},"spec":{"resources":{"gpus":8},"run":{"command":["true"]}}}`, i)
+				for {
+					select {
+					case <-w.done:
+						return
+					default:
+					}
+					sent := time.Now()
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := c.SubmitJob(ctx, []byte(m), client.SubmitOptions{IdempotencyKey: fmt.Sprintf("load-%d", i)})
+					cancel()
+					w.mu.Lock()
+					if err == nil {
+						w.acks = append(w.acks, ack{sent, time.Now()})
+					} else {
+						w.failed++
+					}
+					w.mu.Unlock()
+					if err == nil {
+						break
+					}
+					time.Sleep(100 * time.Millisecond) // the control plane is failing over; retry with the same key
+				}
+			}
+		})
+	}
+	return w
+}
+
+func (w *writer) stop() {
+	close(w.done)
+	w.wg.Wait()
+}
+
+// firstAckAfter waits for the first acknowledgement of a try sent after
+// t (an answer the old leader gave just before the kill may be read
+// after it).
+func (w *writer) firstAckAfter(t time.Time, within time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		w.mu.Lock()
+		i, _ := slices.BinarySearchFunc(w.acks, t, func(a ack, t time.Time) int { return a.at.Compare(t) })
+		var at time.Time
+		for _, a := range w.acks[i:] {
+			if a.sent.After(t) {
+				at = a.at
+				break
+			}
+		}
+		w.mu.Unlock()
+		if !at.IsZero() {
+			return at, nil
+		}
+		time.Sleep(10 * time.Millisecond) // polling the clients' record; bounded by the deadline
+	}
+	return time.Time{}, fmt.Errorf("no submission acknowledged within %s of the kill", within)
+}
+
+// acksIn counts acknowledgements in [from, to).
+func (w *writer) acksIn(from, to time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.acks {
+		if !a.at.Before(from) && a.at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *writer) totals() (acked, failed int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acks), w.failed
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {

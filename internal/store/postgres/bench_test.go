@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/gpufleet/gpufleet/internal/store"
 	"github.com/gpufleet/gpufleet/internal/store/postgres/pgtest"
 	"github.com/gpufleet/gpufleet/internal/store/storetest"
 )
@@ -30,4 +33,30 @@ func BenchmarkSubmissions64Shared(b *testing.B) {
 	storetest.BenchSubmissions(b, s, 64)
 	st := s.Stats()
 	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
+}
+
+// BenchmarkSubmissions64Fenced is BenchmarkSubmissions64Shared as the
+// leader of replicas writes: every batch also carries its lease's fence,
+// checked in the commit's transaction.
+func BenchmarkSubmissions64Fenced(b *testing.B) {
+	s := openTest(b, pgtest.DSN(b), Options{Shared: true})
+	l, err := s.Acquire(context.Background(), "controller", "bench", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchSubmissions(b, fenced{s, l.Fence()}, 64)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Batches)/float64(max(st.Commits, 1)), "batches/commit")
+}
+
+// fenced sets its fence on every batch it submits, as the server's
+// leader does.
+type fenced struct {
+	*Store
+	fence *store.Fence
+}
+
+func (f fenced) Submit(b *store.Batch) <-chan error {
+	b.Fence = f.fence
+	return f.Store.Submit(b)
 }

@@ -144,6 +144,12 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 	if limit <= 0 {
 		limit = 1000
 	}
+	// The commit count is read before the rows: every commit it counts is
+	// visible to the rows' query, so a change it counts that the rows
+	// lack was pruned, never one still committing (read after the rows, a
+	// commit in between would look pruned and cost the follower a
+	// snapshot).
+	committed, errCommitted := s.commitCount(ctx)
 	rows, err := s.pool.Query(ctx, `SELECT seq, data FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading changes after %d: %w", after, err)
@@ -167,7 +173,7 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 	}
 	// A gap before the first kept change means the ones between were
 	// pruned (or not recorded: written by a store that was not shared).
-	if len(rs) > 0 && uint64(rs[0].seq) != after+1 || len(rs) == 0 && s.committedPast(ctx, after) {
+	if len(rs) > 0 && uint64(rs[0].seq) != after+1 || len(rs) == 0 && errCommitted == nil && committed > after {
 		return nil, fmt.Errorf("changes after %d: %w", after, store.ErrChangesPruned)
 	}
 	out := make([]store.Change, len(rs))
@@ -187,14 +193,13 @@ func (s *Store) Changes(ctx context.Context, after uint64, limit int) ([]store.C
 	return out, nil
 }
 
-// committedPast reports whether commits after after exist (so that their
-// changes, not found, are gone).
-func (s *Store) committedPast(ctx context.Context, after uint64) bool {
+// commitCount reads how many commits the store has made.
+func (s *Store) commitCount(ctx context.Context) (uint64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT seq FROM store_commits WHERE id = 1`).Scan(&n); err != nil {
-		return false // the next read will tell
+		return 0, err // the next read will tell
 	}
-	return uint64(n) > after
+	return uint64(n), nil
 }
 
 // Wait blocks until a change notification arrives, d passes or ctx ends;

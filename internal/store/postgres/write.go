@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,21 +102,31 @@ func (s *Store) commit(group []batch) ([]error, error) {
 	return s.writeIsolated(ctx, group)
 }
 
-// writeFast writes group as one pipeline in one round trip: each fenced
-// batch's fence check, every row, the commit count. Without an explicit
+// writeFast writes group as one pipeline in one round trip: each fence's
+// check (once per group, before any row), every row (the repeated
+// statements as one multi-row statement each: queueRows), the commit
+// count. Without an explicit
 // BEGIN the statements up to the pipeline's Sync are one implicit
 // transaction, committed (and flushed, per synchronous_commit) before the
 // server answers the Sync. A statement that fails, a stale fence included,
 // aborts all of it and returns errIsolate.
 func (s *Store) writeFast(ctx context.Context, group []batch) error {
 	pb := &pgx.Batch{}
+	// A fence is checked once per group, before any row: the check's share
+	// lock on the lease row holds until the transaction ends, so it covers
+	// every batch of the same term (a leader's group is all one term).
+	var checked []store.Fence
 	for _, b := range group {
-		if b.fence != nil {
+		if b.fence != nil && !slices.Contains(checked, *b.fence) {
+			checked = append(checked, *b.fence)
 			pb.Queue(fenceOrFail, b.fence.Lease, b.fence.Holder, int64(b.fence.Epoch))
 		}
-		for _, r := range b.rows {
-			pb.Queue(stmtSQL[r.Stmt], r.Args...)
-		}
+	}
+	if err := queueRows(pb, group); err != nil {
+		// An argument of an unexpected type: the one-row statements
+		// take it as they always did.
+		s.log.Warn("writing a group one row a statement", "err", err)
+		return errIsolate
 	}
 	pb.Queue(markCommit, encode.Time(time.Now()))
 	feed := s.queueChange(pb, group, nil)
