@@ -362,8 +362,16 @@ type GPUTelemetry = model.GPUTelemetry
 
 // SyncUnlessChanged calls cp.Sync, cancelling the call if changed receives
 // before the server answers (an agent with news to report should not sit
-// out a long poll); woken reports that it did.
+// out a long poll); woken reports that it did. A request that does not
+// wait (req.Wait 0: it carries news) is never cancelled: the server
+// answers it at once, and cutting it short on a node whose replicas change
+// faster than a loaded server answers would starve the node's heartbeats
+// until it is declared lost and its replicas run again elsewhere.
 func SyncUnlessChanged(ctx context.Context, cp ControlPlane, req SyncRequest, changed <-chan struct{}) (resp SyncResponse, woken bool, err error) {
+	if req.Wait <= 0 {
+		resp, err = cp.Sync(ctx, req)
+		return resp, false, err
+	}
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	answered := make(chan struct{})
