@@ -53,7 +53,7 @@ var listVariants = [][]string{
 // objectCommands print one object (a report, a job, a result) as JSON:
 // not lists, so not wrapped; their -o may also be a file or folder.
 var objectCommands = []string{
-	"advise", "artifacts get", "bench", "budgets get", "cost", "drift", "explain", "images check", "jobs cancel",
+	"advise", "artifacts get", "bench", "budgets get", "cost", "drift", "explain", "explain service", "images check", "jobs cancel",
 	"jobs export", "jobs get", "nodes get", "plan", "queues get", "run", "services get", "simulate", "store check",
 	"store migrate", "tokens create", "version",
 }
