@@ -2,7 +2,9 @@ package state
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -38,11 +40,11 @@ type State struct {
 	// shapes interns node ShapeKeys.
 	shapes map[string]int
 
-	// nodeOrder caches every node sorted by id; nil when a node was added
-	// since. activeOrder caches the nodes that are not terminated, sorted
-	// by id; nil when a node was added, or was terminated or came back,
-	// since. A long-lived fleet ends thousands of nodes: loops over the
-	// live ones must not walk or sort them all.
+	// nodeOrder is every node sorted by id; activeOrder the nodes that
+	// are not terminated, sorted by id. Both are kept in step with every
+	// PutNode (a binary search and an insert or delete), never rebuilt: a
+	// long-lived fleet ends thousands of nodes, and loops over the live
+	// ones must not walk or sort them all.
 	nodeOrder, activeOrder []*nodeEntry
 
 	queues map[string]*model.Queue
@@ -357,27 +359,23 @@ func (s *State) ActiveNodes() []*model.Node {
 	return out
 }
 
-func (s *State) sortedNodes() []*nodeEntry {
-	if s.nodeOrder == nil {
-		s.nodeOrder = make([]*nodeEntry, 0, len(s.nodes))
-		for _, e := range s.nodes {
-			s.nodeOrder = append(s.nodeOrder, e)
-		}
-		sort.Slice(s.nodeOrder, func(i, j int) bool { return s.nodeOrder[i].node.ID < s.nodeOrder[j].node.ID })
-	}
-	return s.nodeOrder
+func (s *State) sortedNodes() []*nodeEntry { return s.nodeOrder }
+
+func (s *State) activeNodes() []*nodeEntry { return s.activeOrder }
+
+// insertNode puts e into order (sorted by node id).
+func insertNode(order []*nodeEntry, e *nodeEntry) []*nodeEntry {
+	i, _ := slices.BinarySearchFunc(order, e.node.ID, func(x *nodeEntry, id string) int { return strings.Compare(x.node.ID, id) })
+	return slices.Insert(order, i, e)
 }
 
-func (s *State) activeNodes() []*nodeEntry {
-	if s.activeOrder == nil {
-		s.activeOrder = make([]*nodeEntry, 0)
-		for _, e := range s.sortedNodes() {
-			if e.node.State != model.NodeTerminated {
-				s.activeOrder = append(s.activeOrder, e)
-			}
-		}
+// removeNode takes the entry with id out of order (sorted by node id).
+func removeNode(order []*nodeEntry, id string) []*nodeEntry {
+	i, ok := slices.BinarySearchFunc(order, id, func(x *nodeEntry, id string) int { return strings.Compare(x.node.ID, id) })
+	if !ok {
+		return order
 	}
-	return s.activeOrder
+	return slices.Delete(order, i, i+1)
 }
 
 // AttemptsOf returns a job's attempts in order.
@@ -572,16 +570,23 @@ func (s *State) PutNode(n *model.Node) {
 	s.version++
 	e, ok := s.nodes[n.ID]
 	if ok {
-		if (e.node.State == model.NodeTerminated) != (n.State == model.NodeTerminated) {
-			s.activeOrder = nil
-		}
+		was, is := e.node.State == model.NodeTerminated, n.State == model.NodeTerminated
 		e.node = n
+		switch {
+		case was && !is:
+			s.activeOrder = insertNode(s.activeOrder, e)
+		case !was && is:
+			s.activeOrder = removeNode(s.activeOrder, n.ID)
+		}
 		e.viewOK = false
 		return
 	}
 	e = &nodeEntry{node: n, holder: map[int]string{}, share: map[int]float64{}}
 	s.nodes[n.ID] = e
-	s.nodeOrder, s.activeOrder = nil, nil
+	s.nodeOrder = insertNode(s.nodeOrder, e)
+	if n.State != model.NodeTerminated {
+		s.activeOrder = insertNode(s.activeOrder, e)
+	}
 	seen := map[string]bool{}
 	for _, a := range s.orphans[n.ID] {
 		if cur, ok := s.live[a.JobID]; !ok || cur != s.attempts[a.ID] || seen[a.ID] {
