@@ -46,6 +46,10 @@ type State struct {
 	// long-lived fleet ends thousands of nodes, and loops over the live
 	// ones must not walk or sort them all.
 	nodeOrder, activeOrder []*nodeEntry
+	// stopped holds the terminated nodes that have a stop time, by
+	// (StoppedAt, id), so "what stopped after t" (the meter's window)
+	// costs the recent ones only.
+	stopped []*nodeEntry
 
 	queues map[string]*model.Queue
 	// queueUse is the GPUs live attempts hold, by queue and GPU model,
@@ -378,6 +382,46 @@ func removeNode(order []*nodeEntry, id string) []*nodeEntry {
 	return slices.Delete(order, i, i+1)
 }
 
+// stoppedKey reports whether n belongs in State.stopped.
+func stoppedKey(n *model.Node) bool { return n.State == model.NodeTerminated && !n.StoppedAt.IsZero() }
+
+func cmpStopped(x *model.Node, at time.Time, id string) int {
+	if c := x.StoppedAt.Compare(at); c != 0 {
+		return c
+	}
+	return strings.Compare(x.ID, id)
+}
+
+func insertStopped(order []*nodeEntry, e *nodeEntry) []*nodeEntry {
+	i, _ := slices.BinarySearchFunc(order, e.node, func(x *nodeEntry, n *model.Node) int { return cmpStopped(x.node, n.StoppedAt, n.ID) })
+	return slices.Insert(order, i, e)
+}
+
+func removeStopped(order []*nodeEntry, n *model.Node) []*nodeEntry {
+	i, ok := slices.BinarySearchFunc(order, n, func(x *nodeEntry, n *model.Node) int { return cmpStopped(x.node, n.StoppedAt, n.ID) })
+	if !ok {
+		return order
+	}
+	return slices.Delete(order, i, i+1)
+}
+
+// NodesStoppedAfter returns the terminated nodes whose stop time is after
+// t, ordered by stop time: with ActiveNodes, every node a provider may
+// bill after t, without a walk over every node that ever ended.
+func (s *State) NodesStoppedAfter(t time.Time) []*model.Node {
+	i, _ := slices.BinarySearchFunc(s.stopped, t, func(x *nodeEntry, t time.Time) int {
+		if x.node.StoppedAt.After(t) {
+			return 1
+		}
+		return -1
+	})
+	out := make([]*model.Node, 0, len(s.stopped)-i)
+	for _, e := range s.stopped[i:] {
+		out = append(out, e.node)
+	}
+	return out
+}
+
 // AttemptsOf returns a job's attempts in order.
 func (s *State) AttemptsOf(jobID string) []*model.Attempt {
 	j, ok := s.jobs[jobID]
@@ -571,7 +615,13 @@ func (s *State) PutNode(n *model.Node) {
 	e, ok := s.nodes[n.ID]
 	if ok {
 		was, is := e.node.State == model.NodeTerminated, n.State == model.NodeTerminated
+		if stoppedKey(e.node) {
+			s.stopped = removeStopped(s.stopped, e.node)
+		}
 		e.node = n
+		if stoppedKey(n) {
+			s.stopped = insertStopped(s.stopped, e)
+		}
 		switch {
 		case was && !is:
 			s.activeOrder = insertNode(s.activeOrder, e)
@@ -586,6 +636,9 @@ func (s *State) PutNode(n *model.Node) {
 	s.nodeOrder = insertNode(s.nodeOrder, e)
 	if n.State != model.NodeTerminated {
 		s.activeOrder = insertNode(s.activeOrder, e)
+	}
+	if stoppedKey(n) {
+		s.stopped = insertStopped(s.stopped, e)
 	}
 	seen := map[string]bool{}
 	for _, a := range s.orphans[n.ID] {
