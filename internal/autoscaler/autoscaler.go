@@ -243,6 +243,18 @@ func (m *Memory) Clone() *Memory {
 	return &Memory{Until: maps.Clone(m.Until), Failures: maps.Clone(m.Failures), JobLast: maps.Clone(m.JobLast), Unavailable: maps.Clone(m.Unavailable)}
 }
 
+// ForgetJobs drops the failed launches remembered for jobs that no longer
+// wait (waiting reports false): a job that ran, or ended, starts its next
+// launch afresh, and the memory stays the size of the queue rather than
+// of every job that ever failed a launch.
+func (m *Memory) ForgetJobs(waiting func(job string) bool) {
+	for job := range m.JobLast {
+		if !waiting(job) {
+			delete(m.JobLast, job)
+		}
+	}
+}
+
 // Fail remembers that offer failed at now (for job, when set): it is not
 // tried again for a back-off that doubles with each consecutive failure.
 func (m *Memory) Fail(o model.Offer, job string, now time.Time) time.Time {

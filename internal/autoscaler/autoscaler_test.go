@@ -275,6 +275,28 @@ func TestMemoryBackoffDoubles(t *testing.T) {
 	}
 }
 
+// TestMemoryForgetsJobsThatNoLongerWait: the failover memory keeps the
+// jobs still waiting and drops the others, without touching back-offs.
+func TestMemoryForgetsJobsThatNoLongerWait(t *testing.T) {
+	t.Parallel()
+	m := &Memory{}
+	m.Fail(a1, "waits", t0)
+	m.Remember("ran", a1)
+	m.Remember("ended", a1)
+	m.ForgetJobs(func(job string) bool { return job == "waits" })
+	if _, ok := m.jobLast("waits"); !ok {
+		t.Error("the waiting job's failed offer was forgotten")
+	}
+	for _, job := range []string{"ran", "ended"} {
+		if _, ok := m.jobLast(job); ok {
+			t.Errorf("job %s no longer waits but its failed offer is remembered", job)
+		}
+	}
+	if !m.failing(OfferKey(a1), t0) {
+		t.Error("forgetting jobs lifted the offer's back-off")
+	}
+}
+
 // benchInput is 10,000 pending jobs (1–16 GPUs, some gangs) whose
 // candidates come from the whole catalog, 1,000 nodes and their inventory.
 func benchInput(tb testing.TB) Input {

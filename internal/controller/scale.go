@@ -220,10 +220,8 @@ func (c *Controller) scale(ctx context.Context) {
 	}
 	// Instances of nodes the store knows but whose provider has no pool
 	// (launched by hand, static) are owned too.
-	for _, n := range c.st.Nodes() {
-		if n.Pool == "" && n.Labels[model.LabelInstance] != "" {
-			anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
-		}
+	for _, n := range c.st.UnpooledInstances() {
+		anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
 	}
 	var pending []autoscaler.Pending
 	if c.lastPlan != nil {
@@ -241,6 +239,10 @@ func (c *Controller) scale(ctx context.Context) {
 			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
 		}
 	}
+	c.scaleSt.memory.ForgetJobs(func(id string) bool {
+		j, ok := c.st.Job(id)
+		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
+	})
 	// Decide reads a copy of the memory: launches finishing meanwhile
 	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,

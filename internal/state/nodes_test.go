@@ -11,8 +11,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
-// TestNodeOrders holds the incrementally kept node orders (every node and
-// the active ones by id, the stopped ones by stop time) to the same lists
+// TestNodeOrders holds the incrementally kept node orders (every node, the
+// active ones and the unpooled instances by id, the stopped ones by stop time) to the same lists
 // computed from scratch, through random launches, terminations, stop
 // times moved and nodes coming back.
 func TestNodeOrders(t *testing.T) {
@@ -25,6 +25,9 @@ func TestNodeOrders(t *testing.T) {
 		var n *model.Node
 		if len(all) == 0 || rng.IntN(3) == 0 {
 			n = &model.Node{ID: fmt.Sprintf("n%04d", rng.IntN(5000)), State: model.NodeReady}
+			if rng.IntN(2) == 0 {
+				n.Labels = map[string]string{model.LabelInstance: "i-" + n.ID}
+			}
 		} else {
 			ids := make([]string, 0, len(all))
 			for id := range all {
@@ -32,6 +35,9 @@ func TestNodeOrders(t *testing.T) {
 			}
 			slices.Sort(ids)
 			n = all[ids[rng.IntN(len(ids))]].Clone()
+			if rng.IntN(5) == 0 {
+				n.Pool = []string{"", "p"}[rng.IntN(2)]
+			}
 			switch rng.IntN(4) {
 			case 0:
 				n.State, n.StoppedAt = model.NodeReady, time.Time{}
@@ -44,15 +50,22 @@ func TestNodeOrders(t *testing.T) {
 		all[n.ID] = n
 		s.PutNode(n)
 
-		var every, active []string
+		var every, active, unpooled []string
 		for id, n := range all {
 			every = append(every, id)
+			if n.Pool == "" && n.Labels[model.LabelInstance] != "" {
+				unpooled = append(unpooled, id)
+			}
 			if n.State != model.NodeTerminated {
 				active = append(active, id)
 			}
 		}
 		slices.Sort(every)
 		slices.Sort(active)
+		slices.Sort(unpooled)
+		if got := ids(s.UnpooledInstances()); !slices.Equal(got, unpooled) {
+			t.Fatalf("step %d: UnpooledInstances %v, want %v", step, got, unpooled)
+		}
 		if got := ids(s.Nodes()); !slices.Equal(got, every) {
 			t.Fatalf("step %d: Nodes %v, want %v", step, got, every)
 		}

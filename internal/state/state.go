@@ -50,6 +50,9 @@ type State struct {
 	// (StoppedAt, id), so "what stopped after t" (the meter's window)
 	// costs the recent ones only.
 	stopped []*nodeEntry
+	// unpooled holds the nodes of a provider instance (LabelInstance) that
+	// belong to no pool, by id: what the scale loop owns beyond its pools.
+	unpooled []*nodeEntry
 
 	queues map[string]*model.Queue
 	// queueUse is the GPUs live attempts hold, by queue and GPU model,
@@ -382,6 +385,18 @@ func removeNode(order []*nodeEntry, id string) []*nodeEntry {
 	return slices.Delete(order, i, i+1)
 }
 
+func unpooled(n *model.Node) bool { return n.Pool == "" && n.Labels[model.LabelInstance] != "" }
+
+// UnpooledInstances returns the nodes, terminated or not, of a provider
+// instance (model.LabelInstance) that belong to no pool, ordered by id.
+func (s *State) UnpooledInstances() []*model.Node {
+	out := make([]*model.Node, len(s.unpooled))
+	for i, e := range s.unpooled {
+		out[i] = e.node
+	}
+	return out
+}
+
 // stoppedKey reports whether n belongs in State.stopped.
 func stoppedKey(n *model.Node) bool { return n.State == model.NodeTerminated && !n.StoppedAt.IsZero() }
 
@@ -618,6 +633,11 @@ func (s *State) PutNode(n *model.Node) {
 		if stoppedKey(e.node) {
 			s.stopped = removeStopped(s.stopped, e.node)
 		}
+		if wasU, isU := unpooled(e.node), unpooled(n); wasU && !isU {
+			s.unpooled = removeNode(s.unpooled, n.ID)
+		} else if isU && !wasU {
+			s.unpooled = insertNode(s.unpooled, e)
+		}
 		e.node = n
 		if stoppedKey(n) {
 			s.stopped = insertStopped(s.stopped, e)
@@ -639,6 +659,9 @@ func (s *State) PutNode(n *model.Node) {
 	}
 	if stoppedKey(n) {
 		s.stopped = insertStopped(s.stopped, e)
+	}
+	if unpooled(n) {
+		s.unpooled = insertNode(s.unpooled, e)
 	}
 	seen := map[string]bool{}
 	for _, a := range s.orphans[n.ID] {
