@@ -156,6 +156,18 @@ type Action struct {
 	Reason     string
 }
 
+// OfferIdent is OfferKey as a comparable value: a map key that costs no
+// allocation, for the loops that look up every offer of a pool per cycle.
+type OfferIdent struct {
+	Provider, Region, Zone, InstanceType string
+	CapacityType                         model.CapacityType
+}
+
+// IdentOf returns o's OfferIdent.
+func IdentOf(o model.Offer) OfferIdent {
+	return OfferIdent{Provider: o.Provider, Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType}
+}
+
 // OfferKey identifies an offer.
 func OfferKey(o model.Offer) string {
 	return o.Provider + "/" + o.Region + "/" + o.Zone + "/" + o.InstanceType + "/" + string(o.CapacityType)
