@@ -23,8 +23,8 @@ func BenchmarkSimulate(b *testing.B) {
 		name, trace, fleet string
 		from, to           time.Duration
 	}{
-		{"philly-day19-24h", "philly", "philly", 456 * time.Hour, 480 * time.Hour},
-		{"philly-day19-48h", "philly", "philly", 456 * time.Hour, 504 * time.Hour},
+		{"philly-days19-20", "philly", "philly", 456 * time.Hour, 504 * time.Hour}, // 1,517 jobs
+		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
 		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
