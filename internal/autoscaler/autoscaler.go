@@ -51,11 +51,21 @@ type Pending struct {
 	JobID    string
 	Replicas int
 	GPUs     int // per replica
+	// Shared is set for a job that takes a share of one GPU (0 <
+	// resources.gpus < 1): it runs only on a pool that marks its GPUs
+	// shareable (spec.sharedGPUs), and a whole-GPU job only on one that
+	// does not, so each launches only into such pools — else the node
+	// bought for it could never take it and idles, again and again.
+	Shared bool
 	// Offers are the candidate offers, best first; Costs their expected
 	// cost to finish.
 	Offers []model.Offer
 	Costs  []float64
 }
+
+// suits reports whether a pool whose GPUs are shareable (shared) or not
+// can run the job: a CPU-only job runs on either.
+func (p *Pending) suits(shared bool) bool { return p.GPUs == 0 && !p.Shared || shared == p.Shared }
 
 // Instance is a provider's view of one of its instances.
 type Instance struct {
@@ -144,6 +154,18 @@ type Action struct {
 	NodeID     string
 	InstanceID string
 	Reason     string
+}
+
+// OfferIdent is OfferKey as a comparable value: a map key that costs no
+// allocation, for the loops that look up every offer of a pool per cycle.
+type OfferIdent struct {
+	Provider, Region, Zone, InstanceType string
+	CapacityType                         model.CapacityType
+}
+
+// IdentOf returns o's OfferIdent.
+func IdentOf(o model.Offer) OfferIdent {
+	return OfferIdent{Provider: o.Provider, Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType}
 }
 
 // OfferKey identifies an offer.
@@ -241,6 +263,18 @@ func (m *Memory) Clone() *Memory {
 		return nil
 	}
 	return &Memory{Until: maps.Clone(m.Until), Failures: maps.Clone(m.Failures), JobLast: maps.Clone(m.JobLast), Unavailable: maps.Clone(m.Unavailable)}
+}
+
+// ForgetJobs drops the failed launches remembered for jobs that no longer
+// wait (waiting reports false): a job that ran, or ended, starts its next
+// launch afresh, and the memory stays the size of the queue rather than
+// of every job that ever failed a launch.
+func (m *Memory) ForgetJobs(waiting func(job string) bool) {
+	for job := range m.JobLast {
+		if !waiting(job) {
+			delete(m.JobLast, job)
+		}
+	}
 }
 
 // Fail remembers that offer failed at now (for job, when set): it is not
@@ -357,8 +391,9 @@ func Decide(in Input) []Action {
 
 	// 3. Pending jobs. Capacity in flight: launching nodes, by offer key.
 	type slot struct {
-		free int
-		act  int // index into acts of a planned launch; -1 for a node
+		free   int
+		act    int  // index into acts of a planned launch; -1 for a node
+		shared bool // its pool's GPUs are shareable
 	}
 	inflight := map[string][]*slot{}
 	covered := map[string]bool{}
@@ -382,7 +417,7 @@ func Decide(in Input) []Action {
 			}
 		}
 		k := OfferKey(n.Offer)
-		inflight[k] = append(inflight[k], &slot{free: max(free, 0), act: -1})
+		inflight[k] = append(inflight[k], &slot{free: max(free, 0), act: -1, shared: poolByName[n.Pool] != nil && poolByName[n.Pool].Spec.SharedGPUs})
 	}
 	for _, pj := range in.Pending {
 		if covered[pj.JobID] {
@@ -395,7 +430,7 @@ func Decide(in Input) []Action {
 			packed := false
 			for _, o := range pj.Offers {
 				for _, s := range inflight[OfferKey(o)] {
-					if s.free >= need {
+					if s.free >= need && pj.suits(s.shared) {
 						s.free -= need
 						if s.act >= 0 {
 							acts[s.act].Jobs = append(acts[s.act].Jobs, pj.JobID)
@@ -421,7 +456,7 @@ func Decide(in Input) []Action {
 			}
 			perInstance := max(o.GPUCount/need, 1)
 			count := (max(pj.Replicas, 1) + perInstance - 1) / perInstance
-			pool := poolFor(in.Pools, drivers, in.Memory, in.Now, o, size, count)
+			pool := poolFor(in.Pools, drivers, in.Memory, in.Now, o, size, count, pj.suits)
 			if pool == nil {
 				continue
 			}
@@ -434,7 +469,7 @@ func Decide(in Input) []Action {
 			acts = append(acts, a)
 			if count == 1 && pj.Replicas <= 1 && o.GPUCount > need {
 				k := OfferKey(o)
-				inflight[k] = append(inflight[k], &slot{free: o.GPUCount - need, act: len(acts) - 1})
+				inflight[k] = append(inflight[k], &slot{free: o.GPUCount - need, act: len(acts) - 1, shared: pool.Spec.SharedGPUs})
 			}
 			break
 		}
@@ -540,10 +575,11 @@ func Buyable(offers []model.Offer, pools []*model.NodePool, drivers Drivers, siz
 }
 
 // poolFor returns the first pool (by name) whose driver launches o, that
-// admits o and has room for count more nodes.
-func poolFor(pools []*model.NodePool, drivers Drivers, m *Memory, now time.Time, o model.Offer, size map[string]int, count int) *model.NodePool {
+// admits o, has room for count more nodes and whose GPU sharing suits the
+// job (Pending.suits).
+func poolFor(pools []*model.NodePool, drivers Drivers, m *Memory, now time.Time, o model.Offer, size map[string]int, count int, suits func(shared bool) bool) *model.NodePool {
 	for _, p := range pools {
-		if drivers.launches(p, o) && size[p.Name]+count <= p.Spec.Max && !m.unavailable(p.Name, o, now) {
+		if suits(p.Spec.SharedGPUs) && drivers.launches(p, o) && size[p.Name]+count <= p.Spec.Max && !m.unavailable(p.Name, o, now) {
 			return p
 		}
 	}

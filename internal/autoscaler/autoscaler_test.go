@@ -24,6 +24,12 @@ func pool(name string, min, max int, idle time.Duration) *model.NodePool {
 	return &model.NodePool{Name: name, Spec: model.NodePoolSpec{Provider: model.ProviderSim, Min: min, Max: max, IdleTimeout: model.Duration(idle)}}
 }
 
+func sharedPool(name string) *model.NodePool {
+	p := pool(name, 0, 10, 0)
+	p.Spec.SharedGPUs = true
+	return p
+}
+
 // launchAll gives every pool a launching driver that sells what the sim
 // driver's view of the pool would: the offers of its spec.sim.clouds, or
 // every offer.
@@ -89,6 +95,18 @@ func TestDecide(t *testing.T) {
 				{JobID: "j3", Replicas: 1, GPUs: 4, Offers: []model.Offer{a1}},
 			}},
 			want: []string{"launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1 j2]", "launch p 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j3]"},
+		},
+		"a GPU share launches into the pool that shares GPUs, a whole GPU into the one that does not": {
+			in: Input{Pools: []*model.NodePool{pool("a-whole", 0, 10, 0), sharedPool("b-shared")}, Pending: []Pending{
+				{JobID: "j1", Replicas: 1, GPUs: 1, Shared: true, Offers: []model.Offer{a1}},
+				{JobID: "j2", Replicas: 1, GPUs: 1, Offers: []model.Offer{a1}},
+				{JobID: "j3", Replicas: 1, GPUs: 1, Shared: true, Offers: []model.Offer{a1}},
+			}},
+			want: []string{"launch b-shared 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j1 j3]", "launch a-whole 1xaws/us-east-1/us-east-1a/g8/on-demand jobs=[j2]"},
+		},
+		"a GPU share without a pool that shares GPUs launches nothing": {
+			in:   Input{Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 1, GPUs: 1, Shared: true, Offers: []model.Offer{a1}}}},
+			want: nil,
 		},
 		"gang of 2x8 needs two instances": {
 			in:   Input{Pools: []*model.NodePool{pool("p", 0, 10, 0)}, Pending: []Pending{{JobID: "j1", Replicas: 2, GPUs: 8, Offers: []model.Offer{a1}}}},
@@ -272,6 +290,28 @@ func TestMemoryBackoffDoubles(t *testing.T) {
 	m.Succeed(a1)
 	if m.failing(OfferKey(a1), t0) {
 		t.Error("offer still failing after Succeed")
+	}
+}
+
+// TestMemoryForgetsJobsThatNoLongerWait: the failover memory keeps the
+// jobs still waiting and drops the others, without touching back-offs.
+func TestMemoryForgetsJobsThatNoLongerWait(t *testing.T) {
+	t.Parallel()
+	m := &Memory{}
+	m.Fail(a1, "waits", t0)
+	m.Remember("ran", a1)
+	m.Remember("ended", a1)
+	m.ForgetJobs(func(job string) bool { return job == "waits" })
+	if _, ok := m.jobLast("waits"); !ok {
+		t.Error("the waiting job's failed offer was forgotten")
+	}
+	for _, job := range []string{"ran", "ended"} {
+		if _, ok := m.jobLast(job); ok {
+			t.Errorf("job %s no longer waits but its failed offer is remembered", job)
+		}
+	}
+	if !m.failing(OfferKey(a1), t0) {
+		t.Error("forgetting jobs lifted the offer's back-off")
 	}
 }
 

@@ -64,6 +64,8 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	}
 	// An owned machine joins the static pool that lists its id.
 	c.placeStaticLocked(n)
+	// Its GPUs are shareable when its pool says so (spec.sharedGPUs).
+	n.SharedGPUs = c.poolSharesGPUsLocked(n.Pool)
 	b := &store.Batch{Nodes: []*model.Node{n}}
 	if n.State == model.NodeLaunching {
 		c.recordLocked(b, model.Event{Kind: model.EventNodeReady, Object: "node/" + n.ID, Node: n.ID, Provider: n.Labels[labelOffer], Region: n.Region,

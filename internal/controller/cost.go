@@ -217,7 +217,10 @@ func billedIn(n *model.Node, from time.Time) bool {
 // last pass. An attempt is charged from StartedAt (GPUs bound while a
 // replica starts count as idle).
 func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
-	nodes := c.st.Nodes()
+	// Every node billed after from is active or stopped after it; in id
+	// order, as the ledger's entries are.
+	nodes := append(c.st.ActiveNodes(), c.st.NodesStoppedAfter(from)...)
+	slices.SortFunc(nodes, func(a, b *model.Node) int { return strings.Compare(a.ID, b.ID) })
 	idx := make(map[string]int, len(nodes))
 	out := make([]cost.NodeUsage, 0, len(nodes))
 	for _, n := range nodes {

@@ -33,7 +33,7 @@ type poolDriver struct {
 	revision int
 	p        provider.Provider // nil: does not launch
 	offers   []model.Offer
-	sells    map[string]bool // offer keys
+	sells    map[autoscaler.OfferIdent]bool
 }
 
 // launchView is what the pools' drivers offer now.
@@ -73,7 +73,7 @@ func (c *Controller) driverFor(p *model.NodePool) provider.Provider {
 func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool, refresh bool) launchView {
 	pd := &c.scaleSt.drivers
 	v := launchView{drivers: autoscaler.Drivers{}, byPool: map[string]provider.Provider{}}
-	seen := map[string]bool{}
+	seen := map[autoscaler.OfferIdent]bool{}
 	for _, p := range pools {
 		pd.mu.Lock()
 		e, ok := pd.pools[p.Name]
@@ -86,9 +86,9 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 					c.cfg.Log.Warn("listing pool offers", "pool", p.Name, "provider", d.Name(), "err", err)
 				}
 				offers = c.livePrices(ctx, d, offers)
-				e.p, e.offers, e.sells = d, offers, make(map[string]bool, len(offers))
+				e.p, e.offers, e.sells = d, offers, make(map[autoscaler.OfferIdent]bool, len(offers))
 				for _, o := range offers {
-					e.sells[autoscaler.OfferKey(o)] = true
+					e.sells[autoscaler.IdentOf(o)] = true
 				}
 			}
 			pd.mu.Lock()
@@ -102,10 +102,10 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 			continue
 		}
 		sells := e.sells
-		v.drivers[p.Name] = autoscaler.PoolDriver{Name: e.p.Name(), Sells: func(o model.Offer) bool { return sells[autoscaler.OfferKey(o)] }}
+		v.drivers[p.Name] = autoscaler.PoolDriver{Name: e.p.Name(), Sells: func(o model.Offer) bool { return sells[autoscaler.IdentOf(o)] }}
 		v.byPool[p.Name] = e.p
 		for _, o := range e.offers {
-			if k := autoscaler.OfferKey(o); !seen[k] {
+			if k := autoscaler.IdentOf(o); !seen[k] {
 				seen[k] = true
 				v.offers = append(v.offers, o)
 			}

@@ -119,13 +119,13 @@ func (c *Controller) buyableLocked(offers []model.Offer, view launchView, now ti
 		return offers
 	}
 	if len(view.offers) > 0 {
-		seen := make(map[string]bool, len(offers))
+		seen := make(map[autoscaler.OfferIdent]bool, len(offers))
 		for _, o := range offers {
-			seen[autoscaler.OfferKey(o)] = true
+			seen[autoscaler.IdentOf(o)] = true
 		}
 		offers = slices.Clip(offers) // never append into the caller's array
 		for _, o := range view.offers {
-			if !seen[autoscaler.OfferKey(o)] {
+			if !seen[autoscaler.IdentOf(o)] {
 				offers = append(offers, o)
 			}
 		}

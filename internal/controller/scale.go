@@ -220,10 +220,8 @@ func (c *Controller) scale(ctx context.Context) {
 	}
 	// Instances of nodes the store knows but whose provider has no pool
 	// (launched by hand, static) are owned too.
-	for _, n := range c.st.Nodes() {
-		if n.Pool == "" && n.Labels[model.LabelInstance] != "" {
-			anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
-		}
+	for _, n := range c.st.UnpooledInstances() {
+		anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
 	}
 	var pending []autoscaler.Pending
 	if c.lastPlan != nil {
@@ -232,7 +230,8 @@ func (c *Controller) scale(ctx context.Context) {
 			if !ok || j.State != model.JobQueued || readied[j.ID] {
 				continue
 			}
-			pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)), Offers: cand.Offers, Costs: cand.Costs})
+			pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)),
+				Shared: j.Spec.Resources.GPUs > 0 && j.Spec.Resources.GPUs < 1, Offers: cand.Offers, Costs: cand.Costs})
 		}
 	}
 	ainv := map[string][]autoscaler.Instance{}
@@ -241,6 +240,10 @@ func (c *Controller) scale(ctx context.Context) {
 			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
 		}
 	}
+	c.scaleSt.memory.ForgetJobs(func(id string) bool {
+		j, ok := c.st.Job(id)
+		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
+	})
 	// Decide reads a copy of the memory: launches finishing meanwhile
 	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
@@ -325,6 +328,23 @@ func (c *Controller) poolRestartLocked(pool string, o model.Offer) model.Duratio
 	return o.RestartTime
 }
 
+// poolSharesGPUsLocked reports whether the declared pool named pool (or,
+// without a declared fleet, the default pool) marks its GPUs shareable:
+// its nodes then carry Node.SharedGPUs, which is what the scheduler
+// packs GPU shares by. Callers hold c.mu.
+func (c *Controller) poolSharesGPUsLocked(pool string) bool {
+	pools := c.fleet.pools
+	if len(pools) == 0 {
+		pools = c.cfg.Scale.DefaultPools
+	}
+	for _, p := range pools {
+		if p.Name == pool {
+			return p.Spec.SharedGPUs
+		}
+	}
+	return false
+}
+
 // launch prepares buying one instance for a without waiting for the
 // provider: the node is recorded launching (durable before the provider is
 // called, so its instance is never mistaken for a leak and a crash leaves
@@ -340,7 +360,8 @@ func (c *Controller) launch(p provider.Provider, a autoscaler.Action, now time.T
 	n := &model.Node{ID: c.cfg.NewID("n-"), Name: o.InstanceType, Provider: p.Name(), Pool: a.Pool, State: model.NodeLaunching,
 		Region: o.Region, Zone: o.Zone, InstanceType: o.InstanceType, CapacityType: o.CapacityType, PricePerHour: o.PricePerHour,
 		CPU: o.VCPUs, Memory: o.Memory, RegisteredAt: now, Version: 1, InterruptionRate: o.InterruptionRate, RestartTime: c.poolRestartLocked(a.Pool, o),
-		Labels: map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
+		SharedGPUs: c.poolSharesGPUsLocked(a.Pool),
+		Labels:     map[string]string{labelOffer: o.Provider, labelForJobs: joinJobs(a.Jobs), labelGPUs: fmt.Sprint(o.GPUCount), labelGPUModel: o.GPU}}
 	c.st.PutNode(n)
 	c.lastSeen[n.ID] = now
 	c.scaleSt.init()

@@ -231,3 +231,32 @@ spec:
 		}
 	}
 }
+
+// TestGPUShares: jobs that take a share of one GPU run on a pool that
+// marks its GPUs shareable, packed onto one node; without such a pool they
+// wait and nothing is bought for them (the scale loop used to buy a node
+// they could never use, again and again).
+func TestGPUShares(t *testing.T) {
+	tr, err := trace.Read(strings.NewReader(`{"id":"a","submitS":0,"gpus":0.5,"runtimeS":1800}
+{"id":"b","submitS":0,"gpus":0.5,"runtimeS":1800}
+{"id":"c","submitS":60,"gpus":0.25,"runtimeS":600}
+`), "shares.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := strings.Replace(oneNodeFleet, "  max: 1\n", "  max: 1\n  sharedGPUs: true\n", 1)
+	res, err := Run(context.Background(), Config{Fleet: parseFleet(t, shared), Trace: tr, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 3 || res.Instances != 1 {
+		t.Errorf("on a pool that shares GPUs: %d of 3 jobs completed on %d instances, want 3 on 1", res.Completed, res.Instances)
+	}
+	res, err = Run(context.Background(), Config{Fleet: parseFleet(t, oneNodeFleet), Trace: tr, Seed: 1, Horizon: 6 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unfinished != 3 || res.Instances != 0 {
+		t.Errorf("without a pool that shares GPUs: %d unfinished, %d instances bought; want 3 unfinished and none bought", res.Unfinished, res.Instances)
+	}
+}

@@ -2,7 +2,9 @@ package state
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -38,12 +40,19 @@ type State struct {
 	// shapes interns node ShapeKeys.
 	shapes map[string]int
 
-	// nodeOrder caches every node sorted by id; nil when a node was added
-	// since. activeOrder caches the nodes that are not terminated, sorted
-	// by id; nil when a node was added, or was terminated or came back,
-	// since. A long-lived fleet ends thousands of nodes: loops over the
-	// live ones must not walk or sort them all.
+	// nodeOrder is every node sorted by id; activeOrder the nodes that
+	// are not terminated, sorted by id. Both are kept in step with every
+	// PutNode (a binary search and an insert or delete), never rebuilt: a
+	// long-lived fleet ends thousands of nodes, and loops over the live
+	// ones must not walk or sort them all.
 	nodeOrder, activeOrder []*nodeEntry
+	// stopped holds the terminated nodes that have a stop time, by
+	// (StoppedAt, id), so "what stopped after t" (the meter's window)
+	// costs the recent ones only.
+	stopped []*nodeEntry
+	// unpooled holds the nodes of a provider instance (LabelInstance) that
+	// belong to no pool, by id: what the scale loop owns beyond its pools.
+	unpooled []*nodeEntry
 
 	queues map[string]*model.Queue
 	// queueUse is the GPUs live attempts hold, by queue and GPU model,
@@ -357,27 +366,75 @@ func (s *State) ActiveNodes() []*model.Node {
 	return out
 }
 
-func (s *State) sortedNodes() []*nodeEntry {
-	if s.nodeOrder == nil {
-		s.nodeOrder = make([]*nodeEntry, 0, len(s.nodes))
-		for _, e := range s.nodes {
-			s.nodeOrder = append(s.nodeOrder, e)
-		}
-		sort.Slice(s.nodeOrder, func(i, j int) bool { return s.nodeOrder[i].node.ID < s.nodeOrder[j].node.ID })
-	}
-	return s.nodeOrder
+func (s *State) sortedNodes() []*nodeEntry { return s.nodeOrder }
+
+func (s *State) activeNodes() []*nodeEntry { return s.activeOrder }
+
+// insertNode puts e into order (sorted by node id).
+func insertNode(order []*nodeEntry, e *nodeEntry) []*nodeEntry {
+	i, _ := slices.BinarySearchFunc(order, e.node.ID, func(x *nodeEntry, id string) int { return strings.Compare(x.node.ID, id) })
+	return slices.Insert(order, i, e)
 }
 
-func (s *State) activeNodes() []*nodeEntry {
-	if s.activeOrder == nil {
-		s.activeOrder = make([]*nodeEntry, 0)
-		for _, e := range s.sortedNodes() {
-			if e.node.State != model.NodeTerminated {
-				s.activeOrder = append(s.activeOrder, e)
-			}
-		}
+// removeNode takes the entry with id out of order (sorted by node id).
+func removeNode(order []*nodeEntry, id string) []*nodeEntry {
+	i, ok := slices.BinarySearchFunc(order, id, func(x *nodeEntry, id string) int { return strings.Compare(x.node.ID, id) })
+	if !ok {
+		return order
 	}
-	return s.activeOrder
+	return slices.Delete(order, i, i+1)
+}
+
+func unpooled(n *model.Node) bool { return n.Pool == "" && n.Labels[model.LabelInstance] != "" }
+
+// UnpooledInstances returns the nodes, terminated or not, of a provider
+// instance (model.LabelInstance) that belong to no pool, ordered by id.
+func (s *State) UnpooledInstances() []*model.Node {
+	out := make([]*model.Node, len(s.unpooled))
+	for i, e := range s.unpooled {
+		out[i] = e.node
+	}
+	return out
+}
+
+// stoppedKey reports whether n belongs in State.stopped.
+func stoppedKey(n *model.Node) bool { return n.State == model.NodeTerminated && !n.StoppedAt.IsZero() }
+
+func cmpStopped(x *model.Node, at time.Time, id string) int {
+	if c := x.StoppedAt.Compare(at); c != 0 {
+		return c
+	}
+	return strings.Compare(x.ID, id)
+}
+
+func insertStopped(order []*nodeEntry, e *nodeEntry) []*nodeEntry {
+	i, _ := slices.BinarySearchFunc(order, e.node, func(x *nodeEntry, n *model.Node) int { return cmpStopped(x.node, n.StoppedAt, n.ID) })
+	return slices.Insert(order, i, e)
+}
+
+func removeStopped(order []*nodeEntry, n *model.Node) []*nodeEntry {
+	i, ok := slices.BinarySearchFunc(order, n, func(x *nodeEntry, n *model.Node) int { return cmpStopped(x.node, n.StoppedAt, n.ID) })
+	if !ok {
+		return order
+	}
+	return slices.Delete(order, i, i+1)
+}
+
+// NodesStoppedAfter returns the terminated nodes whose stop time is after
+// t, ordered by stop time: with ActiveNodes, every node a provider may
+// bill after t, without a walk over every node that ever ended.
+func (s *State) NodesStoppedAfter(t time.Time) []*model.Node {
+	i, _ := slices.BinarySearchFunc(s.stopped, t, func(x *nodeEntry, t time.Time) int {
+		if x.node.StoppedAt.After(t) {
+			return 1
+		}
+		return -1
+	})
+	out := make([]*model.Node, 0, len(s.stopped)-i)
+	for _, e := range s.stopped[i:] {
+		out = append(out, e.node)
+	}
+	return out
 }
 
 // AttemptsOf returns a job's attempts in order.
@@ -572,16 +629,40 @@ func (s *State) PutNode(n *model.Node) {
 	s.version++
 	e, ok := s.nodes[n.ID]
 	if ok {
-		if (e.node.State == model.NodeTerminated) != (n.State == model.NodeTerminated) {
-			s.activeOrder = nil
+		was, is := e.node.State == model.NodeTerminated, n.State == model.NodeTerminated
+		if stoppedKey(e.node) {
+			s.stopped = removeStopped(s.stopped, e.node)
+		}
+		if wasU, isU := unpooled(e.node), unpooled(n); wasU && !isU {
+			s.unpooled = removeNode(s.unpooled, n.ID)
+		} else if isU && !wasU {
+			s.unpooled = insertNode(s.unpooled, e)
 		}
 		e.node = n
+		if stoppedKey(n) {
+			s.stopped = insertStopped(s.stopped, e)
+		}
+		switch {
+		case was && !is:
+			s.activeOrder = insertNode(s.activeOrder, e)
+		case !was && is:
+			s.activeOrder = removeNode(s.activeOrder, n.ID)
+		}
 		e.viewOK = false
 		return
 	}
 	e = &nodeEntry{node: n, holder: map[int]string{}, share: map[int]float64{}}
 	s.nodes[n.ID] = e
-	s.nodeOrder, s.activeOrder = nil, nil
+	s.nodeOrder = insertNode(s.nodeOrder, e)
+	if n.State != model.NodeTerminated {
+		s.activeOrder = insertNode(s.activeOrder, e)
+	}
+	if stoppedKey(n) {
+		s.stopped = insertStopped(s.stopped, e)
+	}
+	if unpooled(n) {
+		s.unpooled = insertNode(s.unpooled, e)
+	}
 	seen := map[string]bool{}
 	for _, a := range s.orphans[n.ID] {
 		if cur, ok := s.live[a.JobID]; !ok || cur != s.attempts[a.ID] || seen[a.ID] {

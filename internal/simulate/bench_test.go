@@ -1,0 +1,51 @@
+package simulate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/manifest"
+	"github.com/gpufleet/gpufleet/internal/trace"
+)
+
+// BenchmarkSimulate runs built-in trace slices through Run on the
+// repository's example fleets, seed 1, and reports each run's digest in
+// the log (a run is deterministic for a seed). The slices grow, so a
+// super-linear cost shows as a growing time per job:
+//
+//	go test -run '^$' -bench Simulate -benchtime 1x -cpuprofile cpu.out ./internal/simulate
+//
+// BENCHMARKS.md ("Trace simulation") has the figures and what the whole
+// traces take through the CLI.
+func BenchmarkSimulate(b *testing.B) {
+	for _, bc := range []struct {
+		name, trace, fleet string
+		from, to           time.Duration
+	}{
+		{"philly-days19-20", "philly", "philly", 456 * time.Hour, 504 * time.Hour}, // 1,517 jobs
+		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
+		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr, err := trace.Builtin(bc.trace)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr = tr.Window(bc.from, bc.to)
+			set, problems, err := manifest.ParseDocuments([]string{"../../examples/simulate/" + bc.fleet}, manifest.Checks{})
+			if err != nil || len(problems) > 0 {
+				b.Fatal(err, problems)
+			}
+			b.ResetTimer()
+			for range b.N {
+				res, err := Run(context.Background(), Config{Fleet: set, Trace: tr, Seed: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*res.Jobs), "µs/job")
+				b.Logf("%d jobs, %d steps, %s simulated, digest %.16s", res.Jobs, res.Steps, res.Simulated.Round(time.Hour), res.Digest)
+			}
+		})
+	}
+}
