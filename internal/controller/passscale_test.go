@@ -30,7 +30,9 @@ func TestPassTimeBoundedAsLiveGrows(t *testing.T) {
 	if testing.Short() {
 		pending = 20000
 	}
-	const nodes, maxRatio = 1000, 4.0
+	// The quadratic pass measured 7.2× (-short); a bounded one 1–2× quietly and
+	// up to 4.6× at load 20–30 (other packages testing beside it in CI).
+	const nodes, maxRatio = 1000, 5.5
 	measure := func(owners []string, perAttempt int) (steady time.Duration, preempted int) {
 		st := fullFleetStore(nodes, perAttempt, pending, owners)
 		clk := clock.NewFake(t0)
