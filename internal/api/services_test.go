@@ -113,7 +113,7 @@ func TestServicesAreProjectScoped(t *testing.T) {
 	}
 
 	r := e.do(t, req{Method: "POST", Path: "/v1/services", Token: e.admin, Body: []byte(`{"apiVersion": "gpufleet.dev/v1", "kind": "Service",
-  "metadata": {"name": "bad"}, "spec": {"template": {"run": {"command": ["x"]}}, "port": 0, "autoscaling": {"metric": "p95"}}}`)})
+  "metadata": {"name": "bad"}, "spec": {"template": {"run": {"command": ["x"]}}, "port": 0, "autoscaling": {"metric": "gpu-util"}}}`)})
 	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "spec.port") || !strings.Contains(string(r.Body), "spec.autoscaling.metric") {
 		t.Fatalf("bad manifest: %d %s", r.Status, r.Body)
 	}
