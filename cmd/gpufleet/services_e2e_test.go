@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,19 +229,28 @@ spec:
 		}
 	}
 
-	// The replica's output reaches the server as the agent ships it.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	// The replica's output reaches the server as the agent ships it, each
+	// line prefixed with its replica's slot, whose PORT is the service's
+	// port plus the slot. Which slots are live depends on how the
+	// autoscaler moved (a scaled-down slot 0 may be draining), so any
+	// live one will do.
+	listening := regexp.MustCompile(`\[replica (\d+)\] .*replica listening on :(\d+)`)
+	slot := ""
+	for deadline := time.Now().Add(30 * time.Second); slot == ""; {
 		logs := s.gpufleet("services", "logs", "echo")
-		if strings.Contains(logs, "[replica 0] ") && strings.Contains(logs, fmt.Sprintf("replica listening on :%d", port)) {
-			break
+		for _, m := range listening.FindAllStringSubmatch(logs, -1) {
+			n, _ := strconv.Atoi(m[1])
+			if m[2] == strconv.Itoa(port+n) {
+				slot = m[1]
+			}
 		}
-		if time.Now().After(deadline) {
-			failNow("services logs:\n%s", logs)
+		if slot == "" && time.Now().After(deadline) {
+			failNow("services logs: no line of a replica listening on the service's port plus its slot:\n%s", logs)
 		}
 		time.Sleep(200 * time.Millisecond) // polling the server; bounded by the deadline
 	}
-	if logs := s.gpufleet("services", "logs", "echo", "--replica", "0"); strings.Contains(logs, "[replica") || !strings.Contains(logs, "replica listening") {
-		failNow("services logs --replica 0:\n%s", logs)
+	if logs := s.gpufleet("services", "logs", "echo", "--replica", slot); strings.Contains(logs, "[replica") || !strings.Contains(logs, "replica listening") {
+		failNow("services logs --replica %s:\n%s", slot, logs)
 	}
 	if ex := s.gpufleet("explain", "service", "echo"); !strings.Contains(ex, "inflight at 2 per ready replica; 0 to 2 replicas") || !strings.Contains(ex, "replicas 0 → 1: scale from zero") {
 		failNow("explain service:\n%s", ex)
