@@ -74,8 +74,12 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// ctxT bounds a whole test's SSH calls. A test makes many round trips
+// (install, status, reinstall, uninstall), each a few commands over SSH,
+// and CI runs the end-to-end package beside it on 2 cores: one test once
+// needed 81 s there.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
