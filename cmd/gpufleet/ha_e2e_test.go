@@ -237,8 +237,17 @@ func TestFailover(t *testing.T) {
 			break
 		}
 	}
-	if code, role, body := follower0.readyz(); code != 503 || role != "follower" || !strings.Contains(body, "the leader is "+lead.id) {
-		t.Errorf("a follower's /readyz = %d %s %q, want 503 naming %s", code, role, body, lead.id)
+	// A follower learns the leader from the lease it polls, so it may say
+	// "no leader known yet" for a moment after the election.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, role, body := follower0.readyz()
+		if code == 503 && role == "follower" && strings.Contains(body, "the leader is "+lead.id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a follower's /readyz = %d %s %q, want 503 naming %s", code, role, body, lead.id)
+			break
+		}
 	}
 	tokenB, err := os.ReadFile(filepath.Join(lead.dataDir, tokenFile))
 	if err != nil {
