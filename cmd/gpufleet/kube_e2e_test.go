@@ -144,6 +144,14 @@ spec:
 		for _, sv := range svcs.Items {
 			left = append(left, "service/"+sv.Name)
 		}
+		// The pool's default deny goes with the pool.
+		pols, err := cs.NetworkingV1().NetworkPolicies(metav1.NamespaceAll).List(ctx, selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, np := range pols.Items {
+			left = append(left, "networkpolicy/"+np.Name)
+		}
 		return len(left) == 0
 	})
 	t.Logf("pool applied, job run, pool removed and cleaned up after %s", time.Since(began).Round(time.Millisecond))
