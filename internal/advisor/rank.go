@@ -270,7 +270,7 @@ func Rank(p Profile, o Options) (Result, error) {
 			continue
 		}
 		res.Offers++
-		if strings.HasPrefix(strings.ToLower(of.GPU), "tpu-") {
+		if g := of.GPU; len(g) >= 4 && strings.EqualFold(g[:4], "tpu-") { // without ToLower's copy per offer
 			noteNotEstimated(notEst, of.GPU, "TPU slices run XLA, whose memory layout and parallelism this model does not cover")
 			continue
 		}
@@ -352,11 +352,8 @@ func Rank(p Profile, o Options) (Result, error) {
 		order[i] = int32(i)
 	}
 	less := compareQuotes(w.Task.Training())
-	slices.SortFunc(order, func(a, b int32) int { return less(&quotes[a], &quotes[b]) })
 	res.Ranked = len(quotes)
-	if o.Limit > 0 && len(order) > o.Limit {
-		order = order[:o.Limit]
-	}
+	order = smallest(order, o.Limit, func(a, b int32) int { return less(&quotes[a], &quotes[b]) })
 	res.Rows = make([]Row, 0, len(order))
 	for _, i := range order {
 		res.Rows = append(res.Rows, w.buildRow(&quotes[i], o))
@@ -588,14 +585,28 @@ func compareQuotes(training bool) func(a, b *quote) int {
 		if c != 0 {
 			return c
 		}
+		// Each key only when the ones before it tie (cmp.Or would
+		// evaluate all of them for every comparison).
+		if c := cmp.Compare(a.wall, b.wall); c != 0 {
+			return c
+		}
 		x, y := a.offer, b.offer
+		if c := strings.Compare(x.Provider, y.Provider); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.Region, y.Region); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.Zone, y.Zone); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.InstanceType, y.InstanceType); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.GPU, y.GPU); c != 0 {
+			return c
+		}
 		return cmp.Or(
-			cmp.Compare(a.wall, b.wall),
-			strings.Compare(x.Provider, y.Provider),
-			strings.Compare(x.Region, y.Region),
-			strings.Compare(x.Zone, y.Zone),
-			strings.Compare(x.InstanceType, y.InstanceType),
-			strings.Compare(x.GPU, y.GPU),
 			cmp.Compare(x.GPUCount, y.GPUCount),
 			cmp.Compare(x.GPUMemory, y.GPUMemory),
 			cmp.Compare(x.Memory, y.Memory),
@@ -603,6 +614,49 @@ func compareQuotes(training bool) func(a, b *quote) int {
 			cmp.Compare(a.price, b.price),
 		)
 	}
+}
+
+// smallest reorders order so that its first k entries are, in order, the k
+// least under less, and returns them: the rows a ranking returns, without
+// sorting the thousands it does not (a bounded max-heap, O(n log k)). The
+// result is what sorting all of order and keeping k gives.
+func smallest(order []int32, k int, less func(a, b int32) int) []int32 {
+	if k <= 0 || k*4 >= len(order) {
+		slices.SortFunc(order, less)
+		if k > 0 && k < len(order) {
+			order = order[:k]
+		}
+		return order
+	}
+	heap := order[:k] // a max-heap: the worst kept entry at heap[0]
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= k {
+				return
+			}
+			j := l
+			if r := l + 1; r < k && less(heap[r], heap[l]) > 0 {
+				j = r
+			}
+			if less(heap[j], heap[i]) <= 0 {
+				return
+			}
+			heap[i], heap[j] = heap[j], heap[i]
+			i = j
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range order[k:] {
+		if less(x, heap[0]) < 0 {
+			heap[0] = x
+			down(0)
+		}
+	}
+	slices.SortFunc(heap, less)
+	return heap
 }
 
 func (w *workload) summary() Summary {

@@ -3,6 +3,7 @@ package advisor
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -365,5 +366,39 @@ func TestMicroBatchIsTheRanksShare(t *testing.T) {
 	}
 	if mb := res.Rows[0].Plan.MicroBatch; mb != 3 {
 		t.Fatalf("micro-batch %d, want the rank's share 3 (plan %s)", mb, res.Rows[0].PlanText)
+	}
+}
+
+// TestSmallestIsSortPrefix: the bounded selection Rank uses returns what
+// sorting everything and keeping the first k returns, ties included.
+func TestSmallestIsSortPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		n := rng.IntN(300)
+		vals := make([]int, n)
+		for i := range vals {
+			vals[i] = rng.IntN(50) // many ties
+		}
+		// A total order, as compareQuotes is: value, then index.
+		less := func(a, b int32) int {
+			if vals[a] != vals[b] {
+				return vals[a] - vals[b]
+			}
+			return int(a - b)
+		}
+		for _, k := range []int{-1, 0, 1, 5, 20, 50, n, n + 3} {
+			all := make([]int32, n)
+			sel := make([]int32, n)
+			for i := range all {
+				all[i], sel[i] = int32(i), int32(n-1-i)
+			}
+			slices.SortFunc(all, less)
+			if k > 0 && k < n {
+				all = all[:k]
+			}
+			if got := smallest(sel, k, less); !slices.Equal(got, all) {
+				t.Fatalf("n=%d k=%d: got %v, want %v", n, k, got, all)
+			}
+		}
 	}
 }
