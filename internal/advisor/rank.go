@@ -81,6 +81,9 @@ type Options struct {
 	// GPU-hour instead of its listed price; reserved rows (derived from the
 	// listed price) are left out.
 	PricePerGPUHour float64
+
+	// exhaustive turns the search's pruning off (tests compare the two).
+	exhaustive bool
 }
 
 // Defaults for Options.CheckpointGBs and Options.Restart.
@@ -236,6 +239,7 @@ func Rank(p Profile, o Options) (Result, error) {
 	default:
 		return Result{}, model.FieldErrors{{Path: "reservedTerm", Message: "must be 1y, 3y or none"}}
 	}
+	w.exhaustive = o.exhaustive
 	res := Result{Workload: w.summary(), Rows: []Row{}}
 	res.Assumptions = w.assumptions(o)
 
