@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/catalog"
@@ -245,17 +248,28 @@ func Rank(p Profile, o Options) (Result, error) {
 
 	// 2. Filter and group by shape.
 	type shapeState struct {
-		sr     searchResult
-		ok     bool
-		reason string
+		sh      shape
+		hw      hardware
+		firstIT string // instance type of the shape's first offer
+		sr      searchResult
+		ok      bool
+		reason  string
+	}
+	// kept is an offer that passed the filters, with its shape.
+	type kept struct {
+		of             *model.Offer
+		st             *shapeState
+		isSpot, hasRes bool
+		resDisc        [2]float64
 	}
 	shapes := map[shape]*shapeState{}
+	var pending []*shapeState // shapes to search, in the order first met
+	var offers []kept
 	nets := map[[2]string]float64{}
 	notEst := map[string]*NotEstimated{}
 	accs := map[string]catalog.Accelerator{}
 	lim := searchLimits{maxNodes: o.MaxNodes, deadline: o.Deadline.Seconds()}
 	wantOD, wantSpot, wantRes := capacityWanted(o.Capacity)
-	quotes := make([]quote, 0, len(o.Offers)+len(o.Offers)/2)
 	var short struct {
 		need  float64
 		sh    shape
@@ -263,6 +277,7 @@ func Rank(p Profile, o Options) (Result, error) {
 		plan  Plan
 		found bool
 	}
+	var prev *shapeState // consecutive offers usually share a shape
 	for i := range o.Offers {
 		of := &o.Offers[i]
 		if !o.matches(of) {
@@ -298,54 +313,71 @@ func Rank(p Profile, o Options) (Result, error) {
 		}
 		capacity *= usableMemory
 		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity, link: of.Interconnect, hostMem: float64(of.Memory), networkGbps: net}
-		st, ok := shapes[sh]
-		if !ok {
-			st = &shapeState{}
-			shapes[sh] = st
-			hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
-			if hwOK {
-				w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
-			}
-			if !hwOK {
-				st.reason = reason
-			} else {
-				hw.intra, hw.pcie = linkRate(acc, sh.link)
-				hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
-				hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
-				hw.ckptBW, hw.restart = o.CheckpointGBs*1e9, o.Restart.Seconds()
-				// 3. Search once per shape.
-				if w.Task.Training() {
-					st.sr = w.searchTraining(sh, &hw, lim)
+		st := prev
+		if st == nil || st.sh != sh {
+			if st, ok = shapes[sh]; !ok {
+				st = &shapeState{sh: sh, firstIT: of.InstanceType}
+				shapes[sh] = st
+				hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
+				if !hwOK {
+					st.reason = reason
 				} else {
-					st.sr = w.searchServing(sh, &hw)
-				}
-				st.ok = true
-				if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
-					short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, sh, of.InstanceType, st.sr.shortfallPlan, true
+					w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
+					hw.intra, hw.pcie = linkRate(acc, sh.link)
+					hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
+					hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
+					hw.ckptBW, hw.restart = o.CheckpointGBs*1e9, o.Restart.Seconds()
+					st.hw, st.ok = hw, true
+					pending = append(pending, st)
 				}
 			}
+			prev = st
 		}
 		if !st.ok {
 			noteNotEstimated(notEst, of.GPU, st.reason)
 			continue
 		}
+		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
+	}
+
+	// 3. Search once per shape. The searches are independent and only
+	// read the workload, so they run on every core; the results are used
+	// below in the order the shapes were met, so the ranking does not
+	// depend on which search finished first.
+	parallel(len(pending), func(i int) {
+		st := pending[i]
+		if w.Task.Training() {
+			st.sr = w.searchTraining(st.sh, &st.hw, lim)
+		} else {
+			st.sr = w.searchServing(st.sh, &st.hw)
+		}
+	})
+	for _, st := range pending {
+		if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
+			short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, st.sh, st.firstIT, st.sr.shortfallPlan, true
+		}
+	}
+
+	// 4. Cost each offer with its shape's plans.
+	quotes := make([]quote, 0, len(offers)+len(offers)/2)
+	for _, k := range offers {
+		of, st := k.of, k.st
 		if len(st.sr.plans) == 0 {
 			continue
 		}
-		// 4. Cost the offer.
 		price := of.PricePerHour
 		if o.PricePerGPUHour > 0 {
 			price = o.PricePerGPUHour * float64(of.GPUCount)
 		}
-		if isSpot || wantOD {
+		if k.isSpot || wantOD {
 			quotes = append(quotes, w.quote(of, string(of.CapacityType), price, false, &st.sr, o))
 		}
-		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
+		if !k.isSpot && wantRes && k.hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
 			label := Reserved1y
 			if term == 1 {
 				label = Reserved3y
 			}
-			quotes = append(quotes, w.quote(of, label, of.PricePerHour*(1-resDisc[term]), true, &st.sr, o))
+			quotes = append(quotes, w.quote(of, label, of.PricePerHour*(1-k.resDisc[term]), true, &st.sr, o))
 		}
 	}
 
@@ -618,6 +650,34 @@ func compareQuotes(training bool) func(a, b *quote) int {
 			cmp.Compare(a.price, b.price),
 		)
 	}
+}
+
+// parallel runs f(0) … f(n−1) on up to GOMAXPROCS goroutines and waits
+// for them all.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // smallest reorders order so that its first k entries are, in order, the k

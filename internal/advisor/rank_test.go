@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -435,6 +436,39 @@ func TestPruningKeepsRanking(t *testing.T) {
 			if d := cmp.Diff(full, pruned); d != "" {
 				t.Errorf("%s (deadline %v): pruning changed the ranking (-exhaustive +pruned):\n%s", name, deadline, d)
 			}
+		}
+	}
+}
+
+// TestRankSameOnAnyCoreCount: the shape searches run in parallel, and the
+// ranking (rows, not-estimated list, closest miss) is the one a single core
+// gives. Not parallel: it sets GOMAXPROCS, which the parallel tests wait
+// for.
+func TestRankSameOnAnyCoreCount(t *testing.T) {
+	c := testCatalog(t)
+	for name, p := range map[string]Profile{
+		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
+		"70b-serving":       {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
+		"fits-nowhere":      {Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12},
+	} {
+		o := Options{Offers: c.Offers(), Accelerator: c.Accelerator, Limit: -1, MaxNodes: 4}
+		if name == "fits-nowhere" {
+			// 405B's training states need more than one node of these has.
+			o.MaxNodes, o.GPUs = 1, []string{"T4", "L4", "V100", "A10G", "A100"}
+		}
+		prev := runtime.GOMAXPROCS(1)
+		one, err1 := Rank(p, o)
+		runtime.GOMAXPROCS(8)
+		many, err8 := Rank(p, o)
+		runtime.GOMAXPROCS(prev)
+		if err1 != nil || err8 != nil {
+			t.Fatalf("%s: %v, %v", name, err1, err8)
+		}
+		if name == "fits-nowhere" && one.Shortfall == nil {
+			t.Fatalf("%s: expected a closest miss", name)
+		}
+		if d := cmp.Diff(one, many); d != "" {
+			t.Errorf("%s: 8 cores rank differently from 1 (-1 +8):\n%s", name, d)
 		}
 	}
 }
