@@ -206,12 +206,14 @@ type Shortfall struct {
 //  2. filter the offers and group them by shape (GPU, count, memory,
 //     fabric, host memory, network), since the plan search depends only on
 //     the shape;
-//  3. search plans once per shape (searchTraining, searchServing);
+//  3. search plans once per shape (searchTraining, searchServing), the
+//     shapes in parallel, their results used in the order the shapes were
+//     met so the ranking does not depend on the core count;
 //  4. cost each offer, and its derived reserved price, with its shape's
 //     plans: price × nodes × time, with spot's expected interruption
 //     overhead at the Young/Daly checkpoint interval;
-//  5. sort by meeting the deadline/latency target, then cost, then time,
-//     then a fixed order over the offer's fields.
+//  5. keep the Limit best by meeting the deadline/latency target, then
+//     cost, then time, then a fixed order over the offer's fields.
 func Rank(p Profile, o Options) (Result, error) {
 	w, fe := resolve(p)
 	if err := fe.Err(); err != nil {

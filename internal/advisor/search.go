@@ -65,6 +65,10 @@ var (
 //     offload only if nothing fits on the GPUs;
 //  4. the largest micro-batch that fits (up to 8) without pipelining, 1 with
 //     it (more micro-batches, a smaller bubble), unless the profile fixes it.
+//
+// Configurations whose least step time (leastStep) cannot beat the plan
+// already found are skipped unworked; the ranking is the exhaustive
+// search's (TestPruningKeepsRanking).
 func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) searchResult {
 	res := searchResult{hw: *hw, shortfall: math.Inf(1)}
 	recomputes := recomputeFA
