@@ -155,7 +155,8 @@ func (s *Store) rewrite(ctx context.Context, conn *pgx.Conn, group []batch, sent
 	}
 }
 
-// ready reconnects cc when its connection was lost.
+// ready connects cc the first time it is used, and again when its
+// connection was lost.
 func (s *Store) ready(ctx context.Context, cc *cconn) error {
 	if cc.conn != nil && !cc.conn.IsClosed() {
 		return nil
@@ -164,8 +165,10 @@ func (s *Store) ready(ctx context.Context, cc *cconn) error {
 	if err != nil {
 		return err
 	}
+	if cc.conn != nil {
+		s.log.Warn("reconnected the committer to PostgreSQL", "store", s.desc)
+	}
 	cc.conn = conn
-	s.log.Warn("reconnected the committer to PostgreSQL", "store", s.desc)
 	return nil
 }
 

@@ -200,24 +200,20 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 			depth = 2
 		}
 	}
-	closeAll := func() {
-		for _, cc := range s.conns {
-			cc.conn.Close(context.Background())
-		}
+	// The primary connects now; the others when a group is first sent on
+	// them (send's ready), so Open costs one connection as before.
+	conn, err := s.dial(ctx, true)
+	if err != nil {
+		return nil, err
 	}
-	for i := range depth {
-		conn, err := s.dial(ctx, i == 0)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		s.conns = append(s.conns, &cconn{conn: conn, primary: i == 0})
-		if i == 0 {
-			if err := s.migrate(ctx); err != nil {
-				closeAll()
-				return nil, fmt.Errorf("migrating %s: %w", desc, err)
-			}
-		}
+	s.conns = append(s.conns, &cconn{conn: conn, primary: true})
+	for range depth - 1 {
+		s.conns = append(s.conns, &cconn{})
+	}
+	closeAll := func() { conn.Close(context.Background()) }
+	if err := s.migrate(ctx); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("migrating %s: %w", desc, err)
 	}
 	if err := s.conns[0].conn.QueryRow(ctx, readCommits).Scan(&s.tail); err != nil {
 		closeAll()
@@ -331,6 +327,9 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.gc.Close()
 		for _, cc := range s.conns {
+			if cc.conn == nil {
+				continue // never used
+			}
 			// Unlocked here rather than by the session's end, which the
 			// server notices only after the connection closes: a Store
 			// opened right after this one returns must find it free.
