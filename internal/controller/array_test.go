@@ -139,3 +139,28 @@ func TestPreemptionNominatesFreedGPUs(t *testing.T) {
 		t.Fatalf("nominations after the preemptor bound = %+v", got)
 	}
 }
+
+// TestJobsTagged: JobFilter.Tagged selects the jobs carrying a tag, of any
+// value, and no other.
+func TestJobsTagged(t *testing.T) {
+	h := newHarness(t, newMemStore(), clock.NewFake(t0))
+	spec := cmdSpec(1)
+	spec.Default()
+	var want []string
+	for i, tags := range []map[string]string{nil, {"team": "a"}, {model.TagService: "chat"}, {model.TagService: "embed", "team": "b"}} {
+		j, _, err := h.c.Submit(context.Background(), Submission{Project: "default", User: "test", Spec: spec, Tags: tags, Name: fmt.Sprint("j", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tags[model.TagService] != "" {
+			want = append([]string{j.ID}, want...) // Jobs lists the newest first
+		}
+	}
+	var got []string
+	for _, j := range h.c.Jobs(JobFilter{Tagged: model.TagService}) {
+		got = append(got, j.ID)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("jobs tagged %s (-want +got):\n%s", model.TagService, diff)
+	}
+}

@@ -199,7 +199,7 @@ func (c *Controller) Jobs(f JobFilter) []*model.Job {
 	c.mu.Lock()
 	c.st.Jobs(func(j *model.Job) bool {
 		if (len(want) == 0 || want[j.State]) && (f.Project == "" || j.Project == f.Project) && (f.Projects == nil || f.Projects[j.Project]) && (f.Array == "" || j.ArrayID == f.Array) &&
-			(f.User == "" || j.User == f.User) && (f.Queue == "" || j.Spec.Queue == f.Queue) {
+			(f.User == "" || j.User == f.User) && (f.Queue == "" || j.Spec.Queue == f.Queue) && (f.Tagged == "" || j.Tags[f.Tagged] != "") {
 			out = append(out, c.withWaitReasonLocked(j))
 		}
 		return true

@@ -46,6 +46,8 @@ type JobFilter struct {
 	Array string
 	// User and Queue, when set, select the jobs of that submitter or queue.
 	User, Queue string
+	// Tagged, when set, selects the jobs that carry this tag (any value).
+	Tagged string
 	// Limit bounds the result to the newest jobs; 0 means 1000.
 	Limit int
 }

@@ -468,7 +468,9 @@ type action struct {
 // it reads the replica jobs, probes the running ones, decides the count,
 // then submits and cancels jobs.
 func (m *Manager) Reconcile(ctx context.Context) {
-	jobs := m.cfg.Controller.Jobs(model.JobFilter{States: liveStates, Limit: 1 << 20})
+	// Only replicas: a deep queue of other jobs is neither copied nor
+	// sorted every interval.
+	jobs := m.cfg.Controller.Jobs(model.JobFilter{States: liveStates, Tagged: model.TagService, Limit: 1 << 20})
 	byService := map[string][]*model.Job{}
 	for _, j := range jobs {
 		if name := j.Tags[model.TagService]; name != "" {

@@ -78,6 +78,10 @@ type Config struct {
 	// database: the run counts every job in it); empty: SQLite in the
 	// data dir.
 	Store string
+	// StorePID is the PID of the database server's parent process (a
+	// PostgreSQL postmaster): its CPU and its children's, backends that
+	// exited included, is read with the server's; 0: not read.
+	StorePID int
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -158,6 +162,7 @@ func main() {
 	flag.StringVar(&output, "o", "table", "output: table or json")
 	flag.BoolVar(&c.SubmitOnly, "submit-only", false, "measure submission alone: no node, every job stays queued (the shape of the API's BenchmarkSubmitHTTP); --nodes is ignored")
 	flag.StringVar(&c.Store, "store", os.Getenv("GPUFLEET_LOADTEST_STORE"), "a postgres:// DSN of an empty database for the server's state (env GPUFLEET_LOADTEST_STORE, which keeps the password out of ps); default: SQLite in the data dir")
+	flag.IntVar(&c.StorePID, "store-pid", 0, "PID of the database server (the postmaster, see postmaster.pid) whose CPU, children's included, is read with the server's")
 	flag.Parse()
 	if output != "table" && output != "json" {
 		fmt.Fprintln(os.Stderr, "loadtest: -o: must be table or json")

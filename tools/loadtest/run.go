@@ -66,7 +66,14 @@ type Result struct {
 	ServerSysCPUSeconds float64 `json:"serverSysCpuSeconds"`
 	// ServerCPU by phase: submitting, then until all placed, then until
 	// all succeeded.
-	ServerCPUSubmit  float64 `json:"serverCpuSubmitSeconds"`
+	ServerCPUSubmit float64 `json:"serverCpuSubmitSeconds"`
+	// StoreCPUSubmit is the database server's CPU while submitting
+	// (--store-pid), its backends' included. CPU per 1,000 submissions
+	// of either does not depend on the machine's other load as much as
+	// submissions/s does.
+	StoreCPUSubmit   float64 `json:"storeCpuSubmitSeconds,omitempty"`
+	ServerCPUPer1000 float64 `json:"serverCpuSecondsPer1000"`
+	StoreCPUPer1000  float64 `json:"storeCpuSecondsPer1000,omitempty"`
 	ServerCPUPlace   float64 `json:"serverCpuPlaceSeconds"`
 	ServerCPUFinish  float64 `json:"serverCpuFinishSeconds"`
 	HarnessCPU       float64 `json:"harnessCpuSeconds"`
@@ -183,10 +190,22 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 
 	// Submissions.
 	cpu0, _ := readProc(pid)
+	var storeCPU0, storeCPU1 time.Duration
+	if c.StorePID > 0 {
+		if storeCPU0, err = treeCPU(c.StorePID); err != nil {
+			return res, fmt.Errorf("--store-pid: %w", err)
+		}
+	}
 	commits0, errCommits := readStoreCommits(ctx, hc, srv.url, srv.admin)
 	sub := submit(ctx, &c, srv.url, srv.admin, hc, tr)
 	lastSubmit := time.Now()
 	cpu1, _ := readProc(pid)
+	if c.StorePID > 0 {
+		if storeCPU1, err = treeCPU(c.StorePID); err == nil && sub.ok > 0 {
+			res.StoreCPUSubmit = (storeCPU1 - storeCPU0).Seconds()
+			res.StoreCPUPer1000 = res.StoreCPUSubmit / float64(sub.ok) * 1000
+		}
+	}
 	if commits1, err := readStoreCommits(ctx, hc, srv.url, srv.admin); err == nil && errCommits == nil && commits1.Commits > commits0.Commits {
 		n := commits1.Commits - commits0.Commits
 		res.Commits = int(n)
@@ -199,6 +218,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	res.SubmitP99ms = ms(percentile(sub.latencies, 0.99))
 	res.SubmitStatuses = sub.statuses
 	res.ServerCPUSubmit = (cpu1.CPU - cpu0.CPU).Seconds()
+	if sub.ok > 0 {
+		res.ServerCPUPer1000 = res.ServerCPUSubmit / float64(sub.ok) * 1000
+	}
 	logf("submitted %d jobs in %.2fs (%.0f/s, p50 %.1f ms, p99 %.1f ms), statuses %v",
 		sub.ok, sub.elapsed.Seconds(), res.SubmitsPerSec, res.SubmitP50ms, res.SubmitP99ms, sub.statuses)
 	if sub.ok != c.Jobs {
@@ -661,6 +683,16 @@ func raiseFileLimit() {
 }
 
 // WriteTable prints the result for people.
+// cpuPer1000 says the server's (and the database's) CPU per 1,000
+// submissions.
+func cpuPer1000(r *Result) string {
+	s := fmt.Sprintf("server %.3f s", r.ServerCPUPer1000)
+	if r.StoreCPUSubmit > 0 {
+		s += fmt.Sprintf(", database %.3f s", r.StoreCPUPer1000)
+	}
+	return s
+}
+
 func (r *Result) WriteTable(w io.Writer) {
 	after := func(s float64) string {
 		if s < 0 {
@@ -690,6 +722,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		[2]string{"double runs", fmt.Sprintf("%d (agent overlaps %d, replica ids twice %d, record overlaps %d; requeued %d)", d.Total, d.AgentOverlaps, d.ReplicaIDsTwice, d.RecordOverlaps, d.Requeued)},
 		[2]string{"server peak RSS", fmt.Sprintf("%.0f MB", r.ServerPeakRSSMB)},
 		[2]string{"server CPU", fmt.Sprintf("%.1f s (submit %.1f, to placed %.1f, to succeeded %.1f; system %.1f)", r.ServerCPUSeconds, r.ServerCPUSubmit, r.ServerCPUPlace, r.ServerCPUFinish, r.ServerSysCPUSeconds)},
+		[2]string{"CPU per 1,000 submissions", cpuPer1000(r)},
 		[2]string{"harness CPU", fmt.Sprintf("%.1f s", r.HarnessCPU)},
 		[2]string{"server log warnings", strconv.Itoa(r.ServerLogWarning)},
 		[2]string{"wall", fmt.Sprintf("%.1f s", r.WallSeconds)},

@@ -179,26 +179,72 @@ type procStats struct {
 // Linux architecture Go runs on.
 const clockTicks = 100
 
-// readProc reads /proc/pid/stat and /proc/pid/status.
-func readProc(pid int) (procStats, error) {
-	var ps procStats
+// treeCPU is the CPU time (user + system) of process pid, of its children
+// that exited and were waited for, and of its live children: for a
+// PostgreSQL postmaster, every backend it forked, those gone included.
+func treeCPU(pid int) (time.Duration, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	total := ticks(f, 11, 12, 13, 14) // utime stime cutime cstime
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	ppid := strconv.Itoa(pid)
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		cf, err := statFields(child)
+		if err != nil || cf[1] != ppid { // gone since, or not a child
+			continue
+		}
+		total += ticks(cf, 11, 12, 13, 14)
+	}
+	return total * time.Second / clockTicks, nil
+}
+
+// statFields returns /proc/pid/stat's fields after the command name: index
+// 0 is field 3 (state), 1 the parent's PID, 11 utime.
+func statFields(pid int) ([]string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return ps, err
+		return nil, err
 	}
 	// The command name (field 2) may hold spaces; fields count from after it.
 	i := strings.LastIndexByte(string(data), ')')
 	if i < 0 {
-		return ps, fmt.Errorf("parsing /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parsing /proc/%d/stat", pid)
 	}
 	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 13 {
-		return ps, fmt.Errorf("parsing /proc/%d/stat", pid)
+	if len(f) < 15 {
+		return nil, fmt.Errorf("parsing /proc/%d/stat", pid)
 	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, _ := strconv.ParseInt(f[12], 10, 64) // field 15
-	ps.CPU = time.Duration(utime+stime) * time.Second / clockTicks
-	ps.SysCPU = time.Duration(stime) * time.Second / clockTicks
+	return f, nil
+}
+
+// ticks sums the fields at idx, in clock ticks.
+func ticks(f []string, idx ...int) time.Duration {
+	var n int64
+	for _, i := range idx {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		n += v
+	}
+	return time.Duration(n)
+}
+
+// readProc reads /proc/pid/stat and /proc/pid/status.
+func readProc(pid int) (procStats, error) {
+	var ps procStats
+	f, err := statFields(pid)
+	if err != nil {
+		return ps, err
+	}
+	ps.CPU = ticks(f, 11, 12) * time.Second / clockTicks // fields 14, 15
+	ps.SysCPU = ticks(f, 12) * time.Second / clockTicks
 
 	st, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -3,10 +3,17 @@
 // queued (up to a bound) and hands it to the backend's write function as
 // one group, so concurrent callers share one transaction and one sync.
 //
+// A backend that can have several transactions in flight (PostgreSQL, on
+// several connections) starts the committer with StartPipelined: the next
+// group is formed and sent while the previous one's commit (its WAL flush)
+// is still running, and the backend keeps the groups' commits in order.
+//
 // Invariants:
-//   - Groups are written one at a time, in Submit order; batches submitted
-//     while a write runs form the next group.
-//   - A batch's channel yields only after its group's write returned: nil
+//   - Groups are sent in Submit order, at most Depth at a time (one with
+//     Start); batches submitted while a group is sent form the next group.
+//   - Groups are finished in the order they were sent: a group's finish
+//     runs only after the previous group's finish returned.
+//   - A batch's channel yields only after its group's finish returned: nil
 //     when the write reported it durable, its own error, or the group's.
 //   - The observer sees a commit before any of its batches is acknowledged.
 //   - After Close, Submit fails with store.ErrClosed and Close returns once
@@ -14,6 +21,7 @@
 package groupcommit
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -33,6 +41,9 @@ type Options struct {
 	MaxBatch int
 	// Logger receives commit failures; nil discards them.
 	Logger *slog.Logger
+	// Depth is how many groups StartPipelined keeps in flight at once; 0
+	// or less means 1. Start ignores it.
+	Depth int
 	// Observer, if set, is called after every successful write with its
 	// latency and the number of batches it held. It runs on the committer
 	// goroutine before the group's channels are completed, so it must
@@ -60,13 +71,24 @@ type Stats struct {
 // durable. It runs on the committer goroutine only.
 type WriteFunc[T any] func(group []T) (errs []error, err error)
 
+// SendFunc starts writing one group and returns once the next group may be
+// sent; finish waits for the group's outcome, as a WriteFunc returns it.
+// Send runs on the committer's sending goroutine, finish on its finishing
+// goroutine, each group's finish after the previous group's finish
+// returned, so a backend that keeps commits in order can correct a group
+// sent on an expectation that failed (its predecessor's commit) there.
+type SendFunc[T any] func(group []T) (finish func() (errs []error, err error))
+
 // Committer queues batches of type T and writes them in groups.
 type Committer[T any] struct {
-	write    WriteFunc[T]
+	send     SendFunc[T]
 	size     func(T) int
 	log      *slog.Logger
 	observe  func(time.Duration, int)
 	maxBatch int
+	// flight holds the groups sent and not yet finished, in order; its
+	// capacity is the depth.
+	flight chan sent[T]
 
 	mu     sync.Mutex
 	wake   *sync.Cond // signalled when queue grows or closed is set
@@ -74,6 +96,9 @@ type Committer[T any] struct {
 	closed bool
 	stats  Stats
 
+	// slot holds a token per group being formed or in flight, so at most
+	// depth exist at once.
+	slot      chan struct{}
 	stopped   chan struct{} // closed when the committer returns
 	closeOnce sync.Once
 }
@@ -83,18 +108,38 @@ type pending[T any] struct {
 	done chan error
 }
 
-// Start starts the committer goroutine. size counts an item's rows for
-// Stats.
+// sent is a group in flight.
+type sent[T any] struct {
+	group  []pending[T]
+	finish func() ([]error, error)
+	begin  time.Time
+}
+
+// Start starts a committer that writes one group at a time. size counts an
+// item's rows for Stats.
 func Start[T any](write WriteFunc[T], size func(T) int, opts Options) *Committer[T] {
-	c := &Committer[T]{write: write, size: size, log: opts.Logger, observe: opts.Observer, maxBatch: opts.MaxBatch, stopped: make(chan struct{})}
+	opts.Depth = 1
+	return StartPipelined(func(group []T) func() ([]error, error) {
+		errs, err := write(group)
+		return func() ([]error, error) { return errs, err }
+	}, size, opts)
+}
+
+// StartPipelined starts a committer that keeps up to opts.Depth groups in
+// flight, sent by send. size counts an item's rows for Stats.
+func StartPipelined[T any](send SendFunc[T], size func(T) int, opts Options) *Committer[T] {
+	c := &Committer[T]{send: send, size: size, log: opts.Logger, observe: opts.Observer, maxBatch: opts.MaxBatch, stopped: make(chan struct{})}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if c.maxBatch <= 0 {
 		c.maxBatch = DefaultMaxBatch
 	}
+	c.flight = make(chan sent[T], max(opts.Depth, 1))
+	c.slot = make(chan struct{}, max(opts.Depth, 1))
 	c.wake = sync.NewCond(&c.mu)
 	go c.run()
+	go c.finishing()
 	return c
 }
 
@@ -142,14 +187,32 @@ func (c *Committer[T]) Stats() Stats {
 	return c.stats
 }
 
+// run forms and sends groups. A send on the full flight channel waits for
+// the oldest group in flight to finish, which bounds the depth; with depth
+// one the next group is formed only after the previous one finished.
 func (c *Committer[T]) run() {
-	defer close(c.stopped)
+	defer close(c.flight)
 	for {
+		c.slot <- struct{}{}
 		group := c.next()
 		if len(group) == 0 {
 			return
 		}
-		c.commit(group)
+		items := make([]T, len(group))
+		for i, p := range group {
+			items[i] = p.item
+		}
+		begin := time.Now()
+		c.flight <- sent[T]{group: group, finish: c.send(items), begin: begin}
+	}
+}
+
+// finishing finishes the groups in flight in the order they were sent.
+func (c *Committer[T]) finishing() {
+	defer close(c.stopped)
+	for s := range c.flight {
+		c.commit(s)
+		<-c.slot
 	}
 }
 
@@ -170,17 +233,16 @@ func (c *Committer[T]) next() []pending[T] {
 	return group
 }
 
-// commit writes group, then reports to the stats, the observer and every
-// waiter, in that order, so whoever sees its batch acknowledged also sees it
-// counted.
-func (c *Committer[T]) commit(group []pending[T]) {
-	items := make([]T, len(group))
-	for i, p := range group {
-		items[i] = p.item
+// commit finishes a group sent, then reports to the stats, the observer and
+// every waiter, in that order, so whoever sees its batch acknowledged also
+// sees it counted.
+func (c *Committer[T]) commit(s sent[T]) {
+	group := s.group
+	errs, err := s.finish()
+	took := time.Since(s.begin)
+	if err == nil && len(errs) != len(group) {
+		err = fmt.Errorf("the store returned %d results for %d batches", len(errs), len(group))
 	}
-	begin := time.Now()
-	errs, err := c.write(items)
-	took := time.Since(begin)
 
 	c.mu.Lock()
 	if err != nil {

@@ -66,7 +66,10 @@ func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error) int {
 	at := pb.Len()
 	pb.Queue(insertChange, rec.Bytes())
 	pb.Queue(notifyChange)
-	if upTo := s.prune.due(time.Now()); upTo > 0 {
+	s.pruneMu.Lock()
+	upTo := s.prune.due(time.Now())
+	s.pruneMu.Unlock()
+	if upTo > 0 {
 		pb.Queue(pruneChanges, int64(upTo))
 	}
 	return at

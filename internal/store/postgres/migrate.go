@@ -30,7 +30,7 @@ func (s *Store) migrate(ctx context.Context) error {
 }
 
 func (s *Store) migrateTo(ctx context.Context, migs []schema.Migration) error {
-	tx, err := s.conn.Begin(ctx)
+	tx, err := s.primary().Begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,11 @@ type Options struct {
 	MaxConns int32
 	// CommitTimeout bounds one transaction; 0 means one minute.
 	CommitTimeout time.Duration
+	// CommitConns is how many connections the committer writes on, one
+	// group in flight on each; 0 means 2 for a shared store and 1
+	// otherwise (a store that is not shared holds its writer lock on one
+	// session, so it writes on that one alone).
+	CommitConns int
 	// LockWait is how long Open waits for the writer lock before failing
 	// with ErrInUse (a crashed predecessor's session ends a moment after
 	// its process); 0 means 5s.
@@ -76,14 +82,26 @@ type Store struct {
 	opts  Options
 	desc  string // the DSN without its password
 
-	// conn is the committer's own connection; only the committer uses it
-	// once started.
-	conn *pgx.Conn
+	// conns are the committer's own connections, conns[0] the primary
+	// (migrations, the writer lock); free holds those no group is in
+	// flight on (pipeline.go).
+	conns []*cconn
+	free  chan *cconn
+	// recentKeys are the rows of the groups sent last that may still be
+	// in flight (one fewer than the connections); only send uses it.
+	recentKeys []map[string]struct{}
+	// tail is the commit number of the group sent last.
+	seqMu sync.Mutex
+	tail  int64
+	// pipelined counts groups committed in their pipeline, rewrites those
+	// written again alone.
+	pipelined, rewrites atomic.Uint64
 
 	gc *groupcommit.Committer[batch]
 	// prune is the committer's record of when the change feed may be
-	// pruned up to which seq (feed.go); only the committer uses it.
-	prune pruner
+	// pruned up to which seq (feed.go).
+	pruneMu sync.Mutex
+	prune   pruner
 	// listener is the connection Wait listens on (feed.go).
 	listenMu sync.Mutex
 	listener *pgx.Conn
@@ -175,34 +193,61 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if s.opts.LockWait <= 0 {
 		s.opts.LockWait = 5 * time.Second
 	}
-	if err := s.connect(ctx); err != nil {
+	depth := s.opts.CommitConns
+	if depth <= 0 || !s.opts.Shared {
+		depth = 1
+		if s.opts.Shared && s.opts.CommitConns <= 0 {
+			depth = 2
+		}
+	}
+	// The primary connects now; the others when a group is first sent on
+	// them (send's ready), so Open costs one connection as before.
+	conn, err := s.dial(ctx, true)
+	if err != nil {
 		return nil, err
 	}
+	s.conns = append(s.conns, &cconn{conn: conn, primary: true})
+	for range depth - 1 {
+		s.conns = append(s.conns, &cconn{})
+	}
+	closeAll := func() { conn.Close(context.Background()) }
 	if err := s.migrate(ctx); err != nil {
-		s.conn.Close(context.Background())
+		closeAll()
 		return nil, fmt.Errorf("migrating %s: %w", desc, err)
 	}
+	if err := s.conns[0].conn.QueryRow(ctx, readCommits).Scan(&s.tail); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("reading %s's commit count: %w", desc, err)
+	}
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		s.conn.Close(context.Background())
+		closeAll()
 		return nil, fmt.Errorf("connecting to %s: %w", desc, err)
 	}
-	s.gc = groupcommit.Start(s.commit, func(b batch) int { return len(b.rows) },
-		groupcommit.Options{MaxBatch: opts.MaxBatch, Logger: s.log, Observer: opts.CommitObserver})
+	s.free = make(chan *cconn, depth)
+	for _, cc := range s.conns {
+		s.free <- cc
+	}
+	s.gc = groupcommit.StartPipelined(s.send, func(b batch) int { return len(b.rows) },
+		groupcommit.Options{MaxBatch: opts.MaxBatch, Logger: s.log, Observer: opts.CommitObserver, Depth: depth})
 	return s, nil
 }
 
-// connect opens the committer's connection, takes the writer lock unless
-// shared, and makes sure its commits are durable.
-func (s *Store) connect(ctx context.Context) error {
+// primary is the committer's first connection (migrations, the writer
+// lock).
+func (s *Store) primary() *pgx.Conn { return s.conns[0].conn }
+
+// dial opens one of the committer's connections, takes the writer lock on
+// the primary unless shared, and makes sure its commits are durable.
+func (s *Store) dial(ctx context.Context, primary bool) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", s.desc, err)
+		return nil, fmt.Errorf("connecting to %s: %w", s.desc, err)
 	}
-	fail := func(err error) error {
+	fail := func(err error) (*pgx.Conn, error) {
 		conn.Close(context.Background())
-		return err
+		return nil, err
 	}
-	if !s.opts.Shared {
+	if primary && !s.opts.Shared {
 		for deadline := time.Now().Add(s.opts.LockWait); ; {
 			var got bool
 			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(writerLock)).Scan(&got); err != nil {
@@ -234,8 +279,7 @@ func (s *Store) connect(ctx context.Context) error {
 	if fsync == "off" {
 		s.log.Warn("PostgreSQL runs with fsync=off: acknowledged writes may be lost if its machine crashes", "store", s.desc)
 	}
-	s.conn = conn
-	return nil
+	return conn, nil
 }
 
 // inUse describes the session holding the writer lock.
@@ -282,18 +326,21 @@ func (s *Store) Submit(b *store.Batch) <-chan error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.gc.Close()
-		if s.conn != nil {
+		for _, cc := range s.conns {
+			if cc.conn == nil {
+				continue // never used
+			}
 			// Unlocked here rather than by the session's end, which the
 			// server notices only after the connection closes: a Store
 			// opened right after this one returns must find it free.
-			if !s.opts.Shared && !s.conn.IsClosed() {
+			if cc.primary && !s.opts.Shared && !cc.conn.IsClosed() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if _, err := s.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(writerLock)); err != nil {
+				if _, err := cc.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(writerLock)); err != nil {
 					s.closeErr = fmt.Errorf("unlocking %s: %w", s.desc, err)
 				}
 				cancel()
 			}
-			if err := s.conn.Close(context.Background()); err != nil && s.closeErr == nil {
+			if err := cc.conn.Close(context.Background()); err != nil && s.closeErr == nil {
 				s.closeErr = fmt.Errorf("closing connection to %s: %w", s.desc, err)
 			}
 		}

@@ -63,7 +63,15 @@ var stmtSQL = [encode.NumStmts]string{
 }
 
 const (
-	markCommit = `UPDATE store_commits SET seq = seq + 1, at = $1 WHERE id = 1`
+	// commitTicket is a commit's first statement: the advisory lock of its
+	// commit number, held until the transaction ends, so the commit after
+	// it can wait for it (0004_ordered_commits.sql). commitAfter waits for
+	// the commit before to end; markCommit does that too, then counts this
+	// commit, or raises GF002 when the commit before did not land.
+	commitTicket = `SELECT gpufleet_commit_ticket($1)`
+	commitAfter  = `SELECT gpufleet_commit_after($1)`
+	markCommit   = `SELECT gpufleet_commit($1, $2)`
+	readCommits  = `SELECT seq FROM store_commits WHERE id = 1`
 	// checkFence reads a lease's term and share-locks its row until the
 	// transaction ends, so a takeover waits for this commit.
 	checkFence = `SELECT holder, epoch FROM leases WHERE name = $1 FOR SHARE`
@@ -72,46 +80,53 @@ const (
 	fenceOrFail = `SELECT gpufleet_fence($1, $2, $3)`
 )
 
-// errIsolate says a statement failed in a group's shared pipeline: the
-// group is written again with each batch in its own savepoint.
-var errIsolate = errors.New("a row failed; isolating batches")
+var (
+	// errIsolate says a statement failed in a group's shared pipeline: the
+	// group is written again with each batch in its own savepoint.
+	errIsolate = errors.New("a row failed; isolating batches")
+	// errOutOfOrder says a commit was refused because the commit before
+	// it did not land (GF002): the group is written again, numbered after
+	// the last commit that did.
+	errOutOfOrder = errors.New("the commit before this one did not land")
+)
 
-// commit writes group in one transaction and returns each batch's error;
-// see groupcommit.WriteFunc. The common case is one pipeline for the whole
-// group, one round trip; when a statement in it fails (a row, a stale
-// fence), the group is written again with each batch in its own savepoint,
-// so the failing batch fails alone.
-func (s *Store) commit(group []batch) ([]error, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommitTimeout)
-	defer cancel()
-	if s.conn.IsClosed() {
-		// A lost connection fails the commit in flight (its outcome is
-		// unknown to its callers); later ones reconnect.
-		if err := s.connect(ctx); err != nil {
-			return nil, err
-		}
-		s.log.Warn("reconnected the committer to PostgreSQL", "store", s.desc)
+// classify turns a statement's error into errOutOfOrder (GF002), errIsolate
+// (any other error PostgreSQL reported: a row, a stale fence, a deadlock)
+// or a connection's failure, whose outcome is unknown.
+func classify(err error, what string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "GF002":
+		return errOutOfOrder
+	case errors.As(err, &pgErr):
+		return fmt.Errorf("%w: %w", errIsolate, err)
 	}
-	err := s.writeFast(ctx, group)
-	if err == nil {
-		return make([]error, len(group)), nil
-	}
-	if !errors.Is(err, errIsolate) {
-		return nil, err
-	}
-	return s.writeIsolated(ctx, group)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
-// writeFast writes group as one pipeline in one round trip: each fence's
-// check (once per group, before any row), every row (the repeated
-// statements as one multi-row statement each: queueRows), the commit
-// count. Without an explicit
-// BEGIN the statements up to the pipeline's Sync are one implicit
-// transaction, committed (and flushed, per synchronous_commit) before the
-// server answers the Sync. A statement that fails, a stale fence included,
-// aborts all of it and returns errIsolate.
-func (s *Store) writeFast(ctx context.Context, group []batch) error {
+// sendFast writes group numbered seq in two pipelines: first BEGIN and
+// the commit's ticket (one round trip, so the ticket is held before the
+// next group is sent), then, without waiting for an answer, with early
+// the wait for the commit before (when the two groups write a row in
+// common, so neither waits on the other's row while the other waits for
+// it), each fence's check (once per group, before any row), every row (the
+// repeated statements as one multi-row statement each: queueRows), the
+// commit's count and change record, and COMMIT, which is flushed (per
+// synchronous_commit) before the server answers the pipeline's Sync. It
+// returns the second pipeline's results, still to read (readFast), and
+// the index of the change record's (-1: none). After an error the
+// connection may be left in a failed transaction: see rollback.
+func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq int64, early bool) (pgx.BatchResults, int, int, error) {
+	pre := &pgx.Batch{}
+	pre.Queue(`BEGIN`)
+	pre.Queue(commitTicket, seq)
+	if err := conn.SendBatch(ctx, pre).Close(); err != nil {
+		return nil, 0, 0, classify(err, "beginning")
+	}
 	pb := &pgx.Batch{}
+	if early {
+		pb.Queue(commitAfter, seq)
+	}
 	// A fence is checked once per group, before any row: the check's share
 	// lock on the lease row holds until the transaction ends, so it covers
 	// every batch of the same term (a leader's group is all one term).
@@ -126,13 +141,19 @@ func (s *Store) writeFast(ctx context.Context, group []batch) error {
 		// An argument of an unexpected type: the one-row statements
 		// take it as they always did.
 		s.log.Warn("writing a group one row a statement", "err", err)
-		return errIsolate
+		return nil, 0, 0, errIsolate
 	}
-	pb.Queue(markCommit, encode.Time(time.Now()))
+	pb.Queue(markCommit, seq, encode.Time(time.Now()))
 	feed := s.queueChange(pb, group, nil)
-	br := s.conn.SendBatch(ctx, pb)
+	pb.Queue(`COMMIT`)
+	return conn.SendBatch(ctx, pb), pb.Len(), feed, nil
+}
+
+// readFast reads the results of a pipeline sendFast sent and notes the
+// change it recorded.
+func (s *Store) readFast(br pgx.BatchResults, n, feed int) error {
 	var seq int64
-	for i := range pb.Len() {
+	for i := range n {
 		var err error
 		if feed >= 0 && i == feed {
 			err = br.QueryRow().Scan(&seq)
@@ -141,33 +162,54 @@ func (s *Store) writeFast(ctx context.Context, group []batch) error {
 		}
 		if err != nil {
 			br.Close()
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) {
-				return errIsolate
-			}
-			return fmt.Errorf("writing: %w", err)
+			return classify(err, "writing")
 		}
 	}
 	if err := br.Close(); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) {
-			return errIsolate // the commit itself failed (a deferred constraint)
-		}
-		return fmt.Errorf("committing: %w", err)
+		return classify(err, "committing")
 	}
-	s.prune.committed(uint64(seq), time.Now())
+	s.committed(seq)
 	return nil
 }
 
-// writeIsolated runs group in one transaction, the slow path after writeFast
-// failed: first the fences, then the rows of every batch whose fence holds,
-// each batch in its own savepoint, so each gets its own error.
-func (s *Store) writeIsolated(ctx context.Context, group []batch) (errs []error, err error) {
-	tx, err := s.conn.Begin(ctx)
+// rollback ends the transaction a failed sendFast may have left open on
+// conn; it returns the connection's failure, if any.
+func rollback(ctx context.Context, conn *pgx.Conn) error {
+	if conn.IsClosed() {
+		return errors.New("connection closed")
+	}
+	_, err := conn.Exec(ctx, `ROLLBACK`)
+	return err
+}
+
+// writeFast writes group numbered seq and waits for it; after an error its
+// transaction is rolled back.
+func (s *Store) writeFast(ctx context.Context, conn *pgx.Conn, group []batch, seq int64) error {
+	br, n, feed, err := s.sendFast(ctx, conn, group, seq, false)
+	if err == nil {
+		err = s.readFast(br, n, feed)
+	}
+	if err != nil {
+		if rerr := rollback(ctx, conn); rerr != nil && (errors.Is(err, errIsolate) || errors.Is(err, errOutOfOrder)) {
+			return fmt.Errorf("rolling back (%w): %w", err, rerr)
+		}
+	}
+	return err
+}
+
+// writeIsolated runs group numbered seq in one transaction, the slow path
+// after writeFast failed: first the fences, then the rows of every batch
+// whose fence holds, each batch in its own savepoint, so each gets its own
+// error.
+func (s *Store) writeIsolated(ctx context.Context, conn *pgx.Conn, group []batch, seq int64) (errs []error, err error) {
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning transaction: %w", err)
 	}
 	defer tx.Rollback(ctx) // a no-op once committed
+	if _, err := tx.Exec(ctx, commitTicket, seq); err != nil {
+		return nil, classify(err, "taking the commit's ticket")
+	}
 	if errs, err = fences(ctx, tx, group); err != nil {
 		return nil, err
 	}
@@ -179,17 +221,17 @@ func (s *Store) writeIsolated(ctx context.Context, group []batch) (errs []error,
 			return nil, err
 		}
 	}
-	if _, err := tx.Exec(ctx, markCommit, encode.Time(time.Now())); err != nil {
-		return nil, fmt.Errorf("counting the commit: %w", err)
+	if _, err := tx.Exec(ctx, markCommit, seq, encode.Time(time.Now())); err != nil {
+		return nil, classify(err, "counting the commit")
 	}
 	pb := &pgx.Batch{}
-	var seq int64
+	var changeSeq int64
 	if feed := s.queueChange(pb, group, errs); feed >= 0 {
 		br := tx.SendBatch(ctx, pb)
 		for i := range pb.Len() {
 			var err error
 			if i == feed {
-				err = br.QueryRow().Scan(&seq)
+				err = br.QueryRow().Scan(&changeSeq)
 			} else {
 				_, err = br.Exec()
 			}
@@ -205,7 +247,7 @@ func (s *Store) writeIsolated(ctx context.Context, group []batch) (errs []error,
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("committing: %w", err)
 	}
-	s.prune.committed(uint64(seq), time.Now())
+	s.committed(changeSeq)
 	return errs, nil
 }
 
