@@ -24,6 +24,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	}
 	li := s.liveIdx()
 	if s.searches >= maxPreemptionSearches {
+		s.unsettled = true // a later pass may search for it: see settled
 		s.explainFixed(pj, f, v)
 		return false
 	}
@@ -32,6 +33,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		s.explainFixed(pj, f, v)
 		return false
 	}
+	s.unsettled = true // it may find victims: see settled
 	// Victims depend on the job through its classes, queue and priority,
 	// and on the pass through what is free and used (the cluster's gen)
 	// and what earlier preemptors took, and on GPUs nominated for the job
