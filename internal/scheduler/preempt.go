@@ -260,8 +260,8 @@ func (s *sched) fixedReason(pj *pjob, f *feasibility) *Reason {
 }
 
 func (s *sched) onClasses(r *liveRef, inClass map[int32]bool) bool {
-	for ni := range r.masks {
-		if inClass[s.c.nodes[ni].cls] {
+	for _, nm := range r.masks {
+		if inClass[s.c.nodes[nm.node].cls] {
 			return true
 		}
 	}
@@ -280,7 +280,8 @@ func (s *sched) fitsWith(pj *pjob, f *feasibility, victims []*liveRef) bool {
 	var qu []quotaUndo
 	for _, r := range victims {
 		res := r.job.Spec.Resources
-		for ni, m := range r.masks {
+		for _, nm := range r.masks {
+			ni, m := nm.node, nm.mask
 			ns := &s.c.nodes[ni]
 			s.undo = append(s.undo, undoEntry{node: ni, free: ns.free, cpu: ns.cpu, mem: ns.mem, share: -1})
 			ns.cpu += res.CPU
