@@ -179,3 +179,69 @@ func TestIdlePassesDoNoWork(t *testing.T) {
 		t.Fatalf("%d passes ran the scheduler over %s of an unchanged world, want 1 or 2 (every %s)", got, 2*passRefresh, passRefresh)
 	}
 }
+
+// TestSettledCommitSkipsTheNextPass: a pass whose plan the scheduler marks
+// settled (scheduler.Plan.Settled) and that commits every binding leaves
+// the memo current, so the pass right after it, at the same time, does not
+// run the scheduler; with a second queue holding jobs the plan is not
+// settled and that pass runs. Either way the job bound is the one the
+// queue order puts first.
+func TestSettledCommitSkipsTheNextPass(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		queues    []string
+		wantSkips bool
+	}{
+		{"one queue", []string{model.DefaultQueue}, true},
+		{"two queues", []string{model.DefaultQueue, "research"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := newMemStore()
+			for i := range 40 {
+				spec := cmdSpec(1)
+				spec.Queue = tc.queues[i%len(tc.queues)]
+				spec.Default()
+				j := &model.Job{ID: fmt.Sprintf("j%04d", i), Seq: uint64(i + 1), Version: 1, Project: "default", State: model.JobQueued, Spec: spec, EnqueuedAt: t0}
+				st.jobs[j.ID] = j
+			}
+			clk := clock.NewFake(t0)
+			c := newPassController(t, st, clk)
+			for _, q := range tc.queues[1:] {
+				if _, _, err := c.PutQueue(ctx, q, model.QueueSpec{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Register(ctx, agentapi.Registration{Name: "n1", Provider: "local", Region: "local", CPU: 16, Memory: 64 * model.GiB,
+				GPUs: []model.GPU{{Index: 0, UUID: "GPU-a", Model: "H100", Memory: 80 * model.GiB}}}); err != nil {
+				t.Fatal(err)
+			}
+			before := c.schedules()
+			if err := c.pass(ctx); err != nil { // binds one job to the GPU
+				t.Fatal(err)
+			}
+			if err := c.pass(ctx); err != nil { // the pass after the commit
+				t.Fatal(err)
+			}
+			ran := c.schedules() - before
+			if want := map[bool]uint64{true: 1, false: 2}[tc.wantSkips]; ran != want {
+				t.Fatalf("%d of the two passes ran the scheduler, want %d", ran, want)
+			}
+			running := 0
+			for _, j := range c.Jobs(JobFilter{}) {
+				if j.State != model.JobQueued {
+					running++
+					if j.ID != "j0000" && tc.wantSkips {
+						t.Errorf("bound %s, want j0000 (first in the queue)", j.ID)
+					}
+				}
+			}
+			if running != 1 {
+				t.Fatalf("%d jobs left the queue, want 1 (one GPU)", running)
+			}
+		})
+	}
+}

@@ -23,6 +23,11 @@ import (
 //  4. under the mutex, commit each binding whose job and GPUs are unchanged
 //     since the snapshot; the rest are planned again next pass;
 //  5. wait for the commit, then wake the agents of the touched nodes.
+//
+// When the plan is settled (scheduler.Plan.Settled) and every binding
+// committed onto the state the snapshot saw, the memo is recorded for the
+// state as committed: the pass right after a commit, which would decide
+// nothing new, is skipped like an idle one.
 func (c *Controller) pass(ctx context.Context) error {
 	offers := c.cfg.Offers(ctx)
 	view := c.passDrivers(ctx) // what the pools' drivers sell: I/O only for a pool new since the last scale cycle
@@ -45,10 +50,12 @@ func (c *Controller) pass(ctx context.Context) error {
 		return nil
 	}
 	c.memo.schedules++
+	c.memo.jobs += uint64(len(snap.Pending))
 	c.mu.Unlock()
 	plan := scheduler.Schedule(snap, offers, now, c.cfg.Seed)
 
 	c.mu.Lock()
+	before := c.st.Version() // what else changed since the snapshot
 	b := &store.Batch{}
 	bound := 0
 	for _, bnd := range plan.Bindings {
@@ -78,6 +85,13 @@ func (c *Controller) pass(ctx context.Context) error {
 	}
 	c.broadcastLocked()
 	cm := c.com.submit(b)
+	if plan.Settled && bound == len(plan.Bindings) && before == plan.SnapshotVersion {
+		// The pass after this commit would decide nothing new
+		// (scheduler.Plan.Settled): the memo holds for the state as
+		// committed, until something else changes it.
+		in.version = c.st.Version()
+		c.memo.record(in, now, plan.Wake)
+	}
 	c.mu.Unlock()
 	if err := cm.wait(ctx); err != nil {
 		return fmt.Errorf("committing %d bindings and %d preemptions: %w", bound, preempted, err)

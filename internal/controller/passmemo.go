@@ -46,8 +46,26 @@ type passMemo struct {
 	// the refresh (what the clock alone changes: NextWake).
 	wake, due time.Time
 	// schedules counts the passes that ran the scheduler and skipped those
-	// that did not (tests and metrics).
-	schedules, skipped uint64
+	// that did not (tests and metrics); jobs sums the pending jobs the
+	// scheduler was given.
+	schedules, skipped, jobs uint64
+}
+
+// PassStats counts scheduling passes since the controller started.
+type PassStats struct {
+	// Scheduled passes ran the scheduler; Skipped ones found its inputs
+	// unchanged (or a committed plan settled) and did not.
+	Scheduled, Skipped uint64
+	// Jobs is the pending jobs the scheduled passes were given, summed:
+	// the work of scheduling grows with it.
+	Jobs uint64
+}
+
+// PassStats returns the pass counts (`gpufleet simulate` reports them).
+func (c *Controller) PassStats() PassStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return PassStats{Scheduled: c.memo.schedules, Skipped: c.memo.skipped, Jobs: c.memo.jobs}
 }
 
 // current reports whether a pass with inputs in at now would decide what

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -47,7 +48,7 @@ type liveRef struct {
 	preempt  bool
 	end      time.Time // zero: unknown
 	lost     time.Duration
-	masks    map[int32]uint64
+	masks    []nodeMask // by node, ascending
 	gpus     float64
 	gpuMdl   string
 	stopping bool // already being preempted
@@ -68,7 +69,7 @@ func (s *sched) liveIdx() *liveIndex {
 			continue
 		}
 		pc := classOf(s.snap.PriorityClasses, j.Spec.Priority)
-		r := &liveRef{attempt: a, job: j, queue: j.Spec.Queue, prio: pc.Value, class: pc.Name, preempt: pc.Preemptible, masks: map[int32]uint64{}}
+		r := &liveRef{attempt: a, job: j, queue: j.Spec.Queue, prio: pc.Value, class: pc.Name, preempt: pc.Preemptible}
 		r.stopping = a.Stop
 		start := a.CreatedAt
 		if a.StartedAt != nil {
@@ -91,7 +92,7 @@ func (s *sched) liveIdx() *liveIndex {
 			}
 			for _, g := range rep.GPUs {
 				if g >= 0 && g < maxNodeGPUs && rep.GPUShare == 0 {
-					r.masks[ni] |= 1 << uint(g)
+					r.addMask(ni, 1<<uint(g))
 				}
 			}
 			if len(rep.GPUs) > 0 {
@@ -140,11 +141,36 @@ func (s *sched) liveIdx() *liveIndex {
 	return li
 }
 
+// nodeMask is the GPUs (bit i: index i) a live attempt holds on one node.
+type nodeMask struct {
+	node int32
+	mask uint64
+}
+
+// addMask adds GPUs m on node ni to r's masks, kept by node: an attempt
+// spans a few nodes, so a short sorted slice costs less than a map per
+// attempt in every pass.
+func (r *liveRef) addMask(ni int32, m uint64) {
+	i, ok := slices.BinarySearchFunc(r.masks, ni, func(x nodeMask, n int32) int { return cmp.Compare(x.node, n) })
+	if !ok {
+		r.masks = slices.Insert(r.masks, i, nodeMask{node: ni})
+	}
+	r.masks[i].mask |= m
+}
+
+// maskOn is the GPUs r holds on node ni (0: none).
+func (r *liveRef) maskOn(ni int32) uint64 {
+	if i, ok := slices.BinarySearchFunc(r.masks, ni, func(x nodeMask, n int32) int { return cmp.Compare(x.node, n) }); ok {
+		return r.masks[i].mask
+	}
+	return 0
+}
+
 // classesOf lists the classes of the nodes r runs on, each once.
 func (s *sched) classesOf(r *liveRef) []int32 {
 	var out []int32
-	for ni := range r.masks {
-		ci := s.c.nodes[ni].cls
+	for _, nm := range r.masks {
+		ci := s.c.nodes[nm.node].cls
 		if !slices.Contains(out, ci) {
 			out = append(out, ci)
 		}
@@ -233,7 +259,7 @@ func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 				}
 				sort.Slice(sorted, func(a, b int) bool { return sorted[a].end.Before(sorted[b].end) })
 				for _, r := range sorted {
-					have |= r.masks[ni]
+					have |= r.maskOn(ni)
 					cpu += r.job.Spec.Resources.CPU
 					mem += r.job.Spec.Resources.Memory
 					at = r.end

@@ -69,7 +69,8 @@ func (s *sched) rehold(ns []nominated) {
 // nominatedToOthers reports whether any GPU of r is nominated for a job
 // other than jobID.
 func (s *sched) nominatedToOthers(r *liveRef, jobID string) bool {
-	for ni, m := range r.masks {
+	for _, nm := range r.masks {
+		ni, m := nm.node, nm.mask
 		other := s.nomMask[ni] & m
 		if other == 0 {
 			continue

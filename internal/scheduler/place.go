@@ -145,6 +145,9 @@ func (s *sched) bestInClass(pj *pjob, cl *class) (node int32, mask uint64, free 
 		// on a fresh cluster, which keeps plans readable.
 		for p := 0; p < len(b) && tried < scanLimit; p++ {
 			tried++
+			if tried == scanLimit {
+				s.unsettled = true // a bounded scan need not be monotone: see settled
+			}
 			ni := b[p]
 			ns := &s.c.nodes[ni]
 			if ns.cpu < res.CPU || ns.mem < res.Memory {

@@ -30,6 +30,13 @@ type Plan struct {
 	// verdicts' text only. A caller may keep such a plan's verdicts until
 	// its inputs change or Wake passes (stale but valid).
 	Wake time.Time
+	// Settled is true when a pass at the same time over the state with
+	// every binding of this plan committed, and nothing else changed,
+	// would bind and preempt nothing and list the same candidates: the
+	// caller may skip that pass (a pass right after a commit usually is
+	// one). It is only set where the scheduler can show it (see
+	// settled): never for a plan with preemptions.
+	Settled bool
 }
 
 // Binding places every replica of one job. The controller commits it only if

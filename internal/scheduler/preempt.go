@@ -24,6 +24,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 	}
 	li := s.liveIdx()
 	if s.searches >= maxPreemptionSearches {
+		s.unsettled = true // a later pass may search for it: see settled
 		s.explainFixed(pj, f, v)
 		return false
 	}
@@ -32,6 +33,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		s.explainFixed(pj, f, v)
 		return false
 	}
+	s.unsettled = true // it may find victims: see settled
 	// Victims depend on the job through its classes, queue and priority,
 	// and on the pass through what is free and used (the cluster's gen)
 	// and what earlier preemptors took, and on GPUs nominated for the job
@@ -258,8 +260,8 @@ func (s *sched) fixedReason(pj *pjob, f *feasibility) *Reason {
 }
 
 func (s *sched) onClasses(r *liveRef, inClass map[int32]bool) bool {
-	for ni := range r.masks {
-		if inClass[s.c.nodes[ni].cls] {
+	for _, nm := range r.masks {
+		if inClass[s.c.nodes[nm.node].cls] {
 			return true
 		}
 	}
@@ -278,7 +280,8 @@ func (s *sched) fitsWith(pj *pjob, f *feasibility, victims []*liveRef) bool {
 	var qu []quotaUndo
 	for _, r := range victims {
 		res := r.job.Spec.Resources
-		for ni, m := range r.masks {
+		for _, nm := range r.masks {
+			ni, m := nm.node, nm.mask
 			ns := &s.c.nodes[ni]
 			s.undo = append(s.undo, undoEntry{node: ni, free: ns.free, cpu: ns.cpu, mem: ns.mem, share: -1})
 			ns.cpu += res.CPU

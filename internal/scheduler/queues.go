@@ -46,6 +46,9 @@ type queueState struct {
 	// minFixed is the lowest value of live non-preemptible work, to
 	// explain a preemption that policy forbids.
 	minFixed int
+	// minBound is the lowest value of preemptible work this pass bound
+	// (settled).
+	minBound int
 	why      quotaWhy
 }
 
@@ -220,7 +223,7 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
 		return &queueState{name: name, weight: 1, nominal: map[string]float64{}, limit: map[string]float64{},
-			used: map[string]float64{}, alloc: map[string]float64{}, minLive: int(^uint(0) >> 1), minFixed: int(^uint(0) >> 1)}
+			used: map[string]float64{}, alloc: map[string]float64{}, minLive: int(^uint(0) >> 1), minFixed: int(^uint(0) >> 1), minBound: int(^uint(0) >> 1)}
 	}
 	for _, mq := range snap.Queues {
 		q := newQ(mq.Name)

@@ -66,6 +66,12 @@ type sched struct {
 	// nomMask all nominated GPUs by node (see nominate.go).
 	nominated map[string][]nominated
 	nomMask   map[int32]uint64
+
+	// blocked are the jobs that tried placement and stayed queued, and
+	// unsettled is set once something makes Plan.Settled unprovable
+	// (see settled).
+	blocked   []*pjob
+	unsettled bool
 }
 
 // Schedule computes a Plan for snap. It is pure: offers may be empty, now is
@@ -124,6 +130,7 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 		}
 	}
 	plan.Wake = s.wake
+	plan.Settled = s.settled()
 	return plan
 }
 
@@ -215,6 +222,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.commit(pj, p)
 		return
 	}
+	s.blocked = append(s.blocked, pj)
 	v.Reasons = append(reasons, s.reservedReasons(pj, f)...)
 	if s.preempt(pj, f, &v) {
 		s.plan.Verdicts[job.ID] = v
@@ -291,6 +299,9 @@ func (s *sched) commit(pj *pjob, p *placement) {
 	if total > 0 {
 		pj.q.charge(p.gpuModel, total, s.c.capacity)
 		pj.proj.charge(p.gpuModel, total)
+	}
+	if pj.preemptible {
+		pj.q.minBound = min(pj.q.minBound, pj.prio)
 	}
 	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas, Reasons: s.dataReasons(pj, p)})
 	s.undo = s.undo[:0]

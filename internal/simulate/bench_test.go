@@ -24,6 +24,7 @@ func BenchmarkSimulate(b *testing.B) {
 		from, to           time.Duration
 	}{
 		{"philly-days19-20", "philly", "philly", 456 * time.Hour, 504 * time.Hour}, // 1,517 jobs
+		{"philly-days19-24", "philly", "philly", 456 * time.Hour, 576 * time.Hour},
 		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
 		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
 	} {
@@ -44,7 +45,13 @@ func BenchmarkSimulate(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*res.Jobs), "µs/job")
-				b.Logf("%d jobs, %d steps, %s simulated, digest %.16s", res.Jobs, res.Steps, res.Simulated.Round(time.Hour), res.Digest)
+				maxQueued := 0
+				for _, p := range res.Series {
+					maxQueued = max(maxQueued, p.Queued)
+				}
+				b.Logf("%d jobs, %d steps, %d passes over %d queued jobs, %s simulated, max queue %d, wait p50 %s p95 %s, digest %.16s",
+					res.Jobs, res.Steps, res.Passes, res.PassJobs, res.Simulated.Round(time.Hour), maxQueued,
+					res.WaitP50.Round(time.Second), res.WaitP95.Round(time.Second), res.Digest)
 			}
 		})
 	}

@@ -69,6 +69,11 @@ type Result struct {
 	Simulated time.Duration `json:"simulated"`
 	Steps     int           `json:"steps"`
 	Wall      time.Duration `json:"wall"`
+	// Passes counts the scheduling passes that ran the scheduler and
+	// PassJobs the queued jobs they were given, summed: what scheduling
+	// cost, whatever the machine (not part of the digest).
+	Passes   int `json:"passes"`
+	PassJobs int `json:"passJobs"`
 	// Digest is a SHA-256 over every job's outcome and every cloud event:
 	// equal for equal inputs and seed.
 	Digest string `json:"digest"`

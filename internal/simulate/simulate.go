@@ -273,6 +273,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := c.CostPass(ctx); err != nil {
 		return nil, err
 	}
+	ps := c.PassStats()
+	res.Passes, res.PassJobs = int(ps.Scheduled), int(ps.Jobs)
 	return finish(ctx, res, c, sp, ms, r, order, clk.Now(), queue)
 }
 
