@@ -114,8 +114,8 @@ spec:
 	}
 
 	v := get()
-	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Events) == 0 || v.Events[0].Kind != "service-scale" {
-		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Events))
+	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Decisions) == 0 || v.Decisions[0].Kind != "service-scale" {
+		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Decisions))
 	}
 	job := s.job(v.Replicas[0].Job)
 	if job.Spec.Run.Env["PORT"] != strconv.Itoa(port) || job.Tags["gpufleet.dev/service"] != "echo" {
