@@ -341,6 +341,18 @@ func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStat
 	return st, !ok, nil
 }
 
+// reservedHost reports whether h is, or as a wildcard covers, a host the
+// API is reached at.
+func (m *Manager) reservedHost(h string) bool {
+	parent, wild := strings.CutPrefix(h, "*.")
+	for _, r := range m.cfg.Reserved {
+		if _, p, _ := strings.Cut(r, "."); r == h || (wild && p == parent) {
+			return true
+		}
+	}
+	return false
+}
+
 // hostConflictsLocked lists the hosts of s that another service holds, or
 // that no service may hold: the API's own, and under the services domain
 // any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN.
@@ -348,8 +360,8 @@ func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
 	var fe model.FieldErrors
 	for i, h := range s.Spec.Hosts {
 		path := fmt.Sprintf("spec.hosts[%d]", i)
-		if slices.Contains(m.cfg.Reserved, strings.TrimPrefix(h, "*.")) {
-			fe.Add(path, fmt.Sprintf("%s is the server's own host; pick another", h))
+		if m.reservedHost(h) {
+			fe.Add(path, fmt.Sprintf("%s is (or covers) the server's own host; pick another", h))
 			continue
 		}
 		if d := m.cfg.Domain; d != "" {
