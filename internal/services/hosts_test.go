@@ -91,6 +91,7 @@ func TestHostAndPathRoutesReachTheReplica(t *testing.T) {
 	f := newFake(t)
 	m, _, _ := startManager(t, f)
 	s := testService(t, "chat", 1, 1)
+	s.Trusted = true // an admin's: a host outside any services domain
 	s.Spec.Hosts = []string{"chat.example.com"}
 	if _, _, err := m.Apply(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -134,24 +135,29 @@ func TestHostConflictsAreRefusedAtApply(t *testing.T) {
 	}
 	ctx := context.Background()
 	a := testService(t, "a", 1, 1)
+	a.Trusted = true // an admin's: hosts outside the services domain
 	a.Spec.Hosts = []string{"chat.example.com", "*.chat.example.com", "a.svc.example.com"}
 	if _, _, err := m.Apply(ctx, a); err != nil {
 		t.Fatalf("a service's own NAME.DOMAIN and free hosts: %v", err)
 	}
 	for name, tc := range map[string]struct {
-		hosts []string
-		want  []string
+		hosts  []string
+		want   []string
+		tenant bool // applied by a non-admin
 	}{
-		"another's exact host":  {hosts: []string{"free.example.com", "chat.example.com"}, want: []string{"spec.hosts[1]"}},
-		"another's wildcard":    {hosts: []string{"*.chat.example.com"}, want: []string{"spec.hosts[0]"}},
-		"another's domain name": {hosts: []string{"a.svc.example.com"}, want: []string{"spec.hosts[0]"}},
-		"the domain's wildcard": {hosts: []string{"*.svc.example.com"}, want: []string{"spec.hosts[0]"}},
-		"the API's host":        {hosts: []string{"gpufleet.example.com"}, want: []string{"spec.hosts[0]"}},
-		"below the API's host":  {hosts: []string{"*.gpufleet.example.com"}},
-		"over the API's host":   {hosts: []string{"*.example.org"}, want: []string{"spec.hosts[0]"}},
+		"a tenant under the domain":   {hosts: []string{"b.svc.example.com", "x.b.svc.example.com", "*.b.svc.example.com"}, tenant: true},
+		"a tenant outside the domain": {hosts: []string{"b.svc.example.com", "b.example.com"}, want: []string{"spec.hosts[1]"}, tenant: true},
+		"another's exact host":        {hosts: []string{"free.example.com", "chat.example.com"}, want: []string{"spec.hosts[1]"}},
+		"another's wildcard":          {hosts: []string{"*.chat.example.com"}, want: []string{"spec.hosts[0]"}},
+		"another's domain name":       {hosts: []string{"a.svc.example.com"}, want: []string{"spec.hosts[0]"}},
+		"the domain's wildcard":       {hosts: []string{"*.svc.example.com"}, want: []string{"spec.hosts[0]"}},
+		"the API's host":              {hosts: []string{"gpufleet.example.com"}, want: []string{"spec.hosts[0]"}},
+		"below the API's host":        {hosts: []string{"*.gpufleet.example.com"}},
+		"over the API's host":         {hosts: []string{"*.example.org"}, want: []string{"spec.hosts[0]"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := testService(t, "b", 1, 1)
+			b.Trusted = !tc.tenant
 			b.Spec.Hosts = tc.hosts
 			_, _, err := m.Apply(ctx, b)
 			var fe model.FieldErrors

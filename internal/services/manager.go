@@ -355,7 +355,8 @@ func (m *Manager) reservedHost(h string) bool {
 
 // hostConflictsLocked lists the hosts of s that another service holds, or
 // that no service may hold: the API's own, and under the services domain
-// any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN.
+// any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN. Hosts
+// outside the services domain are an admin's to give (s.Trusted).
 func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
 	var fe model.FieldErrors
 	for i, h := range s.Spec.Hosts {
@@ -364,12 +365,23 @@ func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
 			fe.Add(path, fmt.Sprintf("%s is (or covers) the server's own host; pick another", h))
 			continue
 		}
-		if d := m.cfg.Domain; d != "" {
+		d := m.cfg.Domain
+		if d != "" {
 			label, parent, _ := strings.Cut(h, ".")
 			if parent == d && label != s.Name {
 				fe.Add(path, fmt.Sprintf("%s is under the services domain %s, where each service is NAME.%s (this one is %s.%s already); pick a host outside it", h, d, d, s.Name, d))
 				continue
 			}
+		}
+		if !s.Trusted && (d == "" || !strings.HasSuffix(h, "."+d)) {
+			// A host name is all of its traffic: only the operator hands
+			// out names outside the domain kept for services.
+			where := "no services domain is set (gpufleet server --services-domain)"
+			if d != "" {
+				where = "it is outside the services domain " + d
+			}
+			fe.Add(path, fmt.Sprintf("%s: only an admin may give a service this host, as %s; ask one to apply the service", h, where))
+			continue
 		}
 		for _, o := range m.svcs {
 			if o.svc.Name != s.Name && slices.Contains(o.svc.Spec.Hosts, h) {
