@@ -7,6 +7,14 @@
 // The Manager has its own lock and talks to the controller only through
 // its public job API (Controller), so replicas obey the same queues,
 // quotas, budgets and preemption as any job.
+//
+// The proxy is one type, Proxy (its own lock), routing by a table of the
+// services and their ready replicas: the Manager publishes that table to
+// its own Proxy and to separate `gpufleet proxy` processes (Endpoints),
+// which run the same Proxy inside a Remote and report their load back
+// (Report), so the autoscaler sees every proxy's traffic. Lock order: the
+// Manager's lock, then the published table's, then a Proxy's; a Proxy
+// calls its hooks (Demand, Failed) without its lock.
 package services
 
 import (
