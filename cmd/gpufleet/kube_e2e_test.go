@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sclient "k8s.io/client-go/kubernetes"
@@ -113,6 +114,23 @@ spec:
 	s.waitJob(long, func(v api.JobView) bool { return v.State == model.JobRunning }, "ran")
 	checkSyncedPod(ctx, t, cs, ns, long)
 
+	// A service's replica on the pool: behind its gate, with its policy.
+	svcFile := filepath.Join(dir, "svc.yaml")
+	if err := os.WriteFile(svcFile, []byte(`apiVersion: gpufleet.dev/v1
+kind: Service
+metadata: {name: llm, tags: {kwok-duration: 1h}}
+spec:
+  template:
+    run: {image: ghcr.io/acme/vllm:1, command: [vllm, serve, /models/qwen]}
+    resources: {gpus: 1}
+  port: 8000
+  replicas: {min: 1, max: 1}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.gpufleet("services", "apply", "-f", svcFile)
+	checkGatedPod(ctx, t, s, cs, ns, pool)
+
 	// Apply the fleet without the pool.
 	other := filepath.Join(dir, "projects.yaml")
 	if err := os.WriteFile(other, []byte("apiVersion: gpufleet.dev/v1\nkind: Project\nmetadata: {name: nlp}\nspec: {}\n"), 0o600); err != nil {
@@ -144,9 +162,71 @@ spec:
 		for _, sv := range svcs.Items {
 			left = append(left, "service/"+sv.Name)
 		}
+		// The pool's default deny goes with the pool.
+		pols, err := cs.NetworkingV1().NetworkPolicies(metav1.NamespaceAll).List(ctx, selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, np := range pols.Items {
+			left = append(left, "networkpolicy/"+np.Name)
+		}
 		return len(left) == 0
 	})
 	t.Logf("pool applied, job run, pool removed and cleaned up after %s", time.Since(began).Round(time.Millisecond))
+}
+
+// checkGatedPod checks that a service's replica, submitted by the server's
+// services manager, runs on the pool behind its gate: the gate container
+// reads the project's replica key from the Job's Secret, which holds it
+// (the Job does not), the Service targets the gate's port, and the
+// NetworkPolicies admit only that port beside the pool's default deny.
+func checkGatedPod(ctx context.Context, t *testing.T, s *serverProc, cs k8sclient.Interface, ns, pool string) {
+	t.Helper()
+	var job *batchv1.Job
+	waitFor(t, s, "the service replica's Job", func() bool {
+		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelManagedBy + "=" + pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range jobs.Items {
+			if jobs.Items[i].Annotations[kubernetes.AnnotationEndpoint] != "" {
+				job = &jobs.Items[i]
+			}
+		}
+		return job != nil
+	})
+	spec := job.Spec.Template.Spec
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == kubernetes.ContainerGate })
+	if i < 0 {
+		t.Fatalf("the service replica's pod has no gate: %+v", spec.InitContainers)
+	}
+	gate := spec.InitContainers[i]
+	if gate.Image != "registry.example/gpufleet:e2e" || len(gate.Env) != 1 || gate.Env[0].ValueFrom == nil || gate.Env[0].ValueFrom.SecretKeyRef.Name != job.Name {
+		t.Errorf("gate container %+v, want the sync image and the key from Secret %s", gate, job.Name)
+	}
+	sec, err := cs.CoreV1().Secrets(ns).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := string(sec.Data[model.ServiceKeySecret])
+	if len(key) < 32 {
+		t.Fatalf("the Secret's %s is %d bytes, want the project's key", model.ServiceKeySecret, len(key))
+	}
+	if b, _ := json.Marshal(job); strings.Contains(string(b), key) {
+		t.Error("the Job holds the replica key")
+	}
+	svcName := strings.SplitN(job.Annotations[kubernetes.AnnotationEndpoint], ".", 2)[0]
+	svc, err := cs.CoreV1().Services(ns).Get(ctx, svcName, metav1.GetOptions{})
+	if err != nil || svc.Spec.Ports[0].Port != 8000 || svc.Spec.Ports[0].TargetPort.IntValue() != kubernetes.DefaultGatePort {
+		t.Fatalf("the replica's Service %s: %+v, %v; want 8000 → the gate", svcName, svc, err)
+	}
+	np, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, svcName, metav1.GetOptions{})
+	if err != nil || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != kubernetes.DefaultGatePort {
+		t.Fatalf("the replica's NetworkPolicy: %+v, %v; want the gate's port only", np, err)
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "gf-"+pool+"-deny-ingress", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the pool's default deny: %v", err)
+	}
 }
 
 // checkSyncedPod checks that the Job of job id's running attempt restores

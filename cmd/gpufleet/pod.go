@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/podsync"
 )
 
@@ -14,7 +16,7 @@ import (
 func newPodCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "pod",
-		Short:  "Checkpoint sync and dataset fetch inside a Kubernetes pod (run by gpufleet's sync containers; not for direct use)",
+		Short:  "Checkpoint sync, dataset fetch and a service replica's gate inside a Kubernetes pod (run by gpufleet's containers; not for direct use)",
 		Hidden: true,
 	}
 	var dir string
@@ -72,5 +74,25 @@ func newPodCmd() *cobra.Command {
 			return podsync.FetchData(c.Context(), s, or(podsync.DataDir), log())
 		},
 	})
+	var listen string
+	var appPort int
+	gateCmd := &cobra.Command{
+		Use:     "gate",
+		Short:   "Admit to the replica on 127.0.0.1:--app-port only the requests that carry " + model.ServiceKeySecret + " (a service replica's gate)",
+		Example: "  " + model.ServiceKeySecret + "=… gpufleet pod gate --listen :9980 --app-port 8000",
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			key := os.Getenv(model.ServiceKeySecret)
+			_ = os.Unsetenv(model.ServiceKeySecret)
+			if key == "" {
+				return fmt.Errorf("%s is not set (this command runs in a gpufleet service replica's gate container)", model.ServiceKeySecret)
+			}
+			return podsync.ServeGate(c.Context(), podsync.GateConfig{Listen: listen, AppPort: appPort, Key: key, Log: log()})
+		},
+	}
+	gateCmd.Flags().StringVar(&listen, "listen", ":9980", "where the gate listens: the port the replica's Service targets")
+	gateCmd.Flags().IntVar(&appPort, "app-port", 0, "the replica's PORT on the pod's loopback (required)")
+	_ = gateCmd.MarkFlagRequired("app-port")
+	cmd.AddCommand(gateCmd)
 	return cmd
 }

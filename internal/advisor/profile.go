@@ -344,6 +344,8 @@ type workload struct {
 	tokens    float64 // training tokens to process
 	steps     float64
 	kvBytes   float64 // KV cache bytes per token, all layers
+	// exhaustive turns the plan search's pruning off (Options.exhaustive).
+	exhaustive bool
 }
 
 // Validate checks a profile and returns every problem with its field path.

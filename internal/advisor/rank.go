@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/catalog"
@@ -81,6 +84,9 @@ type Options struct {
 	// GPU-hour instead of its listed price; reserved rows (derived from the
 	// listed price) are left out.
 	PricePerGPUHour float64
+
+	// exhaustive turns the search's pruning off (tests compare the two).
+	exhaustive bool
 }
 
 // Defaults for Options.CheckpointGBs and Options.Restart.
@@ -200,12 +206,14 @@ type Shortfall struct {
 //  2. filter the offers and group them by shape (GPU, count, memory,
 //     fabric, host memory, network), since the plan search depends only on
 //     the shape;
-//  3. search plans once per shape (searchTraining, searchServing);
+//  3. search plans once per shape (searchTraining, searchServing), the
+//     shapes in parallel, their results used in the order the shapes were
+//     met so the ranking does not depend on the core count;
 //  4. cost each offer, and its derived reserved price, with its shape's
 //     plans: price × nodes × time, with spot's expected interruption
 //     overhead at the Young/Daly checkpoint interval;
-//  5. sort by meeting the deadline/latency target, then cost, then time,
-//     then a fixed order over the offer's fields.
+//  5. keep the Limit best by meeting the deadline/latency target, then
+//     cost, then time, then a fixed order over the offer's fields.
 func Rank(p Profile, o Options) (Result, error) {
 	w, fe := resolve(p)
 	if err := fe.Err(); err != nil {
@@ -236,22 +244,34 @@ func Rank(p Profile, o Options) (Result, error) {
 	default:
 		return Result{}, model.FieldErrors{{Path: "reservedTerm", Message: "must be 1y, 3y or none"}}
 	}
+	w.exhaustive = o.exhaustive
 	res := Result{Workload: w.summary(), Rows: []Row{}}
 	res.Assumptions = w.assumptions(o)
 
 	// 2. Filter and group by shape.
 	type shapeState struct {
-		sr     searchResult
-		ok     bool
-		reason string
+		sh      shape
+		hw      hardware
+		firstIT string // instance type of the shape's first offer
+		sr      searchResult
+		ok      bool
+		reason  string
+	}
+	// kept is an offer that passed the filters, with its shape.
+	type kept struct {
+		of             *model.Offer
+		st             *shapeState
+		isSpot, hasRes bool
+		resDisc        [2]float64
 	}
 	shapes := map[shape]*shapeState{}
+	var pending []*shapeState // shapes to search, in the order first met
+	var offers []kept
 	nets := map[[2]string]float64{}
 	notEst := map[string]*NotEstimated{}
 	accs := map[string]catalog.Accelerator{}
 	lim := searchLimits{maxNodes: o.MaxNodes, deadline: o.Deadline.Seconds()}
 	wantOD, wantSpot, wantRes := capacityWanted(o.Capacity)
-	quotes := make([]quote, 0, len(o.Offers)+len(o.Offers)/2)
 	var short struct {
 		need  float64
 		sh    shape
@@ -259,6 +279,7 @@ func Rank(p Profile, o Options) (Result, error) {
 		plan  Plan
 		found bool
 	}
+	var prev *shapeState // consecutive offers usually share a shape
 	for i := range o.Offers {
 		of := &o.Offers[i]
 		if !o.matches(of) {
@@ -270,7 +291,7 @@ func Rank(p Profile, o Options) (Result, error) {
 			continue
 		}
 		res.Offers++
-		if strings.HasPrefix(strings.ToLower(of.GPU), "tpu-") {
+		if g := of.GPU; len(g) >= 4 && strings.EqualFold(g[:4], "tpu-") { // without ToLower's copy per offer
 			noteNotEstimated(notEst, of.GPU, "TPU slices run XLA, whose memory layout and parallelism this model does not cover")
 			continue
 		}
@@ -294,54 +315,71 @@ func Rank(p Profile, o Options) (Result, error) {
 		}
 		capacity *= usableMemory
 		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity, link: of.Interconnect, hostMem: float64(of.Memory), networkGbps: net}
-		st, ok := shapes[sh]
-		if !ok {
-			st = &shapeState{}
-			shapes[sh] = st
-			hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
-			if hwOK {
-				w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
-			}
-			if !hwOK {
-				st.reason = reason
-			} else {
-				hw.intra, hw.pcie = linkRate(acc, sh.link)
-				hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
-				hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
-				hw.ckptBW, hw.restart = o.CheckpointGBs*1e9, o.Restart.Seconds()
-				// 3. Search once per shape.
-				if w.Task.Training() {
-					st.sr = w.searchTraining(sh, &hw, lim)
+		st := prev
+		if st == nil || st.sh != sh {
+			if st, ok = shapes[sh]; !ok {
+				st = &shapeState{sh: sh, firstIT: of.InstanceType}
+				shapes[sh] = st
+				hw, reason, hwOK := newHardware(&w, acc, o.Calibration)
+				if !hwOK {
+					st.reason = reason
 				} else {
-					st.sr = w.searchServing(sh, &hw)
-				}
-				st.ok = true
-				if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
-					short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, sh, of.InstanceType, st.sr.shortfallPlan, true
+					w.applyMeasured(&hw, o.MeasuredTFLOPS, o.MeasuredTokensPerSecond)
+					hw.intra, hw.pcie = linkRate(acc, sh.link)
+					hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
+					hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
+					hw.ckptBW, hw.restart = o.CheckpointGBs*1e9, o.Restart.Seconds()
+					st.hw, st.ok = hw, true
+					pending = append(pending, st)
 				}
 			}
+			prev = st
 		}
 		if !st.ok {
 			noteNotEstimated(notEst, of.GPU, st.reason)
 			continue
 		}
+		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
+	}
+
+	// 3. Search once per shape. The searches are independent and only
+	// read the workload, so they run on every core; the results are used
+	// below in the order the shapes were met, so the ranking does not
+	// depend on which search finished first.
+	parallel(len(pending), func(i int) {
+		st := pending[i]
+		if w.Task.Training() {
+			st.sr = w.searchTraining(st.sh, &st.hw, lim)
+		} else {
+			st.sr = w.searchServing(st.sh, &st.hw)
+		}
+	})
+	for _, st := range pending {
+		if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
+			short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, st.sh, st.firstIT, st.sr.shortfallPlan, true
+		}
+	}
+
+	// 4. Cost each offer with its shape's plans.
+	quotes := make([]quote, 0, len(offers)+len(offers)/2)
+	for _, k := range offers {
+		of, st := k.of, k.st
 		if len(st.sr.plans) == 0 {
 			continue
 		}
-		// 4. Cost the offer.
 		price := of.PricePerHour
 		if o.PricePerGPUHour > 0 {
 			price = o.PricePerGPUHour * float64(of.GPUCount)
 		}
-		if isSpot || wantOD {
+		if k.isSpot || wantOD {
 			quotes = append(quotes, w.quote(of, string(of.CapacityType), price, false, &st.sr, o))
 		}
-		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
+		if !k.isSpot && wantRes && k.hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
 			label := Reserved1y
 			if term == 1 {
 				label = Reserved3y
 			}
-			quotes = append(quotes, w.quote(of, label, of.PricePerHour*(1-resDisc[term]), true, &st.sr, o))
+			quotes = append(quotes, w.quote(of, label, of.PricePerHour*(1-k.resDisc[term]), true, &st.sr, o))
 		}
 	}
 
@@ -352,11 +390,8 @@ func Rank(p Profile, o Options) (Result, error) {
 		order[i] = int32(i)
 	}
 	less := compareQuotes(w.Task.Training())
-	slices.SortFunc(order, func(a, b int32) int { return less(&quotes[a], &quotes[b]) })
 	res.Ranked = len(quotes)
-	if o.Limit > 0 && len(order) > o.Limit {
-		order = order[:o.Limit]
-	}
+	order = smallest(order, o.Limit, func(a, b int32) int { return less(&quotes[a], &quotes[b]) })
 	res.Rows = make([]Row, 0, len(order))
 	for _, i := range order {
 		res.Rows = append(res.Rows, w.buildRow(&quotes[i], o))
@@ -588,14 +623,28 @@ func compareQuotes(training bool) func(a, b *quote) int {
 		if c != 0 {
 			return c
 		}
+		// Each key only when the ones before it tie (cmp.Or would
+		// evaluate all of them for every comparison).
+		if c := cmp.Compare(a.wall, b.wall); c != 0 {
+			return c
+		}
 		x, y := a.offer, b.offer
+		if c := strings.Compare(x.Provider, y.Provider); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.Region, y.Region); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.Zone, y.Zone); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.InstanceType, y.InstanceType); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x.GPU, y.GPU); c != 0 {
+			return c
+		}
 		return cmp.Or(
-			cmp.Compare(a.wall, b.wall),
-			strings.Compare(x.Provider, y.Provider),
-			strings.Compare(x.Region, y.Region),
-			strings.Compare(x.Zone, y.Zone),
-			strings.Compare(x.InstanceType, y.InstanceType),
-			strings.Compare(x.GPU, y.GPU),
 			cmp.Compare(x.GPUCount, y.GPUCount),
 			cmp.Compare(x.GPUMemory, y.GPUMemory),
 			cmp.Compare(x.Memory, y.Memory),
@@ -603,6 +652,77 @@ func compareQuotes(training bool) func(a, b *quote) int {
 			cmp.Compare(a.price, b.price),
 		)
 	}
+}
+
+// parallel runs f(0) … f(n−1) on up to GOMAXPROCS goroutines and waits
+// for them all.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// smallest reorders order so that its first k entries are, in order, the k
+// least under less, and returns them: the rows a ranking returns, without
+// sorting the thousands it does not (a bounded max-heap, O(n log k)). The
+// result is what sorting all of order and keeping k gives.
+func smallest(order []int32, k int, less func(a, b int32) int) []int32 {
+	if k <= 0 || k*4 >= len(order) {
+		slices.SortFunc(order, less)
+		if k > 0 && k < len(order) {
+			order = order[:k]
+		}
+		return order
+	}
+	heap := order[:k] // a max-heap: the worst kept entry at heap[0]
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= k {
+				return
+			}
+			j := l
+			if r := l + 1; r < k && less(heap[r], heap[l]) > 0 {
+				j = r
+			}
+			if less(heap[j], heap[i]) <= 0 {
+				return
+			}
+			heap[i], heap[j] = heap[j], heap[i]
+			i = j
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range order[k:] {
+		if less(x, heap[0]) < 0 {
+			heap[0] = x
+			down(0)
+		}
+	}
+	slices.SortFunc(heap, less)
+	return heap
 }
 
 func (w *workload) summary() Summary {

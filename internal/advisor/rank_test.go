@@ -3,6 +3,8 @@ package advisor
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -365,5 +367,110 @@ func TestMicroBatchIsTheRanksShare(t *testing.T) {
 	}
 	if mb := res.Rows[0].Plan.MicroBatch; mb != 3 {
 		t.Fatalf("micro-batch %d, want the rank's share 3 (plan %s)", mb, res.Rows[0].PlanText)
+	}
+}
+
+// TestSmallestIsSortPrefix: the bounded selection Rank uses returns what
+// sorting everything and keeping the first k returns, ties included.
+func TestSmallestIsSortPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		n := rng.IntN(300)
+		vals := make([]int, n)
+		for i := range vals {
+			vals[i] = rng.IntN(50) // many ties
+		}
+		// A total order, as compareQuotes is: value, then index.
+		less := func(a, b int32) int {
+			if vals[a] != vals[b] {
+				return vals[a] - vals[b]
+			}
+			return int(a - b)
+		}
+		for _, k := range []int{-1, 0, 1, 5, 20, 50, n, n + 3} {
+			all := make([]int32, n)
+			sel := make([]int32, n)
+			for i := range all {
+				all[i], sel[i] = int32(i), int32(n-1-i)
+			}
+			slices.SortFunc(all, less)
+			if k > 0 && k < n {
+				all = all[:k]
+			}
+			if got := smallest(sel, k, less); !slices.Equal(got, all) {
+				t.Fatalf("n=%d k=%d: got %v, want %v", n, k, got, all)
+			}
+		}
+	}
+}
+
+// TestPruningKeepsRanking: the plan search's pruning (search.go) skips only
+// plans that cannot win, so the ranking — the 100 best rows, every plan,
+// every figure — is what the exhaustive search gives.
+func TestPruningKeepsRanking(t *testing.T) {
+	t.Parallel()
+	c := testCatalog(t)
+	zero1 := 1
+	for name, p := range map[string]Profile{
+		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
+		"8b-qlora":          {Preset: "llama-3-8b", Task: QLoRA, Tokens: 1e7},
+		"70b-data":          {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8, Parallelism: "data"},
+		"mixtral-pretrain":  {Preset: "mixtral-8x7b", Task: PreTrain, Tokens: 1e11},
+		"13b-eager-zero1":   {Preset: "llama-2-13b", Task: PreTrain, Tokens: 1e10, Attention: Eager, Pin: Pin{ZeRO: &zero1}},
+		"7b-long":           {Preset: "mistral-7b", Task: PreTrain, Tokens: 1e10, SequenceLength: 32768, GlobalBatch: 16},
+	} {
+		for _, deadline := range []time.Duration{0, 72 * time.Hour} {
+			// The 100 best rows: building every row (Limit -1) costs more
+			// than the searches under -race.
+			o := Options{Offers: c.Offers(), Accelerator: c.Accelerator, Limit: 100, Deadline: deadline}
+			pruned, err := Rank(p, o)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			o.exhaustive = true
+			full, err := Rank(p, o)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if full.Ranked == 0 {
+				t.Fatalf("%s: nothing ranked; the comparison would prove nothing", name)
+			}
+			if d := cmp.Diff(full, pruned); d != "" {
+				t.Errorf("%s (deadline %v): pruning changed the ranking (-exhaustive +pruned):\n%s", name, deadline, d)
+			}
+		}
+	}
+}
+
+// TestRankSameOnAnyCoreCount: the shape searches run in parallel, and the
+// ranking (rows, not-estimated list, closest miss) is the one a single core
+// gives. Not parallel: it sets GOMAXPROCS, which the parallel tests wait
+// for.
+func TestRankSameOnAnyCoreCount(t *testing.T) {
+	c := testCatalog(t)
+	for name, p := range map[string]Profile{
+		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
+		"70b-serving":       {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
+		"fits-nowhere":      {Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12},
+	} {
+		o := Options{Offers: c.Offers(), Accelerator: c.Accelerator, Limit: 100, MaxNodes: 4}
+		if name == "fits-nowhere" {
+			// 405B's training states need more than one node of these has.
+			o.MaxNodes, o.GPUs = 1, []string{"T4", "L4", "V100", "A10G", "A100"}
+		}
+		prev := runtime.GOMAXPROCS(1)
+		one, err1 := Rank(p, o)
+		runtime.GOMAXPROCS(8)
+		many, err8 := Rank(p, o)
+		runtime.GOMAXPROCS(prev)
+		if err1 != nil || err8 != nil {
+			t.Fatalf("%s: %v, %v", name, err1, err8)
+		}
+		if name == "fits-nowhere" && one.Shortfall == nil {
+			t.Fatalf("%s: expected a closest miss", name)
+		}
+		if d := cmp.Diff(one, many); d != "" {
+			t.Errorf("%s: 8 cores rank differently from 1 (-1 +8):\n%s", name, d)
+		}
 	}
 }

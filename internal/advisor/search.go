@@ -65,6 +65,10 @@ var (
 //     offload only if nothing fits on the GPUs;
 //  4. the largest micro-batch that fits (up to 8) without pipelining, 1 with
 //     it (more micro-batches, a smaller bubble), unless the profile fixes it.
+//
+// Configurations whose least step time (leastStep) cannot beat the plan
+// already found are skipped unworked; the ranking is the exhaustive
+// search's (TestPruningKeepsRanking).
 func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) searchResult {
 	res := searchResult{hw: *hw, shortfall: math.Inf(1)}
 	recomputes := recomputeFA
@@ -115,6 +119,7 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 	found := false
 	pin := &w.Pin
 	cp := max(1, pin.CP)
+
 	for _, tp := range powersOfTwo {
 		if tp > sh.perNode || sh.perNode%tp != 0 || w.arch.Heads%tp != 0 || (tp > 1 && w.Parallelism == "data") || (pin.TP > 0 && tp != pin.TP) {
 			continue
@@ -129,6 +134,15 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			}
 			dp := G / (tp * pp * cp)
 			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
+				continue
+			}
+			// Prune before any memory or time is worked out: no plan here
+			// beats the best so far when even its least step (compute
+			// without recomputation plus the smallest 1F1B bubble) is no
+			// faster. Time to finish grows with step time at a fixed node
+			// count (same GPUs, same checkpoint), so this skips only plans
+			// that would lose.
+			if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(Plan{Nodes: n, GPUsPerNode: sh.perNode, PP: pp, DP: dp}, hw, RecomputeNone) {
 				continue
 			}
 			// Expert degrees ascend: a larger one only adds all-to-all
@@ -254,6 +268,13 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 				break
 			}
 			for _, rc := range recomputes {
+				// A mode that recomputes more cannot beat the plan already
+				// found here when its least step (its compute plus the
+				// smallest bubble) is no faster; skipping it returns what
+				// trying it would.
+				if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(base, hw, rc) {
+					continue
+				}
 				for z := minZero; z <= maxZero; z++ {
 					if !stageOK(z, offload, offParams) {
 						continue
@@ -283,6 +304,19 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 		}
 	}
 	return best, found
+}
+
+// leastStep is a lower bound on the step time of any plan with p's
+// degrees and recomputation rc on hardware hw: trainingTime's compute term
+// plus the 1F1B bubble at the most micro-batches (micro-batch 1); the
+// other terms only add to it.
+func (w *workload) leastStep(p Plan, hw *hardware, rc Recompute) float64 {
+	_, fpt := w.flopsPerToken(rc)
+	compute := float64(w.SequenceLength) * float64(w.GlobalBatch) * fpt / (float64(p.GPUs()) * hw.peak * hw.mfu)
+	if w.Task == QLoRA {
+		compute *= qloraSlowdown
+	}
+	return compute * (1 + float64(p.PP-1)/math.Ceil(float64(w.GlobalBatch)/float64(p.DP)))
 }
 
 // growMicroBatch doubles the micro-batch while it fits, up to 8 and the

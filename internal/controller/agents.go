@@ -62,8 +62,8 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	if r.Pool != "" {
 		n.Pool, n.PricePerHour = r.Pool, r.PricePerHour
 	}
-	// An owned machine joins the static pool that lists its id.
-	c.placeStaticLocked(n)
+	// An owned machine joins the pool that declares its id.
+	c.placeOwnedLocked(n)
 	// Its GPUs are shareable when its pool says so (spec.sharedGPUs).
 	n.SharedGPUs = c.poolSharesGPUsLocked(n.Pool)
 	b := &store.Batch{Nodes: []*model.Node{n}}

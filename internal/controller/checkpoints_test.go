@@ -13,6 +13,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
 
 const ckptPool = `apiVersion: gpufleet.dev/v1
@@ -35,7 +37,11 @@ spec:
 func TestDesiredSetCarriesCheckpointSync(t *testing.T) {
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "gpufleet.db")
-	h, shutdown, err := startSQLiteController(t, db)
+	owned := static.NewPools(nil, t0)
+	h, shutdown, err := startSQLiteController(t, db, func(c *Config) {
+		c.PoolsChanged = owned.SetPools
+		c.Adopters = map[string]provider.Adopter{static.Name: owned}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

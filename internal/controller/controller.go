@@ -20,6 +20,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/controller/vault"
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/scheduler"
 	"github.com/gpufleet/gpufleet/internal/secrets"
 	"github.com/gpufleet/gpufleet/internal/state"
@@ -83,6 +84,10 @@ type Config struct {
 	// with the controller's lock held, in revision order: it must be quick
 	// and must not call the controller.
 	PoolsChanged func(pools []*model.NodePool, now time.Time)
+	// Adopters place the nodes of owned machines, by the provider name
+	// their agents register with: such a node joins the pool that
+	// declares it (provider.Adopter). PoolsChanged must keep them current.
+	Adopters map[string]provider.Adopter
 	// Metrics, when set, is updated as the controller works.
 	Metrics *Metrics
 	// Alerts configure the efficiency, XID and queue-wait rules and where

@@ -261,10 +261,10 @@ func (c *Controller) ApplyFleet(ctx context.Context, desired *manifest.Set, opts
 	c.st.SetProjectQuotas(projectQuotas(c.fleet.projects))
 	c.st.SetPriorityClasses(priorityClasses(c.fleet.set))
 	b.Revisions = []*model.Revision{rev}
-	c.adoptStaticLocked(b)
 	if c.cfg.PoolsChanged != nil {
 		c.cfg.PoolsChanged(c.fleet.pools, rev.CreatedAt)
 	}
+	c.adoptOwnedLocked(b)
 	// 3. One commit for all of it.
 	c.broadcastLocked()
 	cm := c.com.submit(b)
@@ -394,33 +394,18 @@ func (c *Controller) webhookUsersLocked(k store.SecretKey) []string {
 	return out
 }
 
-// staticMachineLocked finds the declared static pool that lists machine
-// id (a node id).
-func (c *Controller) staticMachineLocked(id string) (*model.NodePool, model.StaticMachine, bool) {
-	for _, p := range c.fleet.pools {
-		if p.Spec.Provider != model.ProviderStatic || p.Spec.Static == nil {
-			continue
-		}
-		for _, m := range p.Spec.Static.Machines {
-			if m.Name == id {
-				return p, m, true
-			}
-		}
-	}
-	return nil, model.StaticMachine{}, false
-}
-
-// placeStaticLocked sets what the declared fleet says of an owned
-// machine's node n (provider static): the pool that lists it and its
-// amortised price, or no pool when none does. It reports whether n changed;
-// the caller owns n (a clone).
-func (c *Controller) placeStaticLocked(n *model.Node) bool {
-	if n.Provider != model.ProviderStatic {
+// placeOwnedLocked sets what the declared fleet says of an owned
+// machine's node n (one whose provider is a c.cfg.Adopters): the pool
+// that declares it and its amortised price, or no pool when none does. It
+// reports whether n changed; the caller owns n (a clone).
+func (c *Controller) placeOwnedLocked(n *model.Node) bool {
+	a, ok := c.cfg.Adopters[n.Provider]
+	if !ok {
 		return false
 	}
 	pool, price := "", n.PricePerHour
-	if p, m, ok := c.staticMachineLocked(n.ID); ok {
-		pool, price = p.Name, m.PricePerHour
+	if p, pr, ok := a.Declared(n.ID); ok {
+		pool, price = p, pr
 	}
 	if pool == n.Pool && price == n.PricePerHour {
 		return false
@@ -429,16 +414,20 @@ func (c *Controller) placeStaticLocked(n *model.Node) bool {
 	return true
 }
 
-// adoptStaticLocked brings the nodes of owned machines in line with a new
-// revision: a machine added to a static pool joins it, a machine removed
-// leaves it. The changed nodes join batch b.
-func (c *Controller) adoptStaticLocked(b *store.Batch) {
+// adoptOwnedLocked brings the nodes of owned machines in line with a new
+// revision, once the adopters follow it (PoolsChanged): a machine added to
+// a pool joins it, a machine removed leaves it. The changed nodes join
+// batch b.
+func (c *Controller) adoptOwnedLocked(b *store.Batch) {
+	if len(c.cfg.Adopters) == 0 {
+		return
+	}
 	for _, n := range c.st.ActiveNodes() {
-		if n.Provider != model.ProviderStatic || n.State == model.NodeTerminated {
+		if _, ok := c.cfg.Adopters[n.Provider]; !ok || n.State == model.NodeTerminated {
 			continue
 		}
 		m := n.Clone()
-		if !c.placeStaticLocked(m) {
+		if !c.placeOwnedLocked(m) {
 			continue
 		}
 		m.Version++

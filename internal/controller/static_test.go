@@ -13,6 +13,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/logstore"
 	"github.com/gpufleet/gpufleet/internal/manifest"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
 
@@ -44,7 +45,8 @@ func TestStaticPoolsDriveTheStaticProvider(t *testing.T) {
 	c, err := New(ctx, Config{Store: newMemStore(), Logs: logs, Clock: clk, PassGap: -1, HeartbeatTimeout: time.Hour,
 		Fatal:        func(err error) { t.Errorf("fatal: %v", err) },
 		PoolsChanged: st.SetPools,
-		Machines:     st.Machines})
+		Machines:     st.Machines,
+		Adopters:     map[string]provider.Adopter{static.Name: st}})
 	if err != nil {
 		t.Fatal(err)
 	}

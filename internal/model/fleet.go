@@ -134,8 +134,18 @@ type KubernetesPoolSettings struct {
 	Image string `json:"image,omitempty"`
 	// SyncImage holds the gpufleet binary; the pods of jobs with
 	// checkpoint storage or datasets run their sync containers from it
-	// (docs/kubernetes.md). Required with checkpointStorage.
+	// (docs/kubernetes.md). Required with checkpointStorage, and for
+	// services: a service replica's gate runs from it.
 	SyncImage string `json:"syncImage,omitempty"`
+	// GatePort is where a service replica's gate listens in its pod, the
+	// port its Service targets (default 9980; the next port when the
+	// replica's own PORT is this one).
+	GatePort int `json:"gatePort,omitempty"`
+	// NetworkPolicy, unless false, has gpufleet make NetworkPolicies: a
+	// default deny of ingress to the pool's pods, ingress to a service
+	// replica only on its gate's port, and between a gang's pods. They are
+	// enforced only by a CNI that enforces NetworkPolicy (docs/services.md).
+	NetworkPolicy *bool `json:"networkPolicy,omitempty"`
 	// QueueName, when set, is the Kueue LocalQueue gpufleet's Jobs are
 	// submitted to (label kueue.x-k8s.io/queue-name).
 	QueueName string `json:"queueName,omitempty"`

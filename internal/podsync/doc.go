@@ -15,7 +15,13 @@
 //     checkpoint the job marks and once more when the kubelet stops it
 //     after the job's container ended.
 //
-// Each reads its Spec from the environment variable EnvSpec, which the pod
+// A service's replica gets a fourth, "gpufleet-gate" (`gpufleet pod gate`,
+// a native sidecar, gate.go): the agent's gate (package gate) listening on
+// the port the replica's Service targets and forwarding to the replica on
+// the pod's loopback only the requests that carry the project's replica
+// key, which it reads from the attempt's Secret.
+//
+// Each sync container reads its Spec from the environment variable EnvSpec, which the pod
 // takes from the attempt's Secret (secretKeyRef): the storage credentials
 // and the project's data key exist in the cluster only while the attempt
 // does (the runner deletes the Secret when its end is recorded), and only

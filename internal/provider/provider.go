@@ -142,6 +142,9 @@ func IgnoreNotFound(err error) error {
 //     drains their nodes. Interrupter: can be told to (drills, demos).
 //     NoticeSink: learns its notices from the instances' agents.
 //   - SelfJoining: its instances' agents register their nodes themselves.
+//   - Adopter: its machines are declared by name in pools and register
+//     their agents themselves (owned machines); a registering node joins
+//     the pool that declares it.
 //   - Biller: reports what each instance cost, so stop times are the
 //     provider's.
 //   - PriceSource: live prices that override the embedded catalog's.
@@ -189,6 +192,19 @@ type NoticeSink interface {
 // it ready with the offer's GPUs.
 type SelfJoining interface {
 	SelfJoining()
+}
+
+// Adopter is implemented by fixed-capacity drivers whose machines are
+// declared by name in their pools and join by registering their agents
+// (node id = machine name), unlaunched. The controller places such a node
+// in the pool that declares it, at the machine's price, and takes it out
+// of the pool when no pool declares it any more.
+type Adopter interface {
+	// Declared returns the pool that declares machine id and the
+	// machine's price per hour; ok is false when no pool does. It must
+	// reflect the pools last given to the driver, be quick, and not call
+	// the controller. Safe for concurrent use.
+	Declared(id string) (pool string, pricePerHour float64, ok bool)
 }
 
 // Interrupter is implemented by providers that can be told to reclaim an

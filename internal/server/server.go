@@ -499,6 +499,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Inventory:    kube.Inventory(providerInventory(scaleC.Providers)),
 		Machines:     declaredMachines(owned, sshFleet),
 		PoolsChanged: poolsChanged(owned.SetPools, kube.SetPools, sshFleet.SetPools),
+		Adopters:     map[string]provider.Adopter{static.Name: owned},
 		Alerts:       controller.AlertRules{WebhookURL: c.AlertWebhookURL},
 		Keyring:      keyring, Redactor: redactor,
 		Store: st, Logs: logs, Log: log, ServerURL: url, Archives: archives,

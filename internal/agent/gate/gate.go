@@ -133,6 +133,16 @@ func (g *Gate) Addr() net.Addr { return g.ln.Addr() }
 // Close stops listening and ends the connections open through the gate.
 func (g *Gate) Close() error { return g.srv.Close() }
 
+// Shutdown stops listening and waits, until ctx ends, for the requests
+// under way to finish; then it ends the connections left.
+func (g *Gate) Shutdown(ctx context.Context) error {
+	err := g.srv.Shutdown(ctx)
+	if err != nil {
+		g.srv.Close()
+	}
+	return err
+}
+
 // dialError marks a failure to reach the replica at all.
 type dialError struct{ err error }
 

@@ -362,11 +362,15 @@ type Object struct {
 	Namespace string            `json:"namespace"`
 	Name      string            `json:"name"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Pool marks an object that lives as long as the pool, not an
+	// attempt: the pool's default-deny NetworkPolicy.
+	Pool bool `json:"pool,omitempty"`
 }
 
-// Objects lists, from the API server, every Job, pod, Service and Secret of the
-// pool (label LabelManagedBy), ordered by kind and name, so a test or an
-// operator can check that nothing leaked.
+// Objects lists, from the API server, every Job, pod, Service, Secret and
+// NetworkPolicy of the pool (label LabelManagedBy), ordered by kind and
+// name, so a test or an operator can check that nothing leaked. A pool
+// that makes no NetworkPolicies and may not list them lists none.
 func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
 	ns, opts := c.opts.Settings.Namespace, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + c.opts.Pool}
 	var out []Object
@@ -403,6 +407,18 @@ func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
 	for i := range secrets.Items {
 		add("Secret", &secrets.Items[i])
 	}
+	policies, err := c.opts.Client.NetworkingV1().NetworkPolicies(ns).List(ctx, opts)
+	switch {
+	case err == nil:
+		for i := range policies.Items {
+			add("NetworkPolicy", &policies.Items[i])
+			if np := &policies.Items[i]; c.ours(np) && np.Name == poolPolicyName(c.opts.Pool) {
+				out[len(out)-1].Pool = true
+			}
+		}
+	case policiesOn(c.opts.Settings) || !apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("listing network policies of pool %s: %w", c.opts.Pool, err)
+	}
 	slices.SortFunc(out, func(a, b Object) int {
 		if a.Kind != b.Kind {
 			return compareStrings(a.Kind, b.Kind)
@@ -412,8 +428,9 @@ func (c *Cluster) Objects(ctx context.Context) ([]Object, error) {
 	return out, nil
 }
 
-// DeleteObjects deletes every Job (with its pods), Service and Secret of the pool,
-// for when the pool is removed. Objects already gone are no error.
+// DeleteObjects deletes every Job (with its pods), Service, Secret and
+// NetworkPolicy of the pool, for when the pool is removed. Objects already
+// gone are no error.
 func (c *Cluster) DeleteObjects(ctx context.Context) error {
 	objs, err := c.Objects(ctx)
 	if err != nil {
@@ -430,6 +447,8 @@ func (c *Cluster) DeleteObjects(ctx context.Context) error {
 			err = c.opts.Client.CoreV1().Services(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 		case "Secret":
 			err = c.opts.Client.CoreV1().Secrets(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
+		case "NetworkPolicy":
+			err = c.opts.Client.NetworkingV1().NetworkPolicies(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 		default:
 			continue // pods go with their Jobs
 		}

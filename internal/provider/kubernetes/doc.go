@@ -38,6 +38,13 @@
 //     go through a bounded pool of workers.
 //   - The driver never dials a pod or Service address; logs come through
 //     the API server.
+//   - A service's replica is reached only through its gate (gate.go): a
+//     native sidecar from the pool's syncImage that its Service targets and
+//     that reads the replica key from the attempt's Secret. Unless the
+//     pool's networkPolicy is false, a default-deny NetworkPolicy covers
+//     the pool's pods, and each service replica's and gang's attempt has a
+//     policy admitting only what it needs, made after its Service and
+//     deleted before it.
 //   - No secret value (the job token, run.secrets) is written into a Job:
 //     they live in a Secret named like the Job, made with it, that the pod
 //     reads through secretKeyRef; it is deleted as soon as the attempt's

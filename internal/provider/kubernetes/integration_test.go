@@ -306,14 +306,14 @@ func (e *kubeEnv) gone(kind, name string) bool {
 	return e.deleted[kind+"/"+name]
 }
 
-// noObjectsLeft waits until the pool has no Job, pod or Service left.
+// noObjectsLeft waits until the pool has no Job, pod, Service, Secret or
+// NetworkPolicy left but those that live as long as the pool (its default
+// deny).
 func (e *kubeEnv) noObjectsLeft(t *testing.T) {
 	t.Helper()
-	var left []kubernetes.Object
 	e.eventually("no objects left", 20*time.Second, func() bool {
-		var err error
-		left, err = e.cl.Objects(e.ctx)
-		return err == nil && len(left) == 0
+		left, err := e.cl.Objects(e.ctx)
+		return err == nil && !slices.ContainsFunc(left, func(o kubernetes.Object) bool { return !o.Pool })
 	})
 }
 

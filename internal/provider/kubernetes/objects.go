@@ -114,6 +114,10 @@ func refusal(spec agentapi.ReplicaSpec, s model.KubernetesPoolSettings) string {
 		return "no container image: set the job's run.image or the pool's kubernetes.image"
 	case len(spec.Command) == 0 && spec.Image == "":
 		return "no command: set the job's run.command"
+	case gated(spec) && s.SyncImage == "":
+		return "a service's replica on a Kubernetes pool needs the pool's kubernetes.syncImage (an image holding the gpufleet binary): its gate, which admits only the service's proxy, runs from it"
+	case gated(spec) && spec.Env[model.ServiceKeySecret] == "":
+		return "a service's replica without its project's replica key (" + model.ServiceKeySecret + "): its gate would admit no request"
 	}
 	return ""
 }
@@ -216,9 +220,11 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 		job.Spec.TTLSecondsAfterFinished = new(int32(math.Ceil(k.D().Seconds())))
 	}
 	if port := servicePort(first); port > 0 && !gang {
-		// A service's replica: a ClusterIP Service in front of its pod,
-		// which the server's proxy reaches by name (it runs in the
-		// cluster, or resolves its DNS).
+		// A service's replica: a ClusterIP Service in front of its pod's
+		// gate (gate.go), which the server's proxy reaches by name (it
+		// runs in the cluster, or resolves its DNS).
+		gate := gatePort(p.settings, port)
+		p.withGate(&job.Spec.Template.Spec, name, port, gate)
 		svc := serviceName(first.AttemptID)
 		job.Annotations[AnnotationEndpoint] = endpoint(first.AttemptID, p.settings.Namespace, port)
 		selector := map[string]string{LabelManagedBy: p.pool, LabelAttempt: labelValue(first.AttemptID)}
@@ -227,7 +233,7 @@ func (p *jobPlan) build() (*batchv1.Job, *corev1.Service) {
 				Annotations: map[string]string{AnnotationAttemptID: first.AttemptID}},
 			Spec: corev1.ServiceSpec{
 				Selector: selector,
-				Ports:    []corev1.ServicePort{{Name: "http", Port: int32(port), TargetPort: intstr.FromInt32(int32(port))}},
+				Ports:    []corev1.ServicePort{{Name: "http", Port: int32(port), TargetPort: intstr.FromInt32(int32(gate))}},
 			},
 		}
 	}
@@ -266,6 +272,10 @@ func servicePort(spec agentapi.ReplicaSpec) int {
 	return port
 }
 
+// gated reports whether spec is a service's replica, which runs behind a
+// gate: one replica with a port.
+func gated(spec agentapi.ReplicaSpec) bool { return servicePort(spec) > 0 && worldSize(spec) <= 1 }
+
 // endpoint is where a service replica of attemptID is reached: its
 // attempt's Service in namespace, on port.
 func endpoint(attemptID, namespace string, port int) string {
@@ -291,14 +301,14 @@ func preStop(spec agentapi.ReplicaSpec) *corev1.Lifecycle {
 }
 
 // tokenEnv holds a replica's job token; it is secret whatever the control
-// plane's SecretEnv says.
+// plane's SecretEnv says, as is the replica key (model.ServiceKeySecret).
 const tokenEnv = "GPUFLEET_JOB_TOKEN"
 
 // secretKeys names the keys of spec.Env whose values go in the Job's
 // Secret rather than its pod template, sorted.
 func secretKeys(spec agentapi.ReplicaSpec) []string {
 	var out []string
-	for _, k := range append(slices.Clone(spec.SecretEnv), tokenEnv) {
+	for _, k := range append(slices.Clone(spec.SecretEnv), tokenEnv, model.ServiceKeySecret) {
 		if _, ok := spec.Env[k]; ok {
 			out = append(out, k)
 		}

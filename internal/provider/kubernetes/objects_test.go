@@ -149,8 +149,9 @@ func TestBuildGang(t *testing.T) {
 }
 
 // TestBuildServiceReplica: a service's replica gets a ClusterIP Service on
-// its port, selecting its attempt's pod, and its Job names the endpoint
-// (Service DNS name and port) where the server's proxy reaches it.
+// its port (to its gate's: gate_test.go), selecting its attempt's pod, and
+// its Job names the endpoint (Service DNS name and port) where the
+// server's proxy reaches it.
 func TestBuildServiceReplica(t *testing.T) {
 	s := spec("j-svc", 0, 1, 0, 1)
 	s.Tags = map[string]string{model.TagService: "llm"}
@@ -166,7 +167,7 @@ func TestBuildServiceReplica(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{LabelManagedBy: "k8s", LabelAttempt: "j-svc-a1"}, svc.Spec.Selector); diff != "" {
 		t.Errorf("service selector (-want +got):\n%s", diff)
 	}
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8001 || svc.Spec.Ports[0].TargetPort.IntValue() != 8001 {
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8001 || svc.Spec.Ports[0].TargetPort.IntValue() != DefaultGatePort {
 		t.Errorf("service ports = %+v", svc.Spec.Ports)
 	}
 	if got := job.Annotations[AnnotationEndpoint]; got != "gf-j-svc-a1.serving.svc:8001" {

@@ -60,6 +60,7 @@ func TestRBACManifest(t *testing.T) {
 		{"batch", "jobs", "get list watch create delete"},
 		{"", "services", "get list watch create delete"},
 		{"", "secrets", "get list create delete"},
+		{"networking.k8s.io", "networkpolicies", "get list create delete"},
 		{"", "pods", "get list watch"},
 		{"", "pods/log", "get"},
 		{"", "nodes", "get list watch"},

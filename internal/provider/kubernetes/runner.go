@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -83,7 +84,10 @@ type want struct {
 	node    string
 	attempt string
 	job     *batchv1.Job    // to create, unless delete; nil: only an adopted Job's secret
-	svc     *corev1.Service // a gang's Service, created before its Job
+	svc     *corev1.Service // a gang's or service replica's Service, created before its Job
+	// policy admits what the attempt's pods must be reached by (gate.go);
+	// created after svc, before the Job, and deleted before svc.
+	policy *networkingv1.NetworkPolicy
 	// secret holds the Job's secret environment; created with the Job
 	// and deleted when the attempt's end is recorded.
 	secret *corev1.Secret
@@ -97,10 +101,11 @@ type want struct {
 	failed string // the API refused the create for good
 }
 
-// Queue key prefixes.
+// Queue key prefixes, and the key of the pool's NetworkPolicies.
 const (
-	keyJob     = "job/"
-	keyService = "service/"
+	keyJob      = "job/"
+	keyService  = "service/"
+	keyPolicies = "policies"
 )
 
 // run supervises: it starts a loop per virtual node, and workers for the
@@ -119,6 +124,7 @@ func (r *runner) run(ctx context.Context) {
 		}
 	}
 	r.deleteOrphanSecrets(ctx)
+	r.queue.Add(keyPolicies)
 	for {
 		r.reconcileNodes(ctx)
 		select {
@@ -253,6 +259,8 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 	w := r.wants[key]
 	r.mu.Unlock()
 	switch {
+	case key == keyPolicies:
+		return r.reconcilePolicies(ctx)
 	case strings.HasPrefix(key, keyService):
 		return r.reconcileService(ctx, strings.TrimPrefix(key, keyService))
 	case w == nil:
@@ -319,6 +327,16 @@ func (r *runner) reconcile(ctx context.Context, key string) error {
 				return nil
 			}
 			return fmt.Errorf("creating service %s: %w", w.svc.Name, err)
+		}
+	}
+	if w.policy != nil {
+		_, err := r.c.opts.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, w.policy, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			if permanent(err) {
+				finish(fmt.Sprintf("creating NetworkPolicy %s (the pool's networkPolicy: false makes none): %v", w.policy.Name, err))
+				return nil
+			}
+			return fmt.Errorf("creating network policy %s: %w", w.policy.Name, err)
 		}
 	}
 	_, err := jobs.Create(ctx, w.job, metav1.CreateOptions{})
@@ -390,8 +408,8 @@ func permanent(err error) bool {
 	return false
 }
 
-// reconcileService deletes a gang's Service once no Job of its attempt
-// runs or is wanted.
+// reconcileService deletes a gang's or service replica's Service, and its
+// NetworkPolicy, once no Job of its attempt runs or is wanted.
 func (r *runner) reconcileService(ctx context.Context, name string) error {
 	ns := r.c.opts.Settings.Namespace
 	svc, err := r.c.services.Services(ns).Get(name)
@@ -399,22 +417,21 @@ func (r *runner) reconcileService(ctx context.Context, name string) error {
 		return nil // gone, or never made it into the cache
 	}
 	attempt := svc.Annotations[AnnotationAttemptID]
-	if attempt == "" {
+	if attempt == "" || r.attemptLive(attempt) {
 		return nil
 	}
-	for _, obj := range r.c.jobsOfAttempt(attempt) {
-		if j := obj.(*batchv1.Job); j.DeletionTimestamp == nil && !finished(j) {
-			return nil
+	if policiesOn(r.c.opts.Settings) {
+		// Before the Service: a policy whose Service is gone would be
+		// found only by the next runner's sweep.
+		err := r.c.opts.Client.NetworkingV1().NetworkPolicies(ns).Delete(ctx, policyName(attempt), metav1.DeleteOptions{})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+		case permanent(err):
+			r.log.Error("deleting an attempt's NetworkPolicy", "policy", policyName(attempt), "err", err)
+		default:
+			return fmt.Errorf("deleting network policy %s: %w", policyName(attempt), err)
 		}
 	}
-	r.mu.Lock()
-	for _, w := range r.wants {
-		if w.attempt == attempt && !w.delete {
-			r.mu.Unlock()
-			return nil
-		}
-	}
-	r.mu.Unlock()
 	err = r.c.opts.Client.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting service %s: %w", name, err)

@@ -429,12 +429,10 @@ func TestLogFollowFailureWaitsForTheEnd(t *testing.T) {
 // names the Service as its endpoint (which the server's proxy dials); the
 // Service goes with the Job.
 func TestServiceReplicaIsReachedThroughItsService(t *testing.T) {
-	h := newHarness(t, model.KubernetesPoolSettings{KeepFinished: new(model.Duration(0))}, h100("n1").obj())
+	h := newHarness(t, model.KubernetesPoolSettings{KeepFinished: new(model.Duration(0)), SyncImage: testSyncImage}, h100("n1").obj())
 	h.run()
 	eventually(t, "registration", func() bool { return len(h.cp.registrations()) > 0 })
-	s := spec("j-svc", 0, 1, 0)
-	s.Tags = map[string]string{model.TagService: "llm"}
-	s.Env["PORT"] = "8000"
+	s := serviceSpec("j-svc", "8000")
 	h.cp.want(h.node, s)
 	job := h.job("gf-j-svc-a1-r0")
 	svc, err := h.cs.CoreV1().Services(DefaultNamespace).Get(bg, "gf-j-svc-a1", metav1.GetOptions{})

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,7 +74,7 @@ func TestSecretsStayOutOfTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kinds []string
-	for _, o := range objs {
+	for _, o := range attemptObjects(objs) {
 		kinds = append(kinds, o.Kind+"/"+o.Name)
 	}
 	if diff := cmp.Diff([]string{"Job/" + job.Name, "Secret/" + job.Name}, kinds); diff != "" {
@@ -102,9 +103,9 @@ func TestStopDeletesTheSecret(t *testing.T) {
 	})
 	h.cp.stop(h.node, s.AttemptID)
 	h.waitPhase(s.ID, agentapi.PhaseExited)
-	eventually(t, "nothing left", func() bool {
+	eventually(t, "nothing of the attempt left", func() bool {
 		objs, err := h.c.Objects(bg)
-		return err == nil && len(objs) == 0
+		return err == nil && len(attemptObjects(objs)) == 0
 	})
 }
 
@@ -130,7 +131,7 @@ func TestOrphanSecretsAndPoolRemoval(t *testing.T) {
 	live := h.job("gf-j-live-a1-r0")
 	eventually(t, "the live Job's Secret", func() bool {
 		objs, _ := c.Objects(bg)
-		return len(objs) == 2
+		return len(attemptObjects(objs)) == 2
 	})
 	if err := c.DeleteObjects(bg); err != nil {
 		t.Fatal(err)
@@ -195,4 +196,9 @@ func TestAdoptedJobGetsItsSecret(t *testing.T) {
 	if n := len(h.actions("create", "jobs")); n != 1 {
 		t.Errorf("%d Job creates, want 1 (the test's)", n)
 	}
+}
+
+// attemptObjects drops the objects that live as long as the pool.
+func attemptObjects(objs []Object) []Object {
+	return slices.DeleteFunc(objs, func(o Object) bool { return o.Pool })
 }

@@ -57,11 +57,7 @@ func (p *jobPlan) withSync(pod *corev1.PodSpec, ps *podsync.Spec, job string) {
 			// A failure's message (the command's last log lines) is what
 			// the runner reports as the replica's end.
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			SecurityContext: &corev1.SecurityContext{
-				RunAsUser: new(int64(syncUID)), RunAsGroup: new(int64(syncUID)), RunAsNonRoot: new(true),
-				AllowPrivilegeEscalation: new(false), ReadOnlyRootFilesystem: new(true),
-				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			},
+			SecurityContext:          sidecarSecurity(),
 		}
 	}
 	emptyDir := func(name string) corev1.Volume {
@@ -91,6 +87,17 @@ func (p *jobPlan) withSync(pod *corev1.PodSpec, ps *podsync.Spec, job string) {
 		pod.InitContainers = append(pod.InitContainers, sync(ContainerRestore, "restore", mount), sidecar)
 		main.VolumeMounts = append(main.VolumeMounts, mount)
 		main.Env = setEnv(main.Env, corev1.EnvVar{Name: "GPUFLEET_CHECKPOINT_DIR", Value: podsync.CheckpointDir})
+	}
+}
+
+// sidecarSecurity is the security context of gpufleet's containers in a
+// pod (sync and gate): user syncUID, no privilege escalation, no
+// capabilities, a read-only root.
+func sidecarSecurity() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser: new(int64(syncUID)), RunAsGroup: new(int64(syncUID)), RunAsNonRoot: new(true),
+		AllowPrivilegeEscalation: new(false), ReadOnlyRootFilesystem: new(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
 

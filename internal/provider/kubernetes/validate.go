@@ -87,6 +87,9 @@ func ValidateSettings(k *model.KubernetesPoolSettings, prefix string) model.Fiel
 	if k.PendingTimeout < 0 {
 		fe.Add(p("pendingTimeout"), "must not be negative (0: the default, 10m)")
 	}
+	if k.GatePort < 0 || k.GatePort > 65535 {
+		fe.Add(p("gatePort"), fmt.Sprintf("%d is not a TCP port (1-65535; 0: the default, %d)", k.GatePort, DefaultGatePort))
+	}
 	if k.KeepFinished != nil && (*k.KeepFinished < 0 || k.KeepFinished.D() > maxKeepFinished) {
 		fe.Add(p("keepFinished"), "must be between 0 (delete finished Jobs at once) and 8760h")
 	}

@@ -33,9 +33,12 @@ func TestKubernetesPoolValidation(t *testing.T) {
 			[]string{"spec.kubernetes.capacityTypeLabel", "spec.kubernetes.gpuModelLabel", "spec.kubernetes.gpuResource"}},
 		"negative numbers": {&model.KubernetesPoolSettings{PricePerGPUHour: -1, ClientQPS: -1, ClientBurst: -1, PendingTimeout: -1},
 			[]string{"spec.kubernetes.clientBurst", "spec.kubernetes.clientQPS", "spec.kubernetes.pendingTimeout", "spec.kubernetes.pricePerGPUHour"}},
-		"image with spaces": {&model.KubernetesPoolSettings{Image: "my image"}, []string{"spec.kubernetes.image"}},
-		"bad queue name":    {&model.KubernetesPoolSettings{QueueName: "team/a"}, []string{"spec.kubernetes.queueName"}},
-		"bad node selector": {&model.KubernetesPoolSettings{NodeSelector: map[string]string{"-x": "ok", "y": "not ok!"}}, []string{`spec.kubernetes.nodeSelector["-x"]`, `spec.kubernetes.nodeSelector["y"]`}},
+		"gate port 0 to 65535": {&model.KubernetesPoolSettings{GatePort: 8443, NetworkPolicy: new(false)}, nil},
+		"gate port past 65535": {&model.KubernetesPoolSettings{GatePort: 65536}, []string{"spec.kubernetes.gatePort"}},
+		"negative gate port":   {&model.KubernetesPoolSettings{GatePort: -1}, []string{"spec.kubernetes.gatePort"}},
+		"image with spaces":    {&model.KubernetesPoolSettings{Image: "my image"}, []string{"spec.kubernetes.image"}},
+		"bad queue name":       {&model.KubernetesPoolSettings{QueueName: "team/a"}, []string{"spec.kubernetes.queueName"}},
+		"bad node selector":    {&model.KubernetesPoolSettings{NodeSelector: map[string]string{"-x": "ok", "y": "not ok!"}}, []string{`spec.kubernetes.nodeSelector["-x"]`, `spec.kubernetes.nodeSelector["y"]`}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			spec := model.NodePoolSpec{Provider: model.ProviderKubernetes, Kubernetes: tc.k, Max: 1}

@@ -631,6 +631,9 @@ func (v *vnode) admit(specs []agentapi.ReplicaSpec) {
 		plan := jobPlan{pool: v.r.c.opts.Pool, settings: settings, node: v.target, specs: batch}
 		job, svc := plan.build()
 		js.want = &want{node: v.id, attempt: first.AttemptID, job: job, svc: svc, secret: plan.secret(job)}
+		if svc != nil && policiesOn(settings) {
+			js.want.policy = policyFor(svc)
+		}
 		v.r.setWant(keyJob+name, js.want)
 		log.Info("creating Job", "replicas", len(batch), "first_rank", first.Rank, "gpus_per_replica", len(first.GPUs))
 	}

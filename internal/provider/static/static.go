@@ -170,6 +170,7 @@ type Provider struct {
 var (
 	_ provider.Provider      = (*Provider)(nil)
 	_ provider.FixedCapacity = (*Provider)(nil)
+	_ provider.Adopter       = (*Provider)(nil)
 )
 
 // New returns the provider of cfg's machines, refusing an invalid cfg.
@@ -250,6 +251,18 @@ func (p *Provider) snapshot() ([]Machine, map[string]time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.machines, p.since
+}
+
+// Declared returns the pool that declares machine id (its first, when two
+// list it) and the machine's price per hour.
+func (p *Provider) Declared(id string) (pool string, pricePerHour float64, ok bool) {
+	machines, _ := p.snapshot()
+	for _, m := range machines {
+		if m.Name == id {
+			return m.Pool, m.PricePerHour, true
+		}
+	}
+	return "", 0, false
 }
 
 // Name returns "static".
