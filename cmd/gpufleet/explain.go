@@ -76,12 +76,12 @@ func explainServiceTable(tw *tabwriter.Writer, s *api.ServiceView) {
 		row(tw, fmt.Sprintf("REPLICA %d", rep.Slot), rep.Job+" "+line)
 	}
 	fmt.Fprintln(tw)
-	if len(s.Events) == 0 {
-		row(tw, "DECISIONS", "none since the server started (the count has stayed where it began)")
+	if len(s.Decisions) == 0 {
+		row(tw, "DECISIONS", "none recorded (the count has stayed where it began)")
 		return
 	}
 	row(tw, "TIME", "DECISION")
-	for _, e := range s.Events {
+	for _, e := range s.Decisions {
 		row(tw, e.Time.Format(time.RFC3339), e.Message)
 	}
 }

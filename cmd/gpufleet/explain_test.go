@@ -45,14 +45,13 @@ func TestExplainServiceTable(t *testing.T) {
 		Service: model.Service{Name: "llm", Spec: model.ServiceSpec{
 			Replicas:    model.ServiceReplicas{Min: 1, Max: 4},
 			Autoscaling: model.ServiceAutoscaling{Metric: model.ScaleOnLatency, Target: 0.5, ScaleDownWindow: model.Duration(time.Minute)},
-		}},
+		}, Decisions: []model.Event{{Time: at, Message: "replicas 2 → 3: p95 latency 812ms over target 500ms with 2 ready"}}},
 		Desired: 3, Ready: 2, InFlight: 7,
 		Load: model.ServiceLoad{Rate: 12.5, P95Seconds: 0.8123, LatencySamples: 340},
 		Replicas: []model.ServiceReplica{
 			{Job: "j-a", Slot: 0, State: model.ReplicaReady, JobState: model.JobRunning, Address: "10.0.0.5:8000", Generation: 1},
 			{Job: "j-c", Slot: 2, State: model.ReplicaPending, JobState: model.JobQueued, Generation: 1},
 		},
-		Events: []model.Event{{Time: at, Message: "replicas 2 → 3: p95 latency 812ms over target 500ms with 2 ready"}},
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)

@@ -59,7 +59,7 @@ GPUFLEET_TOKEN, or else through the data dir that 'gpufleet up' wrote.`,
 	pf.StringVar(&g.config, "config", "", "the CLI config file (env GPUFLEET_CONFIG, default ~/.config/gpufleet/config.yaml)")
 	root.AddCommand(
 		newUpCmd(g), newServerCmd(g), newRunCmd(g), newJobsCmd(g), newNodesCmd(g),
-		newOffersCmd(g), newGPUsCmd(), newTokensCmd(g), newProjectsCmd(g), newRolesCmd(g), newUsersCmd(g), newAuditCmd(g), newQueuesCmd(g), newServicesCmd(g), newPlanCmd(g), newApplyCmd(g), newHistoryCmd(g), newRollbackCmd(g), newDriftCmd(g), newExplainCmd(g), newVersionCmd(g), newSuperviseCmd(), newAgentCmd(g), newEventsCmd(g), newAdviseCmd(g), newBenchCmd(g),
+		newOffersCmd(g), newGPUsCmd(), newTokensCmd(g), newProjectsCmd(g), newRolesCmd(g), newUsersCmd(g), newAuditCmd(g), newQueuesCmd(g), newServicesCmd(g), newProxyCmd(g), newPlanCmd(g), newApplyCmd(g), newHistoryCmd(g), newRollbackCmd(g), newDriftCmd(g), newExplainCmd(g), newVersionCmd(g), newSuperviseCmd(), newAgentCmd(g), newEventsCmd(g), newAdviseCmd(g), newBenchCmd(g),
 		newCostCmd(g), newBudgetsCmd(g), newMetricCmd(), newSecretsCmd(g), newImagesCmd(),
 		newStoreCmd(g), newArtifactsCmd(g), newLoginCmd(g), newLogoutCmd(g), newConfigCmd(g), newSimulateCmd(), newPodCmd(),
 	)

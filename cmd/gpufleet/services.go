@@ -133,7 +133,10 @@ func newServicesGetCmd(g *globals) *cobra.Command {
 		for _, r := range s.Replicas {
 			row(tw, fmt.Sprintf("REPLICA %d", r.Slot), fmt.Sprintf("%s %s gen %d %s in-flight %d", r.Job, r.State, r.Generation, dash(r.Address), r.InFlight))
 		}
-		for _, e := range s.Events {
+		for _, h := range s.Spec.Hosts {
+			row(tw, "HOST", h)
+		}
+		for _, e := range s.Decisions[max(len(s.Decisions)-20, 0):] {
 			row(tw, "SCALED", e.Time.Format("15:04:05")+" "+e.Message)
 		}
 	})

@@ -114,8 +114,8 @@ spec:
 	}
 
 	v := get()
-	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Events) == 0 || v.Events[0].Kind != "service-scale" {
-		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Events))
+	if v.Ready != 1 || len(v.Replicas) != 1 || v.Requests != 2 || v.Tokens != 5+4 || len(v.Decisions) == 0 || v.Decisions[0].Kind != "service-scale" {
+		t.Fatalf("after two requests: ready %d replicas %+v requests %d tokens %d events %d", v.Ready, v.Replicas, v.Requests, v.Tokens, len(v.Decisions))
 	}
 	job := s.job(v.Replicas[0].Job)
 	if job.Spec.Run.Env["PORT"] != strconv.Itoa(port) || job.Tags["gpufleet.dev/service"] != "echo" {
@@ -130,59 +130,15 @@ spec:
 	// Under load from 6 clients (3 per replica at target 2) it scales to
 	// max 2; a rolling update to a new reply meanwhile fails no request;
 	// when the load stops it scales back to 0.
-	var okN, failed atomic.Int64
-	var lastErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				req, _ := http.NewRequest("POST", base+"/v1/completions", strings.NewReader(`{"prompt":"load"}`))
-				req.Header.Set("Idempotency-Key", "k") // a completion is safe to send again
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					failed.Add(1)
-					lastErr.Store(err.Error())
-					continue
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Add(1)
-					lastErr.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
-				} else {
-					okN.Add(1)
-				}
-			}
-		}()
-	}
+	ld := startServiceLoad(base+"/v1/completions", 6, nil)
 	failNow := func(format string, args ...any) {
 		t.Helper()
-		close(stop)
-		wg.Wait()
+		ld.halt()
 		t.Fatalf(format, args...)
 	}
 	waitService := func(what string, ok func(api.ServiceView) bool) api.ServiceView {
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			v := get()
-			if ok(v) {
-				return v
-			}
-			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("timed out waiting for %s: %+v\nserver log:\n%s", what, v, s.out)
-			}
-			time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
-		}
+		t.Helper()
+		return waitServiceView(t, s, "echo", what, ok, ld)
 	}
 	loaded := waitService("2 ready replicas under load", func(v api.ServiceView) bool { return v.Ready == 2 })
 	// A caller on the node that does not hold the project's replica key
@@ -198,15 +154,11 @@ spec:
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatal(err)
+			failNow("%v", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
+			failNow("a direct call to the replica with %q: %d, want 401", hdr, resp.StatusCode)
 		}
 	}
 
@@ -298,12 +250,11 @@ spec:
 		}
 		return true
 	})
-	close(stop)
-	wg.Wait()
-	if failed.Load() != 0 || okN.Load() == 0 {
-		t.Fatalf("load through scale-up, a rolling update and a crash: %d ok, %d failed (last: %v)", okN.Load(), failed.Load(), lastErr.Load())
+	ld.halt()
+	if ld.failed.Load() != 0 || ld.ok.Load() == 0 {
+		t.Fatalf("load through scale-up, a rolling update and a crash: %d ok, %d failed (last: %v)", ld.ok.Load(), ld.failed.Load(), ld.lastErr.Load())
 	}
-	t.Logf("load: %d requests, 0 failed, through a scale-up, a rolling update and a crashed replica", okN.Load())
+	t.Logf("load: %d requests, 0 failed, through a scale-up, a rolling update and a crashed replica", ld.ok.Load())
 	resp, err = http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"after"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +274,11 @@ spec:
 	if v := get(); v.Name != "echo" || v.Generation != 2 || v.Spec.Port != port {
 		t.Fatalf("after a restart: %+v", v.Service)
 	}
+	// The autoscaler's decisions are stored with the service: explain
+	// shows those made before the restart.
+	if ex := s.gpufleet("explain", "service", "echo"); !strings.Contains(ex, "replicas 0 → 1: scale from zero") || !strings.Contains(ex, "→ 0: inflight below target") {
+		t.Fatalf("explain service after a restart:\n%s", ex)
+	}
 
 	s.gpufleet("services", "delete", "echo")
 	s.waitJob(job.ID, func(v api.JobView) bool { return v.State.Terminal() }, "cancelled with its service")
@@ -333,6 +289,87 @@ spec:
 	resp.Body.Close()
 	if resp.StatusCode != 404 {
 		t.Fatalf("deleted service answered %d", resp.StatusCode)
+	}
+}
+
+// serviceLoad is a bounded load loop on loopback: workers clients send
+// completions (with an Idempotency-Key: a completion is safe to send
+// again) until halt, counting the answers.
+type serviceLoad struct {
+	ok, failed atomic.Int64
+	lastErr    atomic.Value
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+// startServiceLoad starts the loop against url with hdr on every request.
+func startServiceLoad(url string, workers int, hdr http.Header) *serviceLoad {
+	l := &serviceLoad{stop: make(chan struct{})}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", url, strings.NewReader(`{"prompt":"load"}`))
+				for k, v := range hdr {
+					req.Header[k] = v
+				}
+				req.Header.Set("Idempotency-Key", "k")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					l.failed.Add(1)
+					l.lastErr.Store(err.Error())
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					l.failed.Add(1)
+					l.lastErr.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
+				} else {
+					l.ok.Add(1)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// halt stops the loop and waits for its requests in flight. Idempotent.
+func (l *serviceLoad) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// waitServiceView polls `services get NAME` until ok, for up to 90 s; a
+// timeout halts ld (when set) and fails with the server's log.
+func waitServiceView(t *testing.T, s *serverProc, name, what string, ok func(api.ServiceView) bool, ld *serviceLoad) api.ServiceView {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var v api.ServiceView
+		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", name, "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			if ld != nil {
+				ld.halt()
+			}
+			t.Fatalf("timed out waiting for %s: %+v\nserver log:\n%s", what, v, s.out)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the server's view; bounded by the deadline
 	}
 }
 

@@ -32,7 +32,8 @@ func newTokensCmd(g *globals) *cobra.Command {
 		Use:   "create SUBJECT",
 		Short: "Create a token for a user or an agent's node; the secret is shown once",
 		Example: `  gpufleet tokens create alice --ttl 30d
-  gpufleet tokens create n-abcdefghij --kind agent --ttl 90d`,
+  gpufleet tokens create n-abcdefghij --kind agent --ttl 90d
+  gpufleet tokens create edge-1 --kind proxy --ttl 90d`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(out); err != nil {
@@ -60,7 +61,7 @@ func newTokensCmd(g *globals) *cobra.Command {
 		},
 	}
 	outputFlag(create, &out)
-	create.Flags().StringVar(&kind, "kind", "user", "token kind: user or agent")
+	create.Flags().StringVar(&kind, "kind", "user", "token kind: user, agent, or proxy (a separate gpufleet proxy: it reads the services' endpoints and nothing else)")
 	create.Flags().StringVar(&ttl, "ttl", "30d", "lifetime (every token expires; at most 366d)")
 	create.Flags().StringVar(&req.Name, "name", "", "a note on what the token is for")
 	create.Flags().BoolVar(&req.Admin, "admin", false, "let a user token manage tokens")

@@ -68,6 +68,8 @@ var MinRole = map[Permission]model.Role{
 	PermSecretsReseal: model.RoleAdmin,
 	PermMetricsRead:   model.RoleAdmin,
 	PermTokensManage:  model.RoleAdmin,
+	// Held by proxy tokens only (Route.Kinds); no user token reaches it.
+	PermServicesProxy: model.RoleAdmin,
 	PermQueuesManage:  model.RoleAdmin,
 	PermFleetManage:   model.RoleAdmin,
 	PermUsersManage:   model.RoleAdmin,
@@ -205,7 +207,9 @@ func audited(rt Route, method string, code int) bool {
 	if method == http.MethodGet || method == http.MethodHead {
 		return false
 	}
-	return rt.Perm != PermAgent
+	// The agent protocol and a proxy's load reports and caller checks
+	// are traffic, not changes.
+	return rt.Perm != PermAgent && rt.Perm != PermServicesProxy
 }
 
 // auditEntry describes a request for the audit log: who, with which token,

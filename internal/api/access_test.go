@@ -68,6 +68,9 @@ func onJob(method, suffix string) func(*accessFixture, string) req {
 
 const agentOnly model.Role = "agent"
 
+// proxyOnly marks the routes of a separate proxy's token.
+const proxyOnly model.Role = "proxy"
+
 // accessCases declares every route for TestAccessMatrix. A route missing
 // here fails the test: declare it, with the least role that may call it.
 var accessCases = map[string]accessCase{
@@ -169,7 +172,11 @@ var accessCases = map[string]accessCase{
 	"DELETE /v1/artifacts/{project}/models/{name}": {project: "path", min: model.RoleProjectAdmin, build: func(_ *accessFixture, p string) req {
 		return req{Method: "DELETE", Path: "/v1/artifacts/" + p + "/models/m?all=true"}
 	}},
-	"POST /v1/agent/logs": {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
+	"POST /v1/agent/logs":     {min: agentOnly, build: send("POST", "/v1/agent/logs", `{"nodeId": "node-q"}`)},
+	"GET /v1/proxy/endpoints": {min: proxyOnly, build: get("/v1/proxy/endpoints?after=0")},
+	"POST /v1/proxy/load":     {min: proxyOnly, build: send("POST", "/v1/proxy/load", `{"services": {"svc-a": {"inFlight": 1}}}`)},
+	"POST /v1/proxy/authorize": {min: proxyOnly, build: send("POST", "/v1/proxy/authorize",
+		`{"service": "svc-a", "digest": "`+strings.Repeat("0", 64)+`"}`)},
 }
 
 // TestAccessMatrix calls every route as every role, on the caller's own
@@ -212,12 +219,19 @@ func TestAccessMatrix(t *testing.T) {
 			_, s := e.token(t, model.TokenRequest{Kind: model.TokenAgent, Subject: "node-q"})
 			return s
 		}},
+		// A separate proxy's token: its three routes and nothing else.
+		"proxy": {proxyOnly, func() string {
+			_, s := e.token(t, model.TokenRequest{Kind: model.TokenProxy, Subject: "edge-1"})
+			return s
+		}},
 	}
 	allowed := func(c caller, ac accessCase, rt api.Route, project string) bool {
 		switch {
 		case c.role == agentOnly:
 			return slices.Contains(rt.Kinds, model.TokenAgent)
-		case ac.min == agentOnly:
+		case c.role == proxyOnly:
+			return slices.Contains(rt.Kinds, model.TokenProxy)
+		case ac.min == agentOnly || ac.min == proxyOnly:
 			return false
 		case c.role == model.RoleAdmin || ac.min == "":
 			return true
@@ -239,7 +253,8 @@ func TestAccessMatrix(t *testing.T) {
 		if rt.Public {
 			continue // anyone, with or without a token
 		}
-		if got := api.MinRole[rt.Perm]; got != ac.min && !(ac.min == agentOnly && (rt.Perm == api.PermAgent || rt.Perm == api.PermAgentJoin)) {
+		if got := api.MinRole[rt.Perm]; got != ac.min && !(ac.min == agentOnly && (rt.Perm == api.PermAgent || rt.Perm == api.PermAgentJoin)) &&
+			!(ac.min == proxyOnly && rt.Perm == api.PermServicesProxy) {
 			t.Errorf("route %s: permission %s needs role %q, the test declares %q", key, rt.Perm, got, ac.min)
 		}
 		if got := api.RouteProject(rt); got != cmp.Or(ac.project, "none") {

@@ -59,6 +59,9 @@ type Queues interface {
 type Identity interface {
 	// Authenticate returns the valid token whose secret this is.
 	Authenticate(secret string) (*model.Token, error)
+	// AuthenticateHash is Authenticate by the secret's SHA-256 (a
+	// separate proxy asks with the hash of the token it was shown).
+	AuthenticateHash(hash []byte) (*model.Token, error)
 	// CreateToken mints a token; the secret is returned only here.
 	CreateToken(ctx context.Context, r model.TokenRequest) (*model.Token, string, error)
 	Tokens() []*model.Token

@@ -448,13 +448,13 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var fe model.FieldErrors
-	if req.Kind != model.TokenUser && req.Kind != model.TokenAgent {
-		fe.Add("kind", "must be user or agent")
+	if req.Kind != model.TokenUser && req.Kind != model.TokenAgent && req.Kind != model.TokenProxy {
+		fe.Add("kind", "must be user, agent or proxy")
 	}
 	switch {
 	case req.Subject == "":
-		fe.Add("subject", "must name the user or node")
-	case req.Kind == model.TokenAgent && !model.ValidName(req.Subject):
+		fe.Add("subject", "must name the user, node or proxy")
+	case (req.Kind == model.TokenAgent || req.Kind == model.TokenProxy) && !model.ValidName(req.Subject):
 		fe.Add("subject", "an agent token's subject is the id its node registers as: 1 to 63 lower-case letters, digits and dashes (e.g. gpu-box-1)")
 	case req.Kind == model.TokenUser:
 		if msg := model.UserProblem(req.Subject); msg != "" {

@@ -48,6 +48,10 @@ const (
 	PermAuditRead Permission = "audit.read"
 	// PermTokensRotate replaces the caller's own token.
 	PermTokensRotate Permission = "tokens.rotate"
+	// PermServicesProxy is a separate service proxy's: read the endpoint
+	// list, report load, ask whether a caller may use a service. Only
+	// proxy tokens hold it, and they hold nothing else.
+	PermServicesProxy Permission = "services.proxy"
 )
 
 // scope limits a non-user token to its own object.
@@ -105,6 +109,7 @@ var (
 	allHolders = []model.TokenKind{model.TokenUser, model.TokenAgent, model.TokenJob}
 	agents     = []model.TokenKind{model.TokenAgent}
 	joiners    = []model.TokenKind{model.TokenJoin}
+	proxies    = []model.TokenKind{model.TokenProxy}
 )
 
 // Routes is the table every endpoint is served from.

@@ -156,6 +156,10 @@ func TestRouteDeclarations(t *testing.T) {
 		"POST /v1/agent/sync":         {Perm: api.PermAgent, Kinds: agents},
 		"POST /v1/agent/logs":         {Perm: api.PermAgent, Kinds: agents},
 		"GET /v1/jobs/{id}/telemetry": {Perm: api.PermJobsRead, Kinds: usersJobs},
+		// A separate proxy's token holds these and nothing else.
+		"GET /v1/proxy/endpoints":  {Perm: api.PermServicesProxy, Kinds: []model.TokenKind{model.TokenProxy}},
+		"POST /v1/proxy/load":      {Perm: api.PermServicesProxy, Kinds: []model.TokenKind{model.TokenProxy}},
+		"POST /v1/proxy/authorize": {Perm: api.PermServicesProxy, Kinds: []model.TokenKind{model.TokenProxy}},
 	}
 	got := map[string]declaration{}
 	for _, rt := range api.Routes() {

@@ -139,10 +139,6 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range Routes() {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.wrap(rt))
 	}
-	mux.HandleFunc("/services/{name}/{rest...}", s.proxyService)
-	mux.HandleFunc("/services/{name}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/services/"+r.PathValue("name")+"/", http.StatusPermanentRedirect)
-	})
 	if cfg.UI != nil {
 		mux.Handle("/ui/", s.origins.Handler(cfg.UI))
 		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
@@ -151,6 +147,14 @@ func New(cfg Config) (*Server, error) {
 		writeProblem(w, r, http.StatusNotFound, "no such route; see /v1/openapi.json", nil)
 	})
 	s.handler = mux
+	if cfg.Services != nil {
+		// A service's host, then /services/NAME/…, before the API's routes.
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !cfg.Services.ServeRoute(w, r, s.authorizeCaller) {
+				mux.ServeHTTP(w, r)
+			}
+		})
+	}
 	return s, nil
 }
 

@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/auth"
 	"github.com/gpufleet/gpufleet/internal/manifest"
@@ -21,10 +25,36 @@ type Services interface {
 	List(projects map[string]bool) []model.ServiceStatus
 	Get(name string) (model.ServiceStatus, error)
 	Delete(ctx context.Context, name string) error
-	// Proxy serves r to service name at path rest; authorize decides
+	// ServeRoute serves r and reports true when it is for a service (on
+	// a service's host, or at /services/NAME/…); authorize decides
 	// token-auth services (0: allowed, else the status to refuse with).
-	Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize func(r *http.Request, project string) int)
+	ServeRoute(w http.ResponseWriter, r *http.Request, authorize func(r *http.Request, project string) int) bool
+	// Endpoints returns the proxies' table: at once when its version is
+	// not after, else once it changes or ctx ends.
+	Endpoints(ctx context.Context, after uint64) model.ProxyTable
+	// Report takes a separate proxy's load report.
+	Report(r model.ProxyReport)
+	// AuthorizeDigest answers whether the bearer secret whose SHA-256 is
+	// digest may call service name (0, else the status to refuse with);
+	// token checks a user token by hash and its role in project.
+	AuthorizeDigest(name string, digest []byte, token func(digest []byte, project string) int) int
 }
+
+// ProxyCaller is POST /v1/proxy/authorize: may the caller whose bearer
+// secret hashes (SHA-256, hex) to Digest call Service?
+type ProxyCaller struct {
+	Service string `json:"service"`
+	Digest  string `json:"digest"`
+}
+
+// ProxyVerdict answers ProxyCaller: Status 0 lets the caller in; else the
+// status to refuse with (401, 404).
+type ProxyVerdict struct {
+	Status int `json:"status"`
+}
+
+// endpointsWait bounds a watch of the endpoint list.
+const endpointsWait = 25 * time.Second
 
 // ServiceManifest is a Service manifest (manifest.Service): what
 // POST /v1/services takes as JSON or YAML.
@@ -55,6 +85,19 @@ func serviceRoutes() []Route {
 		{Method: "DELETE", Pattern: "/v1/services/{name}", Perm: PermJobsCancel, Kinds: users,
 			Summary: "Delete a service; its replicas are cancelled.", Status: 204,
 			handler: func(s *Server) http.HandlerFunc { return s.deleteService }},
+		{Method: "GET", Pattern: "/v1/proxy/endpoints", Perm: PermServicesProxy, Kinds: proxies,
+			Summary:  "For a separate gpufleet proxy (proxy tokens only): every service's route (auth mode, hosts, queue bounds, replica key) and ready replicas. With after=VERSION it waits (up to 25 s) until the table's version differs.",
+			Query:    []Param{{"after", "integer", "the version the caller holds: wait for another"}},
+			Response: model.ProxyTable{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.proxyEndpoints }},
+		{Method: "POST", Pattern: "/v1/proxy/load", Perm: PermServicesProxy, Kinds: proxies,
+			Summary: "For a separate gpufleet proxy: its load per service (in flight, waiting, rate, latency, counts since its last report), which the autoscaler adds to the server's own.",
+			Request: model.ProxyReport{}, Status: 204,
+			handler: func(s *Server) http.HandlerFunc { return s.proxyLoad }},
+		{Method: "POST", Pattern: "/v1/proxy/authorize", Perm: PermServicesProxy, Kinds: proxies,
+			Summary: "For a separate gpufleet proxy: may the caller whose bearer secret has this SHA-256 call the service (0), or with which status is it refused?",
+			Request: ProxyCaller{}, Response: ProxyVerdict{}, Status: 200,
+			handler: func(s *Server) http.HandlerFunc { return s.proxyAuthorize }},
 	}
 }
 
@@ -175,32 +218,86 @@ func (s *Server) deleteService(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// proxyService serves /services/{name}/… : public services to anyone,
-// apiKey services to their keys (checked by the services manager), token
-// services to user tokens with a role in the service's project; a valid
-// token without one gets 404, as the API answers for a service it may not
-// see. Job and node tokens are refused (a workload's own token does not
-// open its project's services), and so are dashboard sessions (a page
-// could ride them).
-func (s *Server) proxyService(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Services == nil {
-		writeProblem(w, r, http.StatusNotImplemented, "this server runs no services", nil)
+// authorizeCaller decides token-auth services on the server's own proxy:
+// user tokens with a role in the service's project; a valid token without
+// one gets 404, as the API answers for a service it may not see. Job,
+// node and proxy tokens are refused (a workload's own token does not open
+// its project's services), and so are dashboard sessions (a page could
+// ride them).
+func (s *Server) authorizeCaller(r *http.Request, project string) int {
+	secret, ok := auth.Bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return http.StatusUnauthorized
+	}
+	return s.authorizeHash(auth.Hash(secret), project)
+}
+
+// authorizeHash is authorizeCaller for a token's hash.
+func (s *Server) authorizeHash(hash []byte, project string) int {
+	tok, err := s.cfg.Identity.AuthenticateHash(hash)
+	if err != nil || tok.Kind != model.TokenUser {
+		return http.StatusUnauthorized
+	}
+	if _, global := s.cfg.Roles.Roles(tok); global || roleAtLeast(s.cfg.Roles.RoleIn(tok, project), model.RoleViewer) {
+		return 0
+	}
+	return http.StatusNotFound
+}
+
+func (s *Server) proxyEndpoints(w http.ResponseWriter, r *http.Request) {
+	if !s.servicesOK(w, r) {
 		return
 	}
-	name := r.PathValue("name")
-	rest := "/" + r.PathValue("rest")
-	s.cfg.Services.Proxy(w, r, name, rest, func(r *http.Request, project string) int {
-		secret, ok := auth.Bearer(r.Header.Get("Authorization"))
-		if !ok {
-			return http.StatusUnauthorized
+	var after uint64
+	if v := r.URL.Query().Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "query.after", Message: "must be a non-negative integer"}})
+			return
 		}
-		tok, err := s.cfg.Identity.Authenticate(secret)
-		if err != nil || tok.Kind != model.TokenUser {
-			return http.StatusUnauthorized
-		}
-		if _, global := s.cfg.Roles.Roles(tok); global || roleAtLeast(s.cfg.Roles.RoleIn(tok, project), model.RoleViewer) {
-			return 0
-		}
-		return http.StatusNotFound
-	})
+		after = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), endpointsWait)
+	defer cancel()
+	writeJSON(w, http.StatusOK, s.cfg.Services.Endpoints(ctx, after))
+}
+
+func (s *Server) proxyLoad(w http.ResponseWriter, r *http.Request) {
+	if !s.servicesOK(w, r) {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var rep model.ProxyReport
+	if problems := manifest.DecodeJSON(body, &rep); len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", problems)
+		return
+	}
+	// One report per proxy token: a proxy cannot speak for another.
+	rep.Proxy = caller(r).ID
+	s.cfg.Services.Report(rep)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) proxyAuthorize(w http.ResponseWriter, r *http.Request) {
+	if !s.servicesOK(w, r) {
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var q ProxyCaller
+	if problems := manifest.DecodeJSON(body, &q); len(problems) > 0 {
+		writeProblem(w, r, http.StatusBadRequest, "", problems)
+		return
+	}
+	digest, err := hex.DecodeString(q.Digest)
+	if err != nil || len(digest) != sha256.Size {
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "digest", Message: "must be the hex SHA-256 of the caller's bearer secret"}})
+		return
+	}
+	writeJSON(w, http.StatusOK, ProxyVerdict{Status: s.cfg.Services.AuthorizeDigest(q.Service, digest, s.authorizeHash)})
 }

@@ -23,6 +23,7 @@ var prefixes = map[model.TokenKind]string{
 	model.TokenAgent: "gfa_",
 	model.TokenJob:   "gfj_",
 	model.TokenJoin:  "gfn_",
+	model.TokenProxy: "gfp_",
 }
 
 // New mints a token of kind for subject, valid for ttl from now. It returns

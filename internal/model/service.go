@@ -65,6 +65,11 @@ type ServiceSpec struct {
 	Autoscaling ServiceAutoscaling `json:"autoscaling,omitempty"`
 	Update      RollingUpdate      `json:"update,omitempty"`
 	Auth        ServiceAuth        `json:"auth,omitempty"`
+	// Hosts are host names the proxy routes to the service by the Host
+	// header, besides /services/NAME/: exact names (chat.example.com) or
+	// one-label wildcards (*.chat.example.com). A name (or wildcard) is
+	// one service's only.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // ReadinessProbe is an HTTP GET that must answer 2xx before a replica
@@ -261,7 +266,58 @@ func (s *ServiceSpec) Validate(prefix string, knownGPU func(string) bool) FieldE
 	default:
 		fe.Add(p("auth.mode"), fmt.Sprintf("%q is not an auth mode: use token, public or apiKey", s.Auth.Mode))
 	}
+	if len(s.Hosts) > MaxServiceHosts {
+		fe.Add(p("hosts"), fmt.Sprintf("must name at most %d hosts", MaxServiceHosts))
+	}
+	seen := map[string]bool{}
+	for i, h := range s.Hosts {
+		path := fmt.Sprintf("%s[%d]", p("hosts"), i)
+		if err := CheckHost(h); err != nil {
+			fe.Add(path, err.Error())
+		} else if seen[h] {
+			fe.Add(path, fmt.Sprintf("%s is named twice", h))
+		}
+		seen[h] = true
+	}
 	return fe
+}
+
+// MaxServiceHosts bounds a service's spec.hosts.
+const MaxServiceHosts = 32
+
+// CheckHost says what is wrong with h as a service's host name: it must be
+// a lower-case DNS name of at least two labels (letters, digits and
+// hyphens, 1 to 63 characters each, no hyphen at either end; 253 in all),
+// without port or trailing dot, optionally "*." and such a name, which
+// matches any one label in place of the star.
+func CheckHost(h string) error {
+	name := strings.TrimPrefix(h, "*.")
+	switch {
+	case h == "":
+		return fmt.Errorf("must not be empty")
+	case h != strings.ToLower(h):
+		return fmt.Errorf("%q must be lower case", h)
+	case strings.ContainsAny(h, ":/"):
+		return fmt.Errorf("%q must be a host name alone, without scheme, port or path", h)
+	case len(name) > 253:
+		return fmt.Errorf("%q is longer than 253 characters", h)
+	case strings.Contains(name, "*"):
+		return fmt.Errorf("%q: a wildcard is \"*.\" followed by a name, once, at the start", h)
+	}
+	labels := strings.Split(name, ".")
+	if len(labels) < 2 {
+		return fmt.Errorf("%q must have at least two labels (chat.example.com)", h)
+	}
+	for _, l := range labels {
+		ok := len(l) >= 1 && len(l) <= 63 && l[0] != '-' && l[len(l)-1] != '-'
+		for _, c := range l {
+			ok = ok && (c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-')
+		}
+		if !ok {
+			return fmt.Errorf("%q: label %q must be 1 to 63 letters, digits or hyphens, not starting or ending with a hyphen", h, l)
+		}
+	}
+	return nil
 }
 
 // Service is a service as the server keeps it.
@@ -284,7 +340,14 @@ type Service struct {
 	Tokens    int64     `json:"tokens,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
+	// Decisions are the autoscaler's latest decisions (service-scale
+	// events), oldest first: at most MaxServiceDecisions, stored with the
+	// service, so a restarted server or a new leader still shows them.
+	Decisions []Event `json:"decisions,omitempty"`
 }
+
+// MaxServiceDecisions bounds the decisions a service keeps.
+const MaxServiceDecisions = 50
 
 // ServiceReplica is one replica as the server sees it.
 type ServiceReplica struct {
@@ -331,8 +394,6 @@ type ServiceStatus struct {
 	CostPerMillionTokens Money `json:"costPerMillionTokens,omitempty"`
 	// Load is what the autoscaler measures now.
 	Load ServiceLoad `json:"load"`
-	// Events are the autoscaler's latest decisions, oldest first.
-	Events []Event `json:"events,omitempty"`
 }
 
 // ServiceLoad is what the proxy measures of a service, as its autoscaler
@@ -346,4 +407,71 @@ type ServiceLoad struct {
 	// first byte over the last 30 s, over LatencySamples requests.
 	P95Seconds     float64 `json:"p95Seconds"`
 	LatencySamples int     `json:"latencySamples"`
+}
+
+// ProxyTable is what a service proxy routes by: every service with its
+// ready replicas, as the server's endpoint list (GET /v1/proxy/endpoints)
+// serves it to a separate `gpufleet proxy`, and as the server's own proxy
+// is given it.
+type ProxyTable struct {
+	// Version increases whenever the table changes.
+	Version uint64 `json:"version"`
+	// Domain, when set, routes host NAME.DOMAIN to service NAME.
+	Domain   string       `json:"domain,omitempty"`
+	Services []ProxyRoute `json:"services"`
+}
+
+// ProxyRoute is one service as a proxy routes it.
+type ProxyRoute struct {
+	Name    string      `json:"name"`
+	Project string      `json:"project"`
+	Auth    ServiceAuth `json:"auth"`
+	Hosts   []string    `json:"hosts,omitempty"`
+	// QueueLimit and ScaleFromZeroTimeout bound the requests held while
+	// no replica is ready (spec.autoscaling).
+	QueueLimit           int      `json:"queueLimit"`
+	ScaleFromZeroTimeout Duration `json:"scaleFromZeroTimeout"`
+	// ReplicaKey is the project's replica key (ServiceKeySecret), sent to
+	// every replica as a bearer token; "" for none.
+	ReplicaKey string `json:"replicaKey,omitempty"`
+	// Replicas are the replicas that take new requests (ready, not
+	// draining).
+	Replicas []ProxyReplica `json:"replicas"`
+}
+
+// ProxyReplica is one ready replica.
+type ProxyReplica struct {
+	Job     string `json:"job"`
+	Slot    int    `json:"slot"`
+	Address string `json:"address"`
+}
+
+// ProxyLoad is what one proxy measured of one service since its last
+// report: the autoscaler adds up every proxy's.
+type ProxyLoad struct {
+	// InFlight counts requests being served or held; Waiting those held
+	// for a replica to turn ready.
+	InFlight int `json:"inFlight"`
+	Waiting  int `json:"waiting"`
+	// Rate is requests per second over the last 10 s.
+	Rate float64 `json:"rate"`
+	// Requests and Tokens were counted since the last report.
+	Requests int64 `json:"requests"`
+	Tokens   int64 `json:"tokens"`
+	// Latency counts the last 30 s of times to first byte per bucket of
+	// the proxy's latency histogram (LatencyBounds, then one slower).
+	Latency []int `json:"latency,omitempty"`
+	// Replicas counts requests in flight per replica job (drained
+	// replicas stop when every proxy's count is 0).
+	Replicas map[string]int `json:"replicas,omitempty"`
+	// Failed lists replica jobs a request failed on: the server probes
+	// them at once.
+	Failed []string `json:"failed,omitempty"`
+}
+
+// ProxyReport is what a proxy sends the server (POST /v1/proxy/load).
+type ProxyReport struct {
+	// Proxy identifies the proxy process (a report replaces its last).
+	Proxy    string               `json:"proxy"`
+	Services map[string]ProxyLoad `json:"services"`
 }

@@ -14,6 +14,10 @@ const (
 	// exchanges it once, on first contact, for its node's agent token.
 	// It authorizes nothing else.
 	TokenJoin TokenKind = "join"
+	// TokenProxy is a separate service proxy's (gpufleet proxy): it
+	// reads the services' endpoint list, reports their load and asks
+	// whether a caller may use a service, and nothing else.
+	TokenProxy TokenKind = "proxy"
 )
 
 // Token is an API credential as the store keeps it: only the SHA-256 of the

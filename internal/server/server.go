@@ -113,6 +113,9 @@ type Config struct {
 	// DefaultReplicaID). AdvertiseURL is where the other replicas send
 	// clients while this one leads (default: the listener's URL).
 	ReplicaID, AdvertiseURL string
+	// ServicesDomain, when set, routes host NAME.DOMAIN to service NAME
+	// (docs/services.md, "Host names").
+	ServicesDomain string
 }
 
 // stepDownBound bounds the shutdown of a leader that lost its lease.
@@ -178,6 +181,11 @@ func (c *Config) Validate() error {
 	if v := c.AdvertiseURL; v != "" {
 		if u, err := neturl.Parse(v); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 			fe.Add("--advertise-url", fmt.Sprintf("%q is not an http(s) URL", v))
+		}
+	}
+	if d := c.ServicesDomain; d != "" {
+		if err := model.CheckHost(d); err != nil || strings.HasPrefix(d, "*.") {
+			fe.Add("--services-domain", fmt.Sprintf("%q must be a lower-case domain such as svc.example.com (service NAME is then NAME.svc.example.com)", d))
 		}
 	}
 	if c.ReplicaID != "" && strings.ContainsAny(c.ReplicaID, " \t\n") {
@@ -538,7 +546,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Stored: ctrl.StoredServices(),
 		Legacy: filepath.Join(c.DataDir, "services.json"), Keys: ctrl.Vault(), Cost: serviceCost(ctrl),
-		Log: log.With("component", "services"), Metrics: svcMetrics, StripCookies: []string{web.SessionCookie, web.CSRFCookie}})
+		Log: log.With("component", "services"), Metrics: svcMetrics, StripCookies: []string{web.SessionCookie, web.CSRFCookie},
+		Domain: c.ServicesDomain, Reserved: apiHosts(url, c.AdvertiseURL, c.AgentURL)})
 	if err != nil {
 		return err
 	}
@@ -843,4 +852,17 @@ func serviceCost(ctrl *controller.Controller) func(model.BudgetScope, time.Time,
 		rep, err := ctrl.CostReport(cost.Query{From: from, To: to, Scope: &scope, Idle: cost.IdleHidden})
 		return rep.Total, err
 	}
+}
+
+// apiHosts are the host names the API is reached at (the listener's, the
+// advertised and the agents' URLs): no service may claim them, so a
+// service's host never captures the API's requests.
+func apiHosts(urls ...string) []string {
+	var out []string
+	for _, u := range urls {
+		if p, err := neturl.Parse(u); err == nil && p.Hostname() != "" {
+			out = append(out, strings.ToLower(p.Hostname()))
+		}
+	}
+	return out
 }

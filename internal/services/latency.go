@@ -50,19 +50,32 @@ func (w *latencyWindow) advance(sec int64) {
 	w.last = max(w.last, sec)
 }
 
-// quantile is the q-quantile (0 < q < 1) of the window's latencies at now,
-// interpolated within its bucket as Prometheus's histogram_quantile does,
-// and how many requests it rests on. One past the last bound reads as that
-// bound.
-func (w *latencyWindow) quantile(now time.Time, q float64) (time.Duration, int) {
+// counts sums the window's seconds at now: one count per bucket.
+func (w *latencyWindow) counts(now time.Time) []int {
 	w.advance(now.Unix())
 	counts := make([]int, len(latencyBounds)+1)
-	n := 0
 	for _, s := range w.secs {
 		for i, c := range s {
 			counts[i] += c
-			n += c
 		}
+	}
+	return counts
+}
+
+// quantile is the q-quantile (0 < q < 1) of the window's latencies at now
+// (quantileOf its counts).
+func (w *latencyWindow) quantile(now time.Time, q float64) (time.Duration, int) {
+	return quantileOf(w.counts(now), q)
+}
+
+// quantileOf is the q-quantile (0 < q < 1) of bucket counts (one per
+// latency bound, then one slower), interpolated within its bucket as
+// Prometheus's histogram_quantile does, and how many requests it rests on.
+// One past the last bound reads as that bound.
+func quantileOf(counts []int, q float64) (time.Duration, int) {
+	n := 0
+	for _, c := range counts {
+		n += c
 	}
 	if n == 0 {
 		return 0, 0
@@ -74,8 +87,8 @@ func (w *latencyWindow) quantile(now time.Time, q float64) (time.Duration, int) 
 			seen += c
 			continue
 		}
-		if i == len(latencyBounds) {
-			return latencyBounds[i-1], n
+		if i >= len(latencyBounds) {
+			return latencyBounds[len(latencyBounds)-1], n
 		}
 		lo := time.Duration(0)
 		if i > 0 {
@@ -85,4 +98,19 @@ func (w *latencyWindow) quantile(now time.Time, q float64) (time.Duration, int) 
 		return lo + time.Duration(frac*float64(latencyBounds[i]-lo)), n
 	}
 	return latencyBounds[len(latencyBounds)-1], n
+}
+
+// addCounts adds b's bucket counts to a's (a may be nil); counts of another
+// length (a proxy of another version) are ignored.
+func addCounts(a, b []int) []int {
+	if len(b) != len(latencyBounds)+1 {
+		return a
+	}
+	if a == nil {
+		a = make([]int, len(b))
+	}
+	for i, c := range b {
+		a[i] += max(c, 0)
+	}
+	return a
 }

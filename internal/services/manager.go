@@ -7,10 +7,20 @@
 // The Manager has its own lock and talks to the controller only through
 // its public job API (Controller), so replicas obey the same queues,
 // quotas, budgets and preemption as any job.
+//
+// The proxy is one type, Proxy (its own lock), routing by a table of the
+// services and their ready replicas: the Manager publishes that table to
+// its own Proxy and to separate `gpufleet proxy` processes (Endpoints),
+// which run the same Proxy inside a Remote and report their load back
+// (Report), so the autoscaler sees every proxy's traffic. Lock order: the
+// Manager's lock, then the published table's, then a Proxy's; a Proxy
+// calls its hooks (Demand, Failed) without its lock.
 package services
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,9 +29,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +96,22 @@ type Config struct {
 	// UsageEvery is how often changed request and token counts are
 	// stored (1 minute).
 	UsageEvery time.Duration
+	// Domain, when set, routes host NAME.DOMAIN to service NAME
+	// (--services-domain).
+	Domain string
+	// Reserved are host names no service may claim nor be routed by (the
+	// API's own).
+	Reserved []string
+}
+
+// reportTTL is how long a separate proxy's last load report counts: one
+// that stops reporting (gone, or cut off) no longer holds replicas up.
+const reportTTL = 5 * time.Second
+
+// report is a separate proxy's last load report.
+type report struct {
+	at    time.Time
+	loads map[string]model.ProxyLoad
 }
 
 // Manager keeps services and their replicas. It is safe for concurrent use.
@@ -91,9 +119,22 @@ type Manager struct {
 	cfg    Config
 	client *http.Client // probes
 	wake   chan struct{}
+	// proxy serves the server's own /services/NAME/… and hosts.
+	proxy *Proxy
 
 	mu   sync.Mutex
 	svcs map[string]*entry
+	// local is the server's own proxy's last load; remote the separate
+	// proxies' last reports, by proxy.
+	local  map[string]model.ProxyLoad
+	remote map[string]report
+	// keys are the projects' replica keys, as refreshKeys last read them.
+	keys map[string]string
+
+	// pubMu guards the published table and its watchers.
+	pubMu   sync.Mutex
+	table   model.ProxyTable
+	changed chan struct{} // closed (and replaced) when table changes
 }
 
 // entry is one service and what the Manager knows of its replicas.
@@ -102,19 +143,12 @@ type entry struct {
 	scaler   *Autoscaler
 	desired  int
 	replicas map[string]*backend // by job id
-	// changed is closed (and replaced) when a replica becomes ready, to
-	// wake requests held for one.
-	changed chan struct{}
 	// resumed is set once the replicas running at start were counted.
 	resumed  bool
-	waiting  int
-	rate     rateMeter
-	latency  latencyWindow // time to first byte, for p95 scaling
 	requests int64
 	tokens   int64
 	// storedUsage is when requests and tokens were last stored.
 	storedUsage time.Time
-	events      []model.Event // the latest decisions, newest last
 }
 
 // backend is one replica.
@@ -142,7 +176,8 @@ type backend struct {
 	// onDemand is set when the replica's job never runs on spot.
 	onDemand  bool
 	nextProbe time.Time
-	inFlight  int
+	// inFlight is every proxy's requests on it, as last measured.
+	inFlight int
 }
 
 func (b *backend) state() string {
@@ -181,7 +216,15 @@ func New(cfg Config) (*Manager, error) {
 		cfg.UsageEvery = time.Minute
 	}
 	m := &Manager{cfg: cfg, svcs: map[string]*entry{}, wake: make(chan struct{}, 1),
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		remote: map[string]report{}, changed: make(chan struct{}),
+		// A restarted server's versions start elsewhere, so a proxy that
+		// waits for a change past the old one's hears of the new table.
+		table: model.ProxyTable{Version: uint64(cfg.Clock.Now().UnixNano()), Domain: cfg.Domain, Services: []model.ProxyRoute{}}}
+	m.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
+		KeyOK:  func(r *http.Request, rt *model.ProxyRoute) bool { return m.keyOK(r, rt.Project, rt.Auth.Secrets) },
+		Demand: func(string) { m.poke() },
+		Failed: m.replicaFailed})
 	for _, s := range cfg.Stored {
 		m.svcs[s.Name] = newEntry(*s)
 		cfg.Metrics.touch(s.Name)
@@ -194,18 +237,21 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Metrics != nil {
 		cfg.Metrics.replicas = m.replicaCounts
 	}
+	m.refreshKeys()
+	m.mu.Lock()
+	m.publishLocked()
+	m.mu.Unlock()
 	return m, nil
 }
 
 func newEntry(s model.Service) *entry {
-	return &entry{svc: s, scaler: NewAutoscaler(s.Spec), replicas: map[string]*backend{}, changed: make(chan struct{}),
-		requests: s.Requests, tokens: s.Tokens}
+	return &entry{svc: s, scaler: NewAutoscaler(s.Spec), replicas: map[string]*backend{}, requests: s.Requests, tokens: s.Tokens}
 }
 
 // saveUsageLocked stores e's request and token counts when they changed
 // and were last stored UsageEvery ago (or force); it does not wait.
 func (m *Manager) saveUsageLocked(e *entry, now time.Time, force bool) {
-	if e.requests == e.svc.Requests && e.tokens == e.svc.Tokens {
+	if !force && e.requests == e.svc.Requests && e.tokens == e.svc.Tokens {
 		return
 	}
 	if !force && now.Sub(e.storedUsage) < m.cfg.UsageEvery {
@@ -261,6 +307,10 @@ func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStat
 		m.mu.Unlock()
 		return model.ServiceStatus{}, false, fmt.Errorf("service %s belongs to project %s: %w", s.Name, e.svc.Project, model.ErrConflict)
 	}
+	if fe := m.hostConflictsLocked(s); len(fe) > 0 {
+		m.mu.Unlock()
+		return model.ServiceStatus{}, false, fe
+	}
 	if !ok {
 		s.Generation, s.CreatedAt, s.UpdatedAt = 1, now, now
 		e = newEntry(s)
@@ -270,7 +320,7 @@ func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStat
 		same, _ := json.Marshal(e.svc.Spec)
 		next, _ := json.Marshal(s.Spec)
 		s.CreatedAt, s.Generation, s.UpdatedAt = e.svc.CreatedAt, e.svc.Generation, e.svc.UpdatedAt
-		s.Requests, s.Tokens = e.requests, e.tokens
+		s.Requests, s.Tokens, s.Decisions = e.requests, e.tokens, e.svc.Decisions
 		if string(same) != string(next) || e.svc.Trusted != s.Trusted {
 			s.Generation++
 			s.UpdatedAt = now
@@ -291,8 +341,63 @@ func (m *Manager) Apply(ctx context.Context, s model.Service) (model.ServiceStat
 	if err := wait(ctx); err != nil {
 		return model.ServiceStatus{}, false, fmt.Errorf("recording service %s: %w", s.Name, err)
 	}
+	m.refreshKeys()
+	m.mu.Lock()
+	m.publishLocked()
+	m.mu.Unlock()
 	m.poke()
 	return st, !ok, nil
+}
+
+// reservedHost reports whether h is, or as a wildcard covers, a host the
+// API is reached at.
+func (m *Manager) reservedHost(h string) bool {
+	parent, wild := strings.CutPrefix(h, "*.")
+	for _, r := range m.cfg.Reserved {
+		if _, p, _ := strings.Cut(r, "."); r == h || (wild && p == parent) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostConflictsLocked lists the hosts of s that another service holds, or
+// that no service may hold: the API's own, and under the services domain
+// any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN. Hosts
+// outside the services domain are an admin's to give (s.Trusted).
+func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
+	var fe model.FieldErrors
+	for i, h := range s.Spec.Hosts {
+		path := fmt.Sprintf("spec.hosts[%d]", i)
+		if m.reservedHost(h) {
+			fe.Add(path, fmt.Sprintf("%s is (or covers) the server's own host; pick another", h))
+			continue
+		}
+		d := m.cfg.Domain
+		if d != "" {
+			label, parent, _ := strings.Cut(h, ".")
+			if parent == d && label != s.Name {
+				fe.Add(path, fmt.Sprintf("%s is under the services domain %s, where each service is NAME.%s (this one is %s.%s already); pick a host outside it", h, d, d, s.Name, d))
+				continue
+			}
+		}
+		if !s.Trusted && (d == "" || !strings.HasSuffix(h, "."+d)) {
+			// A host name is all of its traffic: only the operator hands
+			// out names outside the domain kept for services.
+			where := "no services domain is set (gpufleet server --services-domain)"
+			if d != "" {
+				where = "it is outside the services domain " + d
+			}
+			fe.Add(path, fmt.Sprintf("%s: only an admin may give a service this host, as %s; ask one to apply the service", h, where))
+			continue
+		}
+		for _, o := range m.svcs {
+			if o.svc.Name != s.Name && slices.Contains(o.svc.Spec.Hosts, h) {
+				fe.Add(path, fmt.Sprintf("%s is service %s's already: a host routes to one service (delete it there first)", h, o.svc.Name))
+			}
+		}
+	}
+	return fe
 }
 
 // checkKeys makes sure the project of s has its replica key, and that the
@@ -327,6 +432,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	}
 	delete(m.svcs, name)
 	wait := m.cfg.Committer.Commit(&store.Batch{DeleteServices: []string{name}})
+	m.publishLocked()
 	m.mu.Unlock()
 	if err := wait(ctx); err != nil {
 		return fmt.Errorf("recording the deletion of service %s: %w", name, err)
@@ -337,7 +443,9 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 
 // Get returns one service with its replicas and cost.
 func (m *Manager) Get(name string) (model.ServiceStatus, error) {
+	loads := m.proxy.Take()
 	m.mu.Lock()
+	m.absorbLocked(loads)
 	e, ok := m.svcs[name]
 	if !ok {
 		m.mu.Unlock()
@@ -375,7 +483,9 @@ func ServiceScope(s model.Service) model.BudgetScope {
 
 // List returns the services of projects (nil: every project), by name.
 func (m *Manager) List(projects map[string]bool) []model.ServiceStatus {
+	loads := m.proxy.Take()
 	m.mu.Lock()
+	m.absorbLocked(loads)
 	out := []model.ServiceStatus{}
 	for _, e := range m.svcs {
 		if projects == nil || projects[e.svc.Project] {
@@ -392,9 +502,11 @@ func (m *Manager) List(projects map[string]bool) []model.ServiceStatus {
 
 func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 	st := model.ServiceStatus{Service: e.svc, Desired: e.desired, Requests: e.requests, Tokens: e.tokens,
-		URL: "/services/" + e.svc.Name + "/", Replicas: []model.ServiceReplica{}, Events: slices.Clone(e.events)}
+		URL: "/services/" + e.svc.Name + "/", Replicas: []model.ServiceReplica{}}
+	st.Decisions = slices.Clone(e.svc.Decisions)
+	now := m.cfg.Clock.Now()
+	load := m.loadLocked(e, now)
 	for _, b := range e.replicas {
-		st.InFlight += b.inFlight
 		st.CostPerHour += b.perHour
 		if b.ready && b.draining.IsZero() && !b.moving {
 			st.Ready++
@@ -403,10 +515,8 @@ func (m *Manager) statusLocked(e *entry) model.ServiceStatus {
 			JobState: b.jobState, Address: b.addr, InFlight: b.inFlight})
 	}
 	sort.Slice(st.Replicas, func(i, j int) bool { return st.Replicas[i].Slot < st.Replicas[j].Slot })
-	st.InFlight += e.waiting
-	now := m.cfg.Clock.Now()
-	p95, samples := e.latency.quantile(now, 0.95)
-	st.Load = model.ServiceLoad{Rate: e.rate.rate(now), Waiting: e.waiting, P95Seconds: p95.Seconds(), LatencySamples: samples}
+	st.InFlight = load.InFlight
+	st.Load = model.ServiceLoad{Rate: load.Rate, Waiting: load.Waiting, P95Seconds: load.P95.Seconds(), LatencySamples: load.Samples}
 	return st
 }
 
@@ -468,6 +578,8 @@ type action struct {
 // it reads the replica jobs, probes the running ones, decides the count,
 // then submits and cancels jobs.
 func (m *Manager) Reconcile(ctx context.Context) {
+	m.refreshKeys()
+	loads := m.proxy.Take()
 	// Only replicas: a deep queue of other jobs is neither copied nor
 	// sorted every interval.
 	jobs := m.cfg.Controller.Jobs(model.JobFilter{States: liveStates, Tagged: model.TagService, Limit: 1 << 20})
@@ -479,6 +591,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	}
 	nodes := m.nodes()
 	m.mu.Lock()
+	m.absorbLocked(loads)
 	var acts []action
 	for name, js := range byService {
 		if _, ok := m.svcs[name]; ok {
@@ -497,6 +610,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		m.saveUsageLocked(e, now, false)
 		probes = append(probes, m.dueProbesLocked(e, now)...)
 	}
+	m.publishLocked()
 	m.mu.Unlock()
 
 	m.runProbes(ctx, probes)
@@ -508,6 +622,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	for _, e := range m.svcs {
 		acts = append(acts, m.planLocked(e, now)...)
 	}
+	m.publishLocked()
 	m.mu.Unlock()
 	for _, a := range acts {
 		switch {
@@ -644,24 +759,20 @@ func (m *Manager) syncReplicasLocked(e *entry, jobs []*model.Job, nodes map[stri
 // maxUnavailable, extra ones drained and stopped.
 func (m *Manager) planLocked(e *entry, now time.Time) []action {
 	var acts []action
-	ready := 0
-	inFlight := e.waiting
-	for _, b := range e.replicas {
-		inFlight += b.inFlight
-		if b.ready && b.draining.IsZero() && !b.moving {
-			ready++
-		}
-	}
-	p95, samples := e.latency.quantile(now, 0.95)
-	d := e.scaler.Decide(Load{Ready: ready, InFlight: inFlight, Rate: e.rate.rate(now), Waiting: e.waiting, P95: p95, Samples: samples}, now)
+	load := m.loadLocked(e, now)
+	ready := load.Ready
+	d := e.scaler.Decide(load, now)
 	if d.Replicas != e.desired {
 		ev := model.Event{Time: now, Kind: model.EventServiceScale, Object: "service/" + e.svc.Name,
 			Message: fmt.Sprintf("replicas %d → %d: %s", e.desired, d.Replicas, d.Reason),
 			Fields:  map[string]string{"from": strconv.Itoa(e.desired), "to": strconv.Itoa(d.Replicas), "raw": strconv.Itoa(d.Raw)}}
-		e.events = append(e.events, ev)
-		if len(e.events) > 20 {
-			e.events = e.events[len(e.events)-20:]
+		// Kept with the service (bounded), stored in this reconciliation's
+		// batch with its counts, and recorded as an event.
+		e.svc.Decisions = append(e.svc.Decisions, ev)
+		if n := len(e.svc.Decisions); n > model.MaxServiceDecisions {
+			e.svc.Decisions = slices.Clone(e.svc.Decisions[n-model.MaxServiceDecisions:])
 		}
+		m.saveUsageLocked(e, now, true)
 		acts = append(acts, action{event: &ev})
 		m.cfg.Log.Info("service scaled", "service", e.svc.Name, "from", e.desired, "to", d.Replicas, "reason", d.Reason)
 		e.desired = d.Replicas
@@ -674,7 +785,7 @@ func (m *Manager) planLocked(e *entry, now time.Time) []action {
 			continue // the controller stops it; its job comes back
 		}
 		if !b.draining.IsZero() {
-			if !b.stopped && (b.inFlight == 0 || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
+			if !b.stopped && ((b.inFlight == 0 && m.reportedSinceLocked(b.draining)) || now.Sub(b.draining) >= m.cfg.DrainTimeout) {
 				b.stopped = true
 				acts = append(acts, action{cancel: b.job})
 			}
@@ -779,4 +890,265 @@ func maps(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// keyOK reports whether r carries, as a bearer token, the value of one of
+// project's secrets names. Values are compared in constant time.
+func (m *Manager) keyOK(r *http.Request, project string, names []string) bool {
+	got, ok := bearer(r.Header.Get("Authorization"))
+	if !ok || m.cfg.Keys == nil {
+		return false
+	}
+	match := 0
+	for _, name := range names {
+		if want, _, opened := m.cfg.Keys.Value(project, name); opened && want != "" {
+			match |= subtle.ConstantTimeCompare([]byte(got), []byte(want))
+		}
+	}
+	return match == 1
+}
+
+// replicaKey is project's replica key, "" without Keys or one.
+func (m *Manager) replicaKey(project string) string {
+	if m.cfg.Keys == nil {
+		return ""
+	}
+	key, _, _ := m.cfg.Keys.Value(project, model.ServiceKeySecret)
+	return key
+}
+
+// replicaFailed sets aside a replica a request failed on until its probe
+// passes again, and wakes the reconciler to probe it.
+func (m *Manager) replicaFailed(service, job string) {
+	m.mu.Lock()
+	m.replicaFailedLocked(service, job)
+	m.publishLocked()
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) replicaFailedLocked(service, job string) {
+	if e, ok := m.svcs[service]; ok {
+		if b, ok := e.replicas[job]; ok {
+			m.setReadyLocked(b, false)
+			b.nextProbe = time.Time{}
+		}
+	}
+}
+
+// absorbLocked takes the server's own proxy's load (Proxy.Take): it is
+// the local share of every service's load, and its counts add to the
+// services'.
+func (m *Manager) absorbLocked(loads map[string]model.ProxyLoad) {
+	m.local = loads
+	for name, l := range loads {
+		if e, ok := m.svcs[name]; ok {
+			e.requests += l.Requests
+			e.tokens += l.Tokens
+		}
+	}
+}
+
+// Report takes a separate proxy's load report: it replaces that proxy's
+// last one (for reportTTL), its counts add to the services', the replicas
+// it saw fail are probed at once, and requests it holds for a replica
+// wake the autoscaler.
+func (m *Manager) Report(r model.ProxyReport) {
+	now := m.cfg.Clock.Now()
+	demand := false
+	m.mu.Lock()
+	m.remote[r.Proxy] = report{at: now, loads: r.Services}
+	for name, l := range r.Services {
+		e, ok := m.svcs[name]
+		if !ok {
+			continue
+		}
+		e.requests += max(l.Requests, 0)
+		e.tokens += max(l.Tokens, 0)
+		m.cfg.Metrics.addTokens(name, l.Tokens)
+		for _, job := range l.Failed {
+			m.replicaFailedLocked(name, job)
+		}
+		demand = demand || l.Waiting > 0 || len(l.Failed) > 0
+	}
+	m.publishLocked()
+	m.mu.Unlock()
+	if demand {
+		m.poke()
+	}
+}
+
+// loadLocked is e's load as the autoscaler reads it: the server's own
+// proxy's and every separate proxy's that reported within reportTTL,
+// added up (in flight, waiting, rate, the latency histograms). It sets
+// each replica's in-flight count to every proxy's.
+func (m *Manager) loadLocked(e *entry, now time.Time) Load {
+	var l Load
+	var counts []int
+	perJob := map[string]int{}
+	add := func(pl model.ProxyLoad) {
+		l.InFlight += pl.InFlight
+		l.Waiting += pl.Waiting
+		l.Rate += pl.Rate
+		counts = addCounts(counts, pl.Latency)
+		for job, n := range pl.Replicas {
+			perJob[job] += n
+		}
+	}
+	add(m.local[e.svc.Name])
+	for id, r := range m.remote {
+		if now.Sub(r.at) > reportTTL {
+			delete(m.remote, id)
+			continue
+		}
+		add(r.loads[e.svc.Name])
+	}
+	for _, b := range e.replicas {
+		b.inFlight = perJob[b.job]
+		if b.ready && b.draining.IsZero() && !b.moving {
+			l.Ready++
+		}
+	}
+	l.P95, l.Samples = quantileOf(counts, 0.95)
+	return l
+}
+
+// reportedSinceLocked reports whether every separate proxy that reports
+// has reported more than a second after t: one routing by a table from
+// before a replica drained may have sent it requests its earlier report
+// does not count (a proxy hears of a new table within milliseconds).
+func (m *Manager) reportedSinceLocked(t time.Time) bool {
+	for _, r := range m.remote {
+		if !r.at.After(t.Add(time.Second)) && m.cfg.Clock.Now().Sub(r.at) <= reportTTL {
+			return false
+		}
+	}
+	return true
+}
+
+// publishLocked makes the services and their ready replicas the table
+// proxies route by: the server's own (at once, under the Manager's lock,
+// so a replica shown draining takes no new request), and those following
+// Endpoints. Replica keys come from keys (read without the lock).
+func (m *Manager) publishLocked() {
+	t := model.ProxyTable{Domain: m.cfg.Domain, Services: []model.ProxyRoute{}}
+	for _, e := range m.svcs {
+		s := e.svc
+		rt := model.ProxyRoute{Name: s.Name, Project: s.Project, Auth: s.Spec.Auth, Hosts: s.Spec.Hosts,
+			QueueLimit: s.Spec.Autoscaling.QueueLimit, ScaleFromZeroTimeout: s.Spec.Autoscaling.ScaleFromZeroTimeout,
+			ReplicaKey: m.keys[s.Project], Replicas: []model.ProxyReplica{}}
+		for _, b := range e.replicas {
+			if b.ready && b.draining.IsZero() && !b.moving && b.addr != "" {
+				rt.Replicas = append(rt.Replicas, model.ProxyReplica{Job: b.job, Slot: b.slot, Address: b.addr})
+			}
+		}
+		sort.Slice(rt.Replicas, func(i, j int) bool { return rt.Replicas[i].Slot < rt.Replicas[j].Slot })
+		t.Services = append(t.Services, rt)
+	}
+	sort.Slice(t.Services, func(i, j int) bool { return t.Services[i].Name < t.Services[j].Name })
+	m.pubMu.Lock()
+	if !reflect.DeepEqual(t.Services, m.table.Services) || t.Domain != m.table.Domain {
+		t.Version = m.table.Version + 1
+		m.table = t
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+	t = m.table
+	m.pubMu.Unlock()
+	m.proxy.Set(t)
+}
+
+// refreshKeys reads the replica key of every service's project (without
+// the Manager's lock: the vault has its own) for publishLocked.
+func (m *Manager) refreshKeys() {
+	m.mu.Lock()
+	projects := map[string]bool{}
+	for _, e := range m.svcs {
+		projects[e.svc.Project] = true
+	}
+	m.mu.Unlock()
+	keys := map[string]string{}
+	for p := range projects {
+		keys[p] = m.replicaKey(p)
+	}
+	m.mu.Lock()
+	m.keys = keys
+	m.mu.Unlock()
+}
+
+// Endpoints returns the table proxies route by: at once when its version
+// is not after, else once it changes or ctx ends (a watch).
+func (m *Manager) Endpoints(ctx context.Context, after uint64) model.ProxyTable {
+	m.pubMu.Lock()
+	t, ch := m.table, m.changed
+	m.pubMu.Unlock()
+	if t.Version != after {
+		return t
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	return m.table
+}
+
+// AuthorizeDigest answers a separate proxy asking whether the bearer
+// secret whose SHA-256 is digest may call service name: 0, or the status
+// to refuse with (404 for no such service). Public services let anyone
+// in; apiKey services compare digest with their keys' in constant time;
+// token services ask token, which checks a user token by its hash and
+// its role in the project.
+func (m *Manager) AuthorizeDigest(name string, digest []byte, token func(digest []byte, project string) int) int {
+	m.mu.Lock()
+	e, ok := m.svcs[name]
+	var auth model.ServiceAuth
+	var project string
+	if ok {
+		auth, project = e.svc.Spec.Auth, e.svc.Project
+	}
+	m.mu.Unlock()
+	switch {
+	case !ok:
+		return http.StatusNotFound
+	case auth.Mode == model.AuthPublic:
+		return 0
+	case auth.Mode == model.AuthAPIKey:
+		if m.cfg.Keys == nil || len(digest) != sha256.Size {
+			return http.StatusUnauthorized
+		}
+		match := 0
+		for _, s := range auth.Secrets {
+			if want, _, opened := m.cfg.Keys.Value(project, s); opened && want != "" {
+				h := sha256.Sum256([]byte(want))
+				match |= subtle.ConstantTimeCompare(h[:], digest)
+			}
+		}
+		if match == 1 {
+			return 0
+		}
+		return http.StatusUnauthorized
+	}
+	return token(digest, project)
+}
+
+// ServeRoute serves r on the server's own proxy when it is a service's
+// (Proxy.ServeRoute).
+func (m *Manager) ServeRoute(w http.ResponseWriter, r *http.Request, authorize func(r *http.Request, project string) int) bool {
+	return m.proxy.ServeRoute(w, r, byProject(authorize))
+}
+
+// byProject is an Authorize that asks authorize about the route's project.
+func byProject(authorize func(r *http.Request, project string) int) Authorize {
+	if authorize == nil {
+		return nil
+	}
+	return func(r *http.Request, rt *model.ProxyRoute) int { return authorize(r, rt.Project) }
+}
+
+// Proxy serves one request to service name on the server's own proxy
+// (Proxy.Serve).
+func (m *Manager) Proxy(w http.ResponseWriter, r *http.Request, name, rest string, authorize func(r *http.Request, project string) int) {
+	m.proxy.Serve(w, r, name, rest, byProject(authorize))
 }

@@ -847,7 +847,7 @@ func TestP95LatencyScalesTheService(t *testing.T) {
 	if st.Load.LatencySamples < minLatencySamples || st.Load.P95Seconds < 0.04 {
 		t.Fatalf("load read: %+v", st.Load)
 	}
-	last := st.Events[len(st.Events)-1]
+	last := st.Decisions[len(st.Decisions)-1]
 	if !strings.Contains(last.Message, "p95 latency") || !strings.Contains(last.Message, "over target 20ms") {
 		t.Fatalf("the decision's reason: %q", last.Message)
 	}

@@ -70,8 +70,8 @@ func (m *Manager) runProbes(ctx context.Context, ps []*probe) {
 	wg.Wait()
 }
 
-// applyProbeLocked records a probe's answer; a replica that turns ready
-// wakes the requests held for one.
+// applyProbeLocked records a probe's answer (the table published at the
+// end of the reconciliation lists a replica that turned ready).
 func (m *Manager) applyProbeLocked(p *probe, _ time.Time) {
 	e, ok := m.svcs[p.service]
 	if !ok {
@@ -81,18 +81,16 @@ func (m *Manager) applyProbeLocked(p *probe, _ time.Time) {
 	if !ok {
 		return
 	}
-	m.setReadyLocked(e, b, p.ok)
+	m.setReadyLocked(b, p.ok)
 }
 
-func (m *Manager) setReadyLocked(e *entry, b *backend, ready bool) {
+func (m *Manager) setReadyLocked(b *backend, ready bool) {
 	if ready == b.ready {
 		return
 	}
 	b.ready = ready
 	if ready {
 		b.wasReady = true
-		close(e.changed)
-		e.changed = make(chan struct{})
 	}
 }
 

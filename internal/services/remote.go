@@ -1,0 +1,230 @@
+package services
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/clock"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// Server is what a separate proxy needs of the gpufleet server: the API's
+// proxy routes, called with a proxy token (package client).
+type Server interface {
+	// ProxyEndpoints returns the table at once when its version is not
+	// after, else once it changes (or the server's wait ends).
+	ProxyEndpoints(ctx context.Context, after uint64) (model.ProxyTable, error)
+	// ProxyLoad reports the proxy's load.
+	ProxyLoad(ctx context.Context, r model.ProxyReport) error
+	// ProxyAuthorize says whether the caller whose bearer secret has
+	// SHA-256 digest may call service (0), or the status to refuse with.
+	ProxyAuthorize(ctx context.Context, service string, digest []byte) (int, error)
+}
+
+// RemoteConfig configures a Remote.
+type RemoteConfig struct {
+	Server Server // required
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// Metrics receives the proxy's request, latency and token series.
+	Metrics *Metrics
+	// StripCookies and Reserved are as in ProxyConfig.
+	StripCookies []string
+	Reserved     []string
+	// ReportEvery is how often the load is reported (1 s); a request
+	// held for a replica, or one that failed, is reported at once.
+	ReportEvery time.Duration
+	// AuthTTL is how long a caller the server let in is let in again
+	// without asking (10 s); a refusal is remembered for a fifth of it.
+	AuthTTL time.Duration
+}
+
+// Remote is a separate `gpufleet proxy`: the same Proxy the server runs,
+// routing by the server's endpoint list, which it watches, and reporting
+// its load to the server, whose autoscaler adds it to its own proxy's.
+type Remote struct {
+	cfg    RemoteConfig
+	proxy  *Proxy
+	demand chan struct{}
+	ready  atomic.Bool
+
+	mu    sync.Mutex
+	cache map[authKey]verdict
+}
+
+type authKey struct {
+	service string
+	digest  [sha256.Size]byte
+}
+
+type verdict struct {
+	status int
+	until  time.Time
+}
+
+// maxAuthCache bounds the remembered callers; past it the cache starts
+// over.
+const maxAuthCache = 10000
+
+// NewRemote returns a proxy that routes nothing until Run has read the
+// endpoint list once.
+func NewRemote(cfg RemoteConfig) *Remote {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReportEvery == 0 {
+		cfg.ReportEvery = time.Second
+	}
+	if cfg.AuthTTL == 0 {
+		cfg.AuthTTL = 10 * time.Second
+	}
+	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), cache: map[authKey]verdict{}}
+	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
+		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt.Name) == 0 },
+		Demand: func(string) { r.poke() },
+		Failed: func(string, string) { r.poke() }})
+	return r
+}
+
+func (r *Remote) poke() {
+	select {
+	case r.demand <- struct{}{}:
+	default:
+	}
+}
+
+// Run follows the endpoint list and reports the load until ctx ends.
+func (r *Remote) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); r.follow(ctx) }()
+	go func() { defer wg.Done(); r.report(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+// follow watches the endpoint list. While the server cannot be reached
+// the proxy keeps routing by the last table it read.
+func (r *Remote) follow(ctx context.Context) {
+	var after uint64
+	for ctx.Err() == nil {
+		t, err := r.cfg.Server.ProxyEndpoints(ctx, after)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Log.Warn("reading the services' endpoints; routing by the last table read", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-r.cfg.Clock.After(time.Second):
+				}
+			}
+			continue
+		}
+		if t.Version != after {
+			r.proxy.Set(t)
+			after = t.Version
+			if !r.ready.Swap(true) {
+				r.cfg.Log.Info("routing by the server's endpoint list", "services", len(t.Services), "version", t.Version)
+			}
+		}
+	}
+}
+
+// report sends the load every ReportEvery, and at once on demand. Counts
+// a failed report did not deliver are sent with the next.
+func (r *Remote) report(ctx context.Context) {
+	t := r.cfg.Clock.NewTicker(r.cfg.ReportEvery)
+	defer t.Stop()
+	unsent := map[string]model.ProxyLoad{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-r.demand:
+		}
+		loads := r.proxy.Take()
+		for name, u := range unsent {
+			l := loads[name]
+			l.Requests += u.Requests
+			l.Tokens += u.Tokens
+			l.Failed = append(l.Failed, u.Failed...)
+			loads[name] = l
+		}
+		if err := r.cfg.Server.ProxyLoad(ctx, model.ProxyReport{Services: loads}); err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Log.Warn("reporting the proxy's load", "err", err)
+			}
+			clear(unsent)
+			for name, l := range loads {
+				if l.Requests != 0 || l.Tokens != 0 || len(l.Failed) > 0 {
+					unsent[name] = model.ProxyLoad{Requests: l.Requests, Tokens: l.Tokens, Failed: l.Failed}
+				}
+			}
+			continue
+		}
+		clear(unsent)
+	}
+}
+
+// authorize asks the server whether r's bearer may call service,
+// remembering the answer (AuthTTL, a fifth of it for a refusal). The
+// server sees the secret's SHA-256, never the secret. A server it cannot
+// ask answers 503.
+func (r *Remote) authorize(req *http.Request, service string) int {
+	secret, ok := bearer(req.Header.Get("Authorization"))
+	if !ok {
+		return http.StatusUnauthorized
+	}
+	k := authKey{service: service, digest: sha256.Sum256([]byte(secret))}
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	v, ok := r.cache[k]
+	r.mu.Unlock()
+	if ok && now.Before(v.until) {
+		return v.status
+	}
+	status, err := r.cfg.Server.ProxyAuthorize(req.Context(), service, k.digest[:])
+	if err != nil {
+		r.cfg.Log.Warn("asking the server about a caller", "service", service, "err", err)
+		return http.StatusServiceUnavailable
+	}
+	ttl := r.cfg.AuthTTL
+	if status != 0 {
+		ttl /= 5
+	}
+	r.mu.Lock()
+	if len(r.cache) >= maxAuthCache {
+		clear(r.cache)
+	}
+	r.cache[k] = verdict{status: status, until: now.Add(ttl)}
+	r.mu.Unlock()
+	return status
+}
+
+// ServeHTTP serves the services' routes (Proxy.ServeRoute), /healthz, and
+// /readyz (503 until the endpoint list was read once).
+func (r *Remote) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if r.proxy.ServeRoute(w, req, func(req *http.Request, rt *model.ProxyRoute) int { return r.authorize(req, rt.Name) }) {
+		return
+	}
+	switch req.URL.Path {
+	case "/healthz":
+		_, _ = w.Write([]byte("ok\n"))
+	case "/readyz":
+		if !r.ready.Load() {
+			http.Error(w, "the server's endpoint list was not read yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	default:
+		http.Error(w, "no such service route: use /services/NAME/… or a service's host", http.StatusNotFound)
+	}
+}
