@@ -301,11 +301,45 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 	if rc == RecomputeFull {
 		return 2 * s * h / t64
 	}
-	per := s * h * (11 + 4 + w.mlpActivationTerm())
+	per := s * h * (w.attnActivationTerm() + 4 + w.mlpActivationTerm())
+	if w.Precision == FP8 {
+		// Transformer Engine keeps the FP8 cast of each GEMM input for the
+		// weight gradient (1 byte, not 2): the QKV, fc1 and fc2 inputs
+		// shrink by 1, 1 and f/h; the attention output is kept twice,
+		// bf16 by the attention kernel and FP8 by the projection (+1).
+		per -= s * h * (1 + w.fc2InputTerm())
+	}
 	if w.Attention == Eager && rc == RecomputeNone {
 		per += 5 * float64(w.arch.Heads) * s * s
 	}
 	return per / t64
+}
+
+// attnActivationTerm is the attention block's bytes per token per hidden
+// unit: Korthikanti et al.'s 11 (QKV input 2, Q and K 4, V 2, projection
+// input 2, dropout mask 1) with grouped-query attention's K and V at
+// kv/a of Q's size (Ainslie et al. 2023): 7 + 4·kv/a, 11 when kv = a.
+func (w *workload) attnActivationTerm() float64 {
+	kv := float64(w.arch.KVHeads) / float64(w.arch.Heads)
+	if w.arch.Heads == 0 || kv <= 0 {
+		kv = 1
+	}
+	return 7 + 4*kv
+}
+
+// fc2InputTerm is the second MLP GEMM's input in bf16 bytes per token per
+// hidden unit, mean over layers (2·f/h; MoE: per routed and shared expert
+// visited at the expert width).
+func (w *workload) fc2InputTerm() float64 {
+	h := float64(w.arch.Hidden)
+	dense := 2 * float64(w.arch.FFN) / h
+	moe := w.moeLayers()
+	if moe == 0 {
+		return dense
+	}
+	moeTerm := 2 * float64(w.arch.ExpertFFN) / h * float64(w.arch.ActiveExperts+w.arch.SharedExperts)
+	L := float64(w.arch.Layers)
+	return (float64(moe)*moeTerm + float64(w.arch.DenseLayers)*dense) / L
 }
 
 // mlpActivationTerm is the MLP's bytes per token per hidden unit, mean
