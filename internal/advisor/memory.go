@@ -50,6 +50,9 @@ type Plan struct {
 	// data-parallel group, which exchange tokens by all-to-all
 	// (Lepikhin et al. 2020 "GShard"; Megatron-Core MoE).
 	EP int `json:"ep,omitempty"`
+	// VP is the virtual pipeline stages per pipeline rank (Megatron's
+	// interleaved 1F1B schedule); 0 or 1 is plain 1F1B.
+	VP int `json:"vp,omitempty"`
 	// OverlapExpertComm hides the all-to-all behind another micro-batch's
 	// compute (DeepSeek-V3's DualPipe; Megatron-Core
 	// --overlap-moe-expert-parallel-comm).
@@ -68,6 +71,14 @@ func (p Plan) cp() int { return max(1, p.CP) }
 
 // ep is the expert-parallel degree, at least 1.
 func (p Plan) ep() int { return max(1, p.EP) }
+
+// vp is the virtual pipeline stages per rank, 1 when not interleaved.
+func (p Plan) vp() int {
+	if p.PP < 2 {
+		return 1
+	}
+	return max(1, p.VP)
+}
 
 // etp is the expert tensor-parallel degree. When ep divides dp the EP
 // group is carved out of the data-parallel ranks and the experts are also
@@ -94,6 +105,9 @@ func (p Plan) String() string {
 	fmt.Fprintf(&b, "tp%d pp%d dp%d", p.TP, p.PP, p.DP)
 	if p.cp() > 1 {
 		fmt.Fprintf(&b, " cp%d", p.CP)
+	}
+	if p.vp() > 1 {
+		fmt.Fprintf(&b, " vp%d", p.VP)
 	}
 	if p.ep() > 1 {
 		fmt.Fprintf(&b, " ep%d", p.EP)
@@ -532,6 +546,14 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	seq := int(math.Ceil(float64(w.SequenceLength) / float64(p.cp())))
 	micro := math.Ceil(float64(w.GlobalBatch) / (dp * float64(p.MicroBatch)))
 	inflight := math.Min(pp, micro)
+	if v := float64(p.vp()); v > 1 {
+		// Interleaved 1F1B: the first rank warms up (p−1)·2 + (v−1)·p
+		// chunks of L/(p·v) layers before its first backward, so it
+		// holds p·(1 + (p−1)/(p·v)) micro-batches of L/p layers
+		// (Narayanan et al. 2021 §2.2.2; Korthikanti et al. 2022 §4.2.3;
+		// Megatron-Core schedules.py, get_num_warmup_microbatches).
+		inflight = math.Min(pp*(1+(pp-1)/(pp*v)), micro)
+	}
 	layers := math.Ceil(float64(w.arch.Layers) / pp)
 	perSeq := w.activationPerLayer(seq, p.TP, p.Recompute)
 	m.acts = layers * inflight * float64(p.MicroBatch) * perSeq
