@@ -358,7 +358,7 @@ func (w *workload) fc2InputTerm() float64 {
 
 // mlpActivationTerm is the MLP's bytes per token per hidden unit, mean
 // over layers: 3 + 4·f/h for a GELU MLP (fc1 out, GELU out, input, mask),
-// 3 + 8·f/h gated. An MoE layer stores this at the expert width f_e for
+// 3 + 8·f/h gated (3 + 6·f/h with Megatron-Core's fused SwiGLU). An MoE layer stores this at the expert width f_e for
 // each of the k routed and S shared experts a token visits, plus the k
 // permuted copies of its input (2k; Megatron-Core's token permutation).
 func (w *workload) mlpActivationTerm() float64 {
@@ -366,6 +366,12 @@ func (w *workload) mlpActivationTerm() float64 {
 	per := 4.0
 	if w.gated {
 		per = 8
+		if w.Framework == "megatron" {
+			// megatron/core/fusions/fused_bias_swiglu.py: SwiGLUFunction
+			// saves its input (gate and up, 4·f/h) and fc2 saves its
+			// input (2·f/h); SiLU's output is recomputed in backward.
+			per = 6
+		}
 	}
 	dense := 3 + per*float64(w.arch.FFN)/h
 	moe := w.moeLayers()
@@ -557,7 +563,7 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	layers := math.Ceil(float64(w.arch.Layers) / pp)
 	perSeq := w.activationPerLayer(seq, p.TP, p.Recompute)
 	m.acts = layers * inflight * float64(p.MicroBatch) * perSeq
-	actFormula := "korthikanti: s·b·h·(34+5·a·s/h)/t per layer (gated MLP: 15+8·f/h; flash drops 5·a·s/h)"
+	actFormula := "korthikanti: s·b·h·(34+5·a·s/h)/t per layer (GQA: attention 7+4·kv/a; gated MLP: 3+8·f/h, megatron 3+6·f/h; fp8: −(1+f/h); flash drops 5·a·s/h)"
 	switch p.Recompute {
 	case RecomputeFull:
 		actFormula = "korthikanti full recompute: 2·s·b·h/t per layer"

@@ -179,6 +179,12 @@ type Profile struct {
 	Precision Precision `json:"precision,omitempty"` // default bf16 (nf4 for qlora)
 	Optimizer Optimizer `json:"optimizer,omitempty"` // default adamw
 	Attention Attention `json:"attention,omitempty"` // default flash
+	// Framework is the training stack whose activation storage applies:
+	// pytorch (default: eager modules, e.g. Hugging Face's LlamaMLP keeps
+	// gate, SiLU, up and product, 8·f/h) or megatron (Megatron-Core's
+	// fused bias-SwiGLU keeps only the fc1 output and the fc2 input,
+	// 6·f/h).
+	Framework string `json:"framework,omitempty"`
 	// SequenceLength is tokens per training sequence; zero means 2048
 	// (4096 for presets trained at 4096 or more).
 	SequenceLength int `json:"sequenceLength,omitempty"`
@@ -414,6 +420,9 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	}
 	if p.Attention != Flash && p.Attention != Eager {
 		fe.Add("attention", "must be flash or eager")
+	}
+	if p.Framework != "" && p.Framework != "pytorch" && p.Framework != "megatron" {
+		fe.Add("framework", fmt.Sprintf("unknown framework %q; want pytorch or megatron", p.Framework))
 	}
 
 	if p.Parallelism == "" {
