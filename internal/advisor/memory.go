@@ -321,7 +321,7 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 		// weight gradient (1 byte, not 2): the QKV, fc1 and fc2 inputs
 		// shrink by 1, 1 and f/h; the attention output is kept twice,
 		// bf16 by the attention kernel and FP8 by the projection (+1).
-		per -= s * h * (1 + w.fc2InputTerm())
+		per -= s * h * (1 + w.fc2InputTerm()/2)
 	}
 	if w.Attention == Eager && rc == RecomputeNone {
 		per += 5 * float64(w.arch.Heads) * s * s
