@@ -50,6 +50,9 @@ type Plan struct {
 	// data-parallel group, which exchange tokens by all-to-all
 	// (Lepikhin et al. 2020 "GShard"; Megatron-Core MoE).
 	EP int `json:"ep,omitempty"`
+	// VP is the virtual pipeline stages per pipeline rank (Megatron's
+	// interleaved 1F1B schedule); 0 or 1 is plain 1F1B.
+	VP int `json:"vp,omitempty"`
 	// OverlapExpertComm hides the all-to-all behind another micro-batch's
 	// compute (DeepSeek-V3's DualPipe; Megatron-Core
 	// --overlap-moe-expert-parallel-comm).
@@ -68,6 +71,14 @@ func (p Plan) cp() int { return max(1, p.CP) }
 
 // ep is the expert-parallel degree, at least 1.
 func (p Plan) ep() int { return max(1, p.EP) }
+
+// vp is the virtual pipeline stages per rank, 1 when not interleaved.
+func (p Plan) vp() int {
+	if p.PP < 2 {
+		return 1
+	}
+	return max(1, p.VP)
+}
 
 // etp is the expert tensor-parallel degree. When ep divides dp the EP
 // group is carved out of the data-parallel ranks and the experts are also
@@ -94,6 +105,9 @@ func (p Plan) String() string {
 	fmt.Fprintf(&b, "tp%d pp%d dp%d", p.TP, p.PP, p.DP)
 	if p.cp() > 1 {
 		fmt.Fprintf(&b, " cp%d", p.CP)
+	}
+	if p.vp() > 1 {
+		fmt.Fprintf(&b, " vp%d", p.VP)
 	}
 	if p.ep() > 1 {
 		fmt.Fprintf(&b, " ep%d", p.EP)
@@ -301,16 +315,50 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 	if rc == RecomputeFull {
 		return 2 * s * h / t64
 	}
-	per := s * h * (11 + 4 + w.mlpActivationTerm())
+	per := s * h * (w.attnActivationTerm() + 4 + w.mlpActivationTerm())
+	if w.Precision == FP8 {
+		// Transformer Engine keeps the FP8 cast of each GEMM input for the
+		// weight gradient (1 byte, not 2): the QKV, fc1 and fc2 inputs
+		// shrink by 1, 1 and f/h; the attention output is kept twice,
+		// bf16 by the attention kernel and FP8 by the projection (+1).
+		per -= s * h * (1 + w.fc2InputTerm()/2)
+	}
 	if w.Attention == Eager && rc == RecomputeNone {
 		per += 5 * float64(w.arch.Heads) * s * s
 	}
 	return per / t64
 }
 
+// attnActivationTerm is the attention block's bytes per token per hidden
+// unit: Korthikanti et al.'s 11 (QKV input 2, Q and K 4, V 2, projection
+// input 2, dropout mask 1) with grouped-query attention's K and V at
+// kv/a of Q's size (Ainslie et al. 2023): 7 + 4·kv/a, 11 when kv = a.
+func (w *workload) attnActivationTerm() float64 {
+	kv := float64(w.arch.KVHeads) / float64(w.arch.Heads)
+	if w.arch.Heads == 0 || kv <= 0 {
+		kv = 1
+	}
+	return 7 + 4*kv
+}
+
+// fc2InputTerm is the second MLP GEMM's input in bf16 bytes per token per
+// hidden unit, mean over layers (2·f/h; MoE: per routed and shared expert
+// visited at the expert width).
+func (w *workload) fc2InputTerm() float64 {
+	h := float64(w.arch.Hidden)
+	dense := 2 * float64(w.arch.FFN) / h
+	moe := w.moeLayers()
+	if moe == 0 {
+		return dense
+	}
+	moeTerm := 2 * float64(w.arch.ExpertFFN) / h * float64(w.arch.ActiveExperts+w.arch.SharedExperts)
+	L := float64(w.arch.Layers)
+	return (float64(moe)*moeTerm + float64(w.arch.DenseLayers)*dense) / L
+}
+
 // mlpActivationTerm is the MLP's bytes per token per hidden unit, mean
 // over layers: 3 + 4·f/h for a GELU MLP (fc1 out, GELU out, input, mask),
-// 3 + 8·f/h gated. An MoE layer stores this at the expert width f_e for
+// 3 + 8·f/h gated (3 + 6·f/h with Megatron-Core's fused SwiGLU). An MoE layer stores this at the expert width f_e for
 // each of the k routed and S shared experts a token visits, plus the k
 // permuted copies of its input (2k; Megatron-Core's token permutation).
 func (w *workload) mlpActivationTerm() float64 {
@@ -318,6 +366,12 @@ func (w *workload) mlpActivationTerm() float64 {
 	per := 4.0
 	if w.gated {
 		per = 8
+		if w.Framework == "megatron" {
+			// megatron/core/fusions/fused_bias_swiglu.py: SwiGLUFunction
+			// saves its input (gate and up, 4·f/h) and fc2 saves its
+			// input (2·f/h); SiLU's output is recomputed in backward.
+			per = 6
+		}
 	}
 	dense := 3 + per*float64(w.arch.FFN)/h
 	moe := w.moeLayers()
@@ -498,10 +552,18 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	seq := int(math.Ceil(float64(w.SequenceLength) / float64(p.cp())))
 	micro := math.Ceil(float64(w.GlobalBatch) / (dp * float64(p.MicroBatch)))
 	inflight := math.Min(pp, micro)
+	if v := float64(p.vp()); v > 1 {
+		// Interleaved 1F1B: the first rank warms up (p−1)·2 + (v−1)·p
+		// chunks of L/(p·v) layers before its first backward, so it
+		// holds p·(1 + (p−1)/(p·v)) micro-batches of L/p layers
+		// (Narayanan et al. 2021 §2.2.2; Korthikanti et al. 2022 §4.2.3;
+		// Megatron-Core schedules.py, get_num_warmup_microbatches).
+		inflight = math.Min(pp*(1+(pp-1)/(pp*v)), micro)
+	}
 	layers := math.Ceil(float64(w.arch.Layers) / pp)
 	perSeq := w.activationPerLayer(seq, p.TP, p.Recompute)
 	m.acts = layers * inflight * float64(p.MicroBatch) * perSeq
-	actFormula := "korthikanti: s·b·h·(34+5·a·s/h)/t per layer (gated MLP: 15+8·f/h; flash drops 5·a·s/h)"
+	actFormula := "korthikanti: s·b·h·(34+5·a·s/h)/t per layer (GQA: attention 7+4·kv/a; gated MLP: 3+8·f/h, megatron 3+6·f/h; fp8: −(1+f/h); flash drops 5·a·s/h)"
 	switch p.Recompute {
 	case RecomputeFull:
 		actFormula = "korthikanti full recompute: 2·s·b·h/t per layer"

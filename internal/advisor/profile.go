@@ -179,6 +179,12 @@ type Profile struct {
 	Precision Precision `json:"precision,omitempty"` // default bf16 (nf4 for qlora)
 	Optimizer Optimizer `json:"optimizer,omitempty"` // default adamw
 	Attention Attention `json:"attention,omitempty"` // default flash
+	// Framework is the training stack whose activation storage applies:
+	// pytorch (default: eager modules, e.g. Hugging Face's LlamaMLP keeps
+	// gate, SiLU, up and product, 8·f/h) or megatron (Megatron-Core's
+	// fused bias-SwiGLU keeps only the fc1 output and the fc2 input,
+	// 6·f/h).
+	Framework string `json:"framework,omitempty"`
 	// SequenceLength is tokens per training sequence; zero means 2048
 	// (4096 for presets trained at 4096 or more).
 	SequenceLength int `json:"sequenceLength,omitempty"`
@@ -226,6 +232,11 @@ type Pin struct {
 	// "GShard"); it must divide the experts and dp, or tp·dp with MoE
 	// Parallel Folding (then the experts are not split by TP).
 	EP int `json:"ep,omitempty"`
+	// VP is the number of virtual pipeline stages (model chunks) per
+	// pipeline rank: Megatron's interleaved 1F1B schedule
+	// (--num-layers-per-virtual-pipeline-stage; Narayanan et al. 2021
+	// §2.2.2); it needs pp > 1.
+	VP int `json:"vp,omitempty"`
 	// OverlapExpertComm says the framework hides the all-to-all of expert
 	// parallelism behind compute (DeepSeek-V3's DualPipe; Megatron-Core
 	// --overlap-moe-expert-parallel-comm); without it the all-to-all is
@@ -261,10 +272,16 @@ func validatePin(p *Pin, arch Model, layers int, parallelism string, training bo
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}, {"ep", p.EP}} {
+	}{{"gpus", p.GPUs}, {"nodes", p.Nodes}, {"tp", p.TP}, {"pp", p.PP}, {"dp", p.DP}, {"cp", p.CP}, {"ep", p.EP}, {"vp", p.VP}} {
 		if f.v < 0 || f.v > 1<<14 {
 			fe.Add("pin."+f.name, "must be between 0 (free) and 16384")
 		}
+	}
+	if p.VP > 1 && p.PP < 2 {
+		fe.Add("pin.vp", "virtual pipeline stages need a pinned pipeline degree pp of at least 2")
+	}
+	if p.VP > 1 && p.PP > 1 && layers > 0 && p.PP*p.VP > layers {
+		fe.Add("pin.vp", fmt.Sprintf("pp·vp is %d, more model chunks than %d layers", p.PP*p.VP, layers))
 	}
 	if p.OverlapExpertComm && arch.Experts == 0 {
 		fe.Add("pin.overlapExpertComm", "needs an MoE model (model.experts)")
@@ -403,6 +420,9 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	}
 	if p.Attention != Flash && p.Attention != Eager {
 		fe.Add("attention", "must be flash or eager")
+	}
+	if p.Framework != "" && p.Framework != "pytorch" && p.Framework != "megatron" {
+		fe.Add("framework", fmt.Sprintf("unknown framework %q; want pytorch or megatron", p.Framework))
 	}
 
 	if p.Parallelism == "" {

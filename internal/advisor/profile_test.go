@@ -28,6 +28,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		"batch zero means default, negative is refused": {profile: ft(func(p *Profile) { p.GlobalBatch = -1 }), want: []string{"globalBatch"}},
 		"unknown preset":         {profile: ft(func(p *Profile) { p.Preset = "llama-9" }), want: []string{"preset"}},
 		"unknown precision":      {profile: ft(func(p *Profile) { p.Precision = "fp7" }), want: []string{"precision"}},
+		"unknown framework":      {profile: ft(func(p *Profile) { p.Framework = "jax" }), want: []string{"framework"}},
+		"megatron framework":     {profile: ft(func(p *Profile) { p.Framework = "megatron" }), want: nil},
 		"unknown task":           {profile: ft(func(p *Profile) { p.Task = "distill" }), want: []string{"task"}},
 		"int4 full fine-tune":    {profile: ft(func(p *Profile) { p.Precision = INT4 }), want: []string{"precision"}},
 		"no amount of work":      {profile: ft(func(p *Profile) { p.Tokens = 0 }), want: []string{"tokens"}},
@@ -100,6 +102,9 @@ func TestPinValidation(t *testing.T) {
 		"param offload needs stage 3":    {Pin{ZeRO: &z2, OffloadParams: ptr(true)}, []string{"pin.offloadParams"}},
 		"degrees do not multiply":        {Pin{GPUs: 8, TP: 2, PP: 2, DP: 4}, []string{"pin.gpus"}},
 		"bad recompute":                  {Pin{Recompute: "some"}, []string{"pin.recompute"}},
+		"vp without a pipeline":          {Pin{VP: 2}, []string{"pin.vp"}},
+		"more chunks than layers":        {Pin{PP: 8, VP: 5}, []string{"pin.vp"}},
+		"interleaved pipeline":           {Pin{PP: 4, VP: 4}, nil},
 		"zero 3 on one GPU with offload": {Pin{GPUs: 1, Sharding: "full-shard", OffloadOptimizer: ptr(true), OffloadParams: ptr(true)}, nil},
 	}
 	for name, tt := range tests {
@@ -116,5 +121,37 @@ func TestPinValidation(t *testing.T) {
 	w := mustResolve(t, Profile{Preset: "llama-2-7b", Task: FullFineTune, Tokens: 1e6, Pin: Pin{Sharding: "shard-grad-op"}})
 	if w.Pin.ZeRO == nil || *w.Pin.ZeRO != 2 {
 		t.Errorf("shard-grad-op resolved to %v, want ZeRO 2", w.Pin.ZeRO)
+	}
+}
+
+// TestActivationStorageByStack checks the per-layer activation terms
+// against their derivations: Korthikanti's 34 for a GELU MHA layer with
+// a 4h MLP, grouped-query K and V at kv/a, Megatron's fused SwiGLU at
+// 6·f/h instead of eager PyTorch's 8·f/h, and FP8 GEMM inputs at 1 byte.
+func TestActivationStorageByStack(t *testing.T) {
+	t.Parallel()
+	per := func(p Profile) float64 {
+		w := mustResolve(t, p)
+		s, h := 1024.0, float64(w.arch.Hidden)
+		return w.activationPerLayer(1024, 1, RecomputeNone) / (s * h)
+	}
+	gelu := Profile{Task: PreTrain, Tokens: 1e6, Model: Model{Layers: 4, Hidden: 1024, FFN: 4096, Heads: 16, Vocab: 1000, GatedMLP: ptr(false)}}
+	if got := per(gelu); math.Abs(got-34) > 1e-9 {
+		t.Errorf("GELU MHA layer: %.3f bytes per token per hidden unit, want Korthikanti's 34", got)
+	}
+	gqa := Profile{Task: PreTrain, Tokens: 1e6, Model: Model{Layers: 4, Hidden: 1024, FFN: 2048, Heads: 16, KVHeads: 2, Vocab: 1000}}
+	// attention 7+4·2/16 = 7.5, norms 4, gated MLP 3+8·2 = 19.
+	if got := per(gqa); math.Abs(got-30.5) > 1e-9 {
+		t.Errorf("gated GQA layer: %.3f, want 30.5", got)
+	}
+	meg := gqa
+	meg.Framework = "megatron"
+	if got := per(meg); math.Abs(got-26.5) > 1e-9 {
+		t.Errorf("megatron gated GQA layer: %.3f, want 26.5 (fc1 out + fc2 in, 6·f/h)", got)
+	}
+	fp8 := meg
+	fp8.Precision = FP8
+	if got := per(fp8); math.Abs(got-23.5) > 1e-9 {
+		t.Errorf("megatron FP8 layer: %.3f, want 23.5 (−(1+f/h))", got)
 	}
 }

@@ -149,7 +149,7 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			// traffic unless it frees memory, so stop once a plan needs no
 			// memory-saving measure.
 			for _, ep := range w.expertDegrees(tp, dp) {
-				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
+				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, VP: vpFor(pin, pp), EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
 				if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
 					best, found = c, true
 				}
@@ -474,4 +474,13 @@ func (w *workload) searchServing(sh shape, hw *hardware) searchResult {
 		res.plans = []candidate{best}
 	}
 	return res
+}
+
+// vpFor is the pinned virtual pipeline stages when the plan has a
+// pipeline, else none.
+func vpFor(pin *Pin, pp int) int {
+	if pp < 2 {
+		return 0
+	}
+	return pin.VP
 }

@@ -52,7 +52,7 @@ func timeTerms(t *Timing, training bool) []Term {
 	var ts terms
 	if training {
 		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU)", t.Compute)
-		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/micro-batches (Narayanan et al. 2021)", t.Bubble)
+		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/(micro-batches·vp) (Narayanan et al. 2021)", t.Bubble)
 		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
 		ts.addSeconds("data-parallel comm per step (total)", "ring all-reduce 2(d−1)/d·grad bytes (ZeRO-3: 1.5×)", t.DPComm)
@@ -121,7 +121,8 @@ func (w *workload) trainingTime(p Plan, hw *hardware) Timing {
 	// 1F1B pipeline bubble: (p−1)/m of the ideal time (Narayanan et al. 2021
 	// "Efficient Large-Scale Language Model Training on GPU Clusters", §2.2).
 	micro := math.Ceil(float64(w.GlobalBatch) / (dp * float64(p.MicroBatch)))
-	t.Bubble = t.Compute * (pp - 1) / micro
+	// Interleaving v model chunks per rank divides it by v (§2.2.2).
+	t.Bubble = t.Compute * (pp - 1) / (micro * float64(p.vp()))
 
 	// Tensor parallelism: 2 all-reduces forward and 2 backward per layer
 	// (Shoeybi et al. 2019 §3; one more pair under full recomputation) of

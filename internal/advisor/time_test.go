@@ -68,3 +68,31 @@ func TestPinnedPipelineDepthNeedNotBeAPowerOfTwo(t *testing.T) {
 		t.Errorf("plan %s, want tp4 pp12 dp8", res.Rows[0].PlanText)
 	}
 }
+
+// TestInterleavedScheduleTradesBubbleForMemory pins the interleaved 1F1B
+// schedule: v model chunks per rank divide the bubble by v and make the
+// first stage hold p·(1+(p−1)/(p·v)) micro-batches instead of p
+// (Narayanan et al. 2021 §2.2.2).
+func TestInterleavedScheduleTradesBubbleForMemory(t *testing.T) {
+	t.Parallel()
+	plan := func(vp int) Row {
+		p := Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: 4096, GlobalBatch: 64, MicroBatch: 1,
+			Model: Model{Layers: 40, Hidden: 5120, Heads: 40, Vocab: 32000},
+			Pin:   Pin{GPUs: 16, TP: 2, PP: 4, DP: 2, VP: vp, ZeRO: ptr(1), Recompute: RecomputeSelective}}
+		res := rank(t, p, Options{InstanceTypes: []string{"p4de.24xlarge"}, Capacity: []string{"on-demand"}, MaxNodes: 2, Limit: 1, Explain: true})
+		if len(res.Rows) == 0 {
+			t.Fatalf("vp %d: no row; shortfall %+v", vp, res.Shortfall)
+		}
+		return res.Rows[0]
+	}
+	one, five := plan(0), plan(5)
+	if got := five.Timing.Bubble / one.Timing.Bubble; math.Abs(got-0.2) > 1e-9 {
+		t.Errorf("bubble ratio vp5/vp1 = %.4f, want 0.2", got)
+	}
+	if five.Plan.VP != 5 || one.Plan.VP != 0 {
+		t.Errorf("plans %s and %s, want vp 5 and none", five.PlanText, one.PlanText)
+	}
+	if five.Memory.ActivationsBytes <= one.Memory.ActivationsBytes {
+		t.Errorf("activations vp5 %d <= vp1 %d, want more in flight", five.Memory.ActivationsBytes, one.Memory.ActivationsBytes)
+	}
+}
