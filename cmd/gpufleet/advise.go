@@ -48,6 +48,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
   gpufleet advise --layers 32 --hidden 4096 --heads 32 --vocab 32000 --task pretrain --tokens 2e11 --deadline 72h
   gpufleet advise --preset llama-3-8b --task full-finetune --tokens 1e9 --instance-type p5.48xlarge --price-per-gpu-hour 2.5
   gpufleet advise -f workload.yaml --explain -o json
+  gpufleet advise --task pretrain --preset llama-3-70b --tokens 1e10 --precision fp8 --framework megatron --seq 8192 --global-batch 256 --micro-batch 1 --num-gpus 64 --tp 4 --pp 8 --vp 5 --instance-type p5.48xlarge --plan
   gpufleet advise --task pretrain --tokens 1.48e13 --layers 61 --hidden 7168 --ffn 18432 --heads 128 --vocab 129280 --experts 256 --active-experts 8 --shared-experts 1 --expert-ffn 2048 --dense-layers 3 --route-nodes 4 --precision fp8 --seq 4096 --global-batch 15360 --num-gpus 2048 --tp 1 --pp 16 --ep 64 --zero 1 --overlap-expert-comm --instance-type p5.48xlarge --max-nodes 256 --plan`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -149,6 +150,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.StringVar(&p.Preset, "preset", "", "a named open model (see the list above)")
 	fl.StringVar((*string)(&p.Task), "task", "", "pretrain, full-finetune, lora, qlora or serving")
 	fl.StringVar((*string)(&p.Precision), "precision", "", "fp32, bf16 (default), fp16, fp8, int8, int4 or nf4")
+	fl.StringVar(&p.Framework, "framework", "", "training stack whose activation storage applies: pytorch (default) or megatron (fused SwiGLU)")
 	fl.StringVar((*string)(&p.Optimizer), "optimizer", "", "adamw (default), adam8bit, sgd or adafactor")
 	fl.StringVar((*string)(&p.Attention), "attention", "", "flash (default) or eager")
 	fl.StringVar(&p.Parallelism, "parallelism", "", "auto (tensor+pipeline+data, default) or data (ZeRO/FSDP only)")
@@ -208,6 +210,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&p.Pin.PP, "pp", 0, "pin: pipeline parallel degree")
 	fl.IntVar(&p.Pin.DP, "dp", 0, "pin: data parallel degree")
 	fl.IntVar(&p.Pin.CP, "cp", 0, "pin: context parallel degree (sequence split over GPUs)")
+	fl.IntVar(&p.Pin.VP, "vp", 0, "pin: virtual pipeline stages per GPU (Megatron's interleaved 1F1B; needs pp >= 2)")
 	fl.IntVar(&p.Pin.EP, "ep", 0, "pin: MoE expert parallel degree (divides dp and the experts)")
 	fl.BoolVar(&p.Pin.OverlapExpertComm, "overlap-expert-comm", false, "MoE: the framework hides the expert all-to-all behind compute (DualPipe, Megatron --overlap-moe-expert-parallel-comm)")
 	fl.IntVar(&zero, "zero", 0, "pin: ZeRO stage 0-3")
@@ -221,7 +224,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 		"precision": {"fp32", "bf16", "fp16", "fp8", "int8", "int4", "nf4"}, "optimizer": {"adamw", "adam8bit", "sgd", "adafactor"},
 		"parallelism": {"auto", "data"}, "provider": {"aws", "gcp", "azure", "oci", "lambda", "vast"},
 		"capacity": {"on-demand", "spot", "reserved"}, "reserved-term": {"1y", "3y", "none"},
-		"sharding": {"no-shard", "shard-grad-op", "full-shard"}, "recompute": {"none", "selective", "full"},
+		"sharding": {"no-shard", "shard-grad-op", "full-shard"}, "framework": {"pytorch", "megatron"}, "recompute": {"none", "selective", "full"},
 	} {
 		_ = cmd.RegisterFlagCompletionFunc(name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 			return vals, cobra.ShellCompDirectiveNoFileComp
@@ -267,6 +270,8 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		d.Task = s.Task
 	case "precision":
 		d.Precision = s.Precision
+	case "framework":
+		d.Framework = s.Framework
 	case "optimizer":
 		d.Optimizer = s.Optimizer
 	case "attention":
@@ -367,6 +372,8 @@ func setRequestField(dst, src *advisor.Request, name string) {
 		d.Pin.CP = s.Pin.CP
 	case "ep":
 		d.Pin.EP = s.Pin.EP
+	case "vp":
+		d.Pin.VP = s.Pin.VP
 	case "overlap-expert-comm":
 		d.Pin.OverlapExpertComm = s.Pin.OverlapExpertComm
 	case "sharding":
