@@ -367,10 +367,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if c.ReplicaID == "" {
 			c.ReplicaID = DefaultReplicaID()
 		}
-		leaser, ok := st.(store.Leaser)
-		if !ok {
-			return fmt.Errorf("store %s has no leases", describeStore(c))
+		leaser, err := openLeaser(ctx, c, log)
+		if err != nil {
+			return err
 		}
+		defer leaser.Close()
 		if el, err = leader.New(leader.Config{Leaser: leaser, ID: c.ReplicaID, URL: advertiseURL(c.AdvertiseURL, url), Log: log, Registry: reg}); err != nil {
 			return err
 		}
