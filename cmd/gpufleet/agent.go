@@ -58,6 +58,9 @@ type agentConfig struct {
 	IMDSEndpoint string
 	// Data is the node's dataset cache.
 	Data agent.DataConfig
+	// Fence stops the node's replicas when the server has not answered
+	// for 3/4 of its heartbeat timeout (agent.Config.SelfFence).
+	Fence bool
 }
 
 // Validate reports every problem at once, by flag name.
@@ -150,6 +153,7 @@ back. The agent's state is in DATA_DIR/agent.`,
 	fl.StringVar(&c.FakeGPUs, "fake-gpus", "", "declare demo GPUs instead of discovering them (e.g. 8xH100)")
 	fl.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	addIsolationFlags(fl, &c.Isolation, "agent")
+	fl.BoolVar(&c.Fence, "fence", true, "stop this node's jobs when the server has not answered for 3/4 of its --heartbeat-timeout, before it gives the node up and runs them elsewhere (at most one running attempt); --fence=false keeps them running through any outage, at the risk of a second copy")
 	fl.BoolVar(&c.IMDS, "imds", false, "on EC2: watch instance metadata (IMDSv2) for spot interruption and rebalance notices and report them to the server")
 	fl.StringVar(&c.IMDSEndpoint, "imds-endpoint", imds.DefaultEndpoint, "the instance metadata service's URL, for --imds")
 	fl.StringVar(&c.Provider, "provider", static.Name, "the provider the node registers with (set by an SSH fleet's installer)")
@@ -252,6 +256,7 @@ func runAgent(ctx context.Context, c *agentConfig) error {
 		ServerCA:          serverCA,
 		Isolation:         iso,
 		Data:              c.Data,
+		SelfFence:         c.Fence,
 		SupervisorCommand: []string{exe, "supervise", "--dir"},
 		Clock:             clock.Real{},
 		Logger:            log,

@@ -29,35 +29,107 @@ import (
 	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
-// replica is one `gpufleet server` of an HA control plane.
+// replica is one `gpufleet server` of an HA control plane, run under a
+// supervisor that restarts the process whenever it exits, with the same
+// data dir, listen address and flags, a second later (systemd's
+// Restart=always, RestartSec=1): a replica that steps down exits non-zero
+// by design (docs/postgres.md) and comes back as a follower. Every exit is
+// recorded in exits.
 type replica struct {
 	id, dataDir, url string
-	cmd              *exec.Cmd
 	out              *testutil.SyncBuffer
+	exits            chan replicaExit
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd // the current process
+	stopping bool      // the test is over: no more restarts
+	starts   int
+}
+
+// replicaExit is one exit of a replica's process.
+type replicaExit struct {
+	err error // what Wait returned: nil, or an *exec.ExitError
+	at  time.Time
 }
 
 // startReplica runs `gpufleet server` on the shared store, without a local
-// agent, as replica id.
+// agent, as replica id, and keeps it running (see replica).
 func startReplica(t *testing.T, id string, env []string, work string, extra ...string) *replica {
 	t.Helper()
 	listen := freePort(t)
-	r := &replica{id: id, dataDir: t.TempDir(), url: "http://" + listen, out: &testutil.SyncBuffer{}}
-	r.cmd = exec.Command(binary, "server", "--data-dir", r.dataDir, "--listen", listen, "--no-local-agent",
-		"--replica-id", id, "--advertise-url", r.url, "--heartbeat-timeout", "30s", "--work-root", work)
-	r.cmd.Args = append(r.cmd.Args, extra...)
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	r.cmd.Env = append(cleanEnv(), env...)
-	if err := r.cmd.Start(); err != nil {
+	r := &replica{id: id, dataDir: t.TempDir(), url: "http://" + listen, out: &testutil.SyncBuffer{}, exits: make(chan replicaExit, 64)}
+	args := append([]string{"server", "--data-dir", r.dataDir, "--listen", listen, "--no-local-agent",
+		"--replica-id", id, "--advertise-url", r.url, "--heartbeat-timeout", "60s", "--work-root", work}, extra...)
+	env = append(cleanEnv(), env...)
+	start := func() (*exec.Cmd, error) {
+		cmd := exec.Command(binary, args...)
+		cmd.Stdout, cmd.Stderr = r.out, r.out
+		cmd.Env = env
+		return cmd, cmd.Start()
+	}
+	cmd, err := start()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Signal(syscall.SIGCONT)
-		if r.cmd.ProcessState == nil {
-			_ = r.cmd.Process.Kill()
-			_ = r.cmd.Wait()
+	r.cmd, r.starts = cmd, 1
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			err := cmd.Wait()
+			r.exits <- replicaExit{err: err, at: time.Now()}
+			time.Sleep(time.Second) // RestartSec; bounded
+			r.mu.Lock()
+			if r.stopping {
+				r.mu.Unlock()
+				return
+			}
+			fmt.Fprintf(r.out, "--- harness: %s exited (%v); restarting it\n", id, err)
+			next, err := start()
+			if err != nil {
+				r.mu.Unlock()
+				t.Errorf("restarting replica %s: %v", id, err)
+				return
+			}
+			r.cmd, cmd = next, next
+			r.starts++
+			r.mu.Unlock()
 		}
+	}()
+	t.Cleanup(func() {
+		r.mu.Lock()
+		r.stopping = true
+		p := r.cmd.Process
+		r.mu.Unlock()
+		_ = p.Signal(syscall.SIGCONT)
+		_ = p.Kill()
+		<-done
 	})
 	return r
+}
+
+// signal sends sig to the replica's current process.
+func (r *replica) signal(sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cmd.Process.Signal(sig)
+}
+
+// restarts is how many times the supervisor restarted the replica.
+func (r *replica) restarts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts - 1
+}
+
+// waitExit waits for the replica's next exit, within.
+func (r *replica) waitExit(within time.Duration) (replicaExit, bool) {
+	select {
+	case e := <-r.exits:
+		return e, true
+	case <-time.After(within):
+		return replicaExit{}, false
+	}
 }
 
 // readyz returns the replica's /readyz status, role header and body.
@@ -357,23 +429,21 @@ func TestFailover(t *testing.T) {
 		for i := range burst {
 			next <- i
 			if i == burst/4 {
-				if err := lead.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				if err := lead.signal(syscall.SIGKILL); err != nil {
 					t.Error(err)
 				}
-				_ = lead.cmd.Wait()
+				if _, ok := lead.waitExit(10 * time.Second); !ok {
+					t.Error("the killed leader did not exit")
+				}
 				killed <- time.Now()
 			}
 		}
 	}()
 	killedAt := <-killed
 	t.Logf("killed the leader %s at %s, the burst at %d of %d submissions", lead.id, killedAt.UTC().Format(time.RFC3339Nano), burst/4+1, burst)
-	var rest []*replica
-	for _, r := range rs {
-		if r != lead {
-			rest = append(rest, r)
-		}
-	}
-	second := waitLeader(t, rest, 10*time.Second)
+	// Any replica but the dead process may lead next: the killed one too,
+	// once its supervisor has restarted it as a follower.
+	second := waitLeader(t, rs, 10*time.Second)
 	t.Logf("failover: %s answers as leader %s after the kill; its log:\n%s", second.id, time.Since(killedAt).Round(time.Millisecond), leaderLog(second))
 	if out := second.out.String(); !strings.Contains(out, "took over from the replica's state") || strings.Contains(out, "loading state from the store") {
 		t.Errorf("%s did not take over from its own replica of the state:\n%s", second.id, leaderLog(second))
@@ -424,26 +494,17 @@ func TestFailover(t *testing.T) {
 	checkWebhooks(t, hooks, append(slices.Collect(maps.Values(acked)), long...), firings, 1)
 
 	// Frozen past its lease, the leader is replaced; thawed, it is fenced.
-	if err := second.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := second.signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	var third *replica
-	for _, r := range rest {
+	var rest []*replica
+	for _, r := range rs {
 		if r != second {
-			third = r
+			rest = append(rest, r)
 		}
 	}
 	frozenAt := time.Now()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if code, role, _ := third.readyz(); code == 200 && role == "leader" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not take over from the frozen %s:\n%s", third.id, second.id, lastOf(third.out.String(), 4000))
-		}
-		time.Sleep(100 * time.Millisecond) // polling a separate process; bounded by the deadline
-	}
+	third := waitLeader(t, rest, 15*time.Second)
 	t.Logf("%s took over %s after %s froze", third.id, time.Since(frozenAt).Round(time.Millisecond), second.id)
 	// A job submitted to the new leader runs and finishes once.
 	var v *api.JobView
@@ -454,19 +515,13 @@ func TestFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := second.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := second.signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- second.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-			t.Errorf("the thawed old leader exited with %v, want a non-zero exit", err)
-		}
-	case <-time.After(20 * time.Second):
+	if e, ok := second.waitExit(20 * time.Second); !ok {
 		t.Fatalf("the thawed old leader %s is still running:\n%s", second.id, lastOf(second.out.String(), 6000))
+	} else if ee := (*exec.ExitError)(nil); !errors.As(e.err, &ee) || ee.ExitCode() == 0 {
+		t.Errorf("the thawed old leader exited with %v, want a non-zero exit", e.err)
 	}
 	if out := second.out.String(); !strings.Contains(out, "leadership lost") {
 		t.Errorf("the thawed leader's log does not say it lost leadership:\n%s", lastOf(out, 4000))
@@ -479,6 +534,9 @@ func TestFailover(t *testing.T) {
 	// The thawed leader wrote nothing: no job, notification or budget
 	// firing twice after it.
 	checkWebhooks(t, hooks, append(append(slices.Collect(maps.Values(acked)), long...), v.ID), firings, 2)
+	for _, r := range rs {
+		t.Logf("replica %s: restarted %d times by its supervisor", r.id, r.restarts())
+	}
 }
 
 // dumpLogs keeps the processes' output of a failed run: whole, in

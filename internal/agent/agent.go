@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/agent/atomicfile"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 	"github.com/gpufleet/gpufleet/internal/datacache"
 )
@@ -75,8 +76,12 @@ type Agent struct {
 	driver string
 
 	// Owned by Run's goroutine.
-	nodeID     string
-	heartbeat  time.Duration
+	nodeID    string
+	heartbeat time.Duration
+	// lostAfter is the server's heartbeat timeout (0: not told), and
+	// fence the node's fence as last written (fence.go).
+	lostAfter  time.Duration
+	fence      supervisor.Fence
 	generation uint64
 	delivered  map[string]agentapi.ReplicaStatus // as the server last received them
 	// noticesDelivered are the notices the server last received.
@@ -139,6 +144,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if !a.cfg.SelfFence {
+		if err := a.dropFence(); err != nil {
+			return fmt.Errorf("removing the fence of an earlier run: %w", err)
+		}
+	}
 	if a.cfg.Registration.GPUSource != "fake" && len(a.cfg.Registration.GPUs) > 0 {
 		a.driver = runtime.DriverVersion(ctx)
 	}
@@ -241,6 +251,9 @@ func (a *Agent) register(ctx context.Context) error {
 				}
 			}
 			a.nodeID, a.heartbeat = resp.NodeID, resp.HeartbeatInterval.D()
+			if resp.HeartbeatTimeout > 0 {
+				a.lostAfter = resp.HeartbeatTimeout.D()
+			}
 			a.log = a.log.With("node_id", resp.NodeID)
 			a.log.Info("registered node", "name", reg.Name, "gpus", len(reg.GPUs), "reregistered", reg.NodeID == resp.NodeID)
 			return nil

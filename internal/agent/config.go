@@ -76,6 +76,13 @@ type Config struct {
 
 	// Data configures the node's dataset cache (data.go).
 	Data DataConfig
+
+	// SelfFence stops the node's replicas when the server has not answered
+	// a sync for most of its heartbeat timeout, before the server can give
+	// the node up and run them elsewhere (fence.go). For agents that reach
+	// the server over a network; an agent in the server's own process
+	// leaves it off (it cannot be cut off from its server).
+	SelfFence bool
 }
 
 // NoticeSource watches for the cloud's notices about this machine (for

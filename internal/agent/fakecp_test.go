@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
 )
 
 // fakeControlPlane is a hand-written server for agent tests: it serves a
@@ -24,13 +25,18 @@ type fakeControlPlane struct {
 	// as a server does that lost its state or gave the node up for lost.
 	unknownNode bool
 	failures    int // calls refused while down
-	gen         uint64
-	desired     []agentapi.ReplicaSpec
-	changed     chan struct{} // closed when the desired set changes
-	regs        []agentapi.Registration
-	syncs       []agentapi.SyncRequest
-	latest      map[string]agentapi.ReplicaStatus
-	logs        map[string]*fakeLog
+	// stalled makes Sync hold the call without answering until its
+	// context ends, as a frozen server does.
+	stalled bool
+	// lostAfter is the heartbeat timeout the server tells the agent.
+	lostAfter time.Duration
+	gen       uint64
+	desired   []agentapi.ReplicaSpec
+	changed   chan struct{} // closed when the desired set changes
+	regs      []agentapi.Registration
+	syncs     []agentapi.SyncRequest
+	latest    map[string]agentapi.ReplicaStatus
+	logs      map[string]*fakeLog
 	// logAtEnd is each replica's log as the server held it when the
 	// replica's end was first reported.
 	logAtEnd map[string]fakeLog
@@ -68,7 +74,7 @@ func (f *fakeControlPlane) Register(ctx context.Context, r agentapi.Registration
 	if id == "" {
 		id = fmt.Sprintf("node-%d", len(f.regs))
 	}
-	return agentapi.RegisterResponse{NodeID: id}, nil
+	return agentapi.RegisterResponse{NodeID: id, HeartbeatTimeout: model.Duration(f.lostAfter)}, nil
 }
 
 func (f *fakeControlPlane) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
@@ -81,6 +87,11 @@ func (f *fakeControlPlane) Sync(ctx context.Context, req agentapi.SyncRequest) (
 	if f.unknownNode {
 		f.mu.Unlock()
 		return agentapi.SyncResponse{}, fmt.Errorf("node %s: %w", req.NodeID, agentapi.ErrUnknownNode)
+	}
+	if f.stalled {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return agentapi.SyncResponse{}, ctx.Err()
 	}
 	f.syncs = append(f.syncs, req)
 	for _, s := range req.Statuses {
@@ -104,7 +115,7 @@ func (f *fakeControlPlane) Sync(ctx context.Context, req agentapi.SyncRequest) (
 		f.mu.Lock()
 	}
 	defer f.mu.Unlock()
-	return agentapi.SyncResponse{Generation: f.gen, Replicas: slices.Clone(f.desired)}, nil
+	return agentapi.SyncResponse{Generation: f.gen, Replicas: slices.Clone(f.desired), HeartbeatTimeout: model.Duration(f.lostAfter)}, nil
 }
 
 func (f *fakeControlPlane) AppendLog(ctx context.Context, c agentapi.LogChunk) (agentapi.LogAck, error) {
@@ -163,6 +174,15 @@ func (f *fakeControlPlane) forgetNode() {
 	defer f.mu.Unlock()
 	f.unknownNode = true
 	close(f.changed) // end a pending long poll
+	f.changed = make(chan struct{})
+}
+
+// setStalled makes Sync hold calls without answering (or answer again).
+func (f *fakeControlPlane) setStalled(stalled bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled = stalled
+	close(f.changed) // end a pending long poll: the next call stalls
 	f.changed = make(chan struct{})
 }
 

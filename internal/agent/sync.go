@@ -38,10 +38,17 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		default:
 		}
 		req, endedIDs := a.request()
+		sent := time.Now() // the fence's clock (fence.go)
 		resp, woken, err := a.sync(ctx, req)
 		switch {
 		case err == nil:
 			retry.reset()
+			if resp.HeartbeatTimeout > 0 {
+				a.lostAfter = resp.HeartbeatTimeout.D()
+			}
+			// Before anything of the answer is acted on: a replica it
+			// starts runs under a fence measured from this sync.
+			a.renewFence(sent)
 			a.delivered = make(map[string]agentapi.ReplicaStatus, len(req.Statuses))
 			for _, s := range req.Statuses {
 				a.delivered[s.ID] = s
@@ -94,6 +101,9 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 	if a.heartbeat > 0 {
 		wait = min(wait, a.heartbeat)
 	}
+	if a.fencing() {
+		wait = min(wait, fenceWait(a.lostAfter))
+	}
 	if !slices.Equal(notices, a.noticesDelivered) || !slices.Equal(datasets, a.datasetsDelivered) {
 		wait = 0
 	}
@@ -123,8 +133,15 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 }
 
 // sync calls the server, cancelling the call if a replica's status changes
-// before it answers; woken reports that.
+// before it answers; woken reports that. While the agent fences itself the
+// call is bounded (syncBound) beyond its wait, so that a server that holds
+// the connection without answering is left for the next in time.
 func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, bool, error) {
+	if a.fencing() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+syncBound(a.lostAfter))
+		defer cancel()
+	}
 	return agentapi.SyncUnlessChanged(ctx, a.cfg.ControlPlane, req, a.changed)
 }
 

@@ -110,6 +110,10 @@ var ErrJoinRefused = errors.New("join refused")
 type RegisterResponse struct {
 	NodeID            string         `json:"nodeId"`
 	HeartbeatInterval model.Duration `json:"heartbeatInterval"`
+	// HeartbeatTimeout is how long the server lets the node go unheard
+	// before it declares it lost and requeues its replicas elsewhere;
+	// zero from a server that does not say.
+	HeartbeatTimeout model.Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // ReplicaSpec is one replica the server wants running (or stopped) on the node.
@@ -252,6 +256,11 @@ type ReplicaStatus struct {
 // Reasons a supervisor records.
 const (
 	ReasonStopped = "stopped"
+	// ReasonFenced: the node had not heard from the control plane for
+	// most of its heartbeat timeout, so the replica was ended (or never
+	// started) before the server could give the node up and run the
+	// work elsewhere. The agent reports such a replica lost.
+	ReasonFenced = "fenced: no answer from the control plane for most of its heartbeat timeout"
 )
 
 // SyncRequest reports observations and asks for the desired set.
@@ -317,6 +326,11 @@ type SyncResponse struct {
 	Replicas   []ReplicaSpec `json:"replicas"`
 	// Drain tells the agent the node is being drained.
 	Drain bool `json:"drain,omitempty"`
+	// HeartbeatTimeout is how long the server lets the node go unheard
+	// before it gives the node up and requeues its replicas (as in
+	// RegisterResponse); an agent that fences itself ends its replicas
+	// before that.
+	HeartbeatTimeout model.Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // LogChunk is part of one replica's combined stdout and stderr.

@@ -87,7 +87,8 @@ func (c *Controller) Register(ctx context.Context, r agentapi.Registration) (age
 	}
 	c.trigger()
 	c.cfg.Log.Info("node registered", "node_id", id, "name", r.Name, "gpus", len(r.GPUs), "gpu_source", r.GPUSource)
-	return agentapi.RegisterResponse{NodeID: id, HeartbeatInterval: model.Duration(c.cfg.HeartbeatInterval)}, nil
+	return agentapi.RegisterResponse{NodeID: id, HeartbeatInterval: model.Duration(c.cfg.HeartbeatInterval),
+		HeartbeatTimeout: model.Duration(c.cfg.HeartbeatTimeout)}, nil
 }
 
 // keepLaunched keeps on n, a node the scale loop launched, what the launch
@@ -176,8 +177,17 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	if err := c.com.barrier(ctx, seq); err != nil {
 		return agentapi.SyncResponse{}, err
 	}
+	if c.cfg.Leading != nil && !c.cfg.Leading() {
+		// A leader frozen or starved past its renew deadline: another may
+		// lead already and must be the one the node hears from.
+		return agentapi.SyncResponse{}, ErrNotLeading
+	}
 	return resp, nil
 }
+
+// ErrNotLeading refuses an agent's sync on a replica that is no longer
+// sure it leads.
+var ErrNotLeading = errors.New("this server replica is no longer sure it leads the control plane; sync with the leader")
 
 // desiredLocked builds the node's desired set: every replica of a live
 // attempt on it that has not finished. It mints job tokens that are missing
@@ -185,7 +195,8 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 // the checkpoint folders to create (makeCheckpointDirs) before the set is
 // sent.
 func (c *Controller) desiredLocked(nodeID string) (agentapi.SyncResponse, *store.Batch, []ckptDir, error) {
-	resp := agentapi.SyncResponse{Generation: c.nodeGen.get(nodeID), Replicas: []agentapi.ReplicaSpec{}}
+	resp := agentapi.SyncResponse{Generation: c.nodeGen.get(nodeID), Replicas: []agentapi.ReplicaSpec{},
+		HeartbeatTimeout: model.Duration(c.cfg.HeartbeatTimeout)}
 	b := &store.Batch{}
 	if n, ok := c.st.Node(nodeID); ok && n.State == model.NodeDraining {
 		resp.Drain = true
@@ -630,6 +641,24 @@ func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agent
 		return agentapi.LogAck{Size: size}, fmt.Errorf("storing log of %s: %w", ch.ReplicaID, err)
 	}
 	return agentapi.LogAck{Size: size, Complete: ch.EOF && size == ch.Offset+int64(len(ch.Data))}, nil
+}
+
+// graceNodes gives every node a full heartbeat timeout, from now, to be
+// heard: a server that has just started, or a replica that has just taken
+// over the lead, heard no node before and must not count that as silence.
+// Run calls it as its loops begin, so the time spent building the
+// controller and switching the API over (long on a loaded machine) is not
+// taken from the nodes. (An agent that fences itself measures its own
+// bound from its last answered sync, which precedes this; docs/postgres.md.)
+func (c *Controller) graceNodes() {
+	now := c.cfg.Clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.st.ActiveNodes() {
+		if last, ok := c.lastSeen[n.ID]; !ok || last.Before(now) {
+			c.lastSeen[n.ID] = now
+		}
+	}
 }
 
 // checkNodes marks nodes silent past the heartbeat timeout lost, and their

@@ -51,6 +51,12 @@ type Config struct {
 	HeartbeatTimeout time.Duration
 	// HeartbeatInterval agents are asked to sync at (10s).
 	HeartbeatInterval time.Duration
+	// Leading, when set, says whether this replica still surely leads
+	// (leader.Elector.Leading): an agent's sync is answered only then,
+	// since an agent that fences itself counts an answer as the control
+	// plane having heard it (docs/postgres.md). Nil: a single server,
+	// always.
+	Leading func() bool
 	// JobTokenTTL bounds a job token beyond the job's runtime limit (24h).
 	JobTokenTTL time.Duration
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (24h).
@@ -248,7 +254,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	for _, n := range dump.Nodes {
 		c.st.PutNode(n)
-		c.lastSeen[n.ID] = now // a restarted server gives every node a full timeout to check in
+		c.lastSeen[n.ID] = now // and again when Run begins (graceNodes)
 	}
 	for _, a := range dump.Attempts {
 		c.st.PutAttempt(a)
@@ -308,6 +314,7 @@ func (c *Controller) Close() {
 
 // Run drives scheduling passes and node health checks until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
+	c.graceNodes()
 	tick := c.cfg.Clock.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	costDone := make(chan struct{})

@@ -144,6 +144,14 @@ func advertiseURL(flag, listened string) string {
 // server on PostgreSQL is, even when it runs alone.
 func (c *Config) replicated() bool { return postgres.IsDSN(c.Store) }
 
+// electorLeading is el.Leading, nil without replicas.
+func electorLeading(el *leader.Elector) func() bool {
+	if el == nil {
+		return nil
+	}
+	return el.Leading
+}
+
 // leaderLine is /readyz's description of the leader, nil without replicas.
 func leaderLine(el *leader.Elector) func() string {
 	if el == nil {

@@ -375,10 +375,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if c.ReplicaID == "" {
 			c.ReplicaID = DefaultReplicaID()
 		}
-		leaser, ok := st.(store.Leaser)
-		if !ok {
-			return fmt.Errorf("store %s has no leases", describeStore(c))
+		leaser, err := openLeaser(ctx, c, log)
+		if err != nil {
+			return err
 		}
+		defer leaser.Close()
 		if el, err = leader.New(leader.Config{Leaser: leaser, ID: c.ReplicaID, URL: advertiseURL(c.AdvertiseURL, url), Log: log, Registry: reg}); err != nil {
 			return err
 		}
@@ -400,6 +401,18 @@ func Run(ctx context.Context, cfg Config) error {
 			fol.close()
 			return errors.Join(drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log), ignoreCanceled(err))
 		}
+		// Renewals begin at once: the lease runs from its acquisition,
+		// and catching up with the feed's tail may take longer than it.
+		// Losing it meanwhile stops the takeover (writes are fenced
+		// anyway).
+		go func() {
+			err := el.Hold(ctx, lease)
+			if err != nil {
+				cancel(err)
+			}
+			errc <- stopped{"leader lease", err}
+		}()
+		haRunning = append(haRunning, "leader lease")
 		fs := &fencedStore{backingStore: st, fence: lease.Fence()}
 		began := time.Now()
 		dump, tail, err := fol.takeOver(ctx)
@@ -411,11 +424,10 @@ func Run(ctx context.Context, cfg Config) error {
 		case errors.Is(err, store.ErrChangesPruned):
 			log.Warn("leading: the replica fell behind the store's change feed; loading state from the store", "replica", c.ReplicaID, "epoch", lease.Epoch)
 		default:
-			return errors.Join(err, drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log))
+			cancel(err) // stops the renewals too
+			return errors.Join(context.Cause(ctx), drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log))
 		}
 		st = fs
-		go func() { errc <- stopped{"leader lease", el.Hold(ctx, lease)} }()
-		haRunning = append(haRunning, "leader lease")
 		defer func() {
 			rctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 			defer stop()
@@ -508,6 +520,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Seed:              time.Now().UnixNano(),
 		HeartbeatTimeout:  c.HeartbeatTimeout,
 		HeartbeatInterval: c.heartbeatInterval(),
+		Leading:           electorLeading(el),
 		Cost:              costCfg,
 		Metrics:           controller.NewMetrics(reg, func() map[model.JobState]int { return ctrl.JobCounts() }),
 		Fatal: func(err error) {

@@ -163,6 +163,13 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 		return s.notStarted(out, code, err), nil
 	}
 
+	if f, ok, _ := ReadFence(s.dir); ok && !time.Now().Before(f.StopAt) {
+		// The server may already have given the node up: starting now
+		// could run the work beside its retry elsewhere.
+		pr.Close()
+		pw.Close()
+		return s.fencedBeforeStart(out), nil
+	}
 	started := time.Now()
 	err = runtime.Start(sb, cmd)
 	pw.Close() // the child holds its own copy
@@ -226,10 +233,20 @@ func (s *supervisor) notStarted(out *os.File, code int, err error) Exit {
 	return Exit{Code: code, Reason: err.Error(), StartedAt: now, EndedAt: now}
 }
 
-// watch waits for the child to exit, ending it when its runtime passes or
-// the agent asks to stop, and returns why it ended it ("" when the child
-// exited on its own). The child is left unreaped, so its pid, and with it the
-// process group id, cannot be reused while the group is being signalled.
+// fencedBeforeStart is the exit record of a child not started because the
+// fence's StopAt had passed.
+func (s *supervisor) fencedBeforeStart(out *os.File) Exit {
+	s.log.Warn("not starting the replica: the node's fence has passed", "reason", agentapi.ReasonFenced)
+	fmt.Fprintf(out, "gpufleet supervise: not started: %s\n", agentapi.ReasonFenced)
+	now := time.Now()
+	return Exit{Code: CodeCannotRun, Reason: agentapi.ReasonFenced, StartedAt: now, EndedAt: now}
+}
+
+// watch waits for the child to exit, ending it when its runtime passes, the
+// agent asks to stop or the node's fence passes, and returns why it ended
+// it ("" when the child exited on its own). The child is left unreaped, so
+// its pid, and with it the process group id, cannot be reused while the
+// group is being signalled.
 func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Signal, stop <-chan os.Signal) string {
 	exited := make(chan error, 1)
 	go func() { exited <- waitExited(pgid) }()
@@ -239,18 +256,40 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 		defer t.Stop()
 		limit = t.C
 	}
+	fence := time.NewTicker(fencePoll)
+	defer fence.Stop()
 	reason := ""
-	end := func(why string) {
-		if reason != "" {
-			return // already ending; the first reason stands
+	var killBy time.Time // when the grace period ends
+	end := func(why string, latest time.Time) {
+		if reason == "" {
+			reason = why
+			grace := spec.Grace.D()
+			if !latest.IsZero() {
+				grace = max(0, min(grace, time.Until(latest)))
+			}
+			s.log.Info("ending replica", "reason", why, "signal", signalName(sig), "grace", grace)
+			s.signalWorkload(pgid, sig)
+			killBy = time.Now().Add(grace)
+			kill = time.After(grace)
+			return
 		}
-		reason = why
-		s.log.Info("ending replica", "reason", why, "signal", signalName(sig), "grace", spec.Grace.D())
-		s.signalWorkload(pgid, sig)
-		kill = time.After(spec.Grace.D())
+		// Already ending; the first reason stands, but a fence shortens
+		// the grace period.
+		if !latest.IsZero() && kill != nil && latest.Before(killBy) {
+			killBy = latest
+			kill = time.After(max(0, time.Until(latest)))
+		}
 	}
 	for {
 		select {
+		case <-fence.C:
+			f, ok, err := ReadFence(s.dir)
+			if err != nil {
+				s.log.Warn("reading the node's fence", "err", err)
+			}
+			if now := time.Now(); ok && !now.Before(f.StopAt) {
+				end(agentapi.ReasonFenced, f.KillAt)
+			}
 		case err := <-exited:
 			if err != nil {
 				// Not expected for our own child; the group is killed and
@@ -259,9 +298,9 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 			}
 			return reason
 		case <-limit:
-			end(model.ReasonRuntimeLimit)
+			end(model.ReasonRuntimeLimit, time.Time{})
 		case <-stop:
-			end(agentapi.ReasonStopped)
+			end(agentapi.ReasonStopped, time.Time{})
 		case <-kill:
 			s.log.Info("grace period over; killing replica", "pid", pgid)
 			s.signalWorkload(pgid, syscall.SIGKILL)

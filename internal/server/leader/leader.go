@@ -69,6 +69,9 @@ type Elector struct {
 	mu     sync.Mutex
 	leader Leader
 	self   bool
+	// sure is the local time until which this replica is sure it leads:
+	// RenewDeadline after the start of its last good Acquire or Renew.
+	sure time.Time
 }
 
 // New returns an Elector; it does nothing until Campaign.
@@ -124,6 +127,19 @@ func (e *Elector) Current() (Leader, bool) {
 	return e.leader, e.self
 }
 
+// Leading reports whether this replica leads and is sure of it now: its
+// last good acquisition or renewal began less than RenewDeadline ago, so
+// its lease cannot have expired (nor another replica have taken it) yet.
+// A leader frozen past that, or starved of renewals, answers false at once,
+// before Hold has noticed: whatever acts on the control plane's behalf
+// outside the database (answering an agent, whose node would then trust a
+// leader that no longer leads) asks first.
+func (e *Elector) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.self && time.Now().Before(e.sure)
+}
+
 // Metrics are the Elector's series (for tests and embedding).
 type Metrics struct {
 	Leader  prometheus.Gauge
@@ -160,10 +176,12 @@ func (e *Elector) Campaign(ctx context.Context) (store.Lease, error) {
 	t := time.NewTicker(e.cfg.RenewInterval)
 	defer t.Stop()
 	for {
+		began := time.Now()
 		l, err := e.cfg.Leaser.Acquire(ctx, LeaseName, e.cfg.holder(), e.cfg.TTL)
 		var held *store.HeldError
 		switch {
 		case err == nil:
+			e.setSure(began.Add(e.cfg.RenewDeadline))
 			e.saw(Leader{ID: e.cfg.ID, URL: e.cfg.URL, Epoch: l.Epoch}, true)
 			return l, nil
 		case errors.As(err, &held):
@@ -182,14 +200,25 @@ func (e *Elector) Campaign(ctx context.Context) (store.Lease, error) {
 	}
 }
 
+func (e *Elector) setSure(t time.Time) {
+	e.mu.Lock()
+	e.sure = t
+	e.mu.Unlock()
+}
+
 // Hold renews l every RenewInterval until ctx ends (it returns nil) or
 // leadership is lost: the lease was taken over, or no renewal succeeded
 // for RenewDeadline since the last one began. Then it returns an error
 // wrapping ErrLost at once, before the lease can have expired (the
-// deadline is measured from the local start of the last good renewal,
-// which precedes its expiry's start on the database's clock).
+// deadline is measured from the local start of the last good renewal, or
+// of Campaign's Acquire, which precedes its expiry's start on the
+// database's clock). Call it as soon as Campaign returns: the deadline
+// runs from the acquisition, and a replica that took longer than it to
+// begin holding has already lost.
 func (e *Elector) Hold(ctx context.Context, l store.Lease) error {
-	valid := time.Now().Add(e.cfg.RenewDeadline) // Campaign's Acquire began before now
+	e.mu.Lock()
+	valid := e.sure
+	e.mu.Unlock()
 	t := time.NewTicker(e.cfg.RenewInterval)
 	defer t.Stop()
 	for {
@@ -215,6 +244,7 @@ func (e *Elector) Hold(ctx context.Context, l store.Lease) error {
 		switch {
 		case err == nil:
 			l, valid = nl, began.Add(e.cfg.RenewDeadline)
+			e.setSure(valid)
 		case errors.Is(err, store.ErrLeaseLost):
 			e.saw(Leader{}, false)
 			return fmt.Errorf("%w: %w", ErrLost, err)

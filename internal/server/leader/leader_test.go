@@ -149,25 +149,81 @@ func TestStepsDownBeforeExpiry(t *testing.T) {
 	}
 }
 
-// TestTakenOver: a leader whose lease another replica took (its renewals
-// failed past the TTL) learns it at its next renewal.
+// gated is a Leaser whose renewals wait while the gate is closed: a
+// leader paused between two renewals.
+type gated struct {
+	store.Leaser
+	open chan struct{} // closed: renewals go through
+}
+
+func (g gated) Renew(ctx context.Context, l store.Lease, ttl time.Duration) (store.Lease, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return store.Lease{}, ctx.Err()
+	}
+	return g.Leaser.Renew(ctx, l, ttl)
+}
+
+// TestTakenOver: a leader whose lease another replica took while it was
+// paused (its term ended in the database) learns it at its next renewal.
 func TestTakenOver(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	st := open(t, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := elector(t, st, "a", nil)
+	g := gated{Leaser: st, open: make(chan struct{})}
+	a := elector(t, g, "a", nil)
 	la, err := a.Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1600 * time.Millisecond) // past the 1.5s TTL: a paused leader
+	held := make(chan error, 1)
+	go func() { held <- a.Hold(ctx, la) }()
+	// While a is paused, its term ends in the database and b takes the
+	// lease; then a renews.
+	if err := st.Release(ctx, la); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := open(t, dsn).Acquire(ctx, leader.LeaseName, "b http://b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Hold(ctx, la); !errors.Is(err, leader.ErrLost) || !errors.Is(err, store.ErrLeaseLost) {
+	close(g.open)
+	if err := <-held; !errors.Is(err, leader.ErrLost) || !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Hold = %v, want ErrLost and ErrLeaseLost", err)
+	}
+	if a.Leading() {
+		t.Error("a reports Leading after it learnt it was taken over")
+	}
+}
+
+// TestHoldLateHasLost: the renew deadline runs from the acquisition, so a
+// replica that begins holding only after it (a slow takeover, a pause) has
+// lost already, and is not sure it leads from that moment on.
+func TestHoldLateHasLost(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := elector(t, open(t, dsn), "a", nil)
+	la, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Leading() {
+		t.Fatal("a is not sure it leads right after acquiring the lease")
+	}
+	time.Sleep(1100 * time.Millisecond) // past the 1s renew deadline, inside the 1.5s TTL; bounded
+	if a.Leading() {
+		t.Error("a is sure it leads past its renew deadline without a renewal")
+	}
+	began := time.Now()
+	if err := a.Hold(ctx, la); !errors.Is(err, leader.ErrLost) {
+		t.Fatalf("Hold begun past the renew deadline = %v, want ErrLost", err)
+	}
+	if took := time.Since(began); took > 100*time.Millisecond {
+		t.Errorf("Hold took %s to give up, want at once", took)
 	}
 }
 

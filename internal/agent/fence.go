@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+)
+
+// Self-fencing (Config.SelfFence; docs/postgres.md, "At most one running
+// attempt"). The server declares a node lost, and requeues its replicas
+// elsewhere, once it has not heard the node for its heartbeat timeout H,
+// measured from the arrival of the node's last sync. The agent measures
+// from when it sent the last sync the server answered, which is earlier,
+// and moves the node's fence (supervisor.Fence) to:
+//
+//	stop at  sent + H·3/4   each replica gets its stop signal
+//	kill at  sent + H·11/12 what is left is killed (SIGKILL)
+//
+// so every replica of a node the server gives up is dead before the server
+// can start it again elsewhere, whether the agent lives (a partition, a
+// server that cannot answer) or not (the fence is enforced by the
+// supervisors, which outlive the agent). The bound holds as long as the two
+// machines' clocks run at the same rate (not the same time: each side
+// measures a duration on its own clock) and a killed process is gone within
+// H/12 (5 s at the default 60 s).
+//
+// The cost: a replica runs only while its node hears from the control plane
+// at least every H·3/4 (45 s at the default). A failover (about 6–10 s) or
+// a quick server restart fits; a longer outage stops the node's replicas,
+// which the server then requeues. Operators who prefer that replicas run on
+// through long outages, at the risk of a second copy when a node is given
+// up while alive, raise --heartbeat-timeout or run agents with --fence=false.
+const (
+	fenceStopNum, fenceStopDen = 3, 4
+	fenceKillNum, fenceKillDen = 11, 12
+)
+
+// fenceFor is the fence after a sync sent at sent that the server answered,
+// under heartbeat timeout h.
+func fenceFor(sent time.Time, h time.Duration) supervisor.Fence {
+	return supervisor.Fence{
+		StopAt: sent.Add(h * fenceStopNum / fenceStopDen),
+		KillAt: sent.Add(h * fenceKillNum / fenceKillDen),
+	}
+}
+
+// syncBound bounds one sync call beyond its long-poll wait while the agent
+// fences itself: a server that accepted the connection but does not answer
+// (a frozen leader) is given up in time for the next to be tried well
+// before the fence stops anything.
+func syncBound(h time.Duration) time.Duration {
+	return min(max(h/4, 5*time.Second), 30*time.Second)
+}
+
+// fenceWait caps a sync's long-poll wait while the agent fences itself, so
+// that a wait and a call given up still leave room for the next server.
+func fenceWait(h time.Duration) time.Duration { return h / 6 }
+
+// fencing reports whether the agent fences itself: configured to, and told
+// the server's heartbeat timeout.
+func (a *Agent) fencing() bool { return a.cfg.SelfFence && a.lostAfter > 0 }
+
+// renewFence moves the node's fence forward after a sync sent at sent (the
+// wall clock, which the supervisors read) was answered. Writes closer together than the supervisors read the fence
+// are skipped. A failed write leaves the old fence, which stops replicas
+// early, never late.
+func (a *Agent) renewFence(sent time.Time) {
+	if !a.fencing() {
+		return
+	}
+	f := fenceFor(sent, a.lostAfter)
+	if !a.fence.StopAt.IsZero() && f.StopAt.Sub(a.fence.StopAt) < time.Second {
+		return
+	}
+	if err := supervisor.WriteFence(a.replicas, f); err != nil {
+		a.log.Error("moving the node's fence forward; its replicas stop at the old one", "err", err, "stop_at", a.fence.StopAt)
+		return
+	}
+	a.fence = f
+}
+
+// dropFence removes the node's fence, for an agent that does not fence
+// itself: a fence left by an earlier run must not stop its replicas.
+func (a *Agent) dropFence() error {
+	err := os.Remove(filepath.Join(a.replicas, supervisor.FenceFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

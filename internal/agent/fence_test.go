@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+)
+
+// A replica runs on while the server answers, past its heartbeat timeout
+// many times over; once the server stops answering (a frozen leader, a
+// partition) the node's supervisors end it before the server could have
+// given the node up (its heartbeat timeout after the last sync that
+// reached it), and the agent reports it lost once the server answers again.
+func TestStalledServerFencesReplicas(t *testing.T) {
+	t.Parallel()
+	const lostAfter = 3 * time.Second
+	cp := newFakeControlPlane()
+	cp.lostAfter = lostAfter
+	dir := agentDir(t)
+	cp.setDesired(shell("r1", trapTerm))
+	startAgent(t, newTestAgent(t, cp, dir, func(c *Config) { c.SelfFence = true }))
+	waitPhase(t, cp, "r1", agentapi.PhaseRunning)
+
+	time.Sleep(3 * lostAfter) // the server answers: the fence keeps moving; bounded
+	if s, _ := cp.status("r1"); s.Phase != agentapi.PhaseRunning {
+		t.Fatalf("with the server answering, r1 is %s (%s), want running", s.Phase, s.Reason)
+	}
+	if _, ok, _ := supervisor.ReadExit(dir + "/" + replicasDir + "/r1"); ok {
+		t.Fatal("with the server answering, r1 ended")
+	}
+
+	// Every sync the server took from now on is answered never: the last
+	// one that reached it began no later than here.
+	stalled := time.Now()
+	cp.setStalled(true)
+	var exit supervisor.Exit
+	waitFor(t, "r1 to end", func() bool {
+		e, ok, _ := supervisor.ReadExit(dir + "/" + replicasDir + "/r1")
+		exit = e
+		return ok
+	})
+	if exit.Reason != agentapi.ReasonFenced {
+		t.Errorf("r1 ended with reason %q, want %q", exit.Reason, agentapi.ReasonFenced)
+	}
+	if !exit.EndedAt.Before(stalled.Add(lostAfter)) {
+		t.Errorf("r1 ended %s after the server stopped answering, not before its heartbeat timeout (%s)", exit.EndedAt.Sub(stalled), lostAfter)
+	}
+	cp.setStalled(false)
+	got := waitPhase(t, cp, "r1", agentapi.PhaseLost)
+	if got.Reason != agentapi.ReasonFenced {
+		t.Errorf("reported reason %q, want %q", got.Reason, agentapi.ReasonFenced)
+	}
+}
+
+// An agent that does not fence itself leaves no fence behind: one that an
+// earlier run wrote is removed, and replicas run through a stalled server.
+func TestNoFenceWithoutSelfFence(t *testing.T) {
+	t.Parallel()
+	cp := newFakeControlPlane()
+	cp.lostAfter = 2 * time.Second
+	dir := agentDir(t)
+	a := newTestAgent(t, cp, dir)
+	past := time.Now().Add(-time.Minute)
+	if err := os.MkdirAll(a.replicas, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := supervisor.WriteFence(a.replicas, supervisor.Fence{StopAt: past, KillAt: past}); err != nil {
+		t.Fatal(err)
+	}
+	cp.setDesired(shell("r1", trapTerm))
+	startAgent(t, a)
+	waitPhase(t, cp, "r1", agentapi.PhaseRunning)
+	cp.setStalled(true)
+	time.Sleep(2 * cp.lostAfter) // bounded; r1 must run on
+	if _, ok, _ := supervisor.ReadExit(dir + "/" + replicasDir + "/r1"); ok {
+		t.Fatal("r1 ended without self-fencing")
+	}
+	cp.setStalled(false)
+}

@@ -1,0 +1,96 @@
+package supervisor_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/agent/supervisor"
+	"github.com/gpufleet/gpufleet/internal/agentapi"
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// replicaDir is a replica directory inside a replicas directory of its
+// own, where a fence applies to it.
+func replicaDir(t *testing.T) (replicas, dir string) {
+	t.Helper()
+	replicas = t.TempDir()
+	dir = filepath.Join(replicas, "job1-a1-r0")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return replicas, dir
+}
+
+// A running child is ended once the node's fence passes: with its signal,
+// and killed by KillAt however long its grace period.
+func TestFenceEndsTheChild(t *testing.T) {
+	t.Parallel()
+	tests := map[string]struct {
+		script   string
+		grace    time.Duration
+		killIn   time.Duration
+		want     supervisor.Exit
+		maxTaken time.Duration
+	}{
+		"it leaves on its signal": {script: trapTerm, grace: 10 * time.Second, killIn: 10 * time.Second,
+			want: supervisor.Exit{Code: 3, Reason: agentapi.ReasonFenced}, maxTaken: 8 * time.Second},
+		// A grace period longer than the fence leaves: KillAt cuts it.
+		"it ignores its signal": {script: `trap '' TERM; echo ready; sleep 60`, grace: time.Hour, killIn: 2 * time.Second,
+			want: supervisor.Exit{Code: 137, Signal: "SIGKILL", Reason: agentapi.ReasonFenced}, maxTaken: 12 * time.Second},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			replicas, dir := replicaDir(t)
+			s := spec("sh", "-c", tc.script)
+			s.Grace = model.Duration(tc.grace)
+			r := startIn(t, dir, s, nil)
+			waitFor(t, "the child to start", func() bool { return strings.Contains(r.read(t, supervisor.OutputFile), "ready") })
+			// Unfenced for a while: the child keeps running.
+			if err := supervisor.WriteFence(replicas, supervisor.Fence{StopAt: time.Now().Add(time.Hour), KillAt: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1500 * time.Millisecond) // past a fence poll; the child must still run
+			select {
+			case <-r.done:
+				t.Fatalf("the supervisor ended before its fence; its log:\n%s", r.read(t, supervisor.LogFile))
+			default:
+			}
+			fenced := time.Now()
+			if err := supervisor.WriteFence(replicas, supervisor.Fence{StopAt: fenced, KillAt: fenced.Add(tc.killIn)}); err != nil {
+				t.Fatal(err)
+			}
+			got := r.exit(t)
+			if diff := cmp.Diff(tc.want, got, ignoreTimes); diff != "" {
+				t.Errorf("exit (-want +got):\n%s", diff)
+			}
+			if taken := got.EndedAt.Sub(fenced); taken > tc.maxTaken {
+				t.Errorf("the child ended %s after the fence passed, want within %s", taken, tc.maxTaken)
+			}
+		})
+	}
+}
+
+// A child whose fence has already passed is never started.
+func TestFencePassedStartsNothing(t *testing.T) {
+	t.Parallel()
+	replicas, dir := replicaDir(t)
+	past := time.Now().Add(-time.Second)
+	if err := supervisor.WriteFence(replicas, supervisor.Fence{StopAt: past, KillAt: past}); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	r := startIn(t, dir, spec("touch", marker), nil)
+	got := r.exit(t)
+	if diff := cmp.Diff(supervisor.Exit{Code: supervisor.CodeCannotRun, Reason: agentapi.ReasonFenced}, got, ignoreTimes); diff != "" {
+		t.Errorf("exit (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the child ran after its fence had passed")
+	}
+}
