@@ -101,3 +101,27 @@ func TestBudgetForecastEndsAtPeriodEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesCarryTheBilledPrice: a node's view carries what the ledger
+// charges for it, the price file's row over its catalog price, so callers
+// that show cost (a service's $/hour) agree with the bill.
+func TestNodesCarryTheBilledPrice(t *testing.T) {
+	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,n1,16\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, newMemStore(), clock.NewFake(t0), func(c *Config) { c.Cost.Prices, c.Cost.MeterInterval = prices, -1 })
+	h.register("n1", 2)
+	h.register("n2", 2)
+	got := map[string]model.Money{}
+	src := map[string]model.PriceSource{}
+	for _, n := range h.c.Nodes() {
+		got[n.ID], src[n.ID] = n.Billed, n.BilledSource
+	}
+	if got["n1"] != model.FromDollars(16) || src["n1"] == SourceOwnedUnpriced {
+		t.Errorf("n1 billed %v (%s), want the price file's $16", got["n1"], src["n1"])
+	}
+	if got["n2"] != 0 || src["n2"] != SourceOwnedUnpriced {
+		t.Errorf("n2 billed %v (%s), want $0 owned-unpriced", got["n2"], src["n2"])
+	}
+}

@@ -31,6 +31,7 @@ func (c *Controller) Nodes() []NodeInfo {
 	out := make([]NodeInfo, len(nodes))
 	for i, n := range nodes {
 		out[i] = NodeInfo{Node: n, TelemetrySource: c.tel.Source(n.ID)}
+		out[i].Billed, out[i].BilledSource = c.nodePrice(n)
 		if t, ok := c.tel.Latest(n.ID); ok {
 			out[i].Telemetry = &t
 		}

@@ -221,6 +221,11 @@ type NodeInfo struct {
 	// "simulated" for demo GPUs, "none"); Telemetry is its newest sample.
 	TelemetrySource string           `json:"telemetrySource,omitempty"`
 	Telemetry       *TelemetrySample `json:"telemetry,omitempty"`
+	// Billed is what the ledger charges for the node per hour (the custom
+	// price file first, then its catalog price) and BilledSource where
+	// that price comes from.
+	Billed       Money       `json:"billedPerHour"`
+	BilledSource PriceSource `json:"billedSource,omitempty"`
 }
 
 // HolderInUse stands for an attempt the caller may not see in a node view.

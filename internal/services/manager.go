@@ -671,7 +671,7 @@ func (m *Manager) nodes() map[string]node {
 				host = h
 			}
 		}
-		out[n.ID] = node{host: host, perHour: model.FromDollars(n.PricePerHour), gpus: len(n.GPUs), cpu: n.CPU,
+		out[n.ID] = node{host: host, perHour: n.Billed, gpus: len(n.GPUs), cpu: n.CPU,
 			draining: n.State == model.NodeDraining}
 	}
 	return out

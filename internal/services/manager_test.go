@@ -138,7 +138,7 @@ func (f *fakeControl) Attempts(id string) ([]*model.Attempt, error) {
 
 // Nodes is one node with 4 GPUs at $8/hour.
 func (f *fakeControl) Nodes() []model.NodeInfo {
-	return []model.NodeInfo{{Node: &model.Node{ID: "n1", PricePerHour: 8, GPUs: make([]model.GPU, 4)}}}
+	return []model.NodeInfo{{Node: &model.Node{ID: "n1", PricePerHour: 8, GPUs: make([]model.GPU, 4)}, Billed: model.FromDollars(8)}}
 }
 
 func (f *fakeControl) RecordEvent(_ context.Context, ev model.Event) error {
