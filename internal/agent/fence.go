@@ -56,6 +56,11 @@ func syncBound(h time.Duration) time.Duration {
 	return min(max(h/4, 5*time.Second), 30*time.Second)
 }
 
+// fenceRetry caps the back-off between failed syncs while the agent fences
+// itself: a server that returns (a restart shorter than H·3/4) is heard
+// again before the fence stops anything, rather than after a 30 s back-off.
+func fenceRetry(h time.Duration) time.Duration { return max(h/12, 100*time.Millisecond) }
+
 // fenceWait caps a sync's long-poll wait while the agent fences itself, so
 // that a wait and a call given up still leave room for the next server.
 func fenceWait(h time.Duration) time.Duration { return h / 6 }

@@ -80,3 +80,31 @@ func TestNoFenceWithoutSelfFence(t *testing.T) {
 	}
 	cp.setStalled(false)
 }
+
+// A server that is down for a while shorter than the fence's stop (a
+// restart) is found again before the fence stops anything, even with a
+// retry back-off that would otherwise grow past the fence: while the agent
+// fences itself it retries at least every H/12.
+func TestServerBackBeforeTheFenceKeepsReplicas(t *testing.T) {
+	t.Parallel()
+	// The fence stops r1 4.5 s after the last answered sync was sent (at
+	// most one long-poll wait, 1 s, before the server goes down); the
+	// first retry after a failure would come 5 to 10 s later.
+	const lostAfter = 6 * time.Second
+	cp := newFakeControlPlane()
+	cp.lostAfter = lostAfter
+	dir := agentDir(t)
+	cp.setDesired(shell("r1", trapTerm))
+	startAgent(t, newTestAgent(t, cp, dir, func(c *Config) {
+		c.SelfFence = true
+		c.RetryBackoff, c.MaxRetryBackoff = 10*time.Second, time.Minute
+	}))
+	waitPhase(t, cp, "r1", agentapi.PhaseRunning)
+	cp.setDown(true)
+	time.Sleep(1500 * time.Millisecond) // a restart
+	cp.setDown(false)
+	time.Sleep(lostAfter) // bounded: past where the fence would have stopped r1 had it not moved
+	if e, ok, _ := supervisor.ReadExit(dir + "/" + replicasDir + "/r1"); ok {
+		t.Fatalf("r1 ended (%s) though the server was back well before the fence", e.Reason)
+	}
+}

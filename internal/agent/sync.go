@@ -73,6 +73,11 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.generation, a.delivered = 0, nil
 		default:
 			d := retry.next()
+			if a.fencing() {
+				// A server back before the fence must be found before it:
+				// retry at least every H/12 rather than backing off to 30 s.
+				d = min(d, fenceRetry(a.lostAfter))
+			}
 			a.log.Warn("syncing with the server; replicas keep running", "err", err, "retry_in", d)
 			a.sleep(ctx, d)
 		}
