@@ -28,8 +28,8 @@ var requestFlags = map[string]string{
 	"profile.pin.gpus": "num-gpus", "profile.pin.nodes": "nodes", "profile.pin.tp": "tp", "profile.pin.pp": "pp",
 	"profile.pin.dp": "dp", "profile.pin.cp": "cp", "profile.pin.zero": "zero", "profile.pin.sharding": "sharding",
 	"profile.pin.recompute": "recompute", "profile.pin.offloadOptimizer": "offload-optimizer",
-	"profile.pin.offloadParams": "offload-params",
-	"gpus":                      "gpu", "providers": "provider", "regions": "region", "capacity": "capacity", "instanceTypes": "instance-type",
+	"profile.pin.offloadParams": "offload-params", "profile.pin.vp": "vp", "profile.framework": "framework",
+	"gpus": "gpu", "providers": "provider", "regions": "region", "capacity": "capacity", "instanceTypes": "instance-type",
 	"reservedTerm": "reserved-term", "deadline": "deadline", "maxNodes": "max-nodes", "limit": "limit", "explain": "explain",
 	"measuredTFLOPS": "tflops", "measuredTokensPerSecond": "tokens-per-second", "pricePerGPUHour": "price-per-gpu-hour",
 }

@@ -176,7 +176,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// The server drops a session whose client vanished (a machine that
 	// died, a partition) after about 25s instead of the kernel's two
 	// hours, releasing its writer lock.
-	for k, v := range map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3"} {
+	// A committer frozen inside a transaction (SIGSTOP, a paused VM) with
+	// its connection still up would hold its commit ticket, and stall a
+	// new leader's commits, until it resumed: the server ends such a
+	// transaction after 10 s idle (a commit's statements follow its ticket
+	// at once, so only a stopped client waits that long).
+	for k, v := range map[string]string{"tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+		"idle_in_transaction_session_timeout": "10s"} {
 		if _, set := s.cfg.RuntimeParams[k]; !set {
 			s.cfg.RuntimeParams[k] = v
 		}
