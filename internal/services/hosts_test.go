@@ -147,13 +147,15 @@ func TestHostConflictsAreRefusedAtApply(t *testing.T) {
 	}{
 		"a tenant under the domain":   {hosts: []string{"b.svc.example.com", "x.b.svc.example.com", "*.b.svc.example.com"}, tenant: true},
 		"a tenant outside the domain": {hosts: []string{"b.svc.example.com", "b.example.com"}, want: []string{"spec.hosts[1]"}, tenant: true},
-		"another's exact host":        {hosts: []string{"free.example.com", "chat.example.com"}, want: []string{"spec.hosts[1]"}},
-		"another's wildcard":          {hosts: []string{"*.chat.example.com"}, want: []string{"spec.hosts[0]"}},
-		"another's domain name":       {hosts: []string{"a.svc.example.com"}, want: []string{"spec.hosts[0]"}},
-		"the domain's wildcard":       {hosts: []string{"*.svc.example.com"}, want: []string{"spec.hosts[0]"}},
-		"the API's host":              {hosts: []string{"gpufleet.example.com"}, want: []string{"spec.hosts[0]"}},
-		"below the API's host":        {hosts: []string{"*.gpufleet.example.com"}},
-		"over the API's host":         {hosts: []string{"*.example.org"}, want: []string{"spec.hosts[0]"}},
+		"a tenant under another's name": {hosts: []string{"b.svc.example.com", "x.c.svc.example.com", "*.c.svc.example.com", "x.ab.svc.example.com"},
+			want: []string{"spec.hosts[1]", "spec.hosts[2]", "spec.hosts[3]"}, tenant: true},
+		"another's exact host":  {hosts: []string{"free.example.com", "chat.example.com"}, want: []string{"spec.hosts[1]"}},
+		"another's wildcard":    {hosts: []string{"*.chat.example.com"}, want: []string{"spec.hosts[0]"}},
+		"another's domain name": {hosts: []string{"a.svc.example.com"}, want: []string{"spec.hosts[0]"}},
+		"the domain's wildcard": {hosts: []string{"*.svc.example.com"}, want: []string{"spec.hosts[0]"}},
+		"the API's host":        {hosts: []string{"gpufleet.example.com"}, want: []string{"spec.hosts[0]"}},
+		"below the API's host":  {hosts: []string{"*.gpufleet.example.com"}},
+		"over the API's host":   {hosts: []string{"*.example.org"}, want: []string{"spec.hosts[0]"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := testService(t, "b", 1, 1)

@@ -363,8 +363,9 @@ func (m *Manager) reservedHost(h string) bool {
 
 // hostConflictsLocked lists the hosts of s that another service holds, or
 // that no service may hold: the API's own, and under the services domain
-// any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN. Hosts
-// outside the services domain are an admin's to give (s.Trusted).
+// any NAME.DOMAIN but s's own (it is service NAME's) and *.DOMAIN. A
+// tenant's service may hold only names under its own NAME.DOMAIN; hosts
+// elsewhere are an admin's to give (s.Trusted).
 func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
 	var fe model.FieldErrors
 	for i, h := range s.Spec.Hosts {
@@ -380,6 +381,12 @@ func (m *Manager) hostConflictsLocked(s model.Service) model.FieldErrors {
 				fe.Add(path, fmt.Sprintf("%s is under the services domain %s, where each service is NAME.%s (this one is %s.%s already); pick a host outside it", h, d, d, s.Name, d))
 				continue
 			}
+		}
+		if own := s.Name + "." + d; !s.Trusted && d != "" && strings.HasSuffix(h, "."+d) && h != own && !strings.HasSuffix(h, "."+own) {
+			// Deeper names under the domain belong to the service whose
+			// NAME.DOMAIN they sit under: a tenant may take only its own.
+			fe.Add(path, fmt.Sprintf("%s is under the services domain %s but not under this service's %s; a service's own hosts are %s and names under it (api.%s, *.%s)", h, d, own, own, own, own))
+			continue
 		}
 		if !s.Trusted && (d == "" || !strings.HasSuffix(h, "."+d)) {
 			// A host name is all of its traffic: only the operator hands
