@@ -275,8 +275,13 @@ func (s *Server) proxyLoad(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, http.StatusBadRequest, "", problems)
 		return
 	}
-	// One report per proxy token: a proxy cannot speak for another.
-	rep.Proxy = caller(r).ID
+	// One report per proxy process, under its token: a proxy cannot speak
+	// for another token's, and processes sharing a token name themselves.
+	if !validInstance(rep.Proxy) {
+		writeProblem(w, r, http.StatusBadRequest, "", model.FieldErrors{{Path: "proxy", Message: "must be 0 to 32 letters and digits naming the proxy process"}})
+		return
+	}
+	rep.Proxy = caller(r).ID + "/" + rep.Proxy
 	s.cfg.Services.Report(rep)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -300,4 +305,18 @@ func (s *Server) proxyAuthorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ProxyVerdict{Status: s.cfg.Services.AuthorizeDigest(q.Service, digest, s.authorizeHash)})
+}
+
+// validInstance reports whether s names a proxy process: up to 32 ASCII
+// letters and digits.
+func validInstance(s string) bool {
+	if len(s) > 32 {
+		return false
+	}
+	for _, c := range s {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package services
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"log/slog"
 	"net/http"
@@ -52,6 +53,9 @@ type Remote struct {
 	proxy  *Proxy
 	demand chan struct{}
 	ready  atomic.Bool
+	// instance tells this process's load reports from those of other
+	// proxies that share its token (several replicas of one Deployment).
+	instance string
 
 	mu    sync.Mutex
 	cache map[authKey]verdict
@@ -86,7 +90,7 @@ func NewRemote(cfg RemoteConfig) *Remote {
 	if cfg.AuthTTL == 0 {
 		cfg.AuthTTL = 10 * time.Second
 	}
-	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), cache: map[authKey]verdict{}}
+	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), cache: map[authKey]verdict{}, instance: rand.Text()[:16]}
 	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
 		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt.Name) == 0 },
 		Demand: func(string) { r.poke() },
@@ -158,7 +162,7 @@ func (r *Remote) report(ctx context.Context) {
 			l.Failed = append(l.Failed, u.Failed...)
 			loads[name] = l
 		}
-		if err := r.cfg.Server.ProxyLoad(ctx, model.ProxyReport{Services: loads}); err != nil {
+		if err := r.cfg.Server.ProxyLoad(ctx, model.ProxyReport{Proxy: r.instance, Services: loads}); err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Log.Warn("reporting the proxy's load", "err", err)
 			}
