@@ -241,7 +241,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		clk.Set(at)
 	}
 	res.Wall = time.Since(wall)
-	// Let idle nodes go, so the bill covers what the fleet would keep.
+	// Let idle nodes go, so the bill covers what the fleet would keep: for
+	// as long as the longest idle timeout (and a margin for boots and scale
+	// cycles) after the last job; what is still live then is held by the
+	// pools' min, and billed to the end. Without the bound a pool's min
+	// beside spot capacity (whose interruptions keep waking the loop) never
+	// let it end.
+	drainEnd := clk.Now().Add(longestIdle(cfg.Fleet) + drainMargin)
 	for range 1000 {
 		if !anyLive(c) {
 			break
@@ -252,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				at = t
 			}
 		})
-		if at.IsZero() {
+		if at.IsZero() || at.After(drainEnd) {
 			break
 		}
 		clk.Set(at)
@@ -323,6 +329,21 @@ func idleNodes(c *controller.Controller) bool {
 		}
 	}
 	return false
+}
+
+// drainMargin is how long past the longest idle timeout the drain after
+// the last job follows the fleet: a node launched at the end boots, idles
+// and is given back within it.
+const drainMargin = time.Hour
+
+// longestIdle is the longest idle timeout among set's pools (the
+// autoscaler's default where a pool sets none).
+func longestIdle(set *manifest.Set) time.Duration {
+	d := autoscaler.DefaultIdleTimeout
+	for _, p := range set.NodePools {
+		d = max(d, p.Spec.IdleTimeout.D())
+	}
+	return d
 }
 
 func anyLive(c *controller.Controller) bool {

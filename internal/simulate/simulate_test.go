@@ -260,3 +260,45 @@ func TestGPUShares(t *testing.T) {
 		t.Errorf("without a pool that shares GPUs: %d unfinished, %d instances bought; want 3 unfinished and none bought", res.Unfinished, res.Instances)
 	}
 }
+
+// TestDrainEndsBesideSpotMin: after the last job the run follows the fleet
+// only as long as nodes could still idle out. A pool whose min holds a spot
+// node, interrupted and replaced every 30 minutes, kept waking the drain,
+// which ran on for up to 1,000 wakes (days of billed capacity).
+func TestDrainEndsBesideSpotMin(t *testing.T) {
+	const fleet = oneNodeFleet + `---
+apiVersion: gpufleet.dev/v1
+kind: NodePool
+metadata: {name: spot}
+spec:
+  provider: sim
+  sim: {clouds: [aws]}
+  regions: {allow: [us-east-1]}
+  requirements: {gpuModels: [H100], gpusPerNode: 8}
+  capacityTypes: [spot]
+  min: 1
+  max: 1
+  idleTimeout: 10m
+`
+	scn, err := sim.ParseScenario([]byte("clouds: {aws: {bootDelay: {min: 2m, max: 2m}}}\noffers:\n  - match: {cloud: aws}\n    interruptAfter: 30m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Read(strings.NewReader(`{"id":"a","submitS":0,"gpus":8,"runtimeS":3600,"checkpointIntervalS":300}
+`), "one.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Config{Fleet: parseFleet(t, fleet), Trace: tr, Seed: 1, Scenario: scn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 1 {
+		t.Fatalf("completed %d, want 1", res.Completed)
+	}
+	// The job ends within a few hours (interruptions included); the drain
+	// adds at most the idle timeout and its margin.
+	if limit := 8*time.Hour + 10*time.Minute + drainMargin; res.Simulated > limit {
+		t.Errorf("the run lasted %s simulated (%d instances), want at most %s", res.Simulated, res.Instances, limit)
+	}
+}
