@@ -41,10 +41,11 @@ const (
 
 // fenceFor is the fence after a sync sent at sent that the server answered,
 // under heartbeat timeout h.
-func fenceFor(sent time.Time, h time.Duration) supervisor.Fence {
+// sentBoot is the boot clock's reading at sent (supervisor.BootTime).
+func fenceFor(sent time.Time, sentBoot, h time.Duration) supervisor.Fence {
 	return supervisor.Fence{
-		StopAt: sent.Add(h * fenceStopNum / fenceStopDen),
-		KillAt: sent.Add(h * fenceKillNum / fenceKillDen),
+		StopAt: sent.Add(h * fenceStopNum / fenceStopDen), StopBoot: sentBoot + h*fenceStopNum/fenceStopDen,
+		KillAt: sent.Add(h * fenceKillNum / fenceKillDen), KillBoot: sentBoot + h*fenceKillNum/fenceKillDen,
 	}
 }
 
@@ -69,15 +70,15 @@ func fenceWait(h time.Duration) time.Duration { return h / 6 }
 // the server's heartbeat timeout.
 func (a *Agent) fencing() bool { return a.cfg.SelfFence && a.lostAfter > 0 }
 
-// renewFence moves the node's fence forward after a sync sent at sent (the
-// wall clock, which the supervisors read) was answered. Writes closer together than the supervisors read the fence
+// renewFence moves the node's fence forward after a sync sent at sent
+// (sentBoot on the boot clock, which the supervisors read) was answered. Writes closer together than the supervisors read the fence
 // are skipped. A failed write leaves the old fence, which stops replicas
 // early, never late.
-func (a *Agent) renewFence(sent time.Time) {
+func (a *Agent) renewFence(sent time.Time, sentBoot time.Duration) {
 	if !a.fencing() {
 		return
 	}
-	f := fenceFor(sent, a.lostAfter)
+	f := fenceFor(sent, sentBoot, a.lostAfter)
 	if !a.fence.StopAt.IsZero() && f.StopAt.Sub(a.fence.StopAt) < time.Second {
 		return
 	}

@@ -38,7 +38,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		default:
 		}
 		req, endedIDs := a.request()
-		sent := time.Now() // the fence's clock (fence.go)
+		sent, sentBoot := time.Now(), supervisor.BootTime() // the fence's clocks (fence.go)
 		resp, woken, err := a.sync(ctx, req)
 		switch {
 		case err == nil:
@@ -48,7 +48,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			}
 			// Before anything of the answer is acted on: a replica it
 			// starts runs under a fence measured from this sync.
-			a.renewFence(sent)
+			a.renewFence(sent, sentBoot)
 			a.delivered = make(map[string]agentapi.ReplicaStatus, len(req.Statuses))
 			for _, s := range req.Statuses {
 				a.delivered[s.ID] = s

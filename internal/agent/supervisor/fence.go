@@ -3,6 +3,8 @@ package supervisor
 import (
 	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FenceFile is the node's fence (Fence), in the directory that holds the
@@ -20,12 +22,47 @@ const fencePoll = time.Second
 // sync the server answered; a supervisor that finds StopAt passed ends its
 // child as a stop would (its signal, then SIGKILL after its grace period,
 // but never later than KillAt), and one that finds KillAt passed kills the
-// child at once. A child is not started once StopAt has passed. Times are
-// the wall clock, which the agent and its supervisors share. Without the
+// child at once. A child is not started once StopAt has passed. Without the
 // file a supervisor runs its child unfenced (an agent run with fencing off).
+//
+// The deadlines that count are StopBoot and KillBoot, readings of the
+// machine's boot clock (CLOCK_BOOTTIME: it runs on through suspend and is
+// never stepped), which the agent and its supervisors share: a wall-clock
+// step (NTP, a resumed VM) neither fences a healthy node early nor lets a
+// cut-off one run late. StopAt and KillAt are the same deadlines on the wall
+// clock, for people and logs; a fence without boot readings (written by an
+// older agent) falls back to them.
 type Fence struct {
-	StopAt time.Time `json:"stopAt"`
-	KillAt time.Time `json:"killAt"`
+	StopAt   time.Time     `json:"stopAt"`
+	KillAt   time.Time     `json:"killAt"`
+	StopBoot time.Duration `json:"stopBoot,omitempty"`
+	KillBoot time.Duration `json:"killBoot,omitempty"`
+}
+
+// BootTime reads the boot clock (CLOCK_BOOTTIME).
+func BootTime() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		panic("reading CLOCK_BOOTTIME: " + err.Error()) // Linux has had it since 2.6.39
+	}
+	return time.Duration(ts.Nano())
+}
+
+// Stopped reports whether the fence's stop has passed.
+func (f Fence) Stopped() bool {
+	if f.StopBoot > 0 {
+		return BootTime() >= f.StopBoot
+	}
+	return !time.Now().Before(f.StopAt)
+}
+
+// Kill returns the kill deadline on this process's clock (time.Now plus
+// what is left of it on the boot clock).
+func (f Fence) Kill() time.Time {
+	if f.KillBoot > 0 {
+		return time.Now().Add(f.KillBoot - BootTime())
+	}
+	return f.KillAt
 }
 
 // WriteFence replaces the fence of the replicas under replicasDir.

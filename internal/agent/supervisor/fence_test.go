@@ -94,3 +94,29 @@ func TestFencePassedStartsNothing(t *testing.T) {
 		t.Error("the child ran after its fence had passed")
 	}
 }
+
+// TestFenceFollowsTheBootClock: a fence's boot-clock deadlines decide, not
+// its wall-clock ones, so a wall-clock step can neither stop a node early
+// nor let it run late; a fence without them (an older agent's) falls back
+// to the wall clock.
+func TestFenceFollowsTheBootClock(t *testing.T) {
+	now, boot := time.Now(), supervisor.BootTime()
+	past, future := now.Add(-time.Hour), now.Add(time.Hour)
+	for name, tc := range map[string]struct {
+		f    supervisor.Fence
+		want bool
+	}{
+		"boot passed, wall ahead (clock stepped back)":    {supervisor.Fence{StopAt: future, KillAt: future, StopBoot: boot - time.Second, KillBoot: boot + time.Second}, true},
+		"boot ahead, wall passed (clock stepped forward)": {supervisor.Fence{StopAt: past, KillAt: past, StopBoot: boot + time.Hour, KillBoot: boot + 2*time.Hour}, false},
+		"no boot readings, wall passed":                   {supervisor.Fence{StopAt: past, KillAt: past}, true},
+		"no boot readings, wall ahead":                    {supervisor.Fence{StopAt: future, KillAt: future}, false},
+	} {
+		if got := tc.f.Stopped(); got != tc.want {
+			t.Errorf("%s: stopped %v, want %v", name, got, tc.want)
+		}
+	}
+	f := supervisor.Fence{KillAt: past, KillBoot: boot + time.Minute}
+	if left := time.Until(f.Kill()); left < 50*time.Second || left > time.Minute {
+		t.Errorf("kill in %s by the boot clock, want about a minute", left)
+	}
+}

@@ -163,7 +163,7 @@ func (s *supervisor) supervise(stop <-chan os.Signal) (Exit, error) {
 		return s.notStarted(out, code, err), nil
 	}
 
-	if f, ok, _ := ReadFence(s.dir); ok && !time.Now().Before(f.StopAt) {
+	if f, ok, _ := ReadFence(s.dir); ok && f.Stopped() {
 		// The server may already have given the node up: starting now
 		// could run the work beside its retry elsewhere.
 		pr.Close()
@@ -287,8 +287,8 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 			if err != nil {
 				s.log.Warn("reading the node's fence", "err", err)
 			}
-			if now := time.Now(); ok && !now.Before(f.StopAt) {
-				end(agentapi.ReasonFenced, f.KillAt)
+			if ok && f.Stopped() {
+				end(agentapi.ReasonFenced, f.Kill())
 			}
 		case err := <-exited:
 			if err != nil {
