@@ -61,9 +61,12 @@ type Remote struct {
 	cache map[authKey]verdict
 }
 
+// authKey is a caller's verdict's key: the service by name and project (a
+// service deleted and made again elsewhere under its name is not the one
+// a remembered yes was for) and the caller's bearer digest.
 type authKey struct {
-	service string
-	digest  [sha256.Size]byte
+	service, project string
+	digest           [sha256.Size]byte
 }
 
 type verdict struct {
@@ -92,7 +95,7 @@ func NewRemote(cfg RemoteConfig) *Remote {
 	}
 	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), cache: map[authKey]verdict{}, instance: rand.Text()[:16]}
 	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
-		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt.Name) == 0 },
+		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt) == 0 },
 		Demand: func(string) { r.poke() },
 		Failed: func(string, string) { r.poke() }})
 	return r
@@ -182,12 +185,13 @@ func (r *Remote) report(ctx context.Context) {
 // remembering the answer (AuthTTL, a fifth of it for a refusal). The
 // server sees the secret's SHA-256, never the secret. A server it cannot
 // ask answers 503.
-func (r *Remote) authorize(req *http.Request, service string) int {
+func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 	secret, ok := bearer(req.Header.Get("Authorization"))
 	if !ok {
 		return http.StatusUnauthorized
 	}
-	k := authKey{service: service, digest: sha256.Sum256([]byte(secret))}
+	service := rt.Name
+	k := authKey{service: service, project: rt.Project, digest: sha256.Sum256([]byte(secret))}
 	now := r.cfg.Clock.Now()
 	r.mu.Lock()
 	v, ok := r.cache[k]
@@ -216,7 +220,7 @@ func (r *Remote) authorize(req *http.Request, service string) int {
 // ServeHTTP serves the services' routes (Proxy.ServeRoute), /healthz, and
 // /readyz (503 until the endpoint list was read once).
 func (r *Remote) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if r.proxy.ServeRoute(w, req, func(req *http.Request, rt *model.ProxyRoute) int { return r.authorize(req, rt.Name) }) {
+	if r.proxy.ServeRoute(w, req, func(req *http.Request, rt *model.ProxyRoute) int { return r.authorize(req, rt) }) {
 		return
 	}
 	switch req.URL.Path {

@@ -197,3 +197,36 @@ func TestRemoteProxyAuth(t *testing.T) {
 		t.Errorf("a user token on an apiKey service: %d", code)
 	}
 }
+
+// countingServer answers every caller check with yes and counts them.
+type countingServer struct{ asked atomic.Int64 }
+
+func (c *countingServer) ProxyEndpoints(ctx context.Context, _ uint64) (model.ProxyTable, error) {
+	<-ctx.Done()
+	return model.ProxyTable{}, ctx.Err()
+}
+func (c *countingServer) ProxyLoad(context.Context, model.ProxyReport) error { return nil }
+func (c *countingServer) ProxyAuthorize(context.Context, string, []byte) (int, error) {
+	c.asked.Add(1)
+	return 0, nil
+}
+
+// TestRemoteAuthCacheIsPerProject: a yes is remembered for the service it
+// was given for, by name and project: a service of the same name made
+// again in another project asks the server afresh.
+func TestRemoteAuthCacheIsPerProject(t *testing.T) {
+	srv := &countingServer{}
+	r := NewRemote(RemoteConfig{Server: srv})
+	req := httptest.NewRequest("GET", "/services/llm/x", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	a := &model.ProxyRoute{Name: "llm", Project: "team-a"}
+	b := &model.ProxyRoute{Name: "llm", Project: "team-b"}
+	for _, rt := range []*model.ProxyRoute{a, a, b, b} {
+		if got := r.authorize(req, rt); got != 0 {
+			t.Fatalf("%s/%s: %d", rt.Project, rt.Name, got)
+		}
+	}
+	if n := srv.asked.Load(); n != 2 {
+		t.Errorf("the server was asked %d times, want 2 (once per project)", n)
+	}
+}
