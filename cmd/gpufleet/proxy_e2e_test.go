@@ -58,20 +58,15 @@ func startProxy(t *testing.T, s *serverProc, token string) *proxyProc {
 // (either may be empty) and returns the status and body.
 func call(t *testing.T, url, host, bearer, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	var hdr []string
 	if host != "" {
-		req.Host = host
+		hdr = append(hdr, "Host", host)
 	}
 	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
+		hdr = append(hdr, "Authorization", "Bearer "+bearer)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b, _ := testutil.Call(t, "POST", url, body, hdr...)
+	return code, b
 }
 
 // TestServiceBehindSeparateProxy: a `gpufleet proxy` process in front of
