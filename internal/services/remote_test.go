@@ -266,14 +266,14 @@ func check(r *Remote, rt *model.ProxyRoute, token string) int {
 // checkAll checks tokens at once, each from its own goroutine, while srv
 // holds every question; once all have started and srv has settled (as
 // many questions in flight as it will get: want, then 200 ms more) it
-// lets them through. It returns the verdicts.
-func checkAll(t *testing.T, r *Remote, srv *askServer, rt *model.ProxyRoute, tokens []string, want int) []int {
+// lets them through. Each must be let in.
+func checkAll(t *testing.T, r *Remote, srv *askServer, tokens []string, want int) {
 	t.Helper()
 	srv.hold = make(chan struct{})
 	got := make([]int, len(tokens))
 	var wg sync.WaitGroup
 	for i, tok := range tokens {
-		wg.Go(func() { got[i] = check(r, rt, tok) })
+		wg.Go(func() { got[i] = check(r, llm, tok) })
 	}
 	waitFor(t, "the questions in flight", func() bool {
 		srv.mu.Lock()
@@ -283,8 +283,13 @@ func checkAll(t *testing.T, r *Remote, srv *askServer, rt *model.ProxyRoute, tok
 	time.Sleep(200 * time.Millisecond) // room for the questions a bug would add
 	close(srv.hold)
 	wg.Wait()
-	return got
+	if i := slices.IndexFunc(got, func(s int) bool { return s != 0 }); i >= 0 {
+		t.Fatalf("%s: %d", tokens[i], got[i])
+	}
 }
+
+// llm is the route of the caller checks below.
+var llm = &model.ProxyRoute{Name: "llm", Project: "default"}
 
 // TestRemoteAuthCacheIsPerProject: a yes is remembered for the service it
 // was given for, by name and project: a service of the same name made
@@ -309,14 +314,7 @@ func TestRemoteAuthCacheIsPerProject(t *testing.T) {
 // all get its answer.
 func TestRemoteAuthAsksOncePerToken(t *testing.T) {
 	srv := &askServer{}
-	r := NewRemote(RemoteConfig{Server: srv})
-	rt := &model.ProxyRoute{Name: "llm", Project: "default"}
-	got := checkAll(t, r, srv, rt, slices.Repeat([]string{"new-token"}, 100), 1)
-	for i, status := range got {
-		if status != 0 {
-			t.Fatalf("request %d: %d", i, status)
-		}
-	}
+	checkAll(t, NewRemote(RemoteConfig{Server: srv}), srv, slices.Repeat([]string{"new-token"}, 100), 1)
 	if _, n, _ := srv.counts(""); n != 1 {
 		t.Errorf("100 concurrent first requests asked the server %d times, want 1", n)
 	}
@@ -326,17 +324,12 @@ func TestRemoteAuthAsksOncePerToken(t *testing.T) {
 // (a client spraying made-up ones) have at most maxAsking questions in
 // flight to the server; the rest wait their turn and are answered.
 func TestRemoteAuthBoundsQuestionsInFlight(t *testing.T) {
-	srv := &askServer{}
-	r := NewRemote(RemoteConfig{Server: srv})
-	rt := &model.ProxyRoute{Name: "llm", Project: "default"}
 	tokens := make([]string, 3*maxAsking)
 	for i := range tokens {
 		tokens[i] = fmt.Sprintf("token-%d", i)
 	}
-	got := checkAll(t, r, srv, rt, tokens, maxAsking)
-	if slices.ContainsFunc(got, func(s int) bool { return s != 0 }) {
-		t.Fatalf("verdicts: %v", got)
-	}
+	srv := &askServer{}
+	checkAll(t, NewRemote(RemoteConfig{Server: srv}), srv, tokens, maxAsking)
 	if _, n, peak := srv.counts(""); n != len(tokens) || peak > maxAsking {
 		t.Errorf("%d questions, at most %d in flight; want %d, at most %d", n, peak, len(tokens), maxAsking)
 	}
@@ -350,16 +343,15 @@ func TestRemoteAuthSprayKeepsCallersLetIn(t *testing.T) {
 	srv := &askServer{allow: map[[sha256.Size]byte]bool{sha256.Sum256([]byte("good")): true}}
 	// A still clock: the TTLs are not what this measures.
 	r := NewRemote(RemoteConfig{Server: srv, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
-	rt := &model.ProxyRoute{Name: "llm", Project: "default"}
-	if got := check(r, rt, "good"); got != 0 {
+	if got := check(r, llm, "good"); got != 0 {
 		t.Fatalf("good: %d", got)
 	}
 	for i := range 20000 {
-		if got := check(r, rt, fmt.Sprintf("guess-%d", i)); got != http.StatusUnauthorized {
+		if got := check(r, llm, fmt.Sprintf("guess-%d", i)); got != http.StatusUnauthorized {
 			t.Fatalf("guess %d: %d", i, got)
 		}
 	}
-	if got := check(r, rt, "good"); got != 0 {
+	if got := check(r, llm, "good"); got != 0 {
 		t.Fatalf("good after the spray: %d", got)
 	}
 	if n, _, _ := srv.counts("good"); n != 1 {
@@ -369,7 +361,7 @@ func TestRemoteAuthSprayKeepsCallersLetIn(t *testing.T) {
 		t.Errorf("cache holds %d yeses and %d refusals, want 1 and at most %d", yes, no, maxRefusals)
 	}
 	last := "guess-19999"
-	if got := check(r, rt, last); got != http.StatusUnauthorized {
+	if got := check(r, llm, last); got != http.StatusUnauthorized {
 		t.Fatalf("%s again: %d", last, got)
 	}
 	if n, _, _ := srv.counts(last); n != 1 {
@@ -384,12 +376,11 @@ func TestRemoteAuthEvictsLeastRecentlyUsed(t *testing.T) {
 	srv := &askServer{}
 	r := NewRemote(RemoteConfig{Server: srv, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
 	r.callers = newCallerCache(100, 10)
-	rt := &model.ProxyRoute{Name: "llm", Project: "default"}
 	for i := range 1000 {
-		if i%50 == 0 && check(r, rt, "steady") != 0 {
+		if i%50 == 0 && check(r, llm, "steady") != 0 {
 			t.Fatal("steady refused")
 		}
-		if got := check(r, rt, fmt.Sprintf("caller-%d", i)); got != 0 {
+		if got := check(r, llm, fmt.Sprintf("caller-%d", i)); got != 0 {
 			t.Fatalf("caller %d: %d", i, got)
 		}
 	}
@@ -399,7 +390,7 @@ func TestRemoteAuthEvictsLeastRecentlyUsed(t *testing.T) {
 	if yes, _ := r.callers.sizes(); yes != 100 {
 		t.Errorf("%d yeses kept, want the bound, 100", yes)
 	}
-	if n, _, _ := srv.counts("caller-0"); n != 1 || check(r, rt, "caller-0") != 0 {
+	if n, _, _ := srv.counts("caller-0"); n != 1 || check(r, llm, "caller-0") != 0 {
 		t.Fatal("caller-0")
 	}
 	if n, _, _ := srv.counts("caller-0"); n != 2 {
@@ -414,18 +405,17 @@ func TestRemoteAuthVerdictsExpire(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	srv := &askServer{allow: map[[sha256.Size]byte]bool{sha256.Sum256([]byte("tok")): true}}
 	r := NewRemote(RemoteConfig{Server: srv, Clock: clk, AuthTTL: 10 * time.Second})
-	rt := &model.ProxyRoute{Name: "llm", Project: "default"}
 	asks := func(token string) int { n, _, _ := srv.counts(token); return n }
-	check(r, rt, "tok")
-	check(r, rt, "bad")
+	check(r, llm, "tok")
+	check(r, llm, "bad")
 	clk.Advance(2*time.Second - time.Millisecond)
-	check(r, rt, "tok")
-	check(r, rt, "bad")
+	check(r, llm, "tok")
+	check(r, llm, "bad")
 	if asks("tok") != 1 || asks("bad") != 1 {
 		t.Fatalf("within the TTLs: asked %d and %d times, want 1 and 1", asks("tok"), asks("bad"))
 	}
 	clk.Advance(time.Millisecond)
-	check(r, rt, "bad")
+	check(r, llm, "bad")
 	if asks("bad") != 2 {
 		t.Errorf("a refusal was kept past a fifth of the TTL")
 	}
@@ -433,10 +423,10 @@ func TestRemoteAuthVerdictsExpire(t *testing.T) {
 	srv.mu.Lock()
 	srv.allow = map[[sha256.Size]byte]bool{}
 	srv.mu.Unlock()
-	if got := check(r, rt, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
+	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
 		t.Fatalf("a revoked token after the TTL: %d, asked %d times", got, asks("tok"))
 	}
-	if got := check(r, rt, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
+	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
 		t.Errorf("the revoked token again: %d, asked %d times", got, asks("tok"))
 	}
 }
