@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -62,10 +63,12 @@ type Remote struct {
 
 	// callers remembers the server's verdicts on callers; flight makes
 	// concurrent first requests with one caller's token one question;
-	// asking bounds the questions in flight (maxAsking).
-	callers *callerCache
-	flight  singleflight.Group
-	asking  chan struct{}
+	// asking bounds the questions in flight (maxAsking); a question
+	// waits turnWait at most for a turn.
+	callers  *callerCache
+	flight   singleflight.Group
+	asking   chan struct{}
+	turnWait time.Duration
 }
 
 // authKey is a caller's verdict's key: the service by name and project (a
@@ -89,11 +92,16 @@ func (k authKey) flightKey() string {
 // maxAsking bounds the caller checks a separate proxy has in flight to
 // the server: a client spraying made-up tokens, each a question, waits
 // behind it rather than loading the server with one per request.
-// askTimeout bounds one check, its wait for a turn included.
+// A check waits at most turnWait for a turn, then askTimeout for the
+// server's answer.
 const (
 	maxAsking  = 32
+	turnWait   = 10 * time.Second
 	askTimeout = 10 * time.Second
 )
+
+// errBusy is a caller check that found no turn within turnWait.
+var errBusy = errors.New("too many caller checks in flight to the server")
 
 // NewRemote returns a proxy that routes nothing until Run has read the
 // endpoint list once.
@@ -111,7 +119,7 @@ func NewRemote(cfg RemoteConfig) *Remote {
 		cfg.AuthTTL = 10 * time.Second
 	}
 	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), instance: rand.Text()[:16],
-		callers: newCallerCache(maxAuthCache, maxRefusals), asking: make(chan struct{}, maxAsking)}
+		callers: newCallerCache(maxAuthCache, maxRefusals), asking: make(chan struct{}, maxAsking), turnWait: turnWait}
 	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
 		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt) == 0 },
 		Demand: func(string) { r.poke() },
@@ -219,7 +227,12 @@ func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 	select {
 	case res := <-ch:
 		if res.Err != nil {
-			r.cfg.Log.Warn("asking the server about a caller", "service", rt.Name, "err", res.Err)
+			// A flood's waits would flood the log: they are debug.
+			level := slog.LevelWarn
+			if errors.Is(res.Err, errBusy) {
+				level = slog.LevelDebug
+			}
+			r.cfg.Log.Log(req.Context(), level, "asking the server about a caller", "service", rt.Name, "err", res.Err)
 			return http.StatusServiceUnavailable
 		}
 		return res.Val.(int)
@@ -231,14 +244,18 @@ func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 // ask asks the server about k, waiting for one of maxAsking turns, and
 // remembers the answer.
 func (r *Remote) ask(k authKey) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
-	defer cancel()
 	select {
 	case r.asking <- struct{}{}:
-		defer func() { <-r.asking }()
-	case <-ctx.Done():
-		return 0, fmt.Errorf("%d caller checks in flight to the server for %s: %w", maxAsking, askTimeout, ctx.Err())
+	default:
+		select {
+		case r.asking <- struct{}{}:
+		case <-r.cfg.Clock.After(r.turnWait):
+			return 0, fmt.Errorf("%w: %d in flight for %s", errBusy, maxAsking, r.turnWait)
+		}
 	}
+	defer func() { <-r.asking }()
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
 	now := r.cfg.Clock.Now()
 	status, err := r.cfg.Server.ProxyAuthorize(ctx, k.service, k.digest[:])
 	if err != nil {

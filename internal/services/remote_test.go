@@ -335,6 +335,40 @@ func TestRemoteAuthBoundsQuestionsInFlight(t *testing.T) {
 	}
 }
 
+// TestRemoteAuthFloodLeavesKnownCallers: while maxAsking questions about
+// made-up tokens hang at the server, a caller the proxy already let in is
+// answered from the cache, and one more made-up token gets 503 once it
+// has waited turnWait for a turn, without reaching the server.
+func TestRemoteAuthFloodLeavesKnownCallers(t *testing.T) {
+	srv := &askServer{}
+	r := NewRemote(RemoteConfig{Server: srv})
+	r.turnWait = 200 * time.Millisecond
+	if got := check(r, llm, "known"); got != 0 {
+		t.Fatalf("known: %d", got)
+	}
+	srv.hold = make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range maxAsking {
+		wg.Go(func() { check(r, llm, fmt.Sprintf("flood-%d", i)) })
+	}
+	waitFor(t, "the flood's questions in flight", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.inFlight == maxAsking
+	})
+	if got := check(r, llm, "known"); got != 0 {
+		t.Errorf("a known caller during the flood: %d", got)
+	}
+	if got := check(r, llm, "one-more"); got != http.StatusServiceUnavailable {
+		t.Errorf("a made-up token past the bound: %d, want 503", got)
+	}
+	if n, _, _ := srv.counts("one-more"); n != 0 {
+		t.Errorf("the token past the bound reached the server %d times", n)
+	}
+	close(srv.hold)
+	wg.Wait()
+}
+
 // TestRemoteAuthSprayKeepsCallersLetIn: 20,000 made-up tokens, each
 // refused, push no caller that was let in out of the cache (it is not
 // asked about again), the refusals kept stay bounded, and a refused token
