@@ -81,7 +81,6 @@ func TestServiceBehindSeparateProxy(t *testing.T) {
 	replica := buildReplica(t)
 	s := startServer(t, t.TempDir(), freePort(t), "--services-domain", "svc.test")
 	port := testutil.PortRun(t, 8)
-	file := filepath.Join(t.TempDir(), "svc.yaml")
 	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
 kind: Service
 metadata: {name: edge}
@@ -95,10 +94,7 @@ spec:
   autoscaling: {metric: inflight, target: 2, scaleDownWindow: 3s, scaleFromZeroTimeout: 60s}
   hosts: [chat.example.test]
 `, replica, port)
-	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.gpufleet("services", "apply", "-f", file)
+	s.applyService(manifest)
 	var created api.TokenCreated
 	if err := json.Unmarshal([]byte(s.gpufleetOut("tokens", "create", "edge-1", "--kind", "proxy", "-o", "json")), &created); err != nil {
 		t.Fatal(err)
