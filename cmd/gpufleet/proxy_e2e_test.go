@@ -58,20 +58,15 @@ func startProxy(t *testing.T, s *serverProc, token string) *proxyProc {
 // (either may be empty) and returns the status and body.
 func call(t *testing.T, url, host, bearer, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	var hdr []string
 	if host != "" {
-		req.Host = host
+		hdr = append(hdr, "Host", host)
 	}
 	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
+		hdr = append(hdr, "Authorization", "Bearer "+bearer)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, b, _ := testutil.Call(t, "POST", url, body, hdr...)
+	return code, b
 }
 
 // TestServiceBehindSeparateProxy: a `gpufleet proxy` process in front of
@@ -86,7 +81,6 @@ func TestServiceBehindSeparateProxy(t *testing.T) {
 	replica := buildReplica(t)
 	s := startServer(t, t.TempDir(), freePort(t), "--services-domain", "svc.test")
 	port := testutil.PortRun(t, 8)
-	file := filepath.Join(t.TempDir(), "svc.yaml")
 	manifest := fmt.Sprintf(`apiVersion: gpufleet.dev/v1
 kind: Service
 metadata: {name: edge}
@@ -100,10 +94,7 @@ spec:
   autoscaling: {metric: inflight, target: 2, scaleDownWindow: 3s, scaleFromZeroTimeout: 60s}
   hosts: [chat.example.test]
 `, replica, port)
-	if err := os.WriteFile(file, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.gpufleet("services", "apply", "-f", file)
+	s.applyService(manifest)
 	var created api.TokenCreated
 	if err := json.Unmarshal([]byte(s.gpufleetOut("tokens", "create", "edge-1", "--kind", "proxy", "-o", "json")), &created); err != nil {
 		t.Fatal(err)

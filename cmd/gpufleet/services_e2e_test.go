@@ -35,6 +35,17 @@ func buildReplica(t *testing.T) string {
 	return bin
 }
 
+// applyService applies a Service manifest (YAML) from standard input:
+// `gpufleet services apply -f -`.
+func (s *serverProc) applyService(manifest string) {
+	s.t.Helper()
+	cmd := s.gpufleetCmd("services", "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		s.t.Fatalf("services apply: %v\n%s\nserver log:\n%s", err, out, s.out)
+	}
+}
+
 // TestServiceScalesFromZero: a service with min 0 has no replica until a
 // request comes; the request is held while a replica job starts (with
 // PORT set) and turns ready, then served through /services/NAME/, both as
@@ -422,11 +433,7 @@ spec:
   replicas: {min: 1, max: 1}
   auth: {mode: public}
 `, image, port)
-	cmd := s.gpufleetCmd("services", "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifest)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+	s.applyService(manifest)
 	var v api.ServiceView
 	for deadline := time.Now().Add(3 * time.Minute); ; {
 		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", "web", "-o", "json")), &v); err != nil {
@@ -511,11 +518,7 @@ spec:
   replicas: {min: 1, max: 1}
   auth: {mode: public}
 `, replica, port)
-	apply := s.gpufleetCmd("services", "apply", "-f", "-")
-	apply.Stdin = strings.NewReader(manifest)
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+	s.applyService(manifest)
 	get := func() api.ServiceView {
 		var v api.ServiceView
 		if err := json.Unmarshal([]byte(s.gpufleet("services", "get", "spotty", "-o", "json")), &v); err != nil {

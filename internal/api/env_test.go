@@ -137,7 +137,7 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 	}
 	// Services are kept but not reconciled (no Run): the API tests
 	// check their access and validation, not their replicas.
-	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Stored: ctrl.StoredServices(), Keys: ctrl.Vault()})
+	svcs, err := services.New(services.Config{Controller: ctrl, Committer: ctrl.Committer(), Stored: ctrl.StoredServices(), Keys: ctrl.Vault(), Clock: cfg.Clock})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/api"
+	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -116,5 +118,60 @@ func TestServicesAreProjectScoped(t *testing.T) {
   "metadata": {"name": "bad"}, "spec": {"template": {"run": {"command": ["x"]}}, "port": 0, "autoscaling": {"metric": "gpu-util"}}}`)})
 	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "spec.port") || !strings.Contains(string(r.Body), "spec.autoscaling.metric") {
 		t.Fatalf("bad manifest: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestProxiesSharingATokenAddUp: two `gpufleet proxy` processes sharing
+// one proxy token report load for the same service; the autoscaler's load
+// (the service's, as GET shows it) is their sum, a process's next report
+// replaces its own last one, a process of the same id under another
+// token counts apart, and a process that stops reporting stops counting
+// after 5 s while the others still count.
+func TestProxiesSharingATokenAddUp(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
+	e := newEnv(t, envConfig{Clock: clk})
+	if r := e.do(t, req{Method: "POST", Path: "/v1/services", Body: projectService("shared", "a", "public"), Token: e.admin}); r.Status != http.StatusCreated {
+		t.Fatalf("apply: %d %s", r.Status, r.Body)
+	}
+	_, edge := e.token(t, model.TokenRequest{Kind: model.TokenProxy, Subject: "edge"})
+	_, other := e.token(t, model.TokenRequest{Kind: model.TokenProxy, Subject: "edge-2"})
+	report := func(token, proxy string, l model.ProxyLoad) {
+		t.Helper()
+		body, _ := json.Marshal(model.ProxyReport{Proxy: proxy, Services: map[string]model.ProxyLoad{"shared": l}})
+		if r := e.do(t, req{Method: "POST", Path: "/v1/proxy/load", Body: body, Token: token}); r.Status != http.StatusNoContent {
+			t.Fatalf("report from %s: %d %s", proxy, r.Status, r.Body)
+		}
+	}
+	seen := func(step string, inFlight, waiting int, rate float64) {
+		t.Helper()
+		var st api.ServiceView
+		r := e.do(t, req{Method: "GET", Path: "/v1/services/shared", Token: e.admin})
+		if err := json.Unmarshal(r.Body, &st); err != nil {
+			t.Fatalf("%s: %d %s", step, r.Status, r.Body)
+		}
+		if st.InFlight != inFlight || st.Load.Waiting != waiting || st.Load.Rate != rate {
+			t.Errorf("%s: in flight %d, waiting %d, rate %g; want %d, %d, %g", step, st.InFlight, st.Load.Waiting, st.Load.Rate, inFlight, waiting, rate)
+		}
+	}
+	report(edge, "p1", model.ProxyLoad{InFlight: 3, Waiting: 1, Rate: 2, Requests: 2})
+	report(edge, "p2", model.ProxyLoad{InFlight: 4, Rate: 5, Requests: 3})
+	seen("two processes on one token", 7, 1, 7)
+	report(edge, "p1", model.ProxyLoad{InFlight: 1, Rate: 1})
+	seen("p1's next report replaces its last", 5, 0, 6)
+	report(other, "p1", model.ProxyLoad{InFlight: 10, Rate: 10})
+	seen("the same id under another token", 15, 0, 16)
+
+	clk.Advance(3 * time.Second)
+	report(edge, "p2", model.ProxyLoad{InFlight: 4, Rate: 5})
+	report(other, "p1", model.ProxyLoad{InFlight: 10, Rate: 10})
+	clk.Advance(3 * time.Second)
+	seen("edge's p1 silent for 6 s", 14, 0, 15)
+	clk.Advance(3 * time.Second)
+	seen("everyone silent for more than 5 s", 0, 0, 0)
+
+	var st api.ServiceView
+	if r := e.do(t, req{Method: "GET", Path: "/v1/services/shared", Token: e.admin}); json.Unmarshal(r.Body, &st) != nil || st.Requests != 5 {
+		t.Errorf("requests counted from both processes: %d, want 5", st.Requests)
 	}
 }

@@ -3,7 +3,6 @@ package podsync
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // TestGateAdmitsOnlyTheKey runs a pod's gate (the agent's gate code,
@@ -42,17 +42,7 @@ func TestGateAdmitsOnlyTheKey(t *testing.T) {
 	base := "http://" + g.Addr().String()
 	do := func(auth string) (int, string, http.Header) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", base+"/v1/models", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body), resp.Header
+		return testutil.Call(t, "GET", base+"/v1/models", "", "Authorization", auth)
 	}
 	for name, auth := range map[string]string{"no key": "", "another key": "Bearer guess", "key as basic": "Basic " + key} {
 		if code, body, _ := do(auth); code != http.StatusUnauthorized {

@@ -192,11 +192,7 @@ func TestHostConflictsAreRefusedAtApply(t *testing.T) {
 func TestDecisionsSurviveARestart(t *testing.T) {
 	f := newFake(t)
 	path := filepath.Join(t.TempDir(), "gpufleet.db")
-	st, stored := openStore(t, path)
-	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored, Interval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, st := storedManager(t, f, path, Config{Interval: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
@@ -216,11 +212,7 @@ func TestDecisionsSurviveARestart(t *testing.T) {
 	cancel()
 	<-done
 	st.Close()
-	st2, stored := openStore(t, path)
-	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2, _ := storedManager(t, f, path, Config{})
 	after, _ := m2.Get("kept")
 	if len(after.Decisions) < len(before.Decisions) || after.Decisions[0].Message != before.Decisions[0].Message {
 		t.Fatalf("after a restart: %+v, before %+v", after.Decisions, before.Decisions)

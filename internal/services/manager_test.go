@@ -172,6 +172,20 @@ func (c storeCommitter) Commit(b *store.Batch) func(context.Context) error {
 	}
 }
 
+// storedManager builds a Manager over f and the SQLite store at path (a
+// server starting, or starting again) with cfg's other fields, and
+// returns it with the store.
+func storedManager(t *testing.T, f *fakeControl, path string, cfg Config) (*Manager, *sqlite.Store) {
+	t.Helper()
+	st, stored := openStore(t, path)
+	cfg.Controller, cfg.Committer, cfg.Stored = f, storeCommitter{st}, stored
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, st
+}
+
 // openStore opens the SQLite store at path and returns it with the
 // services it holds.
 func openStore(t *testing.T, path string) (*sqlite.Store, []*model.Service) {
@@ -266,17 +280,8 @@ func startManager(t testing.TB, f *fakeControl) (*Manager, *httptest.Server, *Me
 
 func get(t *testing.T, url string, hdr ...string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"prompt":"hi"}`))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, body, _ := testutil.Call(t, "POST", url, `{"prompt":"hi"}`, hdr...)
+	return code, body
 }
 
 func TestScaleFromZeroServesTheHeldRequest(t *testing.T) {
@@ -521,11 +526,7 @@ func TestRollingUpdateAndCrashLoseNoRequest(t *testing.T) {
 func TestServicesPersistAndConflict(t *testing.T) {
 	f := newFake(t)
 	path := filepath.Join(t.TempDir(), "gpufleet.db")
-	st, stored := openStore(t, path)
-	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, st := storedManager(t, f, path, Config{})
 	s := testService(t, "kept", 1, 1)
 	if _, created, err := m.Apply(context.Background(), s); err != nil || !created {
 		t.Fatal(err, created)
@@ -550,11 +551,7 @@ func TestServicesPersistAndConflict(t *testing.T) {
 	}
 	st.Close()
 
-	st2, stored := openStore(t, path)
-	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2, st2 := storedManager(t, f, path, Config{})
 	if got, err := m2.Get("kept"); err != nil || got.Spec.Port != s.Spec.Port || got.Generation != 1 {
 		t.Fatalf("reopened: %v %+v", err, got)
 	}
@@ -582,11 +579,7 @@ func TestLegacyServicesFileIsImported(t *testing.T) {
 	if err := os.WriteFile(legacy, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, stored := openStore(t, filepath.Join(dir, "gpufleet.db"))
-	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored, Legacy: legacy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, st := storedManager(t, f, filepath.Join(dir, "gpufleet.db"), Config{Legacy: legacy})
 	if got, err := m.Get("old"); err != nil || got.Generation != 3 {
 		t.Fatalf("imported: %v %+v", err, got)
 	}
@@ -605,11 +598,7 @@ func TestLegacyServicesFileIsImported(t *testing.T) {
 func TestRestartKeepsRunningReplicas(t *testing.T) {
 	f := newFake(t)
 	path := filepath.Join(t.TempDir(), "gpufleet.db")
-	st, stored := openStore(t, path)
-	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, st := storedManager(t, f, path, Config{})
 	s := testService(t, "warm", 0, 3)
 	if _, _, err := m.Apply(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -620,11 +609,7 @@ func TestRestartKeepsRunningReplicas(t *testing.T) {
 		}
 	}
 	st.Close()
-	st2, stored := openStore(t, path)
-	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2, _ := storedManager(t, f, path, Config{})
 	m2.Reconcile(context.Background())
 	m2.Reconcile(context.Background())
 	got, _ := m2.Get("warm")
@@ -669,7 +654,6 @@ func TestForeignTaggedJobsLeaveReplicasAlone(t *testing.T) {
 func TestCostAndUsage(t *testing.T) {
 	f := newFake(t)
 	path := filepath.Join(t.TempDir(), "gpufleet.db")
-	st, stored := openStore(t, path)
 	var scopes []model.BudgetScope
 	var mu sync.Mutex
 	ledger := func(scope model.BudgetScope, from, to time.Time) (model.Money, error) {
@@ -678,10 +662,7 @@ func TestCostAndUsage(t *testing.T) {
 		scopes = append(scopes, scope)
 		return 3 * model.Dollar, nil
 	}
-	m, err := New(Config{Controller: f, Committer: storeCommitter{st}, Stored: stored, Interval: 20 * time.Millisecond, UsageEvery: time.Millisecond, Cost: ledger})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, st := storedManager(t, f, path, Config{Interval: 20 * time.Millisecond, UsageEvery: time.Millisecond, Cost: ledger})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
@@ -724,11 +705,7 @@ func TestCostAndUsage(t *testing.T) {
 	cancel()
 	<-done
 	st.Close()
-	st2, stored := openStore(t, path)
-	m2, err := New(Config{Controller: f, Committer: storeCommitter{st2}, Stored: stored})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m2, _ := storedManager(t, f, path, Config{})
 	if got, _ := m2.Get("paid"); got.Requests != 3 || got.Tokens != 21 {
 		t.Fatalf("after a reopen: %d requests, %d tokens", got.Requests, got.Tokens)
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -57,8 +61,14 @@ type Remote struct {
 	// proxies that share its token (several replicas of one Deployment).
 	instance string
 
-	mu    sync.Mutex
-	cache map[authKey]verdict
+	// callers remembers the server's verdicts on callers; flight makes
+	// concurrent first requests with one caller's token one question;
+	// asking bounds the questions in flight (maxAsking); a question
+	// waits turnWait at most for a turn.
+	callers  *callerCache
+	flight   singleflight.Group
+	asking   chan struct{}
+	turnWait time.Duration
 }
 
 // authKey is a caller's verdict's key: the service by name and project (a
@@ -74,9 +84,24 @@ type verdict struct {
 	until  time.Time
 }
 
-// maxAuthCache bounds the remembered callers; past it the cache starts
-// over.
-const maxAuthCache = 10000
+// flightKey names k in Remote.flight.
+func (k authKey) flightKey() string {
+	return k.service + "\x00" + k.project + "\x00" + string(k.digest[:])
+}
+
+// maxAsking bounds the caller checks a separate proxy has in flight to
+// the server: a client spraying made-up tokens, each a question, waits
+// behind it rather than loading the server with one per request.
+// A check waits at most turnWait for a turn, then askTimeout for the
+// server's answer.
+const (
+	maxAsking  = 32
+	turnWait   = 10 * time.Second
+	askTimeout = 10 * time.Second
+)
+
+// errBusy is a caller check that found no turn within turnWait.
+var errBusy = errors.New("too many caller checks in flight to the server")
 
 // NewRemote returns a proxy that routes nothing until Run has read the
 // endpoint list once.
@@ -93,7 +118,8 @@ func NewRemote(cfg RemoteConfig) *Remote {
 	if cfg.AuthTTL == 0 {
 		cfg.AuthTTL = 10 * time.Second
 	}
-	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), cache: map[authKey]verdict{}, instance: rand.Text()[:16]}
+	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), instance: rand.Text()[:16],
+		callers: newCallerCache(maxAuthCache, maxRefusals), asking: make(chan struct{}, maxAsking), turnWait: turnWait}
 	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
 		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt) == 0 },
 		Demand: func(string) { r.poke() },
@@ -181,40 +207,66 @@ func (r *Remote) report(ctx context.Context) {
 	}
 }
 
-// authorize asks the server whether r's bearer may call service,
-// remembering the answer (AuthTTL, a fifth of it for a refusal). The
-// server sees the secret's SHA-256, never the secret. A server it cannot
-// ask answers 503.
+// authorize says whether req's bearer may call rt's service (0), or the
+// status to refuse with. A verdict is remembered (callerCache: AuthTTL, a
+// fifth of it for a refusal); on a miss, the server is asked once however
+// many requests with the same token arrive meanwhile. The server sees the
+// secret's SHA-256, never the secret. A server it cannot ask answers 503.
 func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 	secret, ok := bearer(req.Header.Get("Authorization"))
 	if !ok {
 		return http.StatusUnauthorized
 	}
-	service := rt.Name
-	k := authKey{service: service, project: rt.Project, digest: sha256.Sum256([]byte(secret))}
-	now := r.cfg.Clock.Now()
-	r.mu.Lock()
-	v, ok := r.cache[k]
-	r.mu.Unlock()
-	if ok && now.Before(v.until) {
-		return v.status
+	k := authKey{service: rt.Name, project: rt.Project, digest: sha256.Sum256([]byte(secret))}
+	if status, ok := r.callers.get(k, r.cfg.Clock.Now()); ok {
+		return status
 	}
-	status, err := r.cfg.Server.ProxyAuthorize(req.Context(), service, k.digest[:])
-	if err != nil {
-		r.cfg.Log.Warn("asking the server about a caller", "service", service, "err", err)
+	// The question outlives the request that asked it: the others
+	// waiting on it still want the answer.
+	ch := r.flight.DoChan(k.flightKey(), func() (any, error) { return r.ask(k) })
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			// A flood's waits would flood the log: they are debug.
+			level := slog.LevelWarn
+			if errors.Is(res.Err, errBusy) {
+				level = slog.LevelDebug
+			}
+			r.cfg.Log.Log(req.Context(), level, "asking the server about a caller", "service", rt.Name, "err", res.Err)
+			return http.StatusServiceUnavailable
+		}
+		return res.Val.(int)
+	case <-req.Context().Done():
 		return http.StatusServiceUnavailable
+	}
+}
+
+// ask asks the server about k, waiting for one of maxAsking turns, and
+// remembers the answer.
+func (r *Remote) ask(k authKey) (int, error) {
+	select {
+	case r.asking <- struct{}{}:
+	default:
+		select {
+		case r.asking <- struct{}{}:
+		case <-r.cfg.Clock.After(r.turnWait):
+			return 0, fmt.Errorf("%w: %d in flight for %s", errBusy, maxAsking, r.turnWait)
+		}
+	}
+	defer func() { <-r.asking }()
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
+	now := r.cfg.Clock.Now()
+	status, err := r.cfg.Server.ProxyAuthorize(ctx, k.service, k.digest[:])
+	if err != nil {
+		return 0, err
 	}
 	ttl := r.cfg.AuthTTL
 	if status != 0 {
 		ttl /= 5
 	}
-	r.mu.Lock()
-	if len(r.cache) >= maxAuthCache {
-		clear(r.cache)
-	}
-	r.cache[k] = verdict{status: status, until: now.Add(ttl)}
-	r.mu.Unlock()
-	return status
+	r.callers.put(k, status, now.Add(ttl))
+	return status, nil
 }
 
 // ServeHTTP serves the services' routes (Proxy.ServeRoute), /healthz, and

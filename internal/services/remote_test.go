@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gpufleet/gpufleet/internal/clock"
 	"github.com/gpufleet/gpufleet/internal/model"
 )
 
@@ -198,35 +202,265 @@ func TestRemoteProxyAuth(t *testing.T) {
 	}
 }
 
-// countingServer answers every caller check with yes and counts them.
-type countingServer struct{ asked atomic.Int64 }
+// askServer is a server for caller checks alone: it lets in the digests
+// in allow (nil: every caller) and refuses the others with 401, counting
+// the questions per digest and the most in flight at once; with hold
+// set, each question waits until hold closes.
+type askServer struct {
+	allow map[[sha256.Size]byte]bool
+	hold  chan struct{}
 
-func (c *countingServer) ProxyEndpoints(ctx context.Context, _ uint64) (model.ProxyTable, error) {
+	mu       sync.Mutex
+	per      map[[sha256.Size]byte]int
+	asked    int
+	inFlight int
+	peak     int
+}
+
+func (a *askServer) ProxyEndpoints(ctx context.Context, _ uint64) (model.ProxyTable, error) {
 	<-ctx.Done()
 	return model.ProxyTable{}, ctx.Err()
 }
-func (c *countingServer) ProxyLoad(context.Context, model.ProxyReport) error { return nil }
-func (c *countingServer) ProxyAuthorize(context.Context, string, []byte) (int, error) {
-	c.asked.Add(1)
-	return 0, nil
+func (a *askServer) ProxyLoad(context.Context, model.ProxyReport) error { return nil }
+func (a *askServer) ProxyAuthorize(ctx context.Context, _ string, digest []byte) (int, error) {
+	d := [sha256.Size]byte(digest)
+	a.mu.Lock()
+	if a.per == nil {
+		a.per = map[[sha256.Size]byte]int{}
+	}
+	a.per[d]++
+	a.asked++
+	a.inFlight++
+	a.peak = max(a.peak, a.inFlight)
+	yes := a.allow == nil || a.allow[d]
+	a.mu.Unlock()
+	defer func() { a.mu.Lock(); a.inFlight--; a.mu.Unlock() }()
+	if a.hold != nil {
+		select {
+		case <-a.hold:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if yes {
+		return 0, nil
+	}
+	return http.StatusUnauthorized, nil
 }
+
+// counts returns the questions about token, all questions, and the most
+// in flight at once.
+func (a *askServer) counts(token string) (perToken, asked, peak int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.per[sha256.Sum256([]byte(token))], a.asked, a.peak
+}
+
+// check asks r whether token may call rt.
+func check(r *Remote, rt *model.ProxyRoute, token string) int {
+	req := httptest.NewRequest("GET", "/services/"+rt.Name+"/x", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	return r.authorize(req, rt)
+}
+
+// checkAll checks tokens at once, each from its own goroutine, while srv
+// holds every question; once all have started and srv has settled (as
+// many questions in flight as it will get: want, then 200 ms more) it
+// lets them through. Each must be let in.
+func checkAll(t *testing.T, r *Remote, srv *askServer, tokens []string, want int) {
+	t.Helper()
+	srv.hold = make(chan struct{})
+	got := make([]int, len(tokens))
+	var wg sync.WaitGroup
+	for i, tok := range tokens {
+		wg.Go(func() { got[i] = check(r, llm, tok) })
+	}
+	waitFor(t, "the questions in flight", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.inFlight >= want
+	})
+	time.Sleep(200 * time.Millisecond) // room for the questions a bug would add
+	close(srv.hold)
+	wg.Wait()
+	if i := slices.IndexFunc(got, func(s int) bool { return s != 0 }); i >= 0 {
+		t.Fatalf("%s: %d", tokens[i], got[i])
+	}
+}
+
+// llm is the route of the caller checks below.
+var llm = &model.ProxyRoute{Name: "llm", Project: "default"}
 
 // TestRemoteAuthCacheIsPerProject: a yes is remembered for the service it
 // was given for, by name and project: a service of the same name made
 // again in another project asks the server afresh.
 func TestRemoteAuthCacheIsPerProject(t *testing.T) {
-	srv := &countingServer{}
+	srv := &askServer{}
 	r := NewRemote(RemoteConfig{Server: srv})
-	req := httptest.NewRequest("GET", "/services/llm/x", nil)
-	req.Header.Set("Authorization", "Bearer tok")
 	a := &model.ProxyRoute{Name: "llm", Project: "team-a"}
 	b := &model.ProxyRoute{Name: "llm", Project: "team-b"}
 	for _, rt := range []*model.ProxyRoute{a, a, b, b} {
-		if got := r.authorize(req, rt); got != 0 {
+		if got := check(r, rt, "tok"); got != 0 {
 			t.Fatalf("%s/%s: %d", rt.Project, rt.Name, got)
 		}
 	}
-	if n := srv.asked.Load(); n != 2 {
+	if _, n, _ := srv.counts(""); n != 2 {
 		t.Errorf("the server was asked %d times, want 2 (once per project)", n)
+	}
+}
+
+// TestRemoteAuthAsksOncePerToken: 100 requests that arrive together with
+// a token the proxy has not seen make one question to the server, and
+// all get its answer.
+func TestRemoteAuthAsksOncePerToken(t *testing.T) {
+	srv := &askServer{}
+	checkAll(t, NewRemote(RemoteConfig{Server: srv}), srv, slices.Repeat([]string{"new-token"}, 100), 1)
+	if _, n, _ := srv.counts(""); n != 1 {
+		t.Errorf("100 concurrent first requests asked the server %d times, want 1", n)
+	}
+}
+
+// TestRemoteAuthBoundsQuestionsInFlight: distinct unknown tokens at once
+// (a client spraying made-up ones) have at most maxAsking questions in
+// flight to the server; the rest wait their turn and are answered.
+func TestRemoteAuthBoundsQuestionsInFlight(t *testing.T) {
+	tokens := make([]string, 3*maxAsking)
+	for i := range tokens {
+		tokens[i] = fmt.Sprintf("token-%d", i)
+	}
+	srv := &askServer{}
+	checkAll(t, NewRemote(RemoteConfig{Server: srv}), srv, tokens, maxAsking)
+	if _, n, peak := srv.counts(""); n != len(tokens) || peak > maxAsking {
+		t.Errorf("%d questions, at most %d in flight; want %d, at most %d", n, peak, len(tokens), maxAsking)
+	}
+}
+
+// TestRemoteAuthFloodLeavesKnownCallers: while maxAsking questions about
+// made-up tokens hang at the server, a caller the proxy already let in is
+// answered from the cache, and one more made-up token gets 503 once it
+// has waited turnWait for a turn, without reaching the server.
+func TestRemoteAuthFloodLeavesKnownCallers(t *testing.T) {
+	srv := &askServer{}
+	r := NewRemote(RemoteConfig{Server: srv})
+	r.turnWait = 200 * time.Millisecond
+	if got := check(r, llm, "known"); got != 0 {
+		t.Fatalf("known: %d", got)
+	}
+	srv.hold = make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range maxAsking {
+		wg.Go(func() { check(r, llm, fmt.Sprintf("flood-%d", i)) })
+	}
+	waitFor(t, "the flood's questions in flight", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.inFlight == maxAsking
+	})
+	if got := check(r, llm, "known"); got != 0 {
+		t.Errorf("a known caller during the flood: %d", got)
+	}
+	if got := check(r, llm, "one-more"); got != http.StatusServiceUnavailable {
+		t.Errorf("a made-up token past the bound: %d, want 503", got)
+	}
+	if n, _, _ := srv.counts("one-more"); n != 0 {
+		t.Errorf("the token past the bound reached the server %d times", n)
+	}
+	close(srv.hold)
+	wg.Wait()
+}
+
+// TestRemoteAuthSprayKeepsCallersLetIn: 20,000 made-up tokens, each
+// refused, push no caller that was let in out of the cache (it is not
+// asked about again), the refusals kept stay bounded, and a refused token
+// sent again is refused from the cache.
+func TestRemoteAuthSprayKeepsCallersLetIn(t *testing.T) {
+	srv := &askServer{allow: map[[sha256.Size]byte]bool{sha256.Sum256([]byte("good")): true}}
+	// A still clock: the TTLs are not what this measures.
+	r := NewRemote(RemoteConfig{Server: srv, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
+	if got := check(r, llm, "good"); got != 0 {
+		t.Fatalf("good: %d", got)
+	}
+	for i := range 20000 {
+		if got := check(r, llm, fmt.Sprintf("guess-%d", i)); got != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d", i, got)
+		}
+	}
+	if got := check(r, llm, "good"); got != 0 {
+		t.Fatalf("good after the spray: %d", got)
+	}
+	if n, _, _ := srv.counts("good"); n != 1 {
+		t.Errorf("the caller let in was asked about %d times, want 1: the spray evicted it", n)
+	}
+	if yes, no := r.callers.sizes(); yes != 1 || no > maxRefusals {
+		t.Errorf("cache holds %d yeses and %d refusals, want 1 and at most %d", yes, no, maxRefusals)
+	}
+	last := "guess-19999"
+	if got := check(r, llm, last); got != http.StatusUnauthorized {
+		t.Fatalf("%s again: %d", last, got)
+	}
+	if n, _, _ := srv.counts(last); n != 1 {
+		t.Errorf("a refused token sent again was asked about %d times, want 1", n)
+	}
+}
+
+// TestRemoteAuthEvictsLeastRecentlyUsed: past its bound, the cache of
+// callers let in forgets the one least recently used, not everyone: a
+// caller in steady use among many others is asked about once.
+func TestRemoteAuthEvictsLeastRecentlyUsed(t *testing.T) {
+	srv := &askServer{}
+	r := NewRemote(RemoteConfig{Server: srv, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
+	r.callers = newCallerCache(100, 10)
+	for i := range 1000 {
+		if i%50 == 0 && check(r, llm, "steady") != 0 {
+			t.Fatal("steady refused")
+		}
+		if got := check(r, llm, fmt.Sprintf("caller-%d", i)); got != 0 {
+			t.Fatalf("caller %d: %d", i, got)
+		}
+	}
+	if n, _, _ := srv.counts("steady"); n != 1 {
+		t.Errorf("the caller in steady use was asked about %d times, want 1", n)
+	}
+	if yes, _ := r.callers.sizes(); yes != 100 {
+		t.Errorf("%d yeses kept, want the bound, 100", yes)
+	}
+	if n, _, _ := srv.counts("caller-0"); n != 1 || check(r, llm, "caller-0") != 0 {
+		t.Fatal("caller-0")
+	}
+	if n, _, _ := srv.counts("caller-0"); n != 2 {
+		t.Errorf("the least recently used caller was not evicted (asked %d times, want 2)", n)
+	}
+}
+
+// TestRemoteAuthVerdictsExpire: a yes is remembered for AuthTTL, a
+// refusal for a fifth of it; a token refused once its yes expired (one
+// revoked) is refused from then on.
+func TestRemoteAuthVerdictsExpire(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	srv := &askServer{allow: map[[sha256.Size]byte]bool{sha256.Sum256([]byte("tok")): true}}
+	r := NewRemote(RemoteConfig{Server: srv, Clock: clk, AuthTTL: 10 * time.Second})
+	asks := func(token string) int { n, _, _ := srv.counts(token); return n }
+	check(r, llm, "tok")
+	check(r, llm, "bad")
+	clk.Advance(2*time.Second - time.Millisecond)
+	check(r, llm, "tok")
+	check(r, llm, "bad")
+	if asks("tok") != 1 || asks("bad") != 1 {
+		t.Fatalf("within the TTLs: asked %d and %d times, want 1 and 1", asks("tok"), asks("bad"))
+	}
+	clk.Advance(time.Millisecond)
+	check(r, llm, "bad")
+	if asks("bad") != 2 {
+		t.Errorf("a refusal was kept past a fifth of the TTL")
+	}
+	clk.Advance(8 * time.Second)
+	srv.mu.Lock()
+	srv.allow = map[[sha256.Size]byte]bool{}
+	srv.mu.Unlock()
+	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
+		t.Fatalf("a revoked token after the TTL: %d, asked %d times", got, asks("tok"))
+	}
+	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
+		t.Errorf("the revoked token again: %d, asked %d times", got, asks("tok"))
 	}
 }

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/kubetest"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/podsync"
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // TestGatedServiceReplicaOnRealCluster runs a service replica through the
@@ -140,17 +140,9 @@ func TestGatedServiceReplicaOnRealCluster(t *testing.T) {
 	}
 	defer g.Close()
 	call := func(auth string) (int, string) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.Addr().String()+"/v1/models", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		t.Helper()
+		code, body, _ := testutil.Call(t, "GET", "http://"+g.Addr().String()+"/v1/models", "", "Authorization", auth)
+		return code, body
 	}
 	if code, body := call(""); code != http.StatusUnauthorized {
 		t.Errorf("without the key: %d %q, want 401", code, body)
