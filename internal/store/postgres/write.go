@@ -111,7 +111,7 @@ func classify(err error, what string) error {
 // common, so neither waits on the other's row while the other waits for
 // it), each fence's check (once per group, before any row), every row (the
 // repeated statements as one multi-row statement each: queueRows), the
-// commit's count and change record, and COMMIT, which is flushed (per
+// commit's change record and count, and COMMIT, which is flushed (per
 // synchronous_commit) before the server answers the pipeline's Sync. The
 // rest is read by the wire's finish. After an error the connection may be
 // left in a failed transaction: see rollback.
@@ -138,8 +138,11 @@ func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq
 		s.log.Warn("writing a group one row a statement", "err", err)
 		return nil, errIsolate
 	}
+	// The change record, numbered seq, runs before markCommit: the
+	// statements after markCommit's wait for the commit before are the
+	// part of a commit the next one waits for in turn.
+	feed := s.queueChange(pb, group, nil, seq)
 	pb.Queue(markCommit, seq, encode.Time(time.Now()))
-	feed := s.queueChange(pb, group, nil)
 	pb.Queue(`COMMIT`)
 	return sendWire(ctx, conn, pb, 2, feed)
 }
@@ -208,7 +211,7 @@ func (s *Store) writeIsolated(ctx context.Context, conn *pgx.Conn, group []batch
 	}
 	pb := &pgx.Batch{}
 	var changeSeq int64
-	if feed := s.queueChange(pb, group, errs); feed >= 0 {
+	if feed := s.queueChange(pb, group, errs, 0); feed >= 0 {
 		br := tx.SendBatch(ctx, pb)
 		for i := range pb.Len() {
 			var err error
