@@ -59,8 +59,9 @@ func sendWire(ctx context.Context, conn *pgx.Conn, pb *pgx.Batch, early, feed in
 	var eqb pgx.ExtendedQueryBuilder
 	for i, q := range pb.QueuedQueries {
 		if err := eqb.Build(conn.TypeMap(), sds[i], q.Arguments); err != nil {
-			// Nothing was written yet: end the pipeline where it
-			// stands, rolled back by the caller.
+			// End the pipeline where it stands: the statements
+			// before this one run, in a transaction the caller rolls
+			// back (errIsolate).
 			w.n = i
 			if serr := w.p.Sync(); serr == nil {
 				w.p.Close()
