@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/store"
@@ -30,9 +32,10 @@ func (c countingConn) Write(p []byte) (int, error) {
 
 // TestCommitIsOneWrite sends a fenced group of submissions the way the
 // committer does, on a connection that counts its writes: the whole
-// transaction leaves in one write, and when sendFast returns (before the
-// group's outcome is read) the commit's ticket is already held, so the
-// next group may be sent behind it. Then the group commits in full.
+// transaction leaves in one write, and when sendFast returns (the group
+// held at its fence check by an outside lock on the lease row) the
+// commit's ticket is already held, so the next group may be sent behind
+// it. Then the group commits in full.
 func TestCommitIsOneWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -81,6 +84,16 @@ func TestCommitIsOneWrite(t *testing.T) {
 	if err := s.writeFast(ctx, conn, group(0), last+1); err != nil {
 		t.Fatal(err)
 	}
+	// An outside transaction locks the lease row, so the group waits at
+	// its fence check, after its ticket, until the probe below is done.
+	hold, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM leases WHERE name = 'controller' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
 	before := writes.Load()
 	w, err := s.sendFast(ctx, conn, group(1), last+2, false)
 	if err != nil {
@@ -96,6 +109,7 @@ func TestCommitIsOneWrite(t *testing.T) {
 	if free {
 		t.Error("the commit's ticket is not held once its group was sent")
 	}
+	hold.Rollback(ctx)
 	if err := s.readFast(w); err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +126,79 @@ func TestCommitIsOneWrite(t *testing.T) {
 	s.seqMu.Lock()
 	s.tail = last + 2
 	s.seqMu.Unlock()
+}
+
+// TestChangeRecordBeforeTheWait holds the ticket of the commit before a
+// group (an outside transaction), so the group's gpufleet_commit waits:
+// its change record is already written by then (an outside insert of the
+// same seq waits on it), so what the next commit waits for is only the
+// count and COMMIT. The group is then refused (GF002), the commit before
+// it having never landed.
+func TestChangeRecordBeforeTheWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, pgtest.DSN(t), Options{Shared: true})
+	conn, err := pgx.ConnectConfig(ctx, s.cfg.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var last int64
+	if err := conn.QueryRow(ctx, readCommits).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Rollback(ctx)
+	if _, err := before.Exec(ctx, commitTicket, last+1); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := encode.Batch(&store.Batch{Jobs: []*model.Job{storetest.Job("j", 1, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change, err := encode.Change(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.sendFast(ctx, conn, []batch{{rows: rows, change: change}}, last+2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := conn.PgConn().PID()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var waiting bool
+		if err := s.pool.QueryRow(ctx, `SELECT coalesce(bool_or(wait_event = 'advisory'), false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the group never waited for the commit before it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	probe, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := probe.Exec(ctx, `SET LOCAL lock_timeout = '300ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = probe.Exec(ctx, `INSERT INTO changes (seq, data) VALUES ($1, '')`, last+2)
+	probe.Rollback(ctx)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Errorf("an outside insert of the waiting commit's change seq: %v; want it to wait on the group's own row (lock timeout)", err)
+	}
+	before.Rollback(ctx)
+	if err := s.readFast(w); !errors.Is(err, errOutOfOrder) {
+		t.Errorf("the group behind a commit that never landed: %v, want it refused (GF002)", err)
+	}
+	if err := rollback(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
 }
