@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -57,16 +58,57 @@ func Change(rows []Row) ([]byte, error) {
 				buf.WriteString(s)
 				continue
 			}
-			data, err := json.Marshal(a)
-			if err != nil {
+			if err := appendJSON(&buf, a); err != nil {
 				return nil, fmt.Errorf("change record: %s %s: %w", r.Kind, r.ID, err)
 			}
-			buf.Write(data)
 		}
 		buf.WriteString("]}")
 	}
 	buf.WriteByte(']')
 	return buf.Bytes(), nil
+}
+
+// appendJSON appends a to buf as json.Marshal writes it. The arguments of
+// a submission's rows are integers and plain strings (ids, names, times),
+// which it writes without reflection or an allocation; anything else goes
+// through json.Marshal.
+func appendJSON(buf *bytes.Buffer, a any) error {
+	switch v := a.(type) {
+	case int64:
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), v, 10))
+		return nil
+	case uint64:
+		buf.Write(strconv.AppendUint(buf.AvailableBuffer(), v, 10))
+		return nil
+	case int:
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), int64(v), 10))
+		return nil
+	case string:
+		if plainJSON(v) {
+			buf.WriteByte('"')
+			buf.WriteString(v)
+			buf.WriteByte('"')
+			return nil
+		}
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	buf.Write(data)
+	return nil
+}
+
+// plainJSON reports whether json.Marshal writes s as it is between quotes:
+// printable ASCII without the characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // Unbatch decodes a change record back into the batch it was made of.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,16 +35,24 @@ const (
 	// listeners when the transaction commits.
 	insertChange = `INSERT INTO changes (seq, data) SELECT seq, $1 FROM store_commits WHERE id = 1 RETURNING seq`
 	notifyChange = `SELECT pg_notify('` + changesChannel + `', seq::text) FROM store_commits WHERE id = 1`
-	pruneChanges = `DELETE FROM changes WHERE seq <= $1`
+	// insertChangeAt and notifyChangeAt do the same for a commit whose
+	// number is known before markCommit runs (a pipelined group's: its
+	// markCommit fails unless the count becomes exactly that number), so
+	// they run before it, outside the part of the transaction that waits
+	// for the commit before.
+	insertChangeAt = `INSERT INTO changes (seq, data) VALUES ($1, $2) RETURNING seq`
+	notifyChangeAt = `SELECT pg_notify('` + changesChannel + `', $1::text)`
+	pruneChanges   = `DELETE FROM changes WHERE seq <= $1`
 )
 
 // queueChange queues the statements that record group's change (the
-// batches without an error in errs, nil: all) after markCommit, and
+// batches without an error in errs, nil: all) as commit number seq, or,
+// with seq 0, as the number markCommit (queued before them) gave, and
 // returns the index in pb of the statement that yields the change's seq,
 // or -1 when the store is not shared (it keeps no feed). Every commit of a
 // shared store records a change, an empty one too, so the feed's seqs
 // have no gap.
-func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error) int {
+func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error, seq int64) int {
 	if !s.opts.Shared {
 		return -1
 	}
@@ -64,8 +73,13 @@ func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error) int {
 	// still counts a commit: its record is empty, so the feed has no gap.
 	rec.WriteByte(']')
 	at := pb.Len()
-	pb.Queue(insertChange, rec.Bytes())
-	pb.Queue(notifyChange)
+	if seq > 0 {
+		pb.Queue(insertChangeAt, seq, rec.Bytes())
+		pb.Queue(notifyChangeAt, strconv.FormatInt(seq, 10))
+	} else {
+		pb.Queue(insertChange, rec.Bytes())
+		pb.Queue(notifyChange)
+	}
 	s.pruneMu.Lock()
 	upTo := s.prune.due(time.Now())
 	s.pruneMu.Unlock()

@@ -42,9 +42,7 @@ type flight struct {
 	seq    int64
 	ctx    context.Context
 	cancel context.CancelFunc
-	br     pgx.BatchResults
-	n      int
-	feed   int
+	w      *wire
 	err    error
 }
 
@@ -80,7 +78,7 @@ func (s *Store) send(group []batch) func() ([]error, error) {
 	s.tail++
 	f.seq = s.tail
 	s.seqMu.Unlock()
-	f.br, f.n, f.feed, f.err = s.sendFast(ctx, cc.conn, group, f.seq, early)
+	f.w, f.err = s.sendFast(ctx, cc.conn, group, f.seq, early)
 	return f.finish
 }
 
@@ -94,8 +92,8 @@ func (f *flight) finish() ([]error, error) {
 		f.s.free <- f.cc
 	}()
 	err := f.err
-	if err == nil && f.br != nil {
-		err = f.s.readFast(f.br, f.n, f.feed)
+	if err == nil && f.w != nil {
+		err = f.s.readFast(f.w)
 	}
 	if err == nil {
 		f.s.pipelined.Add(1)

@@ -104,26 +104,21 @@ func classify(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// sendFast writes group numbered seq in two pipelines: first BEGIN and
-// the commit's ticket (one round trip, so the ticket is held before the
-// next group is sent), then, without waiting for an answer, with early
+// sendFast writes group numbered seq as one pipeline (sendWire): BEGIN and
+// the commit's ticket, whose answers it waits for, so the ticket is held
+// before the next group is sent; then, already sent with them, with early
 // the wait for the commit before (when the two groups write a row in
 // common, so neither waits on the other's row while the other waits for
 // it), each fence's check (once per group, before any row), every row (the
 // repeated statements as one multi-row statement each: queueRows), the
-// commit's count and change record, and COMMIT, which is flushed (per
-// synchronous_commit) before the server answers the pipeline's Sync. It
-// returns the second pipeline's results, still to read (readFast), and
-// the index of the change record's (-1: none). After an error the
-// connection may be left in a failed transaction: see rollback.
-func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq int64, early bool) (pgx.BatchResults, int, int, error) {
-	pre := &pgx.Batch{}
-	pre.Queue(`BEGIN`)
-	pre.Queue(commitTicket, seq)
-	if err := conn.SendBatch(ctx, pre).Close(); err != nil {
-		return nil, 0, 0, classify(err, "beginning")
-	}
+// commit's change record and count, and COMMIT, which is flushed (per
+// synchronous_commit) before the server answers the pipeline's Sync. The
+// rest is read by the wire's finish. After an error the connection may be
+// left in a failed transaction: see rollback.
+func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq int64, early bool) (*wire, error) {
 	pb := &pgx.Batch{}
+	pb.Queue(`BEGIN`)
+	pb.Queue(commitTicket, seq)
 	if early {
 		pb.Queue(commitAfter, seq)
 	}
@@ -141,34 +136,24 @@ func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq
 		// An argument of an unexpected type: the one-row statements
 		// take it as they always did.
 		s.log.Warn("writing a group one row a statement", "err", err)
-		return nil, 0, 0, errIsolate
+		return nil, errIsolate
 	}
+	// The change record, numbered seq, runs before markCommit: the
+	// statements after markCommit's wait for the commit before are the
+	// part of a commit the next one waits for in turn.
+	feed := s.queueChange(pb, group, nil, seq)
 	pb.Queue(markCommit, seq, encode.Time(time.Now()))
-	feed := s.queueChange(pb, group, nil)
 	pb.Queue(`COMMIT`)
-	return conn.SendBatch(ctx, pb), pb.Len(), feed, nil
+	return sendWire(ctx, conn, pb, 2, feed)
 }
 
-// readFast reads the results of a pipeline sendFast sent and notes the
-// change it recorded.
-func (s *Store) readFast(br pgx.BatchResults, n, feed int) error {
-	var seq int64
-	for i := range n {
-		var err error
-		if feed >= 0 && i == feed {
-			err = br.QueryRow().Scan(&seq)
-		} else {
-			_, err = br.Exec()
-		}
-		if err != nil {
-			br.Close()
-			return classify(err, "writing")
-		}
+// readFast reads the rest of a group sendFast sent and notes the change it
+// recorded.
+func (s *Store) readFast(w *wire) error {
+	if err := w.finish(); err != nil {
+		return err
 	}
-	if err := br.Close(); err != nil {
-		return classify(err, "committing")
-	}
-	s.committed(seq)
+	s.committed(w.changeSeq)
 	return nil
 }
 
@@ -185,9 +170,9 @@ func rollback(ctx context.Context, conn *pgx.Conn) error {
 // writeFast writes group numbered seq and waits for it; after an error its
 // transaction is rolled back.
 func (s *Store) writeFast(ctx context.Context, conn *pgx.Conn, group []batch, seq int64) error {
-	br, n, feed, err := s.sendFast(ctx, conn, group, seq, false)
+	w, err := s.sendFast(ctx, conn, group, seq, false)
 	if err == nil {
-		err = s.readFast(br, n, feed)
+		err = s.readFast(w)
 	}
 	if err != nil {
 		if rerr := rollback(ctx, conn); rerr != nil && (errors.Is(err, errIsolate) || errors.Is(err, errOutOfOrder)) {
@@ -226,7 +211,7 @@ func (s *Store) writeIsolated(ctx context.Context, conn *pgx.Conn, group []batch
 	}
 	pb := &pgx.Batch{}
 	var changeSeq int64
-	if feed := s.queueChange(pb, group, errs); feed >= 0 {
+	if feed := s.queueChange(pb, group, errs, 0); feed >= 0 {
 		br := tx.SendBatch(ctx, pb)
 		for i := range pb.Len() {
 			var err error
