@@ -85,8 +85,10 @@ type Options struct {
 	// listed price) are left out.
 	PricePerGPUHour float64
 
-	// exhaustive turns the search's pruning off (tests compare the two).
+	// exhaustive turns the search's pruning off, and noMemo its memo of
+	// plans' memory (tests compare the rankings with and without).
 	exhaustive bool
+	noMemo     bool
 }
 
 // Defaults for Options.CheckpointGBs and Options.Restart.
@@ -346,14 +348,31 @@ func Rank(p Profile, o Options) (Result, error) {
 	// read the workload, so they run on every core; the results are used
 	// below in the order the shapes were met, so the ranking does not
 	// depend on which search finished first.
-	parallel(len(pending), func(i int) {
+	// Each worker remembers the training memory of the plans it has worked
+	// out (fitMemo), which the shapes with the same GPUs per node share.
+	var memos []*fitMemo
+	var memosMu sync.Mutex
+	newMemo := func() *fitMemo {
+		if o.noMemo || !w.Task.Training() {
+			return nil
+		}
+		m := getFitMemo()
+		memosMu.Lock()
+		memos = append(memos, m)
+		memosMu.Unlock()
+		return m
+	}
+	parallel(len(pending), newMemo, func(memo *fitMemo, i int) {
 		st := pending[i]
 		if w.Task.Training() {
-			st.sr = w.searchTraining(st.sh, &st.hw, lim)
+			st.sr = w.searchTraining(st.sh, &st.hw, lim, memo)
 		} else {
 			st.sr = w.searchServing(st.sh, &st.hw)
 		}
 	})
+	for _, m := range memos {
+		putFitMemo(m)
+	}
 	for _, st := range pending {
 		if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
 			short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, st.sh, st.firstIT, st.sr.shortfallPlan, true
@@ -654,13 +673,14 @@ func compareQuotes(training bool) func(a, b *quote) int {
 	}
 }
 
-// parallel runs f(0) … f(n−1) on up to GOMAXPROCS goroutines and waits
-// for them all.
-func parallel(n int, f func(i int)) {
+// parallel runs f(s, 0) … f(s, n−1) on up to GOMAXPROCS goroutines and
+// waits for them all; each goroutine gets its own state s from newState.
+func parallel[S any](n int, newState func() S, f func(s S, i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
+		s := newState()
 		for i := range n {
-			f(i)
+			f(s, i)
 		}
 		return
 	}
@@ -670,12 +690,13 @@ func parallel(n int, f func(i int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			s := newState()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= n {
 					return
 				}
-				f(i)
+				f(s, i)
 			}
 		}()
 	}
@@ -832,7 +853,7 @@ func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, inte
 	if w.Attention == Eager {
 		recomputes = recomputeEA
 	}
-	if c, ok := w.bestAtNodes(nodes, sh, &hw, recomputes, &sr); ok {
+	if c, ok := w.bestAtNodes(nodes, sh, &hw, recomputes, &sr, nil); ok {
 		return time.Duration(c.timing.Seconds * float64(time.Second)), nil
 	}
 	return 0, fmt.Errorf("estimating runtime: the workload does not fit %d×%s (short by %.1f GiB per GPU)", gpus, acc.Name, sr.shortfall/gib)
