@@ -19,6 +19,11 @@ import "sync"
 type fitMemo struct {
 	gen   uint32
 	slots []fitSlot
+	// perStep is the ranking's workload with no steps to take, for
+	// leastStepAt: trainingTime's per-step terms do not depend on the
+	// steps, and with none it skips the goodput model (a square root and
+	// several divisions per call).
+	perStep *workload
 }
 
 type fitSlot struct {
@@ -38,10 +43,11 @@ const fitMemoBits = 14
 
 var fitMemos = sync.Pool{New: func() any { return &fitMemo{slots: make([]fitSlot, 1<<fitMemoBits)} }}
 
-// getFitMemo takes a table from the pool for one ranking's worker; putFitMemo
-// returns it.
-func getFitMemo() *fitMemo {
+// getFitMemo takes a table from the pool for one ranking's worker, with
+// perStep for leastStepAt; putFitMemo returns it.
+func getFitMemo(perStep *workload) *fitMemo {
 	f := fitMemos.Get().(*fitMemo)
+	f.perStep = perStep
 	f.gen++
 	if f.gen == 0 { // wrapped: slots of an old generation could match
 		clear(f.slots)
@@ -52,24 +58,25 @@ func getFitMemo() *fitMemo {
 
 func putFitMemo(f *fitMemo) {
 	if f != nil {
+		f.perStep = nil
 		fitMemos.Put(f)
 	}
 }
 
 // fit is trainingMemory's total and host memory for p.
-func (f *fitMemo) fit(w *workload, p Plan, capacity float64) memFit {
+func (f *fitMemo) fit(w *workload, p *Plan, capacity float64) memFit {
 	if f == nil {
-		return fitOf(w.trainingMemory(p, capacity))
+		return fitOf(w.trainingMemory(*p, capacity))
 	}
-	k, ok := fitKey(&p)
+	k, ok := fitKey(p)
 	if !ok {
-		return fitOf(w.trainingMemory(p, capacity))
+		return fitOf(w.trainingMemory(*p, capacity))
 	}
 	s := &f.slots[(k*0x9E3779B97F4A7C15)>>(64-fitMemoBits)]
 	if s.gen == f.gen && s.key == k {
 		return s.fit
 	}
-	v := fitOf(w.trainingMemory(p, capacity))
+	v := fitOf(w.trainingMemory(*p, capacity))
 	*s = fitSlot{key: k, gen: f.gen, fit: v}
 	return v
 }

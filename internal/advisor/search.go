@@ -145,7 +145,7 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			// with step time at a fixed node count (same GPUs, same
 			// checkpoint), so this skips only plans that would lose.
 			dense := len(eps) == 1 && eps[0] == 0
-			if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(base, hw, dense) {
+			if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(base, hw, dense, memo) {
 				continue
 			}
 			// Expert degrees ascend: a larger one only adds all-to-all
@@ -155,7 +155,7 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			for i, ep := range eps {
 				b := base
 				b.EP, b.OverlapExpertComm = ep, pin.OverlapExpertComm && ep > 1
-				if found && !w.exhaustive && !dense && i < 64 && best.timing.StepTime <= w.leastStep(b, hw, true) {
+				if found && !w.exhaustive && !dense && i < 64 && best.timing.StepTime <= w.leastStep(b, hw, true, memo) {
 					skipped |= 1 << i
 					continue
 				}
@@ -294,7 +294,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 		if !stageOK(p.ZeRO, p.Offload, p.OffloadParams) {
 			p.OffloadParams = false
 		}
-		if need := memo.fit(w, p, sh.capacity).total - sh.capacity; need > 0 {
+		if need := memo.fit(w, &p, sh.capacity).total - sh.capacity; need > 0 {
 			if need < res.shortfall {
 				res.shortfall, res.shortfallPlan = need, p
 			}
@@ -316,7 +316,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 				// found here when its least step (its compute plus the
 				// smallest bubble) is no faster; skipping it returns what
 				// trying it would.
-				if found && !w.exhaustive && best.timing.StepTime <= w.leastStepAt(base, hw, rc, true) {
+				if found && !w.exhaustive && best.timing.StepTime <= w.leastStepAt(base, hw, rc, true, memo) {
 					continue
 				}
 				for z := minZero; z <= maxZero; z++ {
@@ -325,7 +325,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 					}
 					p := base
 					p.ZeRO, p.Recompute, p.Offload, p.OffloadParams, p.MicroBatch = z, rc, offload, offParams, mb
-					m := memo.fit(w, p, sh.capacity)
+					m := memo.fit(w, &p, sh.capacity)
 					if need := m.total - sh.capacity; need > 0 {
 						if need < res.shortfall {
 							res.shortfall, res.shortfallPlan = need, p
@@ -354,8 +354,8 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 // degrees (nodes, TP, PP, DP, CP, VP, EP), whatever its recomputation,
 // ZeRO stage, offload and micro-batch within the profile's pins:
 // leastStepAt without recomputation (withDP as there).
-func (w *workload) leastStep(p Plan, hw *hardware, withDP bool) float64 {
-	return w.leastStepAt(p, hw, RecomputeNone, withDP)
+func (w *workload) leastStep(p Plan, hw *hardware, withDP bool, memo *fitMemo) float64 {
+	return w.leastStepAt(p, hw, RecomputeNone, withDP, memo)
 }
 
 // leastStepAt is a lower bound on the step time of any plan with p's
@@ -379,14 +379,18 @@ func (w *workload) leastStep(p Plan, hw *hardware, withDP bool) float64 {
 // order. Expert parallelism lowers data-parallel traffic, so withDP is
 // false where a larger expert degree is still to be tried.
 // TestPruningKeepsRanking and TestShortcutsKeepRanking hold the search to
-// the exhaustive one.
-func (w *workload) leastStepAt(p Plan, hw *hardware, rc Recompute, withDP bool) float64 {
+// the exhaustive one. memo, when not nil, lends its step-only workload.
+func (w *workload) leastStepAt(p Plan, hw *hardware, rc Recompute, withDP bool, memo *fitMemo) float64 {
+	tw := w
+	if memo != nil && memo.perStep != nil {
+		tw = memo.perStep
+	}
 	p.Recompute, p.ZeRO, p.Offload, p.OffloadParams, p.MicroBatch = rc, 0, false, false, max(1, w.MicroBatch)
 	pin := w.Pin.ZeRO
 	if pin != nil && *pin < 3 {
 		p.ZeRO = *pin
 	}
-	t := w.trainingTime(p, hw)
+	t := tw.trainingTime(p, hw)
 	exposed := t.EPExposed
 	if withDP && p.DP > 1 {
 		dpExp := math.Inf(1)
@@ -399,7 +403,7 @@ func (w *workload) leastStepAt(p Plan, hw *hardware, rc Recompute, withDP bool) 
 			if w.MicroBatch == 0 {
 				q.MicroBatch = int(math.Ceil(float64(w.GlobalBatch) / float64(p.DP))) // one micro-batch
 			}
-			t3 := w.trainingTime(q, hw)
+			t3 := tw.trainingTime(q, hw)
 			dpExp = math.Min(dpExp, math.Max(0, t3.DPComm-t3.Compute))
 		}
 		exposed = math.Max(exposed, dpExp)
@@ -417,7 +421,7 @@ func (w *workload) growMicroBatch(p Plan, capacity float64, memo *fitMemo) Plan 
 	for p.MicroBatch*2 <= limit {
 		q := p
 		q.MicroBatch *= 2
-		if memo.fit(w, q, capacity).total > capacity {
+		if memo.fit(w, &q, capacity).total > capacity {
 			return p
 		}
 		p = q
@@ -425,7 +429,7 @@ func (w *workload) growMicroBatch(p Plan, capacity float64, memo *fitMemo) Plan 
 	if p.MicroBatch < limit {
 		q := p
 		q.MicroBatch = limit
-		if memo.fit(w, q, capacity).total <= capacity {
+		if memo.fit(w, &q, capacity).total <= capacity {
 			return q
 		}
 	}
