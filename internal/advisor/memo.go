@@ -10,9 +10,10 @@ import "sync"
 // per node tries largely the same plans, so a ranking asks for each plan's
 // memory about ten times; the memo works most out once per search worker.
 //
-// It is a direct-mapped table (a hash of the plan's key picks one slot; a
-// different plan in the slot is replaced), so a lookup is a multiply and
-// a compare rather than a map access, which cost as much as the formula.
+// It is a two-way set-associative table (a hash of the plan's key picks a
+// pair of slots; a new plan replaces one), so a lookup is a multiply and
+// a compare or two rather than a map access, which cost as much as the
+// formula.
 // A slot counts only when it holds this ranking's generation, so a table
 // taken from the pool needs no clearing. A nil *fitMemo remembers
 // nothing. Not safe for concurrent use: each worker has its own.
@@ -72,11 +73,20 @@ func (f *fitMemo) fit(w *workload, p *Plan, capacity float64) memFit {
 	if !ok {
 		return fitOf(w.trainingMemory(*p, capacity))
 	}
-	s := &f.slots[(k*0x9E3779B97F4A7C15)>>(64-fitMemoBits)]
+	// Two ways: the hashed slot and its neighbour, which share a cache
+	// line; a new plan takes the neighbour when the slot is in use.
+	i := (k * 0x9E3779B97F4A7C15) >> (64 - fitMemoBits)
+	s, t := &f.slots[i], &f.slots[i^1]
 	if s.gen == f.gen && s.key == k {
 		return s.fit
 	}
+	if t.gen == f.gen && t.key == k {
+		return t.fit
+	}
 	v := fitOf(w.trainingMemory(*p, capacity))
+	if s.gen == f.gen {
+		s = t
+	}
 	*s = fitSlot{key: k, gen: f.gen, fit: v}
 	return v
 }
