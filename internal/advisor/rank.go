@@ -44,8 +44,9 @@ var reservedDiscounts = map[string][2]float64{
 // Options are the inputs to Rank besides the profile. The zero value of
 // every field means its default.
 type Options struct {
-	// Offers to rank, usually catalog.Offers(); Accelerator looks up a GPU
-	// model's facts, usually catalog.Accelerator.
+	// Offers to rank, usually the catalog's (Rank only reads them, so a
+	// shared slice will do); Accelerator looks up a GPU model's facts,
+	// usually catalog.Accelerator.
 	Offers      []model.Offer
 	Accelerator func(name string) (catalog.Accelerator, bool)
 	// Calibration holds measured rates; zero means datasheet rates.
