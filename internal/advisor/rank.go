@@ -285,6 +285,15 @@ func Rank(p Profile, o Options) (Result, error) {
 	var prev *shapeState       // consecutive offers usually share a shape
 	var prevOffer *model.Offer // the offer prev was found for
 	nQuotes := 0               // quotes step 4 makes, at most
+	keep := func(of *model.Offer, st *shapeState, isSpot, hasRes bool, resDisc [2]float64) {
+		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
+		if isSpot || wantOD {
+			nQuotes++
+		}
+		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
+			nQuotes++ // its derived reserved row
+		}
+	}
 	for i := range o.Offers {
 		of := &o.Offers[i]
 		if !o.matches(of) {
@@ -308,13 +317,7 @@ func Rank(p Profile, o Options) (Result, error) {
 				noteNotEstimated(notEst, of.GPU, prev.reason)
 				continue
 			}
-			offers = append(offers, kept{of: of, st: prev, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
-			if k := &offers[len(offers)-1]; k.isSpot || wantOD {
-				nQuotes++
-			}
-			if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
-				nQuotes++
-			}
+			keep(of, prev, isSpot, hasRes, resDisc)
 			continue
 		}
 		prevOffer = nil
@@ -363,13 +366,7 @@ func Rank(p Profile, o Options) (Result, error) {
 			noteNotEstimated(notEst, of.GPU, st.reason)
 			continue
 		}
-		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
-		if isSpot || wantOD {
-			nQuotes++
-		}
-		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
-			nQuotes++
-		}
+		keep(of, st, isSpot, hasRes, resDisc)
 	}
 
 	// 3. Search once per shape. The searches are independent and only
