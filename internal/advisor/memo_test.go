@@ -3,6 +3,7 @@ package advisor
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -226,4 +227,108 @@ func TestFitKeyIsOneToOne(t *testing.T) {
 			t.Errorf("plan %+v: key given for fields beyond its bits", p)
 		}
 	}
+}
+
+// TestShortcutsKeepSearch is TestShortcutsKeepRanking one level down, and
+// stricter: every shape's search result (the best plan at each node count,
+// its memory and timing, and the closest miss) is the exhaustive,
+// unremembered search's, also for plans no row ends up showing (the
+// closest miss only where nothing fits, the only time it is shown).
+func TestShortcutsKeepSearch(t *testing.T) {
+	t.Parallel()
+	c := testCatalog(t)
+	// Every shape of the catalog for the benchmark's MoE workloads; for
+	// the others, the first of each (GPU count, fabric, GPU): GPUs per node
+	// 1 to 16, PCIe and NVLink, small and large memory.
+	var all, sample []shape
+	seen := map[shape]bool{}
+	class := map[[3]any]bool{}
+	for _, of := range c.Offers() {
+		acc, ok := c.Accelerator(of.GPU)
+		if !ok || acc.BF16TFLOPS == 0 {
+			continue
+		}
+		capacity := float64(of.GPUMemory)
+		if capacity == 0 {
+			capacity = float64(acc.Memory)
+		}
+		sh := shape{gpu: of.GPU, perNode: of.GPUCount, capacity: capacity * usableMemory, link: of.Interconnect,
+			hostMem: float64(of.Memory), networkGbps: networkGbps(of.Provider, of.InstanceType)}
+		if seen[sh] {
+			continue
+		}
+		seen[sh] = true
+		all = append(all, sh)
+		if k := [3]any{of.GPUCount, of.Interconnect, of.GPU}; !class[k] && len(sample) < 48 {
+			class[k] = true
+			sample = append(sample, sh)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 19))
+	checked := 0
+	for i := 0; checked < 40+len(benchWorkloads) && i < 1000; i++ {
+		// The benchmark's workloads first, then random ones.
+		var p Profile
+		if i < len(benchWorkloads) {
+			p = benchWorkloads[i].p
+		} else {
+			p = randomProfile(r)
+		}
+		if !p.Task.Training() || len(p.Validate()) > 0 {
+			continue
+		}
+		checked++
+		w := mustResolve(t, p)
+		lim := searchLimits{maxNodes: 1 << r.IntN(7)}
+		if i < len(benchWorkloads) {
+			lim.maxNodes = 64 // Rank's default
+		} else if r.IntN(4) == 0 {
+			lim.deadline = float64(1+r.IntN(500)) * 3600
+		}
+		steps := w
+		steps.steps = 0
+		memo := getFitMemo(&steps)
+		shapes := sample
+		if i < len(benchWorkloads) && w.arch.Experts > 0 {
+			shapes = all // where skipped expert degrees are worked out again
+		}
+		for _, sh := range shapes {
+			acc, _ := c.Accelerator(sh.gpu)
+			hw, _, ok := newHardware(&w, acc, Calibration{})
+			if !ok {
+				continue
+			}
+			hw.intra, hw.pcie = linkRate(acc, sh.link)
+			hw.inter = sh.networkGbps / 8 * 1e9 * netEfficiency
+			hw.capacity, hw.hostMem, hw.gpusPerNode = sh.capacity, sh.hostMem, sh.perNode
+			hw.ckptBW, hw.restart = defaultCheckpointGBs*1e9, defaultRestart.Seconds()
+			ex := w
+			ex.exhaustive = true
+			want := ex.searchTraining(sh, &hw, lim, nil)
+			got := w.searchTraining(sh, &hw, lim, memo)
+			if len(want.plans) > 0 {
+				// The closest miss is reported only when nothing fits;
+				// pruning skips plans (and their misses) only once a plan
+				// fits.
+				want.shortfall, want.shortfallPlan = 0, Plan{}
+				got.shortfall, got.shortfallPlan = 0, Plan{}
+			}
+			if !reflect.DeepEqual(want, got) {
+				t.Errorf("%s on %d×%s (%s), limits %+v: search with shortcuts differs:\nexhaustive %+v\nshortcuts  %+v",
+					describeProfile(p), sh.perNode, sh.gpu, sh.link, lim, plansOf(want), plansOf(got))
+			}
+		}
+		putFitMemo(memo)
+	}
+	if checked < 40+5 {
+		t.Fatalf("only %d valid training profiles", checked)
+	}
+}
+
+func plansOf(sr searchResult) []string {
+	var out []string
+	for _, c := range sr.plans {
+		out = append(out, fmt.Sprintf("%d nodes: %s %.6gs", c.plan.Nodes, c.plan, c.timing.Seconds))
+	}
+	return append(out, fmt.Sprintf("shortfall %.6g %s", sr.shortfall, sr.shortfallPlan))
 }
