@@ -6,6 +6,23 @@ import (
 	"time"
 )
 
+// benchWorkloads are the workloads BenchmarkRankCatalog ranks the whole
+// catalog for: dense and mixture-of-experts, training and serving.
+var benchWorkloads = []struct {
+	name string
+	p    Profile
+}{
+	{"70b-full-finetune", Profile{Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8}},
+	{"8b-qlora", Profile{Preset: "llama-3-8b", Task: QLoRA, Tokens: 1e7}},
+	{"405b-pretrain", Profile{Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12}},
+	// An MoE searches expert-parallel degrees as well.
+	{"mixtral-pretrain", Profile{Preset: "mixtral-8x7b", Task: PreTrain, Tokens: 1e11}},
+	{"deepseek-v3-pretrain", deepSeekV3()},
+	{"70b-serving", Profile{Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}}},
+	{"mixtral-serving", Profile{Preset: "mixtral-8x7b", Task: Serving, Serving: ServingSpec{InputTokens: 2000, OutputTokens: 500, Concurrency: 128}}},
+	{"deepseek-v3-serving", Profile{Model: deepSeekV3().Model, Task: Serving, Precision: FP8, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}}},
+}
+
 // BenchmarkRankCatalog ranks the whole catalog (every offer, with derived
 // reserved rows) for one workload, plan search included. Target: < 50 ms.
 // Besides wall time per rank it reports the process's CPU time per rank
@@ -14,19 +31,12 @@ import (
 func BenchmarkRankCatalog(b *testing.B) {
 	c := testCatalog(b)
 	offers := c.Offers()
-	for name, p := range map[string]Profile{
-		"70b-full-finetune": {Preset: "llama-2-70b", Task: FullFineTune, Tokens: 1e8},
-		"8b-qlora":          {Preset: "llama-3-8b", Task: QLoRA, Tokens: 1e7},
-		"405b-pretrain":     {Preset: "llama-3.1-405b", Task: PreTrain, Tokens: 1e12},
-		// An MoE searches expert-parallel degrees as well.
-		"mixtral-pretrain": {Preset: "mixtral-8x7b", Task: PreTrain, Tokens: 1e11},
-		"70b-serving":      {Preset: "llama-3-70b", Task: Serving, Serving: ServingSpec{InputTokens: 1000, OutputTokens: 200, Concurrency: 64}},
-	} {
-		b.Run(name, func(b *testing.B) {
+	for _, bw := range benchWorkloads {
+		b.Run(bw.name, func(b *testing.B) {
 			opts := Options{Offers: offers, Accelerator: c.Accelerator}
 			start, cpu0 := time.Now(), cpuTime(b)
 			for b.Loop() {
-				if _, err := Rank(p, opts); err != nil {
+				if _, err := Rank(bw.p, opts); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -44,8 +44,9 @@ var reservedDiscounts = map[string][2]float64{
 // Options are the inputs to Rank besides the profile. The zero value of
 // every field means its default.
 type Options struct {
-	// Offers to rank, usually catalog.Offers(); Accelerator looks up a GPU
-	// model's facts, usually catalog.Accelerator.
+	// Offers to rank, usually the catalog's (Rank only reads them, so a
+	// shared slice will do); Accelerator looks up a GPU model's facts,
+	// usually catalog.Accelerator.
 	Offers      []model.Offer
 	Accelerator func(name string) (catalog.Accelerator, bool)
 	// Calibration holds measured rates; zero means datasheet rates.
@@ -85,8 +86,10 @@ type Options struct {
 	// listed price) are left out.
 	PricePerGPUHour float64
 
-	// exhaustive turns the search's pruning off (tests compare the two).
+	// exhaustive turns the search's pruning off, and noMemo its memo of
+	// plans' memory (tests compare the rankings with and without).
 	exhaustive bool
+	noMemo     bool
 }
 
 // Defaults for Options.CheckpointGBs and Options.Restart.
@@ -266,7 +269,7 @@ func Rank(p Profile, o Options) (Result, error) {
 	}
 	shapes := map[shape]*shapeState{}
 	var pending []*shapeState // shapes to search, in the order first met
-	var offers []kept
+	offers := make([]kept, 0, len(o.Offers))
 	nets := map[[2]string]float64{}
 	notEst := map[string]*NotEstimated{}
 	accs := map[string]catalog.Accelerator{}
@@ -279,7 +282,18 @@ func Rank(p Profile, o Options) (Result, error) {
 		plan  Plan
 		found bool
 	}
-	var prev *shapeState // consecutive offers usually share a shape
+	var prev *shapeState       // consecutive offers usually share a shape
+	var prevOffer *model.Offer // the offer prev was found for
+	nQuotes := 0               // quotes step 4 makes, at most
+	keep := func(of *model.Offer, st *shapeState, isSpot, hasRes bool, resDisc [2]float64) {
+		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
+		if isSpot || wantOD {
+			nQuotes++
+		}
+		if !isSpot && wantRes && hasRes && o.ReservedTerm != "none" && o.PricePerGPUHour <= 0 {
+			nQuotes++ // its derived reserved row
+		}
+	}
 	for i := range o.Offers {
 		of := &o.Offers[i]
 		if !o.matches(of) {
@@ -295,6 +309,18 @@ func Rank(p Profile, o Options) (Result, error) {
 			noteNotEstimated(notEst, of.GPU, "TPU slices run XLA, whose memory layout and parallelism this model does not cover")
 			continue
 		}
+		// An offer of the previous offer's instance type (another region
+		// or capacity type: about half of them) has its shape.
+		if last := prevOffer; last != nil && prev != nil && of.InstanceType == last.InstanceType && of.Provider == last.Provider &&
+			of.GPU == last.GPU && of.GPUCount == last.GPUCount && of.GPUMemory == last.GPUMemory && of.Memory == last.Memory && of.Interconnect == last.Interconnect {
+			if !prev.ok {
+				noteNotEstimated(notEst, of.GPU, prev.reason)
+				continue
+			}
+			keep(of, prev, isSpot, hasRes, resDisc)
+			continue
+		}
+		prevOffer = nil
 		acc, ok := accs[of.GPU]
 		if !ok {
 			if acc, ok = o.Accelerator(of.GPU); !ok {
@@ -335,25 +361,45 @@ func Rank(p Profile, o Options) (Result, error) {
 			}
 			prev = st
 		}
+		prevOffer = of
 		if !st.ok {
 			noteNotEstimated(notEst, of.GPU, st.reason)
 			continue
 		}
-		offers = append(offers, kept{of: of, st: st, isSpot: isSpot, hasRes: hasRes, resDisc: resDisc})
+		keep(of, st, isSpot, hasRes, resDisc)
 	}
 
 	// 3. Search once per shape. The searches are independent and only
 	// read the workload, so they run on every core; the results are used
 	// below in the order the shapes were met, so the ranking does not
 	// depend on which search finished first.
-	parallel(len(pending), func(i int) {
+	// Each worker remembers the training memory of the plans it has worked
+	// out (fitMemo), which the shapes with the same GPUs per node share.
+	var memos []*fitMemo
+	var memosMu sync.Mutex
+	perStep := w
+	perStep.steps = 0
+	newMemo := func() *fitMemo {
+		if o.noMemo || !w.Task.Training() {
+			return nil
+		}
+		m := getFitMemo(&perStep)
+		memosMu.Lock()
+		memos = append(memos, m)
+		memosMu.Unlock()
+		return m
+	}
+	parallel(len(pending), newMemo, func(memo *fitMemo, i int) {
 		st := pending[i]
 		if w.Task.Training() {
-			st.sr = w.searchTraining(st.sh, &st.hw, lim)
+			st.sr = w.searchTraining(st.sh, &st.hw, lim, memo)
 		} else {
 			st.sr = w.searchServing(st.sh, &st.hw)
 		}
 	})
+	for _, m := range memos {
+		putFitMemo(m)
+	}
 	for _, st := range pending {
 		if len(st.sr.plans) == 0 && (!short.found || st.sr.shortfall < short.need) {
 			short.need, short.sh, short.it, short.plan, short.found = st.sr.shortfall, st.sh, st.firstIT, st.sr.shortfallPlan, true
@@ -361,7 +407,9 @@ func Rank(p Profile, o Options) (Result, error) {
 	}
 
 	// 4. Cost each offer with its shape's plans.
-	quotes := make([]quote, 0, len(offers)+len(offers)/2)
+	qb := getQuotes(nQuotes)
+	defer putQuotes(qb)
+	quotes := qb.q
 	for _, k := range offers {
 		of, st := k.of, k.st
 		if len(st.sr.plans) == 0 {
@@ -396,6 +444,7 @@ func Rank(p Profile, o Options) (Result, error) {
 	for _, i := range order {
 		res.Rows = append(res.Rows, w.buildRow(&quotes[i], o))
 	}
+	qb.q = quotes
 	for _, ne := range notEst {
 		res.NotEstimated = append(res.NotEstimated, *ne)
 	}
@@ -452,6 +501,30 @@ func (o *Options) matches(of *model.Offer) bool {
 		return false
 	}
 	return true
+}
+
+// quoteBuf is a ranking's quotes (about 8,000, 0.8 MB for the whole
+// catalog), kept in quoteBufs between rankings so that each does not
+// allocate and clear them anew.
+type quoteBuf struct{ q []quote }
+
+var quoteBufs = sync.Pool{New: func() any { return new(quoteBuf) }}
+
+// getQuotes takes an empty buffer with room for n quotes from the pool.
+func getQuotes(n int) *quoteBuf {
+	b := quoteBufs.Get().(*quoteBuf)
+	if cap(b.q) < n {
+		b.q = make([]quote, 0, n)
+	}
+	return b
+}
+
+// putQuotes clears the buffer's quotes (they point into the ranking's
+// offers and searches) and returns it to the pool.
+func putQuotes(b *quoteBuf) {
+	clear(b.q)
+	b.q = b.q[:0]
+	quoteBufs.Put(b)
 }
 
 // quote is one offer priced with its best plan: the numbers ranking
@@ -654,13 +727,14 @@ func compareQuotes(training bool) func(a, b *quote) int {
 	}
 }
 
-// parallel runs f(0) … f(n−1) on up to GOMAXPROCS goroutines and waits
-// for them all.
-func parallel(n int, f func(i int)) {
+// parallel runs f(s, 0) … f(s, n−1) on up to GOMAXPROCS goroutines and
+// waits for them all; each goroutine gets its own state s from newState.
+func parallel[S any](n int, newState func() S, f func(s S, i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
+		s := newState()
 		for i := range n {
-			f(i)
+			f(s, i)
 		}
 		return
 	}
@@ -670,12 +744,13 @@ func parallel(n int, f func(i int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			s := newState()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= n {
 					return
 				}
-				f(i)
+				f(s, i)
 			}
 		}()
 	}
@@ -832,7 +907,7 @@ func EstimateRuntime(p Profile, acc catalog.Accelerator, gpus, perNode int, inte
 	if w.Attention == Eager {
 		recomputes = recomputeEA
 	}
-	if c, ok := w.bestAtNodes(nodes, sh, &hw, recomputes, &sr); ok {
+	if c, ok := w.bestAtNodes(nodes, sh, &hw, recomputes, &sr, nil); ok {
 		return time.Duration(c.timing.Seconds * float64(time.Second)), nil
 	}
 	return 0, fmt.Errorf("estimating runtime: the workload does not fit %d×%s (short by %.1f GiB per GPU)", gpus, acc.Name, sr.shortfall/gib)

@@ -69,7 +69,7 @@ var (
 // Configurations whose least step time (leastStep) cannot beat the plan
 // already found are skipped unworked; the ranking is the exhaustive
 // search's (TestPruningKeepsRanking).
-func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) searchResult {
+func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits, memo *fitMemo) searchResult {
 	res := searchResult{hw: *hw, shortfall: math.Inf(1)}
 	recomputes := recomputeFA
 	if w.Attention == Eager {
@@ -93,7 +93,7 @@ func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) sear
 		if !w.Pin.nodesOK(n, sh.perNode) {
 			continue
 		}
-		best, found := w.bestAtNodes(n, sh, hw, recomputes, &res)
+		best, found := w.bestAtNodes(n, sh, hw, recomputes, &res, memo)
 		if found {
 			res.plans = append(res.plans, best)
 			if firstFit == 0 {
@@ -113,7 +113,7 @@ func (w *workload) searchTraining(sh shape, hw *hardware, lim searchLimits) sear
 }
 
 // bestAtNodes is the fastest plan that fits exactly n nodes.
-func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recompute, res *searchResult) (candidate, bool) {
+func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recompute, res *searchResult, memo *fitMemo) (candidate, bool) {
 	G := n * sh.perNode
 	var best candidate
 	found := false
@@ -136,30 +136,74 @@ func (w *workload) bestAtNodes(n int, sh shape, hw *hardware, recomputes []Recom
 			if dp > w.GlobalBatch || (pin.DP > 0 && dp != pin.DP) {
 				continue
 			}
+			base := Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, VP: vpFor(pin, pp)}
+			eps := w.expertDegrees(tp, dp)
 			// Prune before any memory or time is worked out: no plan here
-			// beats the best so far when even its least step (compute
-			// without recomputation plus the smallest 1F1B bubble) is no
-			// faster. Time to finish grows with step time at a fixed node
-			// count (same GPUs, same checkpoint), so this skips only plans
-			// that would lose.
-			if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(Plan{Nodes: n, GPUsPerNode: sh.perNode, PP: pp, DP: dp}, hw, RecomputeNone) {
+			// beats the best so far when even its least step (leastStep;
+			// with expert parallelism to come, without the data-parallel
+			// term, which it lowers) is no faster. Time to finish grows
+			// with step time at a fixed node count (same GPUs, same
+			// checkpoint), so this skips only plans that would lose.
+			dense := len(eps) == 1 && eps[0] == 0
+			if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(base, hw, dense, memo) {
 				continue
 			}
 			// Expert degrees ascend: a larger one only adds all-to-all
 			// traffic unless it frees memory, so stop once a plan needs no
-			// memory-saving measure.
-			for _, ep := range w.expertDegrees(tp, dp) {
-				c, ok := w.bestOptions(Plan{Nodes: n, GPUsPerNode: sh.perNode, TP: tp, PP: pp, DP: dp, CP: pin.CP, VP: vpFor(pin, pp), EP: ep, OverlapExpertComm: pin.OverlapExpertComm && ep > 1}, sh, hw, recomputes, res)
+			// memory-saving measure (stops).
+			var skipped uint64 // degrees pruned by their least step, by index
+			for i, ep := range eps {
+				b := base
+				b.EP, b.OverlapExpertComm = ep, pin.OverlapExpertComm && ep > 1
+				if found && !w.exhaustive && !dense && i < 64 && best.timing.StepTime <= w.leastStep(b, hw, true, memo) {
+					skipped |= 1 << i
+					continue
+				}
+				c, ok := w.bestOptions(b, sh, hw, recomputes, res, memo)
 				if ok && (!found || c.timing.Seconds < best.timing.Seconds) {
+					// The search without pruning would have tried the
+					// skipped degrees first, and stopped at one that
+					// needs no memory-saving measure before reaching
+					// this one; work them out now to know.
+					if w.anyStops(base, eps, skipped, sh, hw, recomputes, res, memo) {
+						break
+					}
+					skipped = 0
 					best, found = c, true
 				}
-				if ok && c.plan.Recompute == RecomputeNone && c.plan.ZeRO < 2 && !c.plan.Offload && !c.plan.OffloadParams {
+				if ok && stops(c.plan) {
 					break
 				}
 			}
 		}
 	}
+	if found {
+		// The search kept only the totals; the row needs every term.
+		best.mem = w.trainingMemory(best.plan, sh.capacity)
+	}
 	return best, found
+}
+
+// stops reports whether a plan needs no memory-saving measure, so that a
+// larger expert-parallel degree is not tried after it.
+func stops(p Plan) bool {
+	return p.Recompute == RecomputeNone && p.ZeRO < 2 && !p.Offload && !p.OffloadParams
+}
+
+// anyStops reports whether one of the expert-parallel degrees eps[i] with
+// bit i set in skipped has a plan that stops the search over degrees.
+func (w *workload) anyStops(base Plan, eps []int, skipped uint64, sh shape, hw *hardware, recomputes []Recompute, res *searchResult, memo *fitMemo) bool {
+	for i, ep := range eps {
+		if skipped&(1<<i) == 0 {
+			continue
+		}
+		b := base
+		b.EP, b.OverlapExpertComm = ep, w.Pin.OverlapExpertComm && ep > 1
+		if c, ok := w.bestOptions(b, sh, hw, recomputes, res, memo); ok && stops(c.plan) {
+			return true
+		}
+	}
+	return false
 }
 
 // noExpertParallelism is the one degree a dense model tries; shared, so
@@ -191,8 +235,9 @@ func (w *workload) expertDegrees(tp, dp int) []int {
 }
 
 // bestOptions picks recomputation, ZeRO stage, offload and micro-batch for
-// a fixed (nodes, tp, pp, dp, cp), within the profile's pins.
-func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []Recompute, res *searchResult) (candidate, bool) {
+// a fixed (nodes, tp, pp, dp, cp), within the profile's pins. The
+// candidate's mem is left for bestAtNodes to fill.
+func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []Recompute, res *searchResult, memo *fitMemo) (candidate, bool) {
 	pin := &w.Pin
 	minZero, maxZero := 0, 3
 	if base.PP > 1 {
@@ -249,8 +294,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 		if !stageOK(p.ZeRO, p.Offload, p.OffloadParams) {
 			p.OffloadParams = false
 		}
-		m := w.trainingMemory(p, sh.capacity)
-		if need := m.total() - sh.capacity; need > 0 {
+		if need := memo.fit(w, &p, sh.capacity).total - sh.capacity; need > 0 {
 			if need < res.shortfall {
 				res.shortfall, res.shortfallPlan = need, p
 			}
@@ -272,7 +316,7 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 				// found here when its least step (its compute plus the
 				// smallest bubble) is no faster; skipping it returns what
 				// trying it would.
-				if found && !w.exhaustive && best.timing.StepTime <= w.leastStep(base, hw, rc) {
+				if found && !w.exhaustive && best.timing.StepTime <= w.leastStepAt(base, hw, rc, true, memo) {
 					continue
 				}
 				for z := minZero; z <= maxZero; z++ {
@@ -281,22 +325,22 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 					}
 					p := base
 					p.ZeRO, p.Recompute, p.Offload, p.OffloadParams, p.MicroBatch = z, rc, offload, offParams, mb
-					m := w.trainingMemory(p, sh.capacity)
-					if need := m.total() - sh.capacity; need > 0 {
+					m := memo.fit(w, &p, sh.capacity)
+					if need := m.total - sh.capacity; need > 0 {
 						if need < res.shortfall {
 							res.shortfall, res.shortfallPlan = need, p
 						}
 						continue
 					}
-					if (offload || offParams) && sh.hostMem > 0 && m.hostPerNode > 0.8*sh.hostMem {
+					if (offload || offParams) && sh.hostMem > 0 && m.host > 0.8*sh.hostMem {
 						continue
 					}
 					if w.MicroBatch == 0 && p.PP == 1 {
-						p, m = w.growMicroBatch(p, m, sh.capacity)
+						p = w.growMicroBatch(p, sh.capacity, memo)
 					}
 					t := w.trainingTime(p, hw)
 					if !found || t.Seconds < best.timing.Seconds {
-						best, found = candidate{plan: p, mem: m, timing: t, ckptBytes: w.checkpointBytes()}, true
+						best, found = candidate{plan: p, timing: t, ckptBytes: w.checkpointBytes()}, true
 					}
 					break // a higher stage at the same mode is never faster
 				}
@@ -307,16 +351,64 @@ func (w *workload) bestOptions(base Plan, sh shape, hw *hardware, recomputes []R
 }
 
 // leastStep is a lower bound on the step time of any plan with p's
-// degrees and recomputation rc on hardware hw: trainingTime's compute term
-// plus the 1F1B bubble at the most micro-batches (micro-batch 1); the
-// other terms only add to it.
-func (w *workload) leastStep(p Plan, hw *hardware, rc Recompute) float64 {
-	_, fpt := w.flopsPerToken(rc)
-	compute := float64(w.SequenceLength) * float64(w.GlobalBatch) * fpt / (float64(p.GPUs()) * hw.peak * hw.mfu)
-	if w.Task == QLoRA {
-		compute *= qloraSlowdown
+// degrees (nodes, TP, PP, DP, CP, VP, EP), whatever its recomputation,
+// ZeRO stage, offload and micro-batch within the profile's pins:
+// leastStepAt without recomputation (withDP as there).
+func (w *workload) leastStep(p Plan, hw *hardware, withDP bool, memo *fitMemo) float64 {
+	return w.leastStepAt(p, hw, RecomputeNone, withDP, memo)
+}
+
+// leastStepAt is a lower bound on the step time of any plan with p's
+// degrees and recomputation rc or more, whatever its ZeRO stage, offload
+// and micro-batch. It takes trainingTime's terms at ZeRO 0, no offload and
+// the smallest micro-batch (the profile's, else 1): compute and the
+// pipeline bubble, tensor- and pipeline-parallel communication, none of
+// which any option lowers (more tokens per micro-batch only add:
+// ⌈B/(dp·mb)⌉·mb ≥ ⌈B/dp⌉), plus the larger of two exposed terms, each
+// at its least:
+//   - the all-to-all as trainingTime gives it there;
+//   - with withDP, the data-parallel communication less the most backward
+//     it can hide: 2/3 of compute below ZeRO-3 (its window shrinks with
+//     more micro-batches), and with ZeRO-3 where allowed, the gathers of a
+//     single micro-batch less all of compute.
+//
+// Each of these sums grows with compute (what it hides is at most the
+// compute), so the bound at rc also bounds more recomputation; the sum of
+// both exposed terms would not. Offload time is left out (≥ 0). A factor
+// 1 − 10⁻⁹ keeps the bound below the sum trainingTime forms in another
+// order. Expert parallelism lowers data-parallel traffic, so withDP is
+// false where a larger expert degree is still to be tried.
+// TestPruningKeepsRanking and TestShortcutsKeepRanking hold the search to
+// the exhaustive one. memo, when not nil, lends its step-only workload.
+func (w *workload) leastStepAt(p Plan, hw *hardware, rc Recompute, withDP bool, memo *fitMemo) float64 {
+	tw := w
+	if memo != nil && memo.perStep != nil {
+		tw = memo.perStep
 	}
-	return compute * (1 + float64(p.PP-1)/math.Ceil(float64(w.GlobalBatch)/float64(p.DP)))
+	p.Recompute, p.ZeRO, p.Offload, p.OffloadParams, p.MicroBatch = rc, 0, false, false, max(1, w.MicroBatch)
+	pin := w.Pin.ZeRO
+	if pin != nil && *pin < 3 {
+		p.ZeRO = *pin
+	}
+	t := tw.trainingTime(p, hw)
+	exposed := t.EPExposed
+	if withDP && p.DP > 1 {
+		dpExp := math.Inf(1)
+		if pin == nil || *pin < 3 {
+			dpExp = math.Max(0, t.DPComm-t.Compute*2/3)
+		}
+		if (pin == nil && p.PP == 1) || (pin != nil && *pin >= 3) {
+			q := p
+			q.ZeRO = 3
+			if w.MicroBatch == 0 {
+				q.MicroBatch = int(math.Ceil(float64(w.GlobalBatch) / float64(p.DP))) // one micro-batch
+			}
+			t3 := tw.trainingTime(q, hw)
+			dpExp = math.Min(dpExp, math.Max(0, t3.DPComm-t3.Compute))
+		}
+		exposed = math.Max(exposed, dpExp)
+	}
+	return (t.Compute + t.Bubble + t.TPComm + t.PPComm + exposed) * (1 - 1e-9)
 }
 
 // growMicroBatch doubles the micro-batch while it fits, up to 8 and the
@@ -324,25 +416,24 @@ func (w *workload) leastStep(p Plan, hw *hardware, rc Recompute) float64 {
 // of the global batch is 3 sequences runs them as one micro-batch of 3,
 // not two of 2, which would double its per-micro-batch work (ZeRO-3
 // gathers, pipeline flushes) for nothing.
-func (w *workload) growMicroBatch(p Plan, m mem, capacity float64) (Plan, mem) {
+func (w *workload) growMicroBatch(p Plan, capacity float64, memo *fitMemo) Plan {
 	limit := min(8, int(math.Ceil(float64(w.GlobalBatch)/float64(p.DP))))
 	for p.MicroBatch*2 <= limit {
 		q := p
 		q.MicroBatch *= 2
-		qm := w.trainingMemory(q, capacity)
-		if qm.total() > capacity {
-			return p, m
+		if memo.fit(w, &q, capacity).total > capacity {
+			return p
 		}
-		p, m = q, qm
+		p = q
 	}
 	if p.MicroBatch < limit {
 		q := p
 		q.MicroBatch = limit
-		if qm := w.trainingMemory(q, capacity); qm.total() <= capacity {
-			return q, qm
+		if memo.fit(w, &q, capacity).total <= capacity {
+			return q
 		}
 	}
-	return p, m
+	return p
 }
 
 // pinnedNodes is the node count the pin fixes on nodes of perNode GPUs (any

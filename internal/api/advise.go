@@ -39,7 +39,13 @@ func (s *Server) advise(w http.ResponseWriter, r *http.Request) {
 			req.GPUs[i] = c
 		}
 	}
-	res, err := advisor.Rank(req.Profile, req.Options(slices.Concat(s.cfg.Catalog.Offers(), s.owned(r.Context())), s.cfg.Catalog.Accelerator, s.cfg.Calibration))
+	// The catalog's offers are ranked in place (Rank only reads them); a
+	// fleet's owned machines, when there are any, join a copy.
+	offers := s.cfg.Catalog.SharedOffers()
+	if owned := s.owned(r.Context()); len(owned) > 0 {
+		offers = slices.Concat(offers, owned)
+	}
+	res, err := advisor.Rank(req.Profile, req.Options(offers, s.cfg.Catalog.Accelerator, s.cfg.Calibration))
 	if err != nil {
 		// Validate ran first; anything left is still the caller's input.
 		writeProblem(w, r, http.StatusBadRequest, err.Error(), nil)

@@ -232,6 +232,12 @@ func newOffers(rows []row, bands map[bandKey]int) ([]model.Offer, []InstanceType
 // GPU-hour).
 func (c *Catalog) Offers() []model.Offer { return slices.Clone(c.offers) }
 
+// SharedOffers returns the catalog's offers without copying them (Offers
+// copies 1.3 MB), for callers that only read them, such as a ranking per
+// request. The catalog never changes them after Load; callers must not
+// either.
+func (c *Catalog) SharedOffers() []model.Offer { return c.offers }
+
 // InstanceTypes returns every instance shape that has at least one whole
 // GPU, sorted by provider, name, GPU, GPU count and GPU memory. A name can
 // appear more than once: GCP's n1 hosts take several GPU models, and a Vast
