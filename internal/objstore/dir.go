@@ -157,7 +157,7 @@ func (d *Dir) Stat(ctx context.Context, key string) (Info, error) {
 	if info.IsDir() {
 		return Info{}, d.fail("stat", key, fmt.Errorf("%w: a folder", ErrNotFound))
 	}
-	return Info{Key: key, Size: info.Size(), Modified: info.ModTime()}, nil
+	return Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: dirETag(info)}, nil
 }
 
 // List implements Store.
@@ -189,7 +189,7 @@ func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error
 			}
 			return err
 		}
-		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: fmt.Sprintf("mtime-%d", info.ModTime().UnixNano())})
+		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: dirETag(info)})
 		return nil
 	})
 	if err != nil {

@@ -1,0 +1,174 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gpufleet/gpufleet/internal/objstore"
+	"time"
+)
+
+// collectPending deletes the objects retention left unnamed whose grace
+// has passed: one HEAD each (for its age and ETag), then a delete
+// conditional on that ETag, so an object written again since (an upload
+// that found it too old to reuse) is never removed.
+func (c *Catalog) collectPending(ctx context.Context, rd *round, pl place, r *records) (Report, error) {
+	var rep Report
+	for key, p := range r.pending {
+		if p.f.dirty || p.f.bad || rd.now.Before(p.due) {
+			continue
+		}
+		if p.f.named()[strings.TrimPrefix(key, p.f.prefix+"o/")] {
+			delete(r.pending, key) // named again by a newer manifest
+			continue
+		}
+		st, err := pl.store.Stat(ctx, key)
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			delete(r.pending, key)
+			continue
+		case err != nil:
+			return rep, err
+		case !st.Modified.Before(rd.cutoff):
+			p.due = st.Modified.Add(c.cfg.Grace)
+			continue
+		}
+		ok, err := objstore.DeleteIfMatch(ctx, pl.store, key, st.ETag)
+		if err != nil {
+			return rep, err
+		}
+		delete(r.pending, key)
+		if ok {
+			rep.Objects++
+			rep.Bytes += st.Size
+		}
+	}
+	return rep, nil
+}
+
+// sweep is garbage collection's walk over one storage's keys: it finds
+// what no record explains (uploads that crashed before their manifest,
+// objects left by a deleted checkpoint whose pending entry a restart
+// lost) a bounded page per round, resuming at cursor.
+type sweep struct {
+	active  bool
+	cursor  string    // the last key looked at
+	started time.Time // when the current (or last) walk began
+}
+
+// owner is who a top-level folder of a storage belongs to.
+type owner struct {
+	r *records
+	f *folder // nil for a project's index
+}
+
+// sweepStore advances the walk over the storage pl.id, whose projects'
+// records are recs (by project). It holds those projects' locks while it
+// judges a page, so no commit interleaves.
+func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[string]*records, places map[string]place) (Report, error) {
+	var rep Report
+	c.mu.Lock()
+	sw := c.sweeps[pl.id]
+	if sw == nil {
+		sw = &sweep{}
+		c.sweeps[pl.id] = sw
+	}
+	c.mu.Unlock()
+	if !sw.active {
+		if !sw.started.IsZero() && rd.now.Sub(sw.started) < c.cfg.SweepEvery {
+			return rep, nil
+		}
+		sw.active, sw.cursor, sw.started = true, "", rd.now
+	}
+	projects := slices.Sorted(func(yield func(string) bool) {
+		for p := range recs {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	var locks []*sync.Mutex
+	for _, p := range projects {
+		l := c.projectLock(p)
+		l.Lock()
+		locks = append(locks, l)
+	}
+	defer func() {
+		for _, l := range locks {
+			l.Unlock()
+		}
+	}()
+	owners := map[string]owner{}
+	for _, p := range projects {
+		r := recs[p]
+		owners[indexPrefix(places[p].seal)] = owner{r: r}
+		for _, f := range r.jobs {
+			owners[f.prefix] = owner{r: r, f: f}
+		}
+		for _, f := range r.sets {
+			owners[f.prefix] = owner{r: r, f: f}
+		}
+	}
+	var delErr error
+	more, err := objstore.ListAfter(ctx, pl.store, "", sw.cursor, c.cfg.SweepKeys, func(i objstore.Info) bool {
+		sw.cursor = i.Key
+		rep.Swept++
+		dir, rest, ok := strings.Cut(i.Key, "/")
+		if !ok {
+			return true
+		}
+		o, ok := owners[dir+"/"]
+		switch {
+		case !ok:
+			return true // no project's (a deleted job's, another fleet's)
+		case o.f == nil: // a project's index: <set>/<version>
+			set, ver, ok := strings.Cut(rest, "/")
+			if !ok {
+				return true
+			}
+			f := o.r.sets[set]
+			if f == nil {
+				f = &folder{prefix: set + "/", set: set, ms: map[string]*known{}}
+				o.r.sets[set] = f
+			}
+			if ver != setMarker && f.ms[i.Key] == nil {
+				f.dirty = true // committed elsewhere: read it next round
+			}
+			return true
+		}
+		f := o.f
+		if strings.HasPrefix(rest, "m/") && f.job != "" && f.ms[i.Key] == nil {
+			f.dirty = true // a manifest this server has not read
+			return true
+		}
+		name, ok := strings.CutPrefix(rest, "o/")
+		if !ok || strings.Contains(name, "/") || f.dirty || f.bad || !i.Modified.Before(rd.cutoff) || f.named()[name] {
+			return true
+		}
+		deleted, err := objstore.DeleteIfMatch(ctx, pl.store, i.Key, i.ETag)
+		if err != nil {
+			delErr = err
+			return false
+		}
+		delete(o.r.pending, i.Key)
+		if deleted {
+			rep.Objects++
+			rep.Bytes += i.Size
+		}
+		return true
+	})
+	if err == nil {
+		err = delErr
+	}
+	if err != nil {
+		return rep, err
+	}
+	if !more {
+		sw.active = false
+		rep.Sweeps++
+	}
+	return rep, nil
+}
