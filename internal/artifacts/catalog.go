@@ -61,8 +61,8 @@ type Config struct {
 	// resuming where the last round stopped.
 	SweepEvery time.Duration
 	SweepKeys  int
-	Clock    clock.Clock
-	Log      *slog.Logger
+	Clock      clock.Clock
+	Log        *slog.Logger
 }
 
 // Catalog lists, serves, takes and removes a project's artefacts. Safe for
