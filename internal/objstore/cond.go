@@ -28,9 +28,9 @@ type Pager interface {
 // seen: when the key has been written again since (another ETag), the
 // delete does nothing.
 type CondDeleter interface {
-	// DeleteIfMatch removes the object under key when its ETag is etag,
-	// and reports whether it did; a missing object or another ETag is not
-	// an error.
+	// DeleteIfMatch removes the object under key when its ETag is etag;
+	// it reports false when the ETag differs. A missing object is not an
+	// error (S3 servers differ on whether that reports true).
 	DeleteIfMatch(ctx context.Context, key, etag string) (bool, error)
 }
 
