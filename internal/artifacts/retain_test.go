@@ -365,3 +365,98 @@ func TestAbandonedUploadCollectedAfterGrace(t *testing.T) {
 		t.Errorf("restore: step %d %v %v, want step 1", m.Step, ok, err)
 	}
 }
+
+// hooked runs hook once, when the catalogue looks at key (a Stat, or the
+// collection walk's listing reaching it), before the catalogue acts on
+// what it saw: the moment an uploader could write the object again.
+type hooked struct {
+	objstore.Store
+	key            string
+	onStat, onList bool
+	once           sync.Once
+	hook           func()
+}
+
+func (h *hooked) Stat(ctx context.Context, key string) (objstore.Info, error) {
+	i, err := h.Store.Stat(ctx, key)
+	if h.onStat && key == h.key {
+		h.once.Do(h.hook)
+	}
+	return i, err
+}
+
+func (h *hooked) ListAfter(ctx context.Context, prefix, after string, limit int, fn func(objstore.Info) bool) (bool, error) {
+	return objstore.ListAfter(ctx, h.Store, prefix, after, limit, func(i objstore.Info) bool {
+		if h.onList && i.Key == h.key {
+			h.once.Do(h.hook)
+		}
+		return fn(i)
+	})
+}
+
+func (h *hooked) DeleteIfMatch(ctx context.Context, key, etag string) (bool, error) {
+	return objstore.DeleteIfMatch(ctx, h.Store, key, etag)
+}
+
+// TestCollectorSparesAnObjectWrittenAgain: an object retention left
+// unnamed, old enough to collect, is written again by an upload (which
+// found it too old to reuse) and named by its new checkpoint between the
+// collector's look and its delete. The delete, conditional on what the
+// collector saw, leaves it: the new checkpoint restores. Both paths: the
+// objects retention queued (a HEAD, then the delete) and the walk (after
+// a restart lost the queue).
+func TestCollectorSparesAnObjectWrittenAgain(t *testing.T) {
+	for _, path := range []string{"queued", "walk"} {
+		t.Run(path, func(t *testing.T) {
+			h := &hooked{onStat: path == "queued"}
+			open := func(cfg *artifacts.Config) {
+				cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
+					st, err := objstore.Open(ctx, s, cr)
+					h.Store = st
+					return h, err
+				}
+			}
+			e := newEnvWith(t, open)
+			e.clock.Set(time.Now())
+			e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepCheckpoints: 1}}}}
+			ctx := context.Background()
+			for step, c := range []string{"A", "B", "C"} {
+				e.checkpoint(t, "vision", "j-train", step+1, map[string]string{"opt.pt": c})
+			}
+			key, _ := e.fleet.DataKey("vision")
+			sl, _ := objstore.NewSealer(key)
+			sum := sha256.Sum256([]byte("A"))
+			h.key = ckptsync.ObjectKey(ckptsync.JobPrefix(sl, "j-train"), sl.Name(sum[:]))
+			h.hook = func() {
+				e.checkpoint(t, "vision", "j-train", 4, map[string]string{"opt.pt": "A"})
+			}
+			if path == "walk" {
+				e.round(t) // retention drops steps 1 and 2 (A, B are young: queued)
+				age(t, e.raw)
+				// A restart: the queue is lost; the walk finds A and B.
+				cat, err := artifacts.New(artifacts.Config{Fleet: e.fleet, Keys: e.fleet, Clock: e.clock, Open: func(context.Context, model.Storage, objstore.Credentials) (objstore.Store, error) {
+					return h, nil
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.cat = cat
+				h.onList = true
+			} else {
+				age(t, e.raw)
+			}
+			var rep artifacts.Report
+			for r := 0; r < 5; r++ {
+				x := e.round(t)
+				rep.Objects += x.Objects
+			}
+			if rep.Objects == 0 {
+				t.Error("nothing collected: B was old and unnamed")
+			}
+			s, _ := ckptsync.New(ckptsync.Config{Store: e.store, Sealer: sl, JobID: "j-train", Dir: t.TempDir()})
+			if m, ok, err := s.Restore(ctx); err != nil || !ok || m.Step != 4 {
+				t.Errorf("restore of the checkpoint naming A again: step %d %v %v", m.Step, ok, err)
+			}
+		})
+	}
+}
