@@ -50,6 +50,15 @@ type folder struct {
 	latestTag, latestKey string
 	latest               []string
 	ms                   map[string]*known // by manifest key
+	// pre is what the first round's listing of the whole storage showed
+	// of the folder, read instead of listing it again (nil: list it).
+	pre *listed
+}
+
+// listed is one folder as a listing showed it.
+type listed struct {
+	manifests []string // keys
+	latestTag string   // "" when latest was not there
 }
 
 // known is what a manifest says that retention needs.
@@ -134,22 +143,48 @@ func (c *Catalog) touchJob(project string, pl place, job string) {
 }
 
 // round is what one retention round shares across projects: each
-// storage's top-level folders, listed once when some project's records
-// are first built.
+// storage's folders, listed once when some project's records are first
+// built.
 type round struct {
 	now     time.Time
 	cutoff  time.Time
-	folders map[string]map[string]bool // by storage id
+	folders map[string]map[string]*listed // by storage id, then folder prefix
 }
 
-func (c *Catalog) folders(ctx context.Context, rd *round, pl place) (map[string]bool, error) {
+// folders lists the storage pl once per round: every top-level folder,
+// with its history manifests and latest's ETag (a job's folder layout; a
+// project's index holds its sets' versions under <index>/<set>/).
+func (c *Catalog) folders(ctx context.Context, rd *round, pl place) (map[string]*listed, error) {
 	if f := rd.folders[pl.id]; f != nil {
 		return f, nil
 	}
-	f := map[string]bool{}
+	f := map[string]*listed{}
+	at := func(dir string) *listed {
+		l := f[dir]
+		if l == nil {
+			l = &listed{}
+			f[dir] = l
+		}
+		return l
+	}
 	err := pl.store.List(ctx, "", func(i objstore.Info) bool {
-		if dir, _, ok := strings.Cut(i.Key, "/"); ok {
-			f[dir+"/"] = true
+		dir, rest, ok := strings.Cut(i.Key, "/")
+		if !ok {
+			return true
+		}
+		l := at(dir + "/")
+		switch {
+		case rest == "latest":
+			l.latestTag = i.ETag
+		case strings.HasPrefix(rest, "m/"):
+			l.manifests = append(l.manifests, i.Key)
+		default:
+			if set, ver, ok := strings.Cut(rest, "/"); ok && !strings.HasPrefix(rest, "o/") {
+				s := at(dir + "/" + set + "/") // an index's set (its marker: it exists)
+				if ver != setMarker {
+					s.manifests = append(s.manifests, i.Key)
+				}
+			}
 		}
 		return true
 	})
@@ -175,21 +210,18 @@ func policyKey(pol *model.ArtifactPolicy) string {
 func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl place, r *records, pol *model.ArtifactPolicy) (Report, error) {
 	var rep Report
 	boot := !r.ready
-	var dirs map[string]bool
+	var dirs map[string]*listed
 	if boot {
 		var err error
 		if dirs, err = c.folders(ctx, rd, pl); err != nil {
 			return rep, err
 		}
 		idx := indexPrefix(pl.seal)
-		err = pl.store.List(ctx, idx, func(i objstore.Info) bool {
-			if set, _, ok := strings.Cut(strings.TrimPrefix(i.Key, idx), "/"); ok && r.sets[set] == nil {
-				r.sets[set] = &folder{prefix: set + "/", set: set, dirty: true, ms: map[string]*known{}}
+		for dir, l := range dirs {
+			if set, ok := strings.CutPrefix(dir, idx); ok && set != "" && r.sets[set[:len(set)-1]] == nil {
+				set = set[:len(set)-1]
+				r.sets[set] = &folder{prefix: set + "/", set: set, dirty: true, ms: map[string]*known{}, pre: l}
 			}
-			return true
-		})
-		if err != nil {
-			return rep, err
 		}
 	}
 	if pk := policyKey(pol); pk != r.policy {
@@ -206,7 +238,8 @@ func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl pla
 		if f == nil {
 			f = &folder{prefix: ckptsync.JobPrefix(pl.seal, j.ID), job: j.ID, open: true, ms: map[string]*known{}}
 			if boot {
-				f.dirty, f.open = dirs[f.prefix], !j.State.Terminal()
+				f.pre = dirs[f.prefix]
+				f.dirty, f.open = f.pre != nil, !j.State.Terminal()
 			}
 			r.jobs[j.ID] = f
 		}
@@ -286,13 +319,25 @@ func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl pla
 }
 
 // read reads f's manifests again: the job's latest, then the listing of
-// its manifests, fetching only those not already known.
+// its manifests (or what the first round's listing showed), fetching only
+// those not already known.
 func (c *Catalog) read(ctx context.Context, pl place, f *folder) error {
+	pre := f.pre
+	f.pre = nil
 	list := indexPrefix(pl.seal) + f.set + "/"
 	if f.job != "" {
 		list = f.prefix + "m/"
 		lk := ckptsync.LatestKey(f.prefix)
-		st, err := pl.store.Stat(ctx, lk)
+		var st objstore.Info
+		var err error
+		if pre != nil {
+			st.ETag = pre.latestTag
+			if st.ETag == "" {
+				err = objstore.ErrNotFound
+			}
+		} else {
+			st, err = pl.store.Stat(ctx, lk)
+		}
 		switch {
 		case errors.Is(err, objstore.ErrNotFound):
 			f.latestTag, f.latestKey, f.latest = "", "", nil
@@ -312,17 +357,22 @@ func (c *Catalog) read(ctx context.Context, pl place, f *folder) error {
 	}
 	seen := map[string]bool{}
 	var fresh []string
-	err := pl.store.List(ctx, list, func(i objstore.Info) bool {
-		if f.set != "" && strings.HasSuffix(i.Key, "/"+setMarker) {
-			return true
+	add := func(key string) {
+		seen[key] = true
+		if f.ms[key] == nil {
+			fresh = append(fresh, key)
 		}
-		seen[i.Key] = true
-		if f.ms[i.Key] == nil {
-			fresh = append(fresh, i.Key)
+	}
+	if pre != nil {
+		for _, k := range pre.manifests {
+			add(k)
+		}
+	} else if err := pl.store.List(ctx, list, func(i objstore.Info) bool {
+		if f.set == "" || !strings.HasSuffix(i.Key, "/"+setMarker) {
+			add(i.Key)
 		}
 		return true
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	for k := range f.ms {

@@ -71,7 +71,7 @@ func (c *Catalog) Retain(ctx context.Context) (Report, error) {
 		projects[j.Project] = true
 	}
 	now := c.cfg.Clock.Now()
-	rd := &round{now: now, cutoff: now.Add(-c.cfg.Grace), folders: map[string]map[string]bool{}}
+	rd := &round{now: now, cutoff: now.Add(-c.cfg.Grace), folders: map[string]map[string]*listed{}}
 	type storage struct {
 		pl     place
 		recs   map[string]*records
