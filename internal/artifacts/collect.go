@@ -6,10 +6,22 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/objstore"
-	"time"
 )
+
+// namedCache computes each folder's named objects once per pass.
+type namedCache map[*folder]map[string]bool
+
+func (n namedCache) of(f *folder) map[string]bool {
+	m := n[f]
+	if m == nil {
+		m = f.named()
+		n[f] = m
+	}
+	return m
+}
 
 // collectPending deletes the objects retention left unnamed whose grace
 // has passed: one HEAD each (for its age and ETag), then a delete
@@ -17,11 +29,12 @@ import (
 // that found it too old to reuse) is never removed.
 func (c *Catalog) collectPending(ctx context.Context, rd *round, pl place, r *records) (Report, error) {
 	var rep Report
+	named := namedCache{}
 	for key, p := range r.pending {
 		if p.f.dirty || p.f.bad || rd.now.Before(p.due) {
 			continue
 		}
-		if p.f.named()[strings.TrimPrefix(key, p.f.prefix+"o/")] {
+		if named.of(p.f)[strings.TrimPrefix(key, p.f.prefix+"o/")] {
 			delete(r.pending, key) // named again by a newer manifest
 			continue
 		}
@@ -113,6 +126,7 @@ func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[
 		}
 	}
 	var delErr error
+	named := namedCache{}
 	more, err := objstore.ListAfter(ctx, pl.store, "", sw.cursor, c.cfg.SweepKeys, func(i objstore.Info) bool {
 		sw.cursor = i.Key
 		rep.Swept++
@@ -145,7 +159,7 @@ func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[
 			return true
 		}
 		name, ok := strings.CutPrefix(rest, "o/")
-		if !ok || strings.Contains(name, "/") || f.dirty || f.bad || !i.Modified.Before(rd.cutoff) || f.named()[name] {
+		if !ok || strings.Contains(name, "/") || f.dirty || f.bad || !i.Modified.Before(rd.cutoff) || named.of(f)[name] {
 			return true
 		}
 		deleted, err := objstore.DeleteIfMatch(ctx, pl.store, i.Key, i.ETag)

@@ -16,7 +16,7 @@ import (
 )
 
 // settle is how long a job's folder is still watched for a final upload
-// after the job ended.
+// after its attempt stopped running.
 const settle = time.Hour
 
 // records is what the catalogue knows of one project's folders in one
@@ -43,7 +43,7 @@ type folder struct {
 	dirty  bool   // read it again before judging or collecting in it
 	judge  bool   // apply retention at the next round
 	bad    bool   // a manifest did not open: judge and collect nothing
-	open   bool   // the job may still upload: look at latest each round
+	open   bool   // the job may still upload (running, or lately): look at latest each round
 	ended  time.Time
 	// latestTag is the ETag of the job's latest at the last read;
 	// latestKey the history manifest it copies; latest its objects.
@@ -239,7 +239,7 @@ func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl pla
 			f = &folder{prefix: ckptsync.JobPrefix(pl.seal, j.ID), job: j.ID, open: true, ms: map[string]*known{}}
 			if boot {
 				f.pre = dirs[f.prefix]
-				f.dirty, f.open = f.pre != nil, !j.State.Terminal()
+				f.dirty, f.open = f.pre != nil, j.State == model.JobRunning
 			}
 			r.jobs[j.ID] = f
 		}
@@ -254,8 +254,10 @@ func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl pla
 				return rep, err
 			}
 		}
+		// Only a running attempt uploads (the last upload comes before its
+		// end is reported); an hour's settle covers a late one.
 		switch {
-		case !j.State.Terminal():
+		case j.State == model.JobRunning:
 			f.open, f.ended = true, time.Time{}
 		case f.ended.IsZero():
 			f.ended = rd.now
