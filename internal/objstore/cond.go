@@ -124,7 +124,7 @@ func dirETag(fi fs.FileInfo) string { return fmt.Sprintf("mtime-%d", fi.ModTime(
 // ListAfter implements Pager.
 func (d *Dir) ListAfter(ctx context.Context, prefix, after string, limit int, fn func(Info) bool) (bool, error) {
 	n, more := 0, false
-	err := d.List(ctx, prefix, func(i Info) bool {
+	err := d.list(ctx, prefix, after, func(i Info) bool {
 		if i.Key <= after {
 			return true
 		}

@@ -162,6 +162,12 @@ func (d *Dir) Stat(ctx context.Context, key string) (Info, error) {
 
 // List implements Store.
 func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error {
+	return d.list(ctx, prefix, "", fn)
+}
+
+// list lists the keys with prefix after after, not descending into
+// folders whose keys all sort before it.
+func (d *Dir) list(ctx context.Context, prefix, after string, fn func(Info) bool) error {
 	var all []Info
 	err := filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -176,6 +182,9 @@ func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error
 			// Descend only into folders that can hold a key with prefix.
 			if key != "." && !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
 				return fs.SkipDir
+			}
+			if key != "." && after != "" && key+"/" < after && !strings.HasPrefix(after, key+"/") {
+				return fs.SkipDir // every key in it sorts before after
 			}
 			return nil
 		}
