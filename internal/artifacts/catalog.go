@@ -70,6 +70,7 @@ type Config struct {
 type Catalog struct {
 	cfg Config
 
+	rounds   sync.Mutex // one retention round at a time
 	mu       sync.Mutex
 	stores   map[string]objstore.Store // by storage and credentials
 	projects map[string]*sync.Mutex    // commit and retention, per project

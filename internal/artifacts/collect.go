@@ -11,6 +11,17 @@ import (
 	"github.com/gpufleet/gpufleet/internal/objstore"
 )
 
+// maxRound bounds how long after a round began it may still delete: a
+// process frozen mid-round (a paused old leader, a suspended VM) wakes
+// with records older than the uploads since, and stops instead of acting
+// on them.
+const maxRound = time.Hour
+
+// errStale: the round outlived maxRound.
+var errStale = errors.New("the round outlived its view of the storage (frozen or very slow); stopping before deleting")
+
+func (c *Catalog) stale(rd *round) bool { return c.cfg.Clock.Now().Sub(rd.now) > maxRound }
+
 // namedCache computes each folder's named objects once per pass.
 type namedCache map[*folder]map[string]bool
 
@@ -48,6 +59,9 @@ func (c *Catalog) collectPending(ctx context.Context, rd *round, pl place, r *re
 		case !st.Modified.Before(rd.cutoff):
 			p.due = st.Modified.Add(c.cfg.Grace)
 			continue
+		}
+		if c.stale(rd) {
+			return rep, errStale
 		}
 		ok, err := objstore.DeleteIfMatch(ctx, pl.store, key, st.ETag)
 		if err != nil {
@@ -127,8 +141,7 @@ func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[
 	}
 	var delErr error
 	named := namedCache{}
-	more, err := objstore.ListAfter(ctx, pl.store, "", sw.cursor, c.cfg.SweepKeys, func(i objstore.Info) bool {
-		sw.cursor = i.Key
+	look := func(i objstore.Info) bool {
 		rep.Swept++
 		dir, rest, ok := strings.Cut(i.Key, "/")
 		if !ok {
@@ -162,6 +175,10 @@ func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[
 		if !ok || strings.Contains(name, "/") || f.dirty || f.bad || !i.Modified.Before(rd.cutoff) || named.of(f)[name] {
 			return true
 		}
+		if c.stale(rd) {
+			delErr = errStale
+			return false
+		}
 		deleted, err := objstore.DeleteIfMatch(ctx, pl.store, i.Key, i.ETag)
 		if err != nil {
 			delErr = err
@@ -172,6 +189,15 @@ func (c *Catalog) sweepStore(ctx context.Context, rd *round, pl place, recs map[
 			rep.Objects++
 			rep.Bytes += i.Size
 		}
+		return true
+	}
+	// The cursor moves past a key once it has been dealt with: a walk
+	// stopped by an error resumes at the key it failed on.
+	more, err := objstore.ListAfter(ctx, pl.store, "", sw.cursor, c.cfg.SweepKeys, func(i objstore.Info) bool {
+		if !look(i) {
+			return false
+		}
+		sw.cursor = i.Key
 		return true
 	})
 	if err == nil {

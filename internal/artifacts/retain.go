@@ -63,6 +63,8 @@ func (c *Catalog) Run(ctx context.Context) error {
 // bounded step of each storage's garbage-collection walk. A project's
 // failure does not stop the others; the errors are joined.
 func (c *Catalog) Retain(ctx context.Context) (Report, error) {
+	c.rounds.Lock() // one round at a time: the walks' cursors are shared
+	defer c.rounds.Unlock()
 	projects := map[string]bool{}
 	for _, p := range c.cfg.Fleet.Projects() {
 		projects[p.Name] = true

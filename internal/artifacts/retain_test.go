@@ -461,3 +461,37 @@ func TestCollectorSparesAnObjectWrittenAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestFrozenRoundDeletesNothing: a round that wakes more than an hour
+// after it began (a frozen old leader) stops before deleting anything on
+// what it read before.
+func TestFrozenRoundDeletesNothing(t *testing.T) {
+	h := &hooked{onList: true}
+	e := newEnvWith(t, func(cfg *artifacts.Config) {
+		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
+			st, err := objstore.Open(ctx, s, cr)
+			h.Store = st
+			return h, err
+		}
+	})
+	ctx := context.Background()
+	e.checkpoint(t, "vision", "j-train", 1, map[string]string{"a": "one"})
+	key, _ := e.fleet.DataKey("vision")
+	sl, _ := objstore.NewSealer(key)
+	orphan := ckptsync.ObjectKey(ckptsync.JobPrefix(sl, "j-train"), strings.Repeat("cd", 32))
+	if _, err := e.store.Put(ctx, orphan, sl.Seal(strings.NewReader("torn"), orphan), objstore.SealedSize(4)); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(25 * time.Hour)
+	h.key, h.hook = orphan, func() { e.clock.Advance(2 * time.Hour) }
+	if _, err := e.cat.Retain(ctx); err == nil || !strings.Contains(err.Error(), "outlived") {
+		t.Errorf("frozen round: %v, want it stopped", err)
+	}
+	if _, err := e.store.Stat(ctx, orphan); err != nil {
+		t.Errorf("the frozen round deleted the orphan: %v", err)
+	}
+	// The next round, not frozen, collects it.
+	if rep := e.round(t); rep.Objects != 1 {
+		t.Errorf("next round collected %d, want the orphan", rep.Objects)
+	}
+}
