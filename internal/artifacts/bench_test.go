@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -20,31 +19,6 @@ import (
 	"github.com/gpufleet/gpufleet/internal/objstore"
 	"github.com/gpufleet/gpufleet/internal/s3test"
 )
-
-// listCounter counts the catalogue's requests by kind over HTTP.
-type listCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	op := r.Method
-	if r.Method == http.MethodGet && r.URL.Query().Has("list-type") {
-		op = "LIST"
-	}
-	c.mu.Lock()
-	c.n[op]++
-	c.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-func (c *listCounter) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.n
-	c.n = map[string]int{}
-	return n
-}
 
 // storeCheckpoint writes one checkpoint of job as a node does (objects,
 // the history manifest, then latest), with files files of 4 KiB.
@@ -129,12 +103,10 @@ func BenchmarkRetentionRound(b *testing.B) {
 			for err := range errc {
 				b.Fatal(err)
 			}
-			cnt := &listCounter{n: map[string]int{}}
-			cat, err := artifacts.New(artifacts.Config{Fleet: f, Keys: f, Clock: clock.NewFake(time.Now()),
-				Open: func(_ context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
-					return objstore.NewS3(objstore.S3Config{Endpoint: s.S3.Endpoint, Bucket: s.S3.Bucket, Prefix: s.S3.Prefix, PathStyle: s.S3.PathStyle,
-						AccessKeyID: cr.AccessKeyID, SecretAccessKey: cr.SecretAccessKey, HTTPClient: &http.Client{Transport: cnt}})
-				}})
+			cnt := &counter{n: map[string]int{}}
+			cfg := artifacts.Config{Fleet: f, Keys: f, Clock: clock.NewFake(time.Now())}
+			counting(cnt)(&cfg)
+			cat, err := artifacts.New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
