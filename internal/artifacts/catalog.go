@@ -55,8 +55,14 @@ type Config struct {
 	Grace time.Duration
 	// Interval is the retention loop's period (Run; default 10 min).
 	Interval time.Duration
-	Clock    clock.Clock
-	Log      *slog.Logger
+	// SweepEvery is how often garbage collection starts a walk over a
+	// storage's keys (default 24 h); SweepKeys bounds the keys one round
+	// of the walk looks at (default 1,000: one LIST request), the walk
+	// resuming where the last round stopped.
+	SweepEvery time.Duration
+	SweepKeys  int
+	Clock      clock.Clock
+	Log        *slog.Logger
 }
 
 // Catalog lists, serves, takes and removes a project's artefacts. Safe for
@@ -64,9 +70,12 @@ type Config struct {
 type Catalog struct {
 	cfg Config
 
+	rounds   sync.Mutex // one retention round at a time
 	mu       sync.Mutex
 	stores   map[string]objstore.Store // by storage and credentials
 	projects map[string]*sync.Mutex    // commit and retention, per project
+	recs     map[string]*records       // by project and storage (ledger.go)
+	sweeps   map[string]*sweep         // by storage (collect.go)
 }
 
 // New returns a Catalog.
@@ -86,17 +95,24 @@ func New(cfg Config) (*Catalog, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 10 * time.Minute
 	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = 24 * time.Hour
+	}
+	if cfg.SweepKeys <= 0 {
+		cfg.SweepKeys = 1000
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Catalog{cfg: cfg, stores: map[string]objstore.Store{}, projects: map[string]*sync.Mutex{}}, nil
+	return &Catalog{cfg: cfg, stores: map[string]objstore.Store{}, projects: map[string]*sync.Mutex{}, recs: map[string]*records{}, sweeps: map[string]*sweep{}}, nil
 }
 
 // place is one storage opened for one project.
 type place struct {
+	id    string // the storage and credentials, hashed
 	desc  string // s3://bucket/prefix or a path
 	store objstore.Store
 	seal  *objstore.Sealer
@@ -191,7 +207,7 @@ func (c *Catalog) open(ctx context.Context, project string, s model.Storage, cre
 		c.stores[k] = st
 		c.mu.Unlock()
 	}
-	pl := place{desc: s.String(), store: st}
+	pl := place{id: k, desc: s.String(), store: st}
 	if !create && !c.cfg.Keys.Has(project, model.DataKeySecret) {
 		return pl, nil
 	}

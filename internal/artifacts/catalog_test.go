@@ -99,7 +99,10 @@ type env struct {
 	store objstore.Store
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the catalogue's configuration changed by mod.
+func newEnvWith(t *testing.T, mod func(*artifacts.Config)) *env {
 	t.Helper()
 	srv := s3test.Start(t)
 	raw := srv.CreateBucket(t, "art")
@@ -113,7 +116,11 @@ func newEnv(t *testing.T) *env {
 		f.jobs[j.ID] = j
 	}
 	fc := clock.NewFake(time.Now())
-	cat, err := artifacts.New(artifacts.Config{Fleet: f, Keys: f, Clock: fc})
+	cfg := artifacts.Config{Fleet: f, Keys: f, Clock: fc}
+	if mod != nil {
+		mod(&cfg)
+	}
+	cat, err := artifacts.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

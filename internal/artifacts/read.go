@@ -153,10 +153,21 @@ func (c *Catalog) checkpoints(ctx context.Context, pl place, prefix string) ([]e
 // sets reads every pushed artefact's versions in pl, by set id; the newest
 // version of each is marked latest.
 func (c *Catalog) sets(ctx context.Context, pl place) (map[string][]entry, error) {
+	return c.readSets(ctx, pl, indexPrefix(pl.seal))
+}
+
+// set reads the versions of one pushed artefact (listing only its own
+// folder of the index), newest first.
+func (c *Catalog) set(ctx context.Context, pl place, set string) ([]entry, error) {
+	out, err := c.readSets(ctx, pl, indexPrefix(pl.seal)+set+"/")
+	return out[set], err
+}
+
+func (c *Catalog) readSets(ctx context.Context, pl place, under string) (map[string][]entry, error) {
 	idx := indexPrefix(pl.seal)
 	out := map[string][]entry{}
 	var keys []string
-	if err := pl.store.List(ctx, idx, func(i objstore.Info) bool { keys = append(keys, i.Key); return true }); err != nil {
+	if err := pl.store.List(ctx, under, func(i objstore.Info) bool { keys = append(keys, i.Key); return true }); err != nil {
 		return nil, err
 	}
 	for _, k := range keys {
@@ -214,11 +225,9 @@ func (c *Catalog) resolve(ctx context.Context, project string, r Ref) (found, er
 		} else {
 			set := setID(pl.seal, r.Name)
 			prefix = set + "/"
-			sets, err := c.sets(ctx, pl)
-			if err != nil {
+			if es, err = c.set(ctx, pl, set); err != nil {
 				return found{}, corrupt(err)
 			}
-			es = sets[set]
 		}
 		if e, ok := pick(es, r); ok {
 			return found{pl: pl, prefix: prefix, key: e.key, m: e.m, latest: e.latest}, nil

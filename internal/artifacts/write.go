@@ -82,12 +82,12 @@ func (c *Catalog) Commit(ctx context.Context, project, name string, push model.A
 		return nil, nil, err
 	}
 	set := setID(pl.seal, name)
-	sets, err := c.sets(ctx, pl)
+	versions, err := c.set(ctx, pl, set)
 	if err != nil {
 		return nil, nil, corrupt(err)
 	}
 	referenced := map[string]bool{}
-	for _, e := range sets[set] {
+	for _, e := range versions {
 		for _, f := range e.m.Files {
 			referenced[f.Object] = true
 		}
@@ -121,7 +121,7 @@ func (c *Catalog) Commit(ctx context.Context, project, name string, push model.A
 	m.Uploaded = now
 	// Versions sort as they were pushed: after the newest, even when the
 	// clock says otherwise (the project's lock serialises commits).
-	if es := sets[set]; len(es) > 0 && len(es[0].m.Release) >= len(versionTime) {
+	if es := versions; len(es) > 0 && len(es[0].m.Release) >= len(versionTime) {
 		if prev, err := time.Parse(versionTime, es[0].m.Release[:len(versionTime)]); err == nil && !now.After(prev) {
 			now = prev.Add(time.Microsecond)
 		}
@@ -135,6 +135,7 @@ func (c *Catalog) Commit(ctx context.Context, project, name string, push model.A
 		return nil, nil, err
 	}
 	key := idx + set + "/" + m.Release
+	c.touchSet(project, pl, set) // even when the write fails: it may have landed
 	if _, err := ckptsync.WriteManifest(ctx, pl.store, pl.seal, key, m); err != nil {
 		return nil, nil, err
 	}
@@ -205,11 +206,13 @@ func (c *Catalog) Delete(ctx context.Context, project string, r Ref, all bool) (
 		}
 		n := 0
 		for _, pl := range places {
-			sets, err := c.sets(ctx, pl)
+			set := setID(pl.seal, r.Name)
+			versions, err := c.set(ctx, pl, set)
 			if err != nil {
 				return n, corrupt(err)
 			}
-			for _, e := range sets[setID(pl.seal, r.Name)] {
+			c.touchSet(project, pl, set)
+			for _, e := range versions {
 				if err := pl.store.Delete(ctx, e.key); err != nil {
 					return n, err
 				}
@@ -226,8 +229,10 @@ func (c *Catalog) Delete(ctx context.Context, project string, r Ref, all bool) (
 		return 0, err
 	}
 	if r.Name != "" {
+		c.touchSet(project, f.pl, strings.TrimSuffix(f.prefix, "/"))
 		return 1, f.pl.store.Delete(ctx, f.key)
 	}
+	c.touchJob(project, f.pl, r.Job)
 	es, err := c.checkpoints(ctx, f.pl, f.prefix)
 	if err != nil {
 		return 0, corrupt(err)

@@ -157,11 +157,17 @@ func (d *Dir) Stat(ctx context.Context, key string) (Info, error) {
 	if info.IsDir() {
 		return Info{}, d.fail("stat", key, fmt.Errorf("%w: a folder", ErrNotFound))
 	}
-	return Info{Key: key, Size: info.Size(), Modified: info.ModTime()}, nil
+	return Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: dirETag(info)}, nil
 }
 
 // List implements Store.
 func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error {
+	return d.list(ctx, prefix, "", fn)
+}
+
+// list lists the keys with prefix after after, not descending into
+// folders whose keys all sort before it.
+func (d *Dir) list(ctx context.Context, prefix, after string, fn func(Info) bool) error {
 	var all []Info
 	err := filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
@@ -177,6 +183,9 @@ func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error
 			if key != "." && !strings.HasPrefix(key+"/", prefix) && !strings.HasPrefix(prefix, key+"/") {
 				return fs.SkipDir
 			}
+			if key != "." && after != "" && key+"/" < after && !strings.HasPrefix(after, key+"/") {
+				return fs.SkipDir // every key in it sorts before after
+			}
 			return nil
 		}
 		if strings.HasPrefix(e.Name(), tmpPrefix) || !strings.HasPrefix(key, prefix) {
@@ -189,7 +198,7 @@ func (d *Dir) List(ctx context.Context, prefix string, fn func(Info) bool) error
 			}
 			return err
 		}
-		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: fmt.Sprintf("mtime-%d", info.ModTime().UnixNano())})
+		all = append(all, Info{Key: key, Size: info.Size(), Modified: info.ModTime(), ETag: dirETag(info)})
 		return nil
 	})
 	if err != nil {

@@ -344,7 +344,7 @@ func (s *S3) Stat(ctx context.Context, key string) (Info, error) {
 	if err != nil {
 		return Info{}, s.fail("stat", key, err)
 	}
-	return Info{Key: key, Size: aws.ToInt64(out.ContentLength), Modified: aws.ToTime(out.LastModified)}, nil
+	return Info{Key: key, Size: aws.ToInt64(out.ContentLength), Modified: aws.ToTime(out.LastModified), ETag: aws.ToString(out.ETag)}, nil
 }
 
 // List implements Store.

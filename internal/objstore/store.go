@@ -31,9 +31,10 @@ type Info struct {
 	// computed it (Put always does; List and Stat may leave it empty).
 	SHA256   string
 	Modified time.Time
-	// ETag is the store's entity tag where List gives one: S3's (the MD5
-	// of the content for an object not uploaded in parts), or a Dir's
-	// modification time. It changes when the object does.
+	// ETag is the store's entity tag (List and Stat give it): S3's (the
+	// MD5 of the content for an object not uploaded in parts), or a Dir's
+	// modification time. It changes when the object is written again,
+	// even with the same plaintext (sealing salts every write).
 	ETag string
 }
 
