@@ -57,7 +57,8 @@ type sched struct {
 	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
-	offerRanks  []int // see offerRank
+	offerFits   map[fitKey]*offerFit // see fitOffers
+	offerRanks  []int                // see offerRank
 	// noNodes is the reason every job gets in a pass without nodes; see
 	// schedule for why verdicts may share it.
 	noNodes []Reason
