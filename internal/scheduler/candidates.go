@@ -21,8 +21,11 @@ const (
 	RestartTime = 5 * time.Minute
 )
 
+// candKey is what candidates reads of a job: its feasibility (one per
+// fitKey in a pass, so the pointer stands for the key), runtime and
+// checkpoint interval.
 type candKey struct {
-	fit      fitKey
+	f        *feasibility
 	runtime  time.Duration
 	interval model.Duration
 }
@@ -55,14 +58,14 @@ func ExpectedCost(o model.Offer, instances int, runtime, checkpointInterval time
 // candidates ranks the offers that could run pj by expected cost to
 // finish, respecting its constraints, and adds them to the plan; if none
 // qualifies, the verdict says why per offer group.
-func (s *sched) candidates(pj *pjob, v *Verdict) {
+func (s *sched) candidates(pj *pjob, f *feasibility, v *Verdict) {
 	if len(s.offers) == 0 {
 		return
 	}
 	if s.candCache == nil {
 		s.candCache = map[candKey]candResult{}
 	}
-	key := candKey{fit: fitKeyOf(pj), runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
+	key := candKey{f: f, runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
 	r, ok := s.candCache[key]
 	if !ok {
 		r = s.rankOffers(key)
@@ -93,7 +96,7 @@ type fitOffer struct {
 // rankOffers reads the job only through its key, which is what the result
 // is cached by.
 func (s *sched) rankOffers(key candKey) candResult {
-	of := s.fitOffers(key.fit)
+	of := s.fitOffers(key.f)
 	if len(of.fits) == 0 {
 		return candResult{reasons: of.reasons}
 	}
@@ -143,18 +146,15 @@ func (s *sched) rankOffers(key candKey) candResult {
 	return candResult{c: c, ok: true}
 }
 
-// fitOffers is the offers a job of fit may run on (kept per fitKey for
-// the pass).
-func (s *sched) fitOffers(fit fitKey) *offerFit {
-	if of, ok := s.offerFits[fit]; ok {
-		return of
+// fitOffers is the offers a job of f's fitKey may run on (kept with f
+// for the pass).
+func (s *sched) fitOffers(f *feasibility) *offerFit {
+	if f.offers != nil {
+		return f.offers
 	}
 	of := &offerFit{}
-	if s.offerFits == nil {
-		s.offerFits = map[fitKey]*offerFit{}
-	}
-	s.offerFits[fit] = of
-	r := fit.req()
+	f.offers = of
+	r := f.key.req()
 	perReplica := max(r.g, 1)
 	// Why offers do not fit, counted by kind; the messages are only
 	// written when none fits (formatting one per offer cost a pass dear).

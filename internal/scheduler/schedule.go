@@ -57,8 +57,7 @@ type sched struct {
 	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
 	candCache   map[candKey]candResult
-	offerFits   map[fitKey]*offerFit // see fitOffers
-	offerRanks  []int                // see offerRank
+	offerRanks  []int // see offerRank
 	// noNodes is the reason every job gets in a pass without nodes; see
 	// schedule for why verdicts may share it.
 	noNodes []Reason
@@ -217,7 +216,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			s.noNodes = []Reason{{Scope: "job", Message: "no nodes are registered"}}
 		}
 		v.Reasons = s.noNodes
-		s.candidates(pj, &v)
+		s.candidates(pj, s.feasible(pj), &v)
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
@@ -227,7 +226,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		if pj.share > 0 && !s.anyShared() {
 			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
 		}
-		s.candidates(pj, &v)
+		s.candidates(pj, f, &v)
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
@@ -236,7 +235,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		if r, ok := s.reusedTurn(tk); ok {
 			s.blocked = append(s.blocked, pj)
 			v.Reasons = r
-			s.candidates(pj, &v)
+			s.candidates(pj, f, &v)
 			s.plan.Verdicts[job.ID] = v
 			return
 		}
@@ -260,7 +259,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.rememberTurn(tk, at, v.Reasons)
 	}
 	s.reserve(pj, f, &v)
-	s.candidates(pj, &v)
+	s.candidates(pj, f, &v)
 	s.plan.Verdicts[job.ID] = v
 }
 
