@@ -62,21 +62,18 @@ func (s *sched) candidates(pj *pjob, f *feasibility, v *Verdict) {
 	if len(s.offers) == 0 {
 		return
 	}
-	if s.candCache == nil {
-		s.candCache = map[candKey]candResult{}
-	}
-	key := candKey{f: f, runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
-	r, ok := s.candCache[key]
-	if !ok {
-		r = s.rankOffers(key)
-		s.candCache[key] = r
-	}
+	r := s.rankOffers(candKey{f: f, runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval})
 	if !r.ok {
 		v.Reasons = append(v.Reasons, r.reasons...)
 		return
 	}
 	c := r.c
 	c.JobID = pj.job.ID
+	if s.plan.Candidates == nil {
+		// One allocation for the pass rather than a list grown job by
+		// job: behind a full fleet most queued jobs have candidates.
+		s.plan.Candidates = make([]Candidate, 0, len(s.snap.Pending))
+	}
 	s.plan.Candidates = append(s.plan.Candidates, c)
 }
 
@@ -86,6 +83,13 @@ func (s *sched) candidates(pj *pjob, f *feasibility, v *Verdict) {
 type offerFit struct {
 	fits    []fitOffer
 	reasons []Reason // when fits is empty
+	// last is the offers (indexes) of the last candidate ranked, and
+	// lastOffers their list.
+	last       []int
+	lastOffers []model.Offer
+	// lastKey and lastResult are the last ranking asked for and given.
+	lastKey    candKey
+	lastResult candResult
 }
 
 type fitOffer struct {
@@ -100,6 +104,11 @@ func (s *sched) rankOffers(key candKey) candResult {
 	if len(of.fits) == 0 {
 		return candResult{reasons: of.reasons}
 	}
+	// Runs of jobs with one runtime (or none) share the last result.
+	if of.lastKey == key && of.lastResult.ok {
+		return of.lastResult
+	}
+	defer func() { of.lastKey = key }()
 	runtime, assumed := key.runtime, false
 	if runtime <= 0 {
 		runtime, assumed = DefaultRuntime, true
@@ -138,12 +147,25 @@ func (s *sched) rankOffers(key candKey) candResult {
 		top[j] = x
 		n = min(n+1, maxCandidates)
 	}
-	c := Candidate{Instances: top[0].instances, ExpectedCost: top[0].cost, RuntimeAssumed: assumed}
-	for _, x := range top[:n] {
-		c.Offers = append(c.Offers, s.offers[x.i])
-		c.Costs = append(c.Costs, x.cost)
+	c := Candidate{Instances: top[0].instances, ExpectedCost: top[0].cost, RuntimeAssumed: assumed, Costs: make([]float64, n)}
+	same := n == len(of.last)
+	for k, x := range top[:n] {
+		c.Costs[k] = x.cost
+		same = same && of.last[k] == x.i
 	}
-	return candResult{c: c, ok: true}
+	if !same {
+		// Candidates share their offer lists (nothing changes one in
+		// place): jobs of one shape and different runtimes usually rank
+		// the same offers, so one list serves them, rather than five
+		// offers copied per job and pass.
+		of.last, of.lastOffers = make([]int, n), make([]model.Offer, n)
+		for k, x := range top[:n] {
+			of.last[k], of.lastOffers[k] = x.i, s.offers[x.i]
+		}
+	}
+	c.Offers = of.lastOffers
+	of.lastResult = candResult{c: c, ok: true}
+	return of.lastResult
 }
 
 // fitOffers is the offers a job of f's fitKey may run on (kept with f

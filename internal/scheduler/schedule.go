@@ -56,7 +56,6 @@ type sched struct {
 	capCache    map[capKey]capEntry  // capacityReasons' answers
 	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
-	candCache   map[candKey]candResult
 	offerRanks  []int // see offerRank
 	// noNodes is the reason every job gets in a pass without nodes; see
 	// schedule for why verdicts may share it.
