@@ -151,7 +151,7 @@ func TestTurnReuseChangesNothing(t *testing.T) {
 		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.Spot, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 40, InterruptionRate: 0.05},
 	}
 	reused, turns, preempting, reserving := 0, 0, 0, 0
-	for i := range 600 {
+	for i := range 400 {
 		rng := rand.New(rand.NewSource(int64(i)))
 		st := turnWorld(rng)
 		for pass := range 3 {
