@@ -304,6 +304,7 @@ func (s *sched) reserve(pj *pjob, f *feasibility, v *Verdict) {
 		ns := &s.c.nodes[c.node]
 		held := c.mask & ns.free
 		if held != 0 {
+			s.epoch++
 			s.resv = append(s.resv, &reservation{node: c.node, mask: held, start: t, job: pj.job.ID})
 			s.c.setFree(c.node, ns.free&^held)
 		}

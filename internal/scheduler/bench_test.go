@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/state"
@@ -292,4 +293,69 @@ func BenchmarkDeepQueue(b *testing.B) {
 	}
 	snap := buildSnap(nil, jobs, nil)
 	runBench(b, "deep queue", snap, 0, "no nodes, 20,000 one-GPU jobs in the default queue")
+}
+
+// BenchmarkBlockedQueue is the pass the Philly replay runs at every event
+// once its fleet falls behind: 160 nodes × 8 V100 with every node busy but
+// one GPU, 1,300 queued jobs of the Philly mix with runtimes of 10 minutes
+// to 2 days, one queue, on-demand offers to rank. Almost every job is
+// blocked; "full" takes every turn, "reuse" reuses blocked turns
+// (turn.go). Both give the same plan (TestTurnReuseChangesNothing).
+func BenchmarkBlockedQueue(b *testing.B) {
+	st := state.New()
+	rng := rand.New(rand.NewSource(3))
+	for i := range 160 {
+		nd := benchNode(fmt.Sprintf("n%04d", i), "V100", 8, 32*model.GiB, 24)
+		st.PutNode(nd)
+		r := job(fmt.Sprintf("r%04d", i), uint64(i+1), 7, estimate(time.Duration(1+rng.Intn(48))*time.Hour))
+		r.State = model.JobRunning
+		st.PutJob(r)
+		st.PutAttempt(&model.Attempt{ID: r.ID + "-a1", JobID: r.ID, State: model.AttemptRunning, CreatedAt: now.Add(-time.Hour), Version: 1,
+			Replicas: []model.Replica{{NodeID: nd.ID, GPUs: []int{0, 1, 2, 3, 4, 5, 6}, State: model.AttemptRunning}}})
+	}
+	total := 0
+	for _, m := range phillyMix {
+		total += m.count
+	}
+	for i := range 1300 {
+		r, g := rng.Intn(total), 1
+		for _, m := range phillyMix {
+			if r < m.count {
+				g = m.gpus
+				break
+			}
+			r -= m.count
+		}
+		opts := []jobOpt{estimate(time.Duration(10+rng.Intn(2880)) * time.Minute)}
+		if g > 8 {
+			opts = append(opts, replicas(g/8))
+			g = 8
+		}
+		j := job(fmt.Sprintf("j%05d", i), uint64(1000+i), float64(g), opts...)
+		j.EnqueuedAt = now.Add(-time.Duration(1300-i) * time.Minute)
+		st.PutJob(j)
+	}
+	var offers []model.Offer
+	for _, region := range []string{"us-east-1", "us-west-2", "eu-west-1"} {
+		offers = append(offers,
+			model.Offer{Provider: "aws", Region: region, InstanceType: "p3.16xlarge", CapacityType: model.OnDemand, GPU: "V100", GPUCount: 8, GPUMemory: 16 * model.GiB, PricePerHour: 24.48},
+			model.Offer{Provider: "aws", Region: region, InstanceType: "p3.2xlarge", CapacityType: model.OnDemand, GPU: "V100", GPUCount: 1, GPUMemory: 16 * model.GiB, PricePerHour: 3.06},
+			model.Offer{Provider: "aws", Region: region, InstanceType: "p3dn.24xlarge", CapacityType: model.OnDemand, GPU: "V100", GPUCount: 8, GPUMemory: 32 * model.GiB, PricePerHour: 31.21})
+	}
+	snap := st.Snapshot()
+	for _, reuse := range []bool{false, true} {
+		name := "full"
+		if reuse {
+			name = "reuse"
+		}
+		b.Run(name, func(b *testing.B) {
+			var plan Plan
+			var reused int
+			for range b.N {
+				plan, reused = schedule(snap, offers, now, 1, reuse)
+			}
+			b.ReportMetric(float64(reused), "reused-turns")
+			b.ReportMetric(float64(len(plan.Bindings)), "bound")
+		})
+	}
 }

@@ -21,8 +21,11 @@ const (
 	RestartTime = 5 * time.Minute
 )
 
+// candKey is what candidates reads of a job: its feasibility (one per
+// fitKey in a pass, so the pointer stands for the key), runtime and
+// checkpoint interval.
 type candKey struct {
-	fit      fitKey
+	f        *feasibility
 	runtime  time.Duration
 	interval model.Duration
 }
@@ -55,33 +58,57 @@ func ExpectedCost(o model.Offer, instances int, runtime, checkpointInterval time
 // candidates ranks the offers that could run pj by expected cost to
 // finish, respecting its constraints, and adds them to the plan; if none
 // qualifies, the verdict says why per offer group.
-func (s *sched) candidates(pj *pjob, v *Verdict) {
+func (s *sched) candidates(pj *pjob, f *feasibility, v *Verdict) {
 	if len(s.offers) == 0 {
 		return
 	}
-	if s.candCache == nil {
-		s.candCache = map[candKey]candResult{}
-	}
-	key := candKey{fit: fitKeyOf(pj), runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval}
-	r, ok := s.candCache[key]
-	if !ok {
-		r = s.rankOffers(key)
-		s.candCache[key] = r
-	}
+	r := s.rankOffers(candKey{f: f, runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval})
 	if !r.ok {
 		v.Reasons = append(v.Reasons, r.reasons...)
 		return
 	}
 	c := r.c
 	c.JobID = pj.job.ID
+	if s.plan.Candidates == nil {
+		// One allocation for the pass rather than a list grown job by
+		// job: behind a full fleet most queued jobs have candidates.
+		s.plan.Candidates = make([]Candidate, 0, len(s.snap.Pending))
+	}
 	s.plan.Candidates = append(s.plan.Candidates, c)
+}
+
+// offerFit is which offers a job of one fitKey may run on, in catalog
+// order, with the instances it takes of each; or, when none, why not.
+// Jobs of one shape and different runtimes (the cost) share it.
+type offerFit struct {
+	fits    []fitOffer
+	reasons []Reason // when fits is empty
+	// last is the offers (indexes) of the last candidate ranked, and
+	// lastOffers their list.
+	last       []int
+	lastOffers []model.Offer
+	// lastKey and lastResult are the last ranking asked for and given.
+	lastKey    candKey
+	lastResult candResult
+}
+
+type fitOffer struct {
+	i         int // index into s.offers
+	instances int
 }
 
 // rankOffers reads the job only through its key, which is what the result
 // is cached by.
 func (s *sched) rankOffers(key candKey) candResult {
-	r := key.fit.req()
-	perReplica := max(r.g, 1)
+	of := s.fitOffers(key.f)
+	if len(of.fits) == 0 {
+		return candResult{reasons: of.reasons}
+	}
+	// Runs of jobs with one runtime (or none) share the last result.
+	if of.lastKey == key && of.lastResult.ok {
+		return of.lastResult
+	}
+	defer func() { of.lastKey = key }()
 	runtime, assumed := key.runtime, false
 	if runtime <= 0 {
 		runtime, assumed = DefaultRuntime, true
@@ -95,7 +122,62 @@ func (s *sched) rankOffers(key candKey) candResult {
 		cost      float64
 	}
 	var top [maxCandidates]scored
-	n, fits := 0, 0
+	n := 0
+	for _, fo := range of.fits {
+		x := scored{fo.i, fo.instances, ExpectedCost(s.offers[fo.i], fo.instances, runtime, key.interval.D())}
+		// Cheaper first; equal costs by offer identity, then catalog order
+		// (what a stable sort gave).
+		less := func(a, b scored) bool {
+			if math.Abs(a.cost-b.cost) > 1e-9 {
+				return a.cost < b.cost
+			}
+			if ka, kb := s.offerRank(a.i), s.offerRank(b.i); ka != kb {
+				return ka < kb
+			}
+			return a.i < b.i
+		}
+		if n == maxCandidates && !less(x, top[n-1]) {
+			continue
+		}
+		j := min(n, maxCandidates-1)
+		for j > 0 && less(x, top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = x
+		n = min(n+1, maxCandidates)
+	}
+	c := Candidate{Instances: top[0].instances, ExpectedCost: top[0].cost, RuntimeAssumed: assumed, Costs: make([]float64, n)}
+	same := n == len(of.last)
+	for k, x := range top[:n] {
+		c.Costs[k] = x.cost
+		same = same && of.last[k] == x.i
+	}
+	if !same {
+		// Candidates share their offer lists (nothing changes one in
+		// place): jobs of one shape and different runtimes usually rank
+		// the same offers, so one list serves them, rather than five
+		// offers copied per job and pass.
+		of.last, of.lastOffers = make([]int, n), make([]model.Offer, n)
+		for k, x := range top[:n] {
+			of.last[k], of.lastOffers[k] = x.i, s.offers[x.i]
+		}
+	}
+	c.Offers = of.lastOffers
+	of.lastResult = candResult{c: c, ok: true}
+	return of.lastResult
+}
+
+// fitOffers is the offers a job of f's fitKey may run on (kept with f
+// for the pass).
+func (s *sched) fitOffers(f *feasibility) *offerFit {
+	if f.offers != nil {
+		return f.offers
+	}
+	of := &offerFit{}
+	f.offers = of
+	r := f.key.req()
+	perReplica := max(r.g, 1)
 	// Why offers do not fit, counted by kind; the messages are only
 	// written when none fits (formatting one per offer cost a pass dear).
 	const (
@@ -156,60 +238,34 @@ func (s *sched) rankOffers(key candKey) candResult {
 			why[abovePrice]++
 			continue
 		}
-		fits++
-		x := scored{oi, instances, ExpectedCost(*o, instances, runtime, key.interval.D())}
-		// Cheaper first; equal costs by offer identity, then catalog order
-		// (what a stable sort gave).
-		less := func(a, b scored) bool {
-			if math.Abs(a.cost-b.cost) > 1e-9 {
-				return a.cost < b.cost
-			}
-			if ka, kb := s.offerRank(a.i), s.offerRank(b.i); ka != kb {
-				return ka < kb
-			}
-			return a.i < b.i
-		}
-		if n == maxCandidates && !less(x, top[n-1]) {
-			continue
-		}
-		j := min(n, maxCandidates-1)
-		for j > 0 && less(x, top[j-1]) {
-			top[j] = top[j-1]
-			j--
-		}
-		top[j] = x
-		n = min(n+1, maxCandidates)
+		of.fits = append(of.fits, fitOffer{oi, instances})
 	}
-	if fits == 0 {
-		msgs := [whyKinds]string{
-			fewerGPUs:       fmt.Sprintf("instance has fewer than %d GPUs", perReplica),
-			modelNotAllowed: "GPU model not allowed",
-			lowMemory:       fmt.Sprintf("GPU memory below %s", r.minMem),
-			spotNotAllowed:  "spot, and the job does not allow spot",
-			spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions)",
-			notSpot:         "not spot, and the job requires spot",
-			regionDenied:    "region not allowed by spec.regions",
-			pcieOnly:        "GPUs are PCIe-only and the job asks for " + r.ic,
-			abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", r.maxPrice),
-		}
-		if why[deadlineRisk] > 0 {
-			msgs[deadlineRisk] = deadlineRiskMessage("spot", bestRisk, bestRate)
-		}
-		var rs []Reason
-		for k, n := range why {
-			if n > 0 {
-				rs = append(rs, Reason{Scope: fmt.Sprintf("offers(%d)", n), Message: msgs[k]})
-			}
-		}
-		sort.Slice(rs, func(i, j int) bool { return rs[i].Message < rs[j].Message })
-		return candResult{reasons: append([]Reason{{Scope: "offer", Message: "no offer in the catalog meets the job's constraints"}}, rs...)}
+	if len(of.fits) > 0 {
+		return of
 	}
-	c := Candidate{Instances: top[0].instances, ExpectedCost: top[0].cost, RuntimeAssumed: assumed}
-	for _, x := range top[:n] {
-		c.Offers = append(c.Offers, s.offers[x.i])
-		c.Costs = append(c.Costs, x.cost)
+	msgs := [whyKinds]string{
+		fewerGPUs:       fmt.Sprintf("instance has fewer than %d GPUs", perReplica),
+		modelNotAllowed: "GPU model not allowed",
+		lowMemory:       fmt.Sprintf("GPU memory below %s", r.minMem),
+		spotNotAllowed:  "spot, and the job does not allow spot",
+		spotFallback:    "spot, and the job falls back to on-demand (retries.onDemandAfterPreemptions)",
+		notSpot:         "not spot, and the job requires spot",
+		regionDenied:    "region not allowed by spec.regions",
+		pcieOnly:        "GPUs are PCIe-only and the job asks for " + r.ic,
+		abovePrice:      fmt.Sprintf("above maxPricePerHour $%.2f", r.maxPrice),
 	}
-	return candResult{c: c, ok: true}
+	if why[deadlineRisk] > 0 {
+		msgs[deadlineRisk] = deadlineRiskMessage("spot", bestRisk, bestRate)
+	}
+	var rs []Reason
+	for k, n := range why {
+		if n > 0 {
+			rs = append(rs, Reason{Scope: fmt.Sprintf("offers(%d)", n), Message: msgs[k]})
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Message < rs[j].Message })
+	of.reasons = append([]Reason{{Scope: "offer", Message: "no offer in the catalog meets the job's constraints"}}, rs...)
+	return of
 }
 
 // offerRank is offer i's place in the order of its identity string

@@ -24,5 +24,8 @@
 // Work per pass is bounded by the pending jobs and the node classes, not by
 // their product with the live attempts: preemption reads bounded prefixes of
 // per-class victim lists under per-pass caps, and blocked jobs of one shape
-// share their reason lists (see preempt and capacityReasons).
+// share their reason lists (see preempt and capacityReasons). Behind a
+// full fleet most of a deep queue is blocked: a blocked job's turn is
+// reused by later jobs it reads alike while nothing it reads has changed
+// (turn.go), and jobs of one shape share their offers (fitOffers).
 package scheduler

@@ -52,6 +52,9 @@ func (s *sched) applyNominations() {
 // before it is scheduled; rehold withholds them again if it was not bound.
 func (s *sched) unhold(jobID string) []nominated {
 	ns := s.nominated[jobID]
+	if len(ns) > 0 {
+		s.epoch++
+	}
 	for _, n := range ns {
 		st := &s.c.nodes[n.node]
 		s.c.setFree(n.node, st.free|n.held)
@@ -60,6 +63,9 @@ func (s *sched) unhold(jobID string) []nominated {
 }
 
 func (s *sched) rehold(ns []nominated) {
+	if len(ns) > 0 {
+		s.epoch++
+	}
 	for _, n := range ns {
 		st := &s.c.nodes[n.node]
 		s.c.setFree(n.node, st.free&^n.held)

@@ -22,6 +22,10 @@ type feasibility struct {
 	// (its share, or more when its minMemory asks for a bigger slice).
 	shareOf []float64
 	reasons []Reason
+	// key is the fitKey the result is for; offers, once candidates asked,
+	// the offers such a job may run on.
+	key    fitKey
+	offers *offerFit
 }
 
 func (s *sched) feasible(pj *pjob) *feasibility {
@@ -36,7 +40,7 @@ func (s *sched) feasible(pj *pjob) *feasibility {
 		return f
 	}
 	defer func() { s.lastFit, s.lastFeas = key, s.feas[key] }()
-	f := &feasibility{}
+	f := &feasibility{key: key}
 	r := key.req()
 	why := map[Reason][]int32{}
 	for _, cl := range s.c.classes {

@@ -95,6 +95,7 @@ func (s *sched) preempt(pj *pjob, f *feasibility, v *Verdict) bool {
 		s.victimTaken = map[string]bool{}
 	}
 	s.preemptors++
+	s.epoch++
 	names := make([]string, 0, len(victims))
 	for _, r := range victims {
 		s.victimTaken[r.attempt.ID] = true

@@ -56,7 +56,6 @@ type sched struct {
 	capCache    map[capKey]capEntry  // capacityReasons' answers
 	noVictims   map[noVictimsKey]bool
 	resv        []*reservation
-	candCache   map[candKey]candResult
 	offerRanks  []int // see offerRank
 	// noNodes is the reason every job gets in a pass without nodes; see
 	// schedule for why verdicts may share it.
@@ -72,6 +71,12 @@ type sched struct {
 	// (see settled).
 	blocked   []*pjob
 	unsettled bool
+
+	// turns remembers blocked turns for reuse (turn.go); nil turns reuse
+	// off. epoch counts the changes a blocked turn can see.
+	turns       map[turnKey]turnMemo
+	epoch       uint64
+	turnsReused int
 }
 
 // Schedule computes a Plan for snap. It is pure: offers may be empty, now is
@@ -108,9 +113,19 @@ type sched struct {
 //  4. Every job not bound gets a verdict: its queue position, reasons per
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
+	plan, _ := schedule(snap, offers, now, seed, true)
+	return plan
+}
+
+// schedule is Schedule, with the reuse of blocked turns (turn.go) on or
+// off, and how many turns it reused.
+func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64, reuse bool) (Plan, int) {
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
 	snap = applyHolds(snap, now, plan.Verdicts) // budgets: jobs that wait for a new period
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
+	if reuse {
+		s.turns = map[turnKey]turnMemo{}
+	}
 	s.c = newCluster(snap)
 	s.projects = buildProjects(snap)
 	s.queues, s.order = buildQueues(snap, s.c.capacity, s.projects, now, seed)
@@ -131,7 +146,7 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 	}
 	plan.Wake = s.wake
 	plan.Settled = s.settled()
-	return plan
+	return plan, s.turnsReused
 }
 
 // wakeAt lowers the plan's Wake to t, a time after the pass's at which
@@ -200,7 +215,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			s.noNodes = []Reason{{Scope: "job", Message: "no nodes are registered"}}
 		}
 		v.Reasons = s.noNodes
-		s.candidates(pj, &v)
+		s.candidates(pj, s.feasible(pj), &v)
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
@@ -210,10 +225,21 @@ func (s *sched) schedule(pj *pjob, position int) {
 		if pj.share > 0 && !s.anyShared() {
 			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
 		}
-		s.candidates(pj, &v)
+		s.candidates(pj, f, &v)
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
+	tk, remember := s.turnKeyOf(pj, f)
+	if remember {
+		if r, ok := s.reusedTurn(tk); ok {
+			s.blocked = append(s.blocked, pj)
+			v.Reasons = r
+			s.candidates(pj, f, &v)
+			s.plan.Verdicts[job.ID] = v
+			return
+		}
+	}
+	at := s.turnAt()
 	p, reasons := s.place(pj, f)
 	if p == nil && len(s.resv) > 0 && pj.runtime > 0 && pj.g > 0 {
 		p = s.backfill(pj, f)
@@ -228,8 +254,11 @@ func (s *sched) schedule(pj *pjob, position int) {
 		s.plan.Verdicts[job.ID] = v
 		return
 	}
+	if remember && s.reserveSkips(pj) {
+		s.rememberTurn(tk, at, v.Reasons)
+	}
 	s.reserve(pj, f, &v)
-	s.candidates(pj, &v)
+	s.candidates(pj, f, &v)
 	s.plan.Verdicts[job.ID] = v
 }
 
@@ -305,6 +334,7 @@ func (s *sched) commit(pj *pjob, p *placement) {
 	}
 	s.plan.Bindings = append(s.plan.Bindings, Binding{JobID: pj.job.ID, JobVersion: pj.job.Version, Replicas: p.replicas, Reasons: s.dataReasons(pj, p)})
 	s.undo = s.undo[:0]
+	s.epoch++
 }
 
 // dependencies reports whether job's spec.after are met, and why not.
