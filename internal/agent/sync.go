@@ -288,12 +288,15 @@ func (a *Agent) startLaunch(ctx context.Context, spec agentapi.ReplicaSpec) {
 		var r *replica
 		select {
 		case a.slots <- struct{}{}:
-			if ctx.Err() == nil {
-				r = a.admit(ctx, spec, func() bool {
-					a.mu.Lock()
-					defer a.mu.Unlock()
-					return p.stop
-				})
+			stopped := func() bool {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return p.stop
+			}
+			// Behind a slot a launch may wait long under a burst: the
+			// fence is looked at now, as it is handed over.
+			if a.awaitFence(ctx, stopped, a.log.With("replica_id", spec.ID, "job_id", spec.JobID)) && ctx.Err() == nil {
+				r = a.admit(ctx, spec, stopped)
 			}
 			<-a.slots
 		case <-ctx.Done():
