@@ -539,11 +539,12 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// dumpLogs keeps the processes' output of a failed run: whole, in
-// GPUFLEET_TEST_LOGDIR when it is set, else the end of each
-// in the test's log.
+// dumpLogs keeps the processes' output: whole, in GPUFLEET_TEST_LOGDIR
+// when it is set (of every run, so a passing run's timeline can be read
+// too), else the end of each in the test's log of a failed run.
 func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
-	if !t.Failed() {
+	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
+	if !t.Failed() && dir == "" {
 		return
 	}
 	outs := map[string]string{}
@@ -553,7 +554,6 @@ func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
 	for _, a := range agents {
 		outs["agent-"+a.node] = a.out.String()
 	}
-	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
 	for _, name := range slices.Sorted(maps.Keys(outs)) {
 		if dir != "" {
 			path := filepath.Join(dir, t.Name()+"-"+name+".log")
