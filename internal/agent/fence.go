@@ -60,14 +60,6 @@ func fenceFor(sent time.Time, sentBoot, h time.Duration) supervisor.Fence {
 	}
 }
 
-// syncBound bounds one sync call beyond its long-poll wait while the agent
-// fences itself: a server that accepted the connection but does not answer
-// (a frozen leader) is given up in time for the next to be tried well
-// before the fence stops anything.
-func syncBound(h time.Duration) time.Duration {
-	return min(max(h/4, 5*time.Second), 30*time.Second)
-}
-
 // fenceRetry caps the back-off between failed syncs while the agent fences
 // itself: a server that returns (a restart shorter than H·3/4) is heard
 // again before the fence stops anything, rather than after a 30 s back-off.

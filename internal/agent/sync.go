@@ -139,12 +139,13 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 
 // sync calls the server, cancelling the call if a replica's status changes
 // before it answers; woken reports that. While the agent fences itself the
-// call is bounded (syncBound) beyond its wait, so that a server that holds
-// the connection without answering is left for the next in time.
+// call is bounded (agentapi.SyncBound) beyond its wait, so that a server
+// that holds the connection without answering is left for the next in
+// time, well before the fence stops anything.
 func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, bool, error) {
 	if a.fencing() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+syncBound(a.lostAfter))
+		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+agentapi.SyncBound(a.lostAfter))
 		defer cancel()
 	}
 	return agentapi.SyncUnlessChanged(ctx, a.cfg.ControlPlane, req, a.changed)
