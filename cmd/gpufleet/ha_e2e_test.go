@@ -453,8 +453,11 @@ func TestFailover(t *testing.T) {
 	if len(acked) != burst {
 		t.Fatalf("%d of %d submissions acknowledged", len(acked), burst)
 	}
-	if v := metricValue(t, second.url, token, "gpufleet_leader_changes_total"); v == "" || v == "0" {
-		t.Errorf("gpufleet_leader_changes_total on the new leader = %q", v)
+	// Read from whichever replica leads now: at load a leader may have
+	// stepped down since (its supervisor restarts it as a follower).
+	current := waitLeader(t, rs, 30*time.Second)
+	if v := metricValue(t, current.url, token, "gpufleet_leader_changes_total"); v == "" || v == "0" {
+		t.Errorf("gpufleet_leader_changes_total on the leader %s = %q", current.id, v)
 	}
 
 	// Every acknowledged job is there, once; all finish, once.
@@ -539,11 +542,12 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// dumpLogs keeps the processes' output of a failed run: whole, in
-// GPUFLEET_TEST_LOGDIR when it is set, else the end of each
-// in the test's log.
+// dumpLogs keeps the processes' output: whole, in GPUFLEET_TEST_LOGDIR
+// when it is set (of every run, so a passing run's timeline can be read
+// too), else the end of each in the test's log of a failed run.
 func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
-	if !t.Failed() {
+	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
+	if !t.Failed() && dir == "" {
 		return
 	}
 	outs := map[string]string{}
@@ -553,7 +557,6 @@ func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
 	for _, a := range agents {
 		outs["agent-"+a.node] = a.out.String()
 	}
-	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
 	for _, name := range slices.Sorted(maps.Keys(outs)) {
 		if dir != "" {
 			path := filepath.Join(dir, t.Name()+"-"+name+".log")

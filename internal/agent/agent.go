@@ -63,6 +63,12 @@ type Agent struct {
 	// shut is set once Run no longer waits for launches: one that ends
 	// later leaves its replica to the next agent run; guarded by mu.
 	shut bool
+	// launchBy is the boot-clock time (supervisor.BootTime) after which
+	// the node's fence, as last written, is too close for a launch (0: no
+	// fence), and fenceMoved is closed (and replaced) when it moves;
+	// guarded by mu (fence.go, awaitFence).
+	launchBy   time.Duration
+	fenceMoved chan struct{}
 
 	// cache is the node's data cache, opened by Run (data.go).
 	cache *datacache.Cache
@@ -115,6 +121,7 @@ func New(cfg Config) (*Agent, error) {
 		fetching:   map[string]agentapi.DataProgress{},
 		dataHeld:   map[string][]*datacache.Handle{},
 		slots:      make(chan struct{}, maxLaunches),
+		fenceMoved: make(chan struct{}),
 		releasing:  make(chan struct{}, maxReleases),
 		launchWait: shutdownLaunchWait,
 	}, nil

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -28,6 +30,15 @@ import (
 // measures a duration on its own clock) and a killed process is gone within
 // H/12 (5 s at the default 60 s).
 //
+// A launch waits while the fence is near (awaitFence): a replica handed to
+// its supervisor later than H/2 after the last answered sync was sent
+// would risk being refused at the fence before its command starts (an
+// attempt lost without having run, retried elsewhere, under a load that
+// delays the server's answers), so it waits for the next answer instead.
+// The server still has it in the node's desired set; if the server gives
+// the node up meanwhile, the answer after re-registering drops it and it is
+// reported stopped, never started.
+//
 // The cost: a replica runs only while its node hears from the control plane
 // at least every H·3/4 (45 s at the default). A failover (about 6–10 s) or
 // a quick server restart fits; a longer outage stops the node's replicas,
@@ -47,14 +58,6 @@ func fenceFor(sent time.Time, sentBoot, h time.Duration) supervisor.Fence {
 		StopAt: sent.Add(h * fenceStopNum / fenceStopDen), StopBoot: sentBoot + h*fenceStopNum/fenceStopDen,
 		KillAt: sent.Add(h * fenceKillNum / fenceKillDen), KillBoot: sentBoot + h*fenceKillNum/fenceKillDen,
 	}
-}
-
-// syncBound bounds one sync call beyond its long-poll wait while the agent
-// fences itself: a server that accepted the connection but does not answer
-// (a frozen leader) is given up in time for the next to be tried well
-// before the fence stops anything.
-func syncBound(h time.Duration) time.Duration {
-	return min(max(h/4, 5*time.Second), 30*time.Second)
 }
 
 // fenceRetry caps the back-off between failed syncs while the agent fences
@@ -87,6 +90,50 @@ func (a *Agent) renewFence(sent time.Time, sentBoot time.Duration) {
 		return
 	}
 	a.fence = f
+	a.mu.Lock()
+	a.launchBy = f.StopBoot - a.lostAfter*fenceLaunchNum/fenceLaunchDen
+	close(a.fenceMoved)
+	a.fenceMoved = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// fenceLaunchNum/fenceLaunchDen·H before the fence's stop, launches wait
+// for the fence to move (awaitFence): a supervisor then has at least that
+// long to start its command before the fence would refuse it.
+const fenceLaunchNum, fenceLaunchDen = 1, 4
+
+// launchPoll is how often a launch waiting at the fence looks whether the
+// server still wants it.
+const launchPoll = 200 * time.Millisecond
+
+// awaitFence returns once a replica may be launched under the node's
+// fence: there is none, or its stop is more than H/4 away. Otherwise it
+// waits for the next answered sync to move the fence, for stopped to
+// report that the server no longer wants the replica (admit then reports
+// it stopped without starting it), or for ctx to end (it returns false).
+func (a *Agent) awaitFence(ctx context.Context, stopped func() bool, log *slog.Logger) bool {
+	logged := false
+	for {
+		a.mu.Lock()
+		by, moved := a.launchBy, a.fenceMoved
+		a.mu.Unlock()
+		if by == 0 || supervisor.BootTime() < by || stopped() {
+			if logged {
+				log.Info("the fence moved; launching the replica")
+			}
+			return true
+		}
+		if !logged {
+			log.Warn("holding a launch: no answer from the control plane for a while, and a replica started now could be fenced before it runs; launching once it answers")
+			logged = true
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return false
+		case <-time.After(launchPoll):
+		}
+	}
 }
 
 // dropFence removes the node's fence, for an agent that does not fence

@@ -108,3 +108,48 @@ func TestServerBackBeforeTheFenceKeepsReplicas(t *testing.T) {
 		t.Fatalf("r1 ended (%s) though the server was back well before the fence", e.Reason)
 	}
 }
+
+// A replica whose launch waits behind others (a burst) while the server
+// stops answering is not handed to its supervisor once the fence is near:
+// it would be refused at the fence without running, and its attempt lost
+// and retried. It waits for the server's next answer and then runs once.
+func TestLaunchWaitsForTheFenceToMove(t *testing.T) {
+	t.Parallel()
+	const lostAfter = 3 * time.Second
+	cp := newFakeControlPlane()
+	cp.lostAfter = lostAfter
+	dir := agentDir(t)
+	a := newTestAgent(t, cp, dir, func(c *Config) { c.SelfFence = true })
+	for range maxLaunches {
+		a.slots <- struct{}{} // every launch slot taken: r1 waits for one
+	}
+	marks := t.TempDir() + "/starts"
+	cp.setDesired(shell("r1", "echo x >> "+marks))
+	startAgent(t, a)
+	waitFor(t, "r1 to wait for a launch slot", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.starting["r1"] != nil
+	})
+	// No sync is answered from here: the fence stops replicas at most
+	// 3/4·H from now.
+	stalled := time.Now()
+	cp.setStalled(true)
+	time.Sleep(time.Until(stalled.Add(lostAfter))) // past the fence's stop; bounded
+	for range maxLaunches {
+		<-a.slots
+	}
+	time.Sleep(500 * time.Millisecond) // a launch now would be refused at the fence; bounded
+	cp.setStalled(false)
+	var s agentapi.ReplicaStatus
+	waitFor(t, "r1 to end", func() bool {
+		s, _ = cp.status("r1")
+		return ended(s.Phase)
+	})
+	if s.Phase != agentapi.PhaseExited || s.ExitCode == nil || *s.ExitCode != 0 {
+		t.Errorf("r1 ended %s (%s), want exited 0: launched once the server answered", s.Phase, s.Reason)
+	}
+	if b, _ := os.ReadFile(marks); string(b) != "x\n" {
+		t.Errorf("r1's command ran %q, want once", b)
+	}
+}

@@ -139,12 +139,13 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 
 // sync calls the server, cancelling the call if a replica's status changes
 // before it answers; woken reports that. While the agent fences itself the
-// call is bounded (syncBound) beyond its wait, so that a server that holds
-// the connection without answering is left for the next in time.
+// call is bounded (agentapi.SyncBound) beyond its wait, so that a server
+// that holds the connection without answering is left for the next in
+// time, well before the fence stops anything.
 func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, bool, error) {
 	if a.fencing() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+syncBound(a.lostAfter))
+		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+agentapi.SyncBound(a.lostAfter))
 		defer cancel()
 	}
 	return agentapi.SyncUnlessChanged(ctx, a.cfg.ControlPlane, req, a.changed)
@@ -288,12 +289,15 @@ func (a *Agent) startLaunch(ctx context.Context, spec agentapi.ReplicaSpec) {
 		var r *replica
 		select {
 		case a.slots <- struct{}{}:
-			if ctx.Err() == nil {
-				r = a.admit(ctx, spec, func() bool {
-					a.mu.Lock()
-					defer a.mu.Unlock()
-					return p.stop
-				})
+			stopped := func() bool {
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				return p.stop
+			}
+			// Behind a slot a launch may wait long under a burst: the
+			// fence is looked at now, as it is handed over.
+			if a.awaitFence(ctx, stopped, a.log.With("replica_id", spec.ID, "job_id", spec.JobID)) && ctx.Err() == nil {
+				r = a.admit(ctx, spec, stopped)
 			}
 			<-a.slots
 		case <-ctx.Done():

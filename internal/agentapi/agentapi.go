@@ -263,6 +263,16 @@ const (
 	ReasonFenced = "fenced: no answer from the control plane for most of its heartbeat timeout"
 )
 
+// SyncBound bounds one sync beyond its long-poll wait, under heartbeat
+// timeout h, on both sides: an agent that fences itself gives up a call
+// unanswered by then (a server that holds the connection without
+// answering, a frozen leader), and the server gives up answering a sync
+// it could not answer within three quarters of it, rather than answer one
+// the agent no longer waits for.
+func SyncBound(h time.Duration) time.Duration {
+	return min(max(h/4, 5*time.Second), 30*time.Second)
+}
+
 // SyncRequest reports observations and asks for the desired set.
 type SyncRequest struct {
 	NodeID     string          `json:"nodeId"`

@@ -113,7 +113,19 @@ func keepLaunched(n, launched *model.Node) {
 
 // Sync records the agent's observations, then returns the node's desired
 // replicas, waiting up to req.Wait for a change when the agent is current.
-func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.SyncResponse, error) {
+//
+// The node counts as heard from the sync's arrival, but only if it is
+// answered: a sync the server cannot answer within agentapi.SyncBound
+// beyond its wait (three quarters of it, so the answer still reaches an
+// agent that fences itself), or refuses, takes the node's last-seen time
+// back. The agent moves its fence only on an answer, so the server's
+// heartbeat clock never runs on a sync that the agent counted as failed.
+func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp agentapi.SyncResponse, err error) {
+	// The bound is on the server's work (commits, the barrier), in real
+	// time; the long poll between is on the controller's clock.
+	began, bound := time.Now(), agentapi.SyncBound(c.cfg.HeartbeatTimeout)*3/4
+	work, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
 	c.mu.Lock()
 	n, ok := c.st.Node(req.NodeID)
 	if !ok {
@@ -126,7 +138,18 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		c.mu.Unlock()
 		return agentapi.SyncResponse{}, fmt.Errorf("node %s was lost (silent past the heartbeat timeout) and must register again: %w (%w)", req.NodeID, agentapi.ErrUnknownNode, ErrNotFound)
 	}
-	c.lastSeen[req.NodeID] = c.cfg.Clock.Now()
+	arrived, before := c.cfg.Clock.Now(), c.lastSeen[req.NodeID]
+	c.lastSeen[req.NodeID] = arrived
+	defer func() {
+		if err == nil {
+			return
+		}
+		c.mu.Lock()
+		if c.lastSeen[req.NodeID].Equal(arrived) {
+			c.lastSeen[req.NodeID] = before
+		}
+		c.mu.Unlock()
+	}()
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
 	for _, st := range req.Statuses {
@@ -145,11 +168,12 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 		cm = tcm // acknowledged after cm: waiting for it waits for both
 	}
 	if cm != nil {
-		if err := cm.wait(ctx); err != nil {
+		if err := cm.wait(work); err != nil {
 			return agentapi.SyncResponse{}, fmt.Errorf("recording replica status: %w", err)
 		}
 		c.trigger()
 	}
+	spent := time.Since(began)
 	if req.Generation == gen && req.Wait > 0 && cm == nil {
 		select {
 		case <-changed: // the node's generation moved
@@ -174,8 +198,10 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (agenta
 	}
 	// Nothing reaches an agent before it is durable: an agent must never
 	// start a replica that a crash would make the server forget.
-	if err := c.com.barrier(ctx, seq); err != nil {
-		return agentapi.SyncResponse{}, err
+	bctx, bcancel := context.WithTimeout(ctx, bound-spent)
+	defer bcancel()
+	if err := c.com.barrier(bctx, seq); err != nil {
+		return agentapi.SyncResponse{}, fmt.Errorf("waiting for the node's desired set to be durable: %w", err)
 	}
 	if c.cfg.Leading != nil && !c.cfg.Leading() {
 		// A leader frozen or starved past its renew deadline: another may

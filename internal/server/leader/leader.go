@@ -26,11 +26,16 @@ const LeaseName = "controller"
 
 // Defaults: a lease lasts TTL from its last renewal; the leader renews every
 // RenewInterval and gives up (steps down) when no renewal succeeded for
-// RenewDeadline, well inside the TTL.
+// RenewDeadline, inside the TTL. The deadline leaves a renewal begun one
+// interval after the last good one three seconds to land (a loaded
+// database or a starved process answers late, not never: with 1.5 s to
+// land, leaders stepped down at load 35 on 2 cores), and ends a second
+// before the lease can expire on the database's clock, which is time
+// enough for a replica to stop answering as the leader (Leading).
 const (
 	DefaultTTL           = 5 * time.Second
-	DefaultRenewInterval = 1500 * time.Millisecond
-	DefaultRenewDeadline = 3 * time.Second
+	DefaultRenewInterval = time.Second
+	DefaultRenewDeadline = 4 * time.Second
 )
 
 // ErrLost says this replica stopped leading: its lease was taken over or

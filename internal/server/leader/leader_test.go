@@ -238,3 +238,43 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// slow is a Leaser whose renewals land after a delay: a loaded database,
+// or a leader starved of CPU, answering late but answering.
+type slow struct {
+	store.Leaser
+	delay time.Duration
+}
+
+func (s slow) Renew(ctx context.Context, l store.Lease, ttl time.Duration) (store.Lease, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return store.Lease{}, ctx.Err()
+	}
+	return s.Leaser.Renew(ctx, l, ttl)
+}
+
+// TestDefaultTimingRidesOutSlowRenewals: with the default lease timing a
+// leader whose every renewal takes 1.6 s to land keeps leading (a renewal
+// begun an interval after the last good one must land before the renew
+// deadline: 1.5 s and 3 s left it 1.5 s, and such a leader stepped down).
+func TestDefaultTimingRidesOutSlowRenewals(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	e, err := leader.New(leader.Config{Leaser: slow{open(t, dsn), 1600 * time.Millisecond}, ID: "a", URL: "http://a:7777"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdCtx, stop := context.WithTimeout(ctx, 2*leader.DefaultTTL)
+	defer stop()
+	if err := e.Hold(holdCtx, l); err != nil {
+		t.Fatalf("a leader whose renewals take 1.6 s: Hold = %v, want it leading for %s", err, 2*leader.DefaultTTL)
+	}
+}
