@@ -73,6 +73,12 @@ type scaleState struct {
 	// every instance launched into them is terminated; persisted under
 	// metaRetired with the revision that removed them.
 	retired map[string]*model.NodePool
+	// memo skips Decide when it would decide nothing (decideMemo).
+	memo decideMemo
+	// listings are the last listings of Versioned drivers, by inventory
+	// key; listed and kept count listings made and kept.
+	listings     map[string]listing
+	listed, kept uint64
 }
 
 // Node labels the scale loop sets.
@@ -113,19 +119,12 @@ func (c *Controller) scale(ctx context.Context) {
 	inv := map[string][]provider.Instance{}
 	var notices []provider.Notice
 	for _, k := range src.keys() {
-		p := drivers[k]
-		list, err := p.List(ctx)
-		if err != nil {
-			c.cfg.Log.Warn("listing provider inventory", "provider", p.Name(), "inventory", k, "err", err)
+		l, ok := c.listInventory(ctx, k, drivers[k])
+		if !ok {
 			continue
 		}
-		inv[k] = list
-		if w, ok := p.(provider.InterruptionWatcher); ok {
-			ns, err := w.Notices(ctx)
-			if err == nil {
-				notices = append(notices, ns...)
-			}
-		}
+		inv[k] = l.instances
+		notices = append(notices, l.notices...)
 	}
 
 	// The instances of live nodes that the providers no longer list
@@ -248,9 +247,21 @@ func (c *Controller) scale(ctx context.Context) {
 	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
 		Memory: c.scaleSt.memory.Clone(), LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
+	skip := c.scaleSt.memo.current(input, view.gen)
 	c.mu.Unlock()
 
-	acts := dedupeLeaks(autoscaler.Decide(input), drivers)
+	var acts []autoscaler.Action
+	if !skip {
+		acts = autoscaler.Decide(input)
+	}
+	c.mu.Lock()
+	if skip {
+		c.scaleSt.memo.skipped++
+	} else {
+		c.scaleSt.memo.record(input, view.gen, acts)
+	}
+	c.mu.Unlock()
+	acts = dedupeLeaks(acts, drivers)
 	acts = append(acts, retireActions(src, retired, anodes)...)
 
 	c.mu.Lock()

@@ -27,13 +27,16 @@ func BenchmarkSimulate(b *testing.B) {
 		{"philly-days19-24", "philly", "philly", 456 * time.Hour, 576 * time.Hour},
 		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
 		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
+		{"alibaba", "alibaba", "alibaba", 0, 0}, // the whole trace: 6,203 GPU pods
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			tr, err := trace.Builtin(bc.trace)
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr = tr.Window(bc.from, bc.to)
+			if bc.to > 0 {
+				tr = tr.Window(bc.from, bc.to)
+			}
 			set, problems, err := manifest.ParseDocuments([]string{"../../examples/simulate/" + bc.fleet}, manifest.Checks{})
 			if err != nil || len(problems) > 0 {
 				b.Fatal(err, problems)
