@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -79,6 +80,8 @@ type scaleState struct {
 	// key; listed and kept count listings made and kept.
 	listings     map[string]listing
 	listed, kept uint64
+	// unavailJSON encodes what persistUnavailableLocked writes.
+	unavailJSON unavailableJSON
 }
 
 // Node labels the scale loop sets.
@@ -455,16 +458,72 @@ func (c *Controller) launchDone(id string, a autoscaler.Action, in provider.Inst
 const metaUnavailable = "scale.unavailable"
 
 // persistUnavailableLocked writes the unavailability in force at now into
-// b. Callers hold c.mu.
+// b, unless it is what the last write wrote. Callers hold c.mu.
 func (c *Controller) persistUnavailableLocked(b *store.Batch, now time.Time) {
-	data, err := json.Marshal(c.scaleSt.memory.UnavailableNow(now))
-	if err != nil {
-		panic(err) // plain data
+	data := c.scaleSt.unavailJSON.encode(&c.scaleSt.memory, now)
+	if data == c.scaleSt.unavailJSON.last {
+		return
 	}
+	c.scaleSt.unavailJSON.last = data
 	if b.Meta == nil {
 		b.Meta = map[string]string{}
 	}
-	b.Meta[metaUnavailable] = string(data)
+	b.Meta[metaUnavailable] = data
+}
+
+// unavailableJSON encodes the unavailability in force, as json.Marshal of
+// Memory.UnavailableNow would, keeping each entry's encoding so that a
+// write encodes only the entries new since the last (launch failures mark
+// one offer at a time, and each persists the whole list).
+type unavailableJSON struct {
+	enc  map[string]encodedUnavailable // by key
+	last string                        // what the last write wrote
+}
+
+type encodedUnavailable struct {
+	u    autoscaler.Unavailable
+	data []byte
+}
+
+func (e *unavailableJSON) encode(m *autoscaler.Memory, now time.Time) string {
+	type entry struct {
+		key string
+		u   autoscaler.Unavailable
+	}
+	var in []entry
+	for k, u := range m.Unavailable {
+		if u.Until.After(now) {
+			in = append(in, entry{k, u})
+		}
+	}
+	// UnavailableNow's order: by kind, then key (the map's keys are the
+	// entries' keys).
+	slices.SortFunc(in, func(a, b entry) int { return cmp.Or(cmp.Compare(a.u.Kind, b.u.Kind), cmp.Compare(a.key, b.key)) })
+	if e.enc == nil || len(e.enc) > 2*len(in)+64 {
+		e.enc = make(map[string]encodedUnavailable, len(in))
+	}
+	var buf strings.Builder
+	buf.WriteByte('[')
+	for i, x := range in {
+		enc, ok := e.enc[x.key]
+		if !ok || enc.u != x.u {
+			data, err := json.Marshal(x.u)
+			if err != nil {
+				panic(err) // plain data
+			}
+			enc = encodedUnavailable{x.u, data}
+			e.enc[x.key] = enc
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(enc.data)
+	}
+	if len(in) == 0 {
+		return "null" // json.Marshal of a nil slice
+	}
+	buf.WriteByte(']')
+	return buf.String()
 }
 
 // loadUnavailable restores the persisted unavailability (New).

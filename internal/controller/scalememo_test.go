@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpufleet/gpufleet/internal/autoscaler"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/store"
 )
 
 // memoWorld is a random autoscaler input that a test changes step by
@@ -225,5 +227,53 @@ func TestDecideMemoSkipsOnlyWhatDecidesNothing(t *testing.T) {
 		if caught[kind] == 0 {
 			t.Errorf("no cycle acted after a quiet one following change %q: the worlds do not test that input", kind)
 		}
+	}
+}
+
+// TestUnavailableJSONIsMarshal checks the kept encodings against
+// json.Marshal of Memory.UnavailableNow over a random run of marks,
+// expiries and re-marks (same key, new times), and that an unchanged
+// unavailability is not written again.
+func TestUnavailableJSONIsMarshal(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	w := newMemoWorld(5)
+	now := w.in.Now
+	var m autoscaler.Memory
+	var e unavailableJSON
+	written, same := 0, 0
+	for step := range 3000 {
+		now = now.Add(time.Duration(r.IntN(90)) * time.Second)
+		switch o := w.offers[r.IntN(len(w.offers))]; r.IntN(4) {
+		case 0:
+			m.Mark(autoscaler.Unavailable{Kind: autoscaler.UnavailableCapacity, Offer: o, Reason: "no capacity", Since: now, Until: now.Add(autoscaler.CapacityTTL)})
+		case 1:
+			m.Mark(autoscaler.Unavailable{Kind: autoscaler.UnavailableQuota, Pool: fmt.Sprintf("p%d", r.IntN(3)), Offer: o, Reason: "quota", Since: now, Until: now.Add(autoscaler.QuotaTTL)})
+		case 2:
+			m.Expire(now)
+		}
+		want, err := json.Marshal(m.UnavailableNow(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b store.Batch
+		c := &Controller{}
+		c.scaleSt.memory, c.scaleSt.unavailJSON = m, e
+		c.persistUnavailableLocked(&b, now)
+		e = c.scaleSt.unavailJSON
+		got, ok := b.Meta[metaUnavailable]
+		if !ok {
+			same++
+			if e.last != string(want) {
+				t.Fatalf("step %d: nothing written, but the last write %s is not %s", step, e.last, want)
+			}
+			continue
+		}
+		written++
+		if got != string(want) {
+			t.Fatalf("step %d: wrote\n%s\nwant json.Marshal's\n%s", step, got, want)
+		}
+	}
+	if written < 100 || same < 100 {
+		t.Fatalf("written %d, left unwritten %d: the run does not exercise both", written, same)
 	}
 }

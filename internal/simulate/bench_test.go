@@ -52,8 +52,8 @@ func BenchmarkSimulate(b *testing.B) {
 				for _, p := range res.Series {
 					maxQueued = max(maxQueued, p.Queued)
 				}
-				b.Logf("%d jobs, %d steps, %d passes over %d queued jobs, %s simulated, max queue %d, wait p50 %s p95 %s, digest %.16s",
-					res.Jobs, res.Steps, res.Passes, res.PassJobs, res.Simulated.Round(time.Hour), maxQueued,
+				b.Logf("%d jobs, %d steps, %d passes over %d queued jobs, %d scale decisions (%d skipped), %s simulated, max queue %d, wait p50 %s p95 %s, digest %.16s",
+					res.Jobs, res.Steps, res.Passes, res.PassJobs, res.Decides, res.DecidesSkipped, res.Simulated.Round(time.Hour), maxQueued,
 					res.WaitP50.Round(time.Second), res.WaitP95.Round(time.Second), res.Digest)
 			}
 		})
