@@ -246,11 +246,14 @@ func (c *Controller) scale(ctx context.Context) {
 		j, ok := c.st.Job(id)
 		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
 	})
-	// Decide reads a copy of the memory: launches finishing meanwhile
-	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
-		Memory: c.scaleSt.memory.Clone(), LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
+		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	skip := c.scaleSt.memo.current(input, view.gen)
+	if !skip {
+		// Decide reads a copy of the memory: launches finishing
+		// meanwhile update the original under c.mu.
+		input.Memory = c.scaleSt.memory.Clone()
+	}
 	c.mu.Unlock()
 
 	var acts []autoscaler.Action
