@@ -129,6 +129,7 @@ func (c *Controller) ScaleStats() ScaleStats {
 
 // listing is what one inventory key's driver listed, at its version.
 type listing struct {
+	driver    provider.Provider // the driver that listed it
 	version   uint64
 	instances []provider.Instance
 	notices   []provider.Notice
@@ -148,11 +149,14 @@ func (c *Controller) listInventory(ctx context.Context, k string, p provider.Pro
 		version = vp.Version()
 		c.mu.Lock()
 		l, ok := c.scaleSt.listings[k]
-		if ok && l.version == version {
+		// A version is a driver's own count: another driver under the
+		// key (a pool's new revision) is listed afresh.
+		ok = ok && l.version == version && sameDriver(l.driver, p)
+		if ok {
 			c.scaleSt.kept++
 		}
 		c.mu.Unlock()
-		if ok && l.version == version {
+		if ok {
 			return l, true
 		}
 	}
@@ -164,7 +168,7 @@ func (c *Controller) listInventory(ctx context.Context, k string, p provider.Pro
 		c.mu.Unlock()
 		return listing{}, false
 	}
-	l = listing{version: version, instances: list}
+	l = listing{driver: p, version: version, instances: list}
 	if w, is := p.(provider.InterruptionWatcher); is {
 		l.watcher = true
 		ns, err := w.Notices(ctx)
