@@ -21,12 +21,22 @@ type PoolDrivers interface {
 // poolDrivers caches, per pool, its driver when that driver launches
 // (provider.Launches) and the offers it sells, so a scheduling pass knows
 // which offers each pool can buy without calling a provider under
-// Controller.mu. The scale loop refreshes it every cycle; a pass fills in
-// only pools it has not seen at this revision. Its mutex guards the cache
-// and is never held across a provider call or with Controller.mu.
+// Controller.mu. The scale loop refreshes it every cycle (a
+// provider.Versioned driver whose version has not moved is not asked
+// again); a pass fills in only pools it has not seen at this revision.
+// The view built from the entries is kept until one of them changes. Its
+// mutex guards the cache and is never held across a provider call or
+// with Controller.mu.
 type poolDrivers struct {
 	mu    sync.Mutex
 	pools map[string]poolDriver
+	// gen counts changes of the entries; view was built at viewGen for
+	// the pools named in viewOf (name and revision, in order).
+	gen     uint64
+	view    launchView
+	viewGen uint64
+	viewOf  []poolRev
+	viewSeq uint64 // numbers the views built
 }
 
 type poolDriver struct {
@@ -34,6 +44,14 @@ type poolDriver struct {
 	p        provider.Provider // nil: does not launch
 	offers   []model.Offer
 	sells    map[autoscaler.OfferIdent]bool
+	// version is a Versioned driver's version when offers were listed.
+	version   uint64
+	versioned bool
+}
+
+type poolRev struct {
+	name     string
+	revision int
 }
 
 // launchView is what the pools' drivers offer now.
@@ -43,6 +61,9 @@ type launchView struct {
 	// offers are every launching driver's offers, each once, by pool
 	// name order.
 	offers []model.Offer
+	// gen changes whenever the drivers or their offers do (never zero
+	// for a built view); equal gens are equal views.
+	gen uint64
 }
 
 // driverFor resolves pool's driver: ScaleConfig.Drivers when set, else
@@ -67,37 +88,83 @@ func (c *Controller) driverFor(p *model.NodePool) provider.Provider {
 }
 
 // launchDrivers returns the launching drivers of pools and what they sell.
-// With refresh every pool's offers are listed again (the scale loop);
-// without, only pools new or changed since the last listing (a pass).
+// With refresh every pool's offers are listed again (the scale loop), but
+// for a provider.Versioned driver whose version has not moved; without,
+// only pools new or changed since the last listing (a pass). The view is
+// the last one built while no entry changed. Callers must not change it.
 // It calls providers: never call it holding c.mu.
 func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool, refresh bool) launchView {
 	pd := &c.scaleSt.drivers
-	v := launchView{drivers: autoscaler.Drivers{}, byPool: map[string]provider.Provider{}}
-	seen := map[autoscaler.OfferIdent]bool{}
 	for _, p := range pools {
 		pd.mu.Lock()
-		e, ok := pd.pools[p.Name]
+		old, ok := pd.pools[p.Name]
 		pd.mu.Unlock()
-		if refresh || !ok || e.revision != p.Revision {
-			e = poolDriver{revision: p.Revision}
-			if d := c.driverFor(p); d != nil && provider.Launches(d) {
-				offers, err := d.Offers(ctx)
-				if err != nil {
-					c.cfg.Log.Warn("listing pool offers", "pool", p.Name, "provider", d.Name(), "err", err)
-				}
-				offers = c.livePrices(ctx, d, offers)
-				e.p, e.offers, e.sells = d, offers, make(map[autoscaler.OfferIdent]bool, len(offers))
-				for _, o := range offers {
+		if ok && old.revision == p.Revision && !refresh {
+			continue
+		}
+		d := c.driverFor(p)
+		if d == nil || !provider.Launches(d) {
+			d = nil
+		}
+		var version uint64
+		vp, versioned := d.(provider.Versioned)
+		if versioned {
+			version = vp.Version() // before listing: see provider.Versioned
+			if ok && old.revision == p.Revision && sameDriverOrNone(old.p, d) && old.versioned && old.version == version {
+				continue
+			}
+		}
+		e := poolDriver{revision: p.Revision, p: d, version: version, versioned: versioned}
+		if d != nil {
+			offers, err := d.Offers(ctx)
+			if err != nil {
+				c.cfg.Log.Warn("listing pool offers", "pool", p.Name, "provider", d.Name(), "err", err)
+				e.versioned = false // asked again next cycle
+			}
+			e.offers = c.livePrices(ctx, d, offers)
+		}
+		pd.mu.Lock()
+		if pd.pools == nil {
+			pd.pools = map[string]poolDriver{}
+		}
+		if ok && old.revision == e.revision && sameDriverOrNone(old.p, e.p) && slices.Equal(old.offers, e.offers) {
+			// Listed again, the same: the view stands.
+			old.version, old.versioned = e.version, e.versioned
+			pd.pools[p.Name] = old
+		} else {
+			if e.p != nil {
+				e.sells = make(map[autoscaler.OfferIdent]bool, len(e.offers))
+				for _, o := range e.offers {
 					e.sells[autoscaler.IdentOf(o)] = true
 				}
 			}
-			pd.mu.Lock()
-			if pd.pools == nil {
-				pd.pools = map[string]poolDriver{}
-			}
 			pd.pools[p.Name] = e
-			pd.mu.Unlock()
+			pd.gen++
 		}
+		pd.mu.Unlock()
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if refresh {
+		// Forget removed pools.
+		for name := range pd.pools {
+			if !slices.ContainsFunc(pools, func(p *model.NodePool) bool { return p.Name == name }) {
+				delete(pd.pools, name)
+				pd.gen++
+			}
+		}
+	}
+	if pd.view.gen != 0 && pd.viewGen == pd.gen && slices.EqualFunc(pools, pd.viewOf, func(p *model.NodePool, r poolRev) bool {
+		return p.Name == r.name && p.Revision == r.revision
+	}) {
+		return pd.view
+	}
+	v := launchView{drivers: autoscaler.Drivers{}, byPool: map[string]provider.Provider{}}
+	seen := map[autoscaler.OfferIdent]bool{}
+	pd.viewOf = pd.viewOf[:0]
+	for _, p := range pools {
+		pd.viewOf = append(pd.viewOf, poolRev{p.Name, p.Revision})
+		e := pd.pools[p.Name]
 		if e.p == nil {
 			continue
 		}
@@ -111,17 +178,18 @@ func (c *Controller) launchDrivers(ctx context.Context, pools []*model.NodePool,
 			}
 		}
 	}
-	if refresh {
-		// Forget removed pools.
-		pd.mu.Lock()
-		for name := range pd.pools {
-			if !slices.ContainsFunc(pools, func(p *model.NodePool) bool { return p.Name == name }) {
-				delete(pd.pools, name)
-			}
-		}
-		pd.mu.Unlock()
-	}
+	pd.viewSeq++
+	v.gen = pd.viewSeq
+	pd.view, pd.viewGen = v, pd.gen
 	return v
+}
+
+// sameDriverOrNone is sameDriver where either may be nil.
+func sameDriverOrNone(a, b provider.Provider) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return sameDriver(a, b)
 }
 
 // livePrices overrides offers' catalog prices with the driver's live ones

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,6 +74,14 @@ type scaleState struct {
 	// every instance launched into them is terminated; persisted under
 	// metaRetired with the revision that removed them.
 	retired map[string]*model.NodePool
+	// memo skips Decide when it would decide nothing (decideMemo).
+	memo decideMemo
+	// listings are the last listings of Versioned drivers, by inventory
+	// key; listed and kept count listings made and kept.
+	listings     map[string]listing
+	listed, kept uint64
+	// unavailJSON encodes what persistUnavailableLocked writes.
+	unavailJSON unavailableJSON
 }
 
 // Node labels the scale loop sets.
@@ -113,19 +122,12 @@ func (c *Controller) scale(ctx context.Context) {
 	inv := map[string][]provider.Instance{}
 	var notices []provider.Notice
 	for _, k := range src.keys() {
-		p := drivers[k]
-		list, err := p.List(ctx)
-		if err != nil {
-			c.cfg.Log.Warn("listing provider inventory", "provider", p.Name(), "inventory", k, "err", err)
+		l, ok := c.listInventory(ctx, k, drivers[k])
+		if !ok {
 			continue
 		}
-		inv[k] = list
-		if w, ok := p.(provider.InterruptionWatcher); ok {
-			ns, err := w.Notices(ctx)
-			if err == nil {
-				notices = append(notices, ns...)
-			}
-		}
+		inv[k] = l.instances
+		notices = append(notices, l.notices...)
 	}
 
 	// The instances of live nodes that the providers no longer list
@@ -244,13 +246,28 @@ func (c *Controller) scale(ctx context.Context) {
 		j, ok := c.st.Job(id)
 		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
 	})
-	// Decide reads a copy of the memory: launches finishing meanwhile
-	// update the original under c.mu.
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
-		Memory: c.scaleSt.memory.Clone(), LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
+		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
+	skip := c.scaleSt.memo.current(input, view.gen)
+	if !skip {
+		// Decide reads a copy of the memory: launches finishing
+		// meanwhile update the original under c.mu.
+		input.Memory = c.scaleSt.memory.Clone()
+	}
 	c.mu.Unlock()
 
-	acts := dedupeLeaks(autoscaler.Decide(input), drivers)
+	var acts []autoscaler.Action
+	if !skip {
+		acts = autoscaler.Decide(input)
+	}
+	c.mu.Lock()
+	if skip {
+		c.scaleSt.memo.skipped++
+	} else {
+		c.scaleSt.memo.record(input, view.gen, acts)
+	}
+	c.mu.Unlock()
+	acts = dedupeLeaks(acts, drivers)
 	acts = append(acts, retireActions(src, retired, anodes)...)
 
 	c.mu.Lock()
@@ -444,16 +461,72 @@ func (c *Controller) launchDone(id string, a autoscaler.Action, in provider.Inst
 const metaUnavailable = "scale.unavailable"
 
 // persistUnavailableLocked writes the unavailability in force at now into
-// b. Callers hold c.mu.
+// b, unless it is what the last write wrote. Callers hold c.mu.
 func (c *Controller) persistUnavailableLocked(b *store.Batch, now time.Time) {
-	data, err := json.Marshal(c.scaleSt.memory.UnavailableNow(now))
-	if err != nil {
-		panic(err) // plain data
+	data := c.scaleSt.unavailJSON.encode(&c.scaleSt.memory, now)
+	if data == c.scaleSt.unavailJSON.last {
+		return
 	}
+	c.scaleSt.unavailJSON.last = data
 	if b.Meta == nil {
 		b.Meta = map[string]string{}
 	}
-	b.Meta[metaUnavailable] = string(data)
+	b.Meta[metaUnavailable] = data
+}
+
+// unavailableJSON encodes the unavailability in force, as json.Marshal of
+// Memory.UnavailableNow would, keeping each entry's encoding so that a
+// write encodes only the entries new since the last (launch failures mark
+// one offer at a time, and each persists the whole list).
+type unavailableJSON struct {
+	enc  map[string]encodedUnavailable // by key
+	last string                        // what the last write wrote
+}
+
+type encodedUnavailable struct {
+	u    autoscaler.Unavailable
+	data []byte
+}
+
+func (e *unavailableJSON) encode(m *autoscaler.Memory, now time.Time) string {
+	type entry struct {
+		key string
+		u   autoscaler.Unavailable
+	}
+	var in []entry
+	for k, u := range m.Unavailable {
+		if u.Until.After(now) {
+			in = append(in, entry{k, u})
+		}
+	}
+	// UnavailableNow's order: by kind, then key (the map's keys are the
+	// entries' keys).
+	slices.SortFunc(in, func(a, b entry) int { return cmp.Or(cmp.Compare(a.u.Kind, b.u.Kind), cmp.Compare(a.key, b.key)) })
+	if e.enc == nil || len(e.enc) > 2*len(in)+64 {
+		e.enc = make(map[string]encodedUnavailable, len(in))
+	}
+	var buf strings.Builder
+	buf.WriteByte('[')
+	for i, x := range in {
+		enc, ok := e.enc[x.key]
+		if !ok || enc.u != x.u {
+			data, err := json.Marshal(x.u)
+			if err != nil {
+				panic(err) // plain data
+			}
+			enc = encodedUnavailable{x.u, data}
+			e.enc[x.key] = enc
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(enc.data)
+	}
+	if len(in) == 0 {
+		return "null" // json.Marshal of a nil slice
+	}
+	buf.WriteByte(']')
+	return buf.String()
 }
 
 // loadUnavailable restores the persisted unavailability (New).

@@ -148,6 +148,8 @@ func IgnoreNotFound(err error) error {
 //   - Biller: reports what each instance cost, so stop times are the
 //     provider's.
 //   - PriceSource: live prices that override the embedded catalog's.
+//   - Versioned: says when its answers last changed, so a caller can keep
+//     what it listed (a simulated cloud, which changes only when called).
 //
 // A driver also registers a PoolPricer (see PoolPrice) so a pool can be
 // priced from its spec alone, before the pool exists.
@@ -245,6 +247,21 @@ type Biller interface {
 func Launches(p Provider) bool {
 	_, fixed := p.(FixedCapacity)
 	return !fixed
+}
+
+// Versioned is implemented by drivers that can tell when what they answer
+// changed: the scale loop keeps the inventory, notices and offers it
+// listed while the version stays the same, rather than listing again each
+// cycle.
+type Versioned interface {
+	// Version returns a number that changes (as of now) whenever what
+	// Offers, Prices, List, Notices, or Usage's entries for stopped
+	// instances would return may have changed since it last returned that
+	// number; Usage's running entries (their End is now) may change with
+	// the clock alone. A caller that reads the version before listing may
+	// keep the listing while the version is unchanged. Safe for
+	// concurrent use.
+	Version() uint64
 }
 
 // PriceSource is implemented by providers that read live prices (a cloud's

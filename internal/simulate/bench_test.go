@@ -27,13 +27,16 @@ func BenchmarkSimulate(b *testing.B) {
 		{"philly-days19-24", "philly", "philly", 456 * time.Hour, 576 * time.Hour},
 		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
 		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
+		{"alibaba", "alibaba", "alibaba", 0, 0}, // the whole trace: 6,203 GPU pods
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			tr, err := trace.Builtin(bc.trace)
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr = tr.Window(bc.from, bc.to)
+			if bc.to > 0 {
+				tr = tr.Window(bc.from, bc.to)
+			}
 			set, problems, err := manifest.ParseDocuments([]string{"../../examples/simulate/" + bc.fleet}, manifest.Checks{})
 			if err != nil || len(problems) > 0 {
 				b.Fatal(err, problems)
@@ -49,8 +52,8 @@ func BenchmarkSimulate(b *testing.B) {
 				for _, p := range res.Series {
 					maxQueued = max(maxQueued, p.Queued)
 				}
-				b.Logf("%d jobs, %d steps, %d passes over %d queued jobs, %s simulated, max queue %d, wait p50 %s p95 %s, digest %.16s",
-					res.Jobs, res.Steps, res.Passes, res.PassJobs, res.Simulated.Round(time.Hour), maxQueued,
+				b.Logf("%d jobs, %d steps, %d passes over %d queued jobs, %d scale decisions (%d skipped), %s simulated, max queue %d, wait p50 %s p95 %s, digest %.16s",
+					res.Jobs, res.Steps, res.Passes, res.PassJobs, res.Decides, res.DecidesSkipped, res.Simulated.Round(time.Hour), maxQueued,
 					res.WaitP50.Round(time.Second), res.WaitP95.Round(time.Second), res.Digest)
 			}
 		})

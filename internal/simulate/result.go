@@ -74,6 +74,11 @@ type Result struct {
 	// cost, whatever the machine (not part of the digest).
 	Passes   int `json:"passes"`
 	PassJobs int `json:"passJobs"`
+	// Decides counts the scale cycles that ran the autoscaler's decision
+	// and DecidesSkipped those that knew it would decide nothing
+	// (controller.ScaleStats).
+	Decides        int `json:"decides"`
+	DecidesSkipped int `json:"decidesSkipped"`
 	// Digest is a SHA-256 over every job's outcome and every cloud event:
 	// equal for equal inputs and seed.
 	Digest string `json:"digest"`

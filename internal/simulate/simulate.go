@@ -281,6 +281,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ps := c.PassStats()
 	res.Passes, res.PassJobs = int(ps.Scheduled), int(ps.Jobs)
+	ss := c.ScaleStats()
+	res.Decides, res.DecidesSkipped = int(ss.Decided), int(ss.Skipped)
 	return finish(ctx, res, c, sp, ms, r, order, clk.Now(), queue)
 }
 

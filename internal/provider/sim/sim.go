@@ -70,6 +70,9 @@ type Provider struct {
 	seq      int
 	nextDue  time.Time // earliest pending transition of a live instance; zero when none
 	lastSync time.Time
+	// version counts the changes of what List, Notices and the stopped
+	// instances' bills return (provider.Versioned); offers never change.
+	version uint64
 }
 
 var (
@@ -77,6 +80,7 @@ var (
 	_ provider.InterruptionWatcher = (*Provider)(nil)
 	_ provider.Interrupter         = (*Provider)(nil)
 	_ provider.Biller              = (*Provider)(nil)
+	_ provider.Versioned           = (*Provider)(nil)
 )
 
 // offerState is one offer's resolved behaviour and its use.
@@ -413,6 +417,7 @@ func (p *Provider) start(st *offerState, req provider.LaunchRequest, now time.Ti
 	}
 	p.live[id] = in
 	p.all = append(p.all, in)
+	p.version++
 	p.record(Event{At: now, Kind: EventLaunched, InstanceID: id, Offer: st.offer})
 	p.due(in)
 	return in
@@ -497,6 +502,7 @@ func (p *Provider) Interrupt(ctx context.Context, id string) (provider.Notice, e
 	if !in.noticed {
 		in.noticeAt, in.stopAt, in.reason = now, now.Add(p.scaled(in.offer.noticeLead)), ReasonManual
 		in.noticed = true
+		p.version++
 		p.record(Event{At: now, Kind: EventNotice, InstanceID: in.id, Offer: in.offer.offer, Detail: in.reason})
 		p.due(in)
 	}
@@ -594,6 +600,9 @@ func (p *Provider) sync() time.Time {
 	slices.SortFunc(due, func(a, b Event) int {
 		return cmp.Or(a.At.Compare(b.At), cmp.Compare(order[a.Kind], order[b.Kind]), strings.Compare(a.InstanceID, b.InstanceID))
 	})
+	if len(due) > 0 {
+		p.version++ // an instance runs, is noticed or stops
+	}
 	for _, e := range due {
 		if e.Kind == EventInterrupted {
 			p.end(p.live[e.InstanceID], e.At, EventInterrupted)
@@ -627,6 +636,7 @@ func (p *Provider) due(in *instance) {
 // end stops a live instance at t, freeing its capacity and quota.
 func (p *Provider) end(in *instance, t time.Time, kind EventKind) {
 	in.ended = t
+	p.version++
 	delete(p.live, in.id)
 	in.offer.used--
 	in.offer.quota.used -= in.offer.offer.GPUCount
@@ -638,6 +648,16 @@ func (p *Provider) end(in *instance, t time.Time, kind EventKind) {
 }
 
 func (p *Provider) record(e Event) { p.events = append(p.events, e) }
+
+// Version counts the changes of the simulated inventory, notices and
+// bills as of the clock's now (provider.Versioned): launches, boots,
+// notices and stops. The offers never change.
+func (p *Provider) Version() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sync()
+	return p.version
+}
 
 // NextDue is when the next scheduled change of an instance falls due (a
 // boot completes, a spot notice or a stop), as of Clock's now; false when

@@ -498,3 +498,79 @@ func TestProvidersFilter(t *testing.T) {
 		t.Errorf("a sim of every cloud offers %d, the catalog %d", len(allOffers), len(cat(t).Offers()))
 	}
 }
+
+// TestVersionCoversWhatListsChange drives a simulator through random
+// launches, terminations, interruptions and clock steps (boots, notices
+// and spot stops fall due on their own) and checks provider.Versioned's
+// promise: whenever Version is what it was at the last listing, List,
+// Notices and the stopped instances' bills are what they were then.
+func TestVersionCoversWhatListsChange(t *testing.T) {
+	clk := clock.NewFake(t0)
+	o := findOffer(t, offerOf("aws", model.Spot, 8))
+	od := findOffer(t, offerOf("aws", model.OnDemand, 8))
+	scn := &Scenario{Offers: []OfferRule{{Match: exact(o), InterruptionRate: ptr(0.5)}}}
+	p, err := New(Config{Catalog: cat(t), Clock: clk, Seed: 3, Scenario: scn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type listed struct {
+		instances []provider.Instance
+		notices   []provider.Notice
+		stopped   []provider.Usage
+	}
+	list := func() listed {
+		var l listed
+		var err error
+		if l.instances, err = p.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l.notices, err = p.Notices(ctx); err != nil {
+			t.Fatal(err)
+		}
+		us, err := p.Usage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range us {
+			if !u.Running {
+				l.stopped = append(l.stopped, u)
+			}
+		}
+		return l
+	}
+	version := p.Version()
+	last := list()
+	kept, moved := 0, 0
+	for step := range 600 {
+		switch k := (step * 7919) % 11; {
+		case k < 3:
+			offer := o
+			if k == 0 {
+				offer = od
+			}
+			_, _ = p.Launch(ctx, provider.LaunchRequest{Offer: offer, Token: fmt.Sprintf("t%d", step)})
+		case k == 3 && len(last.instances) > 0:
+			if err := p.Terminate(ctx, last.instances[step%len(last.instances)].ID); err != nil {
+				t.Fatal(err)
+			}
+		case k == 4 && len(last.instances) > 0:
+			_, _ = p.Interrupt(ctx, last.instances[step%len(last.instances)].ID)
+		default:
+			clk.Advance(time.Duration(step%5) * 20 * time.Second)
+		}
+		v := p.Version()
+		now := list()
+		if v == version {
+			kept++
+			if !cmp.Equal(now, last, cmp.AllowUnexported(listed{})) {
+				t.Fatalf("step %d: version %d unchanged, but the listing changed:\n%s", step, v, cmp.Diff(last, now, cmp.AllowUnexported(listed{})))
+			}
+			continue
+		}
+		moved++
+		version, last = v, now
+	}
+	if kept < 100 || moved < 100 {
+		t.Fatalf("version kept %d times, moved %d: the run does not exercise both", kept, moved)
+	}
+}
