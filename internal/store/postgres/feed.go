@@ -80,13 +80,28 @@ func (s *Store) queueChange(pb *pgx.Batch, group []batch, errs []error, seq int6
 		pb.Queue(insertChange, rec.Bytes())
 		pb.Queue(notifyChange)
 	}
+	if seq <= 0 {
+		// Queued after markCommit, whose wait orders this commit after
+		// the one before: the prune may go with the record.
+		s.queuePrune(pb)
+	}
+	return at
+}
+
+// queuePrune queues the deletion of changes past their retention, when one
+// is due. It must follow markCommit: queued before it, the prune of a
+// pipelined group could lock rows the next group's prune already holds
+// while that group waits in markCommit for this one — a deadlock.
+func (s *Store) queuePrune(pb *pgx.Batch) {
+	if !s.opts.Shared {
+		return
+	}
 	s.pruneMu.Lock()
 	upTo := s.prune.due(time.Now())
 	s.pruneMu.Unlock()
 	if upTo > 0 {
 		pb.Queue(pruneChanges, int64(upTo))
 	}
-	return at
 }
 
 // pruner remembers, every pruneEvery commits, the seq committed then, so

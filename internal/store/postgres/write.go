@@ -143,6 +143,7 @@ func (s *Store) sendFast(ctx context.Context, conn *pgx.Conn, group []batch, seq
 	// part of a commit the next one waits for in turn.
 	feed := s.queueChange(pb, group, nil, seq)
 	pb.Queue(markCommit, seq, encode.Time(time.Now()))
+	s.queuePrune(pb)
 	pb.Queue(`COMMIT`)
 	return sendWire(ctx, conn, pb, 2, feed)
 }
