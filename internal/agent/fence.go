@@ -90,11 +90,26 @@ func (a *Agent) renewFence(sent time.Time, sentBoot time.Duration) {
 		return
 	}
 	a.fence = f
+}
+
+// releaseLaunches lets launches held at the fence (awaitFence) go on under
+// its current position. The sync loop calls it after it has applied the
+// answer that moved the fence, never before: a held replica the answer
+// dropped is then already marked stopped when its launch wakes, and is
+// reported stopped without being started.
+func (a *Agent) releaseLaunches() {
+	if !a.fencing() || a.fence.StopAt.IsZero() {
+		return
+	}
+	by := a.fence.StopBoot - a.lostAfter*fenceLaunchNum/fenceLaunchDen
 	a.mu.Lock()
-	a.launchBy = f.StopBoot - a.lostAfter*fenceLaunchNum/fenceLaunchDen
+	defer a.mu.Unlock()
+	if by == a.launchBy {
+		return
+	}
+	a.launchBy = by
 	close(a.fenceMoved)
 	a.fenceMoved = make(chan struct{})
-	a.mu.Unlock()
 }
 
 // fenceLaunchNum/fenceLaunchDen·H before the fence's stop, launches wait

@@ -57,6 +57,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.noticesDelivered = req.Notices
 			a.datasetsDelivered = req.Datasets
 			a.apply(ctx, resp, endedIDs)
+			a.releaseLaunches() // after apply: see releaseLaunches
 		case ctx.Err() != nil:
 			return
 		case woken:
