@@ -176,11 +176,8 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}
 	spent := time.Since(began)
 	if req.Generation == gen && req.Wait > 0 && cm == nil {
-		select {
-		case <-changed: // the node's generation moved
-		case <-c.cfg.Clock.After(req.Wait.D()):
-		case <-ctx.Done():
-			return agentapi.SyncResponse{}, ctx.Err()
+		if err := c.waitForChange(ctx, req, changed); err != nil {
+			return agentapi.SyncResponse{}, err
 		}
 	}
 	c.mu.Lock()
@@ -489,6 +486,34 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 		a.StartedAt = &started
 	}
 	c.settleLocked(a, b, now)
+}
+
+// waitForChange waits in an agent's sync for a change of its node's desired
+// set, up to req.Wait. While it waits the agent has nothing new to report
+// (it cuts the call short when a replica changes), so the meter may bill
+// the node's replicas up to now (meterHorizonLocked); a wait that ends
+// without the agent cutting it confirms them up to its end. The caller
+// does not hold c.mu.
+func (c *Controller) waitForChange(ctx context.Context, req agentapi.SyncRequest, changed <-chan struct{}) error {
+	c.mu.Lock()
+	c.polling[req.NodeID]++
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-changed: // the node's generation moved
+	case <-c.cfg.Clock.After(req.Wait.D()):
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	if c.polling[req.NodeID]--; c.polling[req.NodeID] <= 0 {
+		delete(c.polling, req.NodeID)
+	}
+	if err == nil {
+		c.heard[req.NodeID] = c.cfg.Clock.Now()
+	}
+	c.mu.Unlock()
+	return err
 }
 
 // reportedStart is when st says its replica started, bounded by what the

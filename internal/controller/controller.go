@@ -190,6 +190,9 @@ type Controller struct {
 	// controller, so the meter knows which replicas' ends it may not have
 	// heard of yet (meterHorizonLocked).
 	heard map[string]time.Time
+	// polling counts each node's syncs waiting for a change (an agent
+	// ends its wait when a replica changes), for the meter.
+	polling map[string]int
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
 	nodeGen nodeGens
@@ -241,6 +244,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		verdicts: map[string]scheduler.Verdict{},
 		lastSeen: map[string]time.Time{},
 		heard:    map[string]time.Time{},
+		polling:  map[string]int{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

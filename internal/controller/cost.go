@@ -47,6 +47,12 @@ type CostConfig struct {
 	HTTP *http.Client
 	// ForecastHistoryDays of daily spend feed forecasts (28).
 	ForecastHistoryDays int
+	// ReportLag is the most the meter trails now for a running replica
+	// whose agent has not confirmed it since (meterHorizonLocked): an end
+	// reported late is then billed up to when it was, not to when its
+	// report arrived. The server sets the heartbeat timeout; 0: the meter
+	// bills running replicas up to now (tests that play the agent).
+	ReportLag time.Duration
 }
 
 // costState is the controller's cost side, guarded by Controller.mu but
@@ -193,21 +199,28 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 
 // meterHorizonLocked is how far the meter may go at now: as far as the
 // server knows whether each running replica still runs. A replica's agent
-// reports its end (and when it was) at its next sync, so up to now for the
-// nodes that have synced with this controller; a node that has not (this
-// controller took over from a leader that died, or restarted) holds the
-// meter back until its first sync tells what ended while no one listened,
-// or until it has been silent for the heartbeat timeout (it is lost, and
-// its attempts with it). Without this, the first pass of a new term would
-// bill attempts that ended during the failover up to the takeover, and
-// then again up to when their ends were heard. now is in whole seconds.
+// reports its end (and when it was) at its next sync, so a node's replicas
+// are known up to when its last sync arrived, or up to now while it waits
+// in a sync (an agent cuts its wait short when a replica changes). A node
+// that has not synced with this controller (it took over from a leader
+// that died, or restarted) holds the meter back until its first sync
+// tells what ended while no one listened, or until it has been silent for
+// the heartbeat timeout (it is lost, and its attempts with it); one that
+// has, for at most CostConfig.ReportLag. Without this, the first pass of a
+// new term would bill attempts that ended during the failover up to the
+// takeover, and a loaded server every end up to when its report arrived.
+// now is in whole seconds.
 func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
+	h := now
 	for _, a := range c.st.LiveAttempts() {
 		for _, r := range a.Replicas {
 			if r.State.Terminal() {
 				continue
 			}
-			if _, ok := c.heard[r.NodeID]; ok {
+			if t, ok := c.heard[r.NodeID]; ok {
+				if c.polling[r.NodeID] == 0 && c.cfg.Cost.ReportLag > 0 {
+					h = minTime(h, maxTime(t, now.Add(-c.cfg.Cost.ReportLag)))
+				}
 				continue
 			}
 			// A replica bound to a machine still booting has not started;
@@ -219,7 +232,14 @@ func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
 			return now.Add(-c.cfg.HeartbeatTimeout).Truncate(time.Second)
 		}
 	}
-	return now
+	return h.Truncate(time.Second)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // nodePrice returns a node's price: the custom price file first, then the
