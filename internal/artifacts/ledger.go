@@ -51,7 +51,9 @@ type folder struct {
 	latest               []string
 	ms                   map[string]*known // by manifest key
 	// pre is what the first round's listing of the whole storage showed
-	// of the folder, read instead of listing it again (nil: list it).
+	// of the folder, read instead of listing it again (nil: list it). Only
+	// folders the records did not hold yet get it: one this server changed
+	// may have changed after the listing.
 	pre *listed
 }
 
@@ -114,14 +116,12 @@ func (c *Catalog) record(project string, pl place) *records {
 
 // touchSet and touchJob mark a folder changed by this server (a commit or
 // a delete), so the next round reads it again. The caller holds the
-// project's lock.
+// project's lock. Before the project's first round they create its
+// records (not ready) with the folder in them: that round then lists the
+// folder afresh instead of judging it from the storage's shared listing,
+// which another project's round may have taken before this change.
 func (c *Catalog) touchSet(project string, pl place, set string) {
-	c.mu.Lock()
-	r := c.recs[recKey(project, pl)]
-	c.mu.Unlock()
-	if r == nil {
-		return // not read yet: the first round reads everything
-	}
+	r := c.record(project, pl)
 	f := r.sets[set]
 	if f == nil {
 		f = &folder{prefix: set + "/", set: set, ms: map[string]*known{}}
@@ -131,15 +131,13 @@ func (c *Catalog) touchSet(project string, pl place, set string) {
 }
 
 func (c *Catalog) touchJob(project string, pl place, job string) {
-	c.mu.Lock()
-	r := c.recs[recKey(project, pl)]
-	c.mu.Unlock()
-	if r == nil {
-		return
+	r := c.record(project, pl)
+	f := r.jobs[job]
+	if f == nil {
+		f = &folder{prefix: ckptsync.JobPrefix(pl.seal, job), job: job, open: true, ms: map[string]*known{}}
+		r.jobs[job] = f
 	}
-	if f := r.jobs[job]; f != nil {
-		f.dirty = true
-	}
+	f.dirty = true
 }
 
 // round is what one retention round shares across projects: each
@@ -216,6 +214,8 @@ func (c *Catalog) refresh(ctx context.Context, rd *round, project string, pl pla
 		if dirs, err = c.folders(ctx, rd, pl); err != nil {
 			return rep, err
 		}
+		// A folder already in the records was changed through this server
+		// since they were created: it is listed afresh, not from dirs.
 		idx := indexPrefix(pl.seal)
 		for dir, l := range dirs {
 			if set, ok := strings.CutPrefix(dir, idx); ok && set != "" && r.sets[set[:len(set)-1]] == nil {

@@ -68,8 +68,8 @@ func (e *env) round(t *testing.T) artifacts.Report {
 	return rep
 }
 
-// TestSteadyRoundReadsOnlyWhatChanged: the first round reads every
-// folder from one listing of the storage; after it, a round lists nothing
+// TestSteadyRoundReadsOnlyWhatChanged: a new leader's first round reads
+// every folder from one listing of the storage; after it, a round lists nothing
 // that did not change: the same requests with 10 or 40 ended jobs'
 // checkpoints stored, one LIST for a job that checkpointed and one for an
 // artefact pushed.
@@ -87,6 +87,15 @@ func TestSteadyRoundReadsOnlyWhatChanged(t *testing.T) {
 			}
 		}
 		e.push(t, "vision", "gpt", map[string]string{"w": "v1"})
+		// A new leader: a catalogue that changed nothing yet (a push through
+		// this one before its first round is listed on its own).
+		cfg := artifacts.Config{Fleet: e.fleet, Keys: e.fleet, Clock: e.clock, SweepKeys: 50}
+		counting(c)(&cfg)
+		cat, err := artifacts.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.cat = cat
 		c.take()
 
 		first := e.round(t)
@@ -368,14 +377,23 @@ func TestAbandonedUploadCollectedAfterGrace(t *testing.T) {
 }
 
 // hooked runs hook once, when the catalogue looks at key (a Stat, or the
-// collection walk's listing reaching it), before the catalogue acts on
+// collection walk's listing reaching it), or (onStorage) right after the
+// first round's listing of the whole storage, before the catalogue acts on
 // what it saw: the moment an uploader could write the object again.
 type hooked struct {
 	objstore.Store
-	key            string
-	onStat, onList bool
-	once           sync.Once
-	hook           func()
+	key                       string
+	onStat, onList, onStorage bool
+	once                      sync.Once
+	hook                      func()
+}
+
+func (h *hooked) List(ctx context.Context, prefix string, fn func(objstore.Info) bool) error {
+	err := h.Store.List(ctx, prefix, fn)
+	if h.onStorage && prefix == "" {
+		h.once.Do(h.hook)
+	}
+	return err
 }
 
 func (h *hooked) Stat(ctx context.Context, key string) (objstore.Info, error) {
@@ -459,6 +477,131 @@ func TestCollectorSparesAnObjectWrittenAgain(t *testing.T) {
 				t.Errorf("restore of the checkpoint naming A again: step %d %v %v", m.Step, ok, err)
 			}
 		})
+	}
+}
+
+// TestBootListingRacesCommit: a new leader's first round lists the
+// storage once, in the round of the first project to reach it (nlp). A
+// push to another project on that storage (vision) commits after that
+// listing but before vision's records are built, naming old content that,
+// in the listing, only a version retention drops named. Vision's round
+// lists that artefact afresh: the new version counts among the kept ones
+// and reads back, and only the content no kept version names is collected.
+func TestBootListingRacesCommit(t *testing.T) {
+	h := &hooked{onStorage: true}
+	e := newEnvWith(t, func(cfg *artifacts.Config) {
+		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
+			st, err := objstore.Open(ctx, s, cr)
+			h.Store = st
+			return h, err
+		}
+	})
+	e.clock.Set(time.Now())
+	e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepVersions: 2}}}, {Name: "nlp"}}
+	if _, err := e.fleet.DataKey("nlp"); err != nil { // nlp sorts first: its round lists the storage
+		t.Fatal(err)
+	}
+	for _, c := range []string{"X", "Y", "Z"} {
+		e.push(t, "vision", "gpt", map[string]string{"w": c})
+	}
+	age(t, e.raw) // X, Y, Z are past the grace period
+	ctx := context.Background()
+	sum := sha256.Sum256([]byte("X"))
+	again := model.ArtifactPush{Files: []model.ArtifactFile{{Path: "w", Size: 1, SHA256: hex.EncodeToString(sum[:]), Mode: 0o644}}}
+	var v4 *model.Artifact
+	var pushErr error
+	h.hook = func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var missing []string
+			// X is named by the first version: the commit reuses it.
+			v4, missing, pushErr = e.cat.Commit(ctx, "vision", "gpt", again)
+			if pushErr == nil && v4 == nil {
+				pushErr = fmt.Errorf("the commit asked for %v, want X reused", missing)
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the commit waited for the round: the storage was listed under vision's lock, so this does not race")
+		}
+	}
+	rep := e.round(t)
+	if pushErr != nil {
+		t.Fatal(pushErr)
+	}
+	if v4 == nil {
+		t.Fatal("the round never listed the whole storage: nothing raced")
+	}
+	if rep.Manifests != 2 || rep.Objects != 1 {
+		t.Errorf("round %+v, want the 2 versions beyond the newest 2 removed and Y (named by neither kept) collected", rep)
+	}
+	list, err := e.cat.List(ctx, "vision", model.ArtifactFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range list {
+		c, err := e.read("vision", artifacts.Ref{Name: a.Name, Version: a.Version}, "w")
+		if err != nil {
+			t.Fatalf("version %s lost its content (%s was pushed during the round): %v", a.Version, v4.Version, err)
+		}
+		got = append(got, c)
+	}
+	if strings.Join(got, ",") != "X,Z" {
+		t.Errorf("kept versions hold %v, want X (the one pushed during the round), Z", got)
+	}
+}
+
+// TestBootListingRacesCheckpointDelete: as above for a job's folder: an
+// ended job's latest checkpoint is deleted after the storage's listing and
+// before the job's project reads its records. The round reads the folder
+// afresh (not a latest that is gone) and applies retention to it.
+func TestBootListingRacesCheckpointDelete(t *testing.T) {
+	h := &hooked{onStorage: true}
+	e := newEnvWith(t, func(cfg *artifacts.Config) {
+		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
+			st, err := objstore.Open(ctx, s, cr)
+			h.Store = st
+			return h, err
+		}
+	})
+	e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepCheckpoints: 1}}}, {Name: "nlp"}}
+	e.fleet.jobs["j-done"] = &model.Job{ID: "j-done", Project: "vision", State: model.JobSucceeded}
+	if _, err := e.fleet.DataKey("nlp"); err != nil {
+		t.Fatal(err)
+	}
+	for step := 1; step <= 3; step++ {
+		e.checkpoint(t, "vision", "j-done", step, map[string]string{"opt.pt": fmt.Sprint("state ", step)})
+	}
+	ctx := context.Background()
+	var delErr error
+	h.hook = func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, delErr = e.cat.Delete(ctx, "vision", artifacts.Ref{Job: "j-done", Version: "3"}, false)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the delete waited for the round: the storage was listed under vision's lock, so this does not race")
+		}
+	}
+	rep := e.round(t)
+	if delErr != nil {
+		t.Fatal(delErr)
+	}
+	if rep.Skipped != 0 || rep.Manifests != 1 {
+		t.Errorf("round %+v, want no folder skipped and step 1 removed (step 2 the newest left)", rep)
+	}
+	list, err := e.cat.List(ctx, "vision", model.ArtifactFilter{Job: "j-done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Step != 2 {
+		t.Errorf("checkpoints left %+v, want step 2 only", list)
 	}
 }
 
