@@ -17,27 +17,33 @@ const (
 // callerCache remembers the server's verdicts on callers until each
 // expires. Yeses and refusals are kept apart, each in a bounded
 // least-recently-used list, so a client spraying made-up tokens pushes
-// out only other refusals, never a caller that was let in.
+// out only other refusals, never a caller that was let in. An expired
+// yes is kept for stale more (and reported stale), so a caller let in
+// can be served while it is checked again; a refusal is dropped once it
+// expires.
 type callerCache struct {
 	mu      sync.Mutex
 	yes, no lru
+	stale   time.Duration
 }
 
-func newCallerCache(yes, no int) *callerCache {
-	return &callerCache{yes: newLRU(yes), no: newLRU(no)}
+func newCallerCache(yes, no int, stale time.Duration) *callerCache {
+	return &callerCache{yes: newLRU(yes), no: newLRU(no), stale: stale}
 }
 
-// get returns k's verdict if one is remembered and not expired at now.
-func (c *callerCache) get(k authKey, now time.Time) (int, bool) {
+// get returns k's verdict if one is remembered at now: a refusal or a
+// yes not expired (stale false), or a yes expired less than c.stale ago
+// (stale true).
+func (c *callerCache) get(k authKey, now time.Time) (status int, stale, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.yes.get(k, now); ok {
-		return v.status, true
+	if v, ok := c.yes.get(k, now, c.stale); ok {
+		return v.status, !now.Before(v.until), true
 	}
-	if v, ok := c.no.get(k, now); ok {
-		return v.status, true
+	if v, ok := c.no.get(k, now, 0); ok {
+		return v.status, false, true
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // put remembers k's status (0: let in) until until, replacing any
@@ -79,13 +85,15 @@ func newLRU(max int) lru {
 	return lru{max: max, items: map[authKey]*list.Element{}, order: list.New()}
 }
 
-func (l *lru) get(k authKey, now time.Time) (verdict, bool) {
+// get returns k's verdict unless it expired more than grace before now
+// (then it is forgotten).
+func (l *lru) get(k authKey, now time.Time, grace time.Duration) (verdict, bool) {
 	e, ok := l.items[k]
 	if !ok {
 		return verdict{}, false
 	}
 	v := e.Value.(*lruEntry).v
-	if !now.Before(v.until) {
+	if !now.Before(v.until.Add(grace)) {
 		l.order.Remove(e)
 		delete(l.items, k)
 		return verdict{}, false

@@ -45,7 +45,10 @@ type RemoteConfig struct {
 	// held for a replica, or one that failed, is reported at once.
 	ReportEvery time.Duration
 	// AuthTTL is how long a caller the server let in is let in again
-	// without asking (10 s); a refusal is remembered for a fifth of it.
+	// without asking (10 s); for one more AuthTTL it is let in while
+	// asked again in the background, so a revoked token is let in at most
+	// 2×AuthTTL after the server last said yes. A refusal is remembered
+	// for a fifth of it.
 	AuthTTL time.Duration
 }
 
@@ -63,12 +66,19 @@ type Remote struct {
 
 	// callers remembers the server's verdicts on callers; flight makes
 	// concurrent first requests with one caller's token one question;
-	// asking bounds the questions in flight (maxAsking); a question
-	// waits turnWait at most for a turn.
-	callers  *callerCache
-	flight   singleflight.Group
-	asking   chan struct{}
-	turnWait time.Duration
+	// asking bounds the questions about callers not remembered in flight
+	// (maxAsking); a question waits turnWait at most for a turn, and
+	// waiting counts those waiting (maxWaiting at most). rechecks bounds
+	// the questions about callers let in whose yes expired (maxRechecks,
+	// turns of their own), rechecking those in flight, one per caller.
+	callers    *callerCache
+	flight     singleflight.Group
+	asking     chan struct{}
+	turnWait   time.Duration
+	waiting    atomic.Int64
+	rechecks   chan struct{}
+	recheckMu  sync.Mutex
+	rechecking map[authKey]bool
 }
 
 // authKey is a caller's verdict's key: the service by name and project (a
@@ -89,18 +99,24 @@ func (k authKey) flightKey() string {
 	return k.service + "\x00" + k.project + "\x00" + string(k.digest[:])
 }
 
-// maxAsking bounds the caller checks a separate proxy has in flight to
-// the server: a client spraying made-up tokens, each a question, waits
-// behind it rather than loading the server with one per request.
-// A check waits at most turnWait for a turn, then askTimeout for the
-// server's answer.
+// maxAsking bounds the checks of callers not remembered that a separate
+// proxy has in flight to the server: a client spraying made-up tokens,
+// each a question, waits behind it rather than loading the server with
+// one per request. A check waits at most turnWait for a turn, with at
+// most maxWaiting waiting (past that a check is refused at once), then
+// askTimeout for the server's answer. Callers let in whose yes expired
+// are checked again with maxRechecks turns of their own, which a flood
+// of made-up tokens cannot take.
 const (
-	maxAsking  = 32
-	turnWait   = 10 * time.Second
-	askTimeout = 10 * time.Second
+	maxAsking   = 32
+	maxWaiting  = 64
+	maxRechecks = 4
+	turnWait    = 10 * time.Second
+	askTimeout  = 10 * time.Second
 )
 
-// errBusy is a caller check that found no turn within turnWait.
+// errBusy is a caller check that found no turn: within turnWait, or at
+// once with maxWaiting already waiting.
 var errBusy = errors.New("too many caller checks in flight to the server")
 
 // NewRemote returns a proxy that routes nothing until Run has read the
@@ -119,7 +135,8 @@ func NewRemote(cfg RemoteConfig) *Remote {
 		cfg.AuthTTL = 10 * time.Second
 	}
 	r := &Remote{cfg: cfg, demand: make(chan struct{}, 1), instance: rand.Text()[:16],
-		callers: newCallerCache(maxAuthCache, maxRefusals), asking: make(chan struct{}, maxAsking), turnWait: turnWait}
+		callers: newCallerCache(maxAuthCache, maxRefusals, cfg.AuthTTL), asking: make(chan struct{}, maxAsking), turnWait: turnWait,
+		rechecks: make(chan struct{}, maxRechecks), rechecking: map[authKey]bool{}}
 	r.proxy = NewProxy(ProxyConfig{Clock: cfg.Clock, Metrics: cfg.Metrics, StripCookies: cfg.StripCookies, Reserved: cfg.Reserved,
 		KeyOK:  func(req *http.Request, rt *model.ProxyRoute) bool { return r.authorize(req, rt) == 0 },
 		Demand: func(string) { r.poke() },
@@ -210,15 +227,21 @@ func (r *Remote) report(ctx context.Context) {
 // authorize says whether req's bearer may call rt's service (0), or the
 // status to refuse with. A verdict is remembered (callerCache: AuthTTL, a
 // fifth of it for a refusal); on a miss, the server is asked once however
-// many requests with the same token arrive meanwhile. The server sees the
-// secret's SHA-256, never the secret. A server it cannot ask answers 503.
+// many requests with the same token arrive meanwhile. A yes expired less
+// than AuthTTL ago still lets the caller in while one question in the
+// background (recheck) asks again: a token revoked is let in at most
+// 2×AuthTTL after the server last said yes. The server sees the secret's
+// SHA-256, never the secret. A server it cannot ask answers 503.
 func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 	secret, ok := bearer(req.Header.Get("Authorization"))
 	if !ok {
 		return http.StatusUnauthorized
 	}
 	k := authKey{service: rt.Name, project: rt.Project, digest: sha256.Sum256([]byte(secret))}
-	if status, ok := r.callers.get(k, r.cfg.Clock.Now()); ok {
+	if status, stale, ok := r.callers.get(k, r.cfg.Clock.Now()); ok {
+		if stale {
+			r.recheck(k)
+		}
 		return status
 	}
 	// The question outlives the request that asked it: the others
@@ -241,19 +264,57 @@ func (r *Remote) authorize(req *http.Request, rt *model.ProxyRoute) int {
 	}
 }
 
-// ask asks the server about k, waiting for one of maxAsking turns, and
-// remembers the answer.
+// ask asks the server about k, waiting for one of maxAsking turns (none
+// when maxWaiting already wait), and remembers the answer.
 func (r *Remote) ask(k authKey) (int, error) {
 	select {
 	case r.asking <- struct{}{}:
 	default:
+		if r.waiting.Add(1) > maxWaiting {
+			r.waiting.Add(-1)
+			return 0, fmt.Errorf("%w: %d in flight and %d waiting", errBusy, maxAsking, maxWaiting)
+		}
 		select {
 		case r.asking <- struct{}{}:
+			r.waiting.Add(-1)
 		case <-r.cfg.Clock.After(r.turnWait):
+			r.waiting.Add(-1)
 			return 0, fmt.Errorf("%w: %d in flight for %s", errBusy, maxAsking, r.turnWait)
 		}
 	}
 	defer func() { <-r.asking }()
+	return r.query(k)
+}
+
+// recheck asks the server about k, a caller let in whose yes expired, in
+// the background, unless k is being asked about already or all
+// maxRechecks turns are taken (a later request tries again). A no
+// replaces the yes at once; an error leaves the stale yes to run out.
+func (r *Remote) recheck(k authKey) {
+	r.recheckMu.Lock()
+	defer r.recheckMu.Unlock()
+	if r.rechecking[k] {
+		return
+	}
+	select {
+	case r.rechecks <- struct{}{}:
+	default:
+		return
+	}
+	r.rechecking[k] = true
+	go func() {
+		if _, err := r.query(k); err != nil {
+			r.cfg.Log.Warn("asking the server again about a caller let in", "service", k.service, "err", err)
+		}
+		r.recheckMu.Lock()
+		delete(r.rechecking, k)
+		r.recheckMu.Unlock()
+		<-r.rechecks
+	}()
+}
+
+// query asks the server about k and remembers the answer.
+func (r *Remote) query(k authKey) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
 	now := r.cfg.Clock.Now()

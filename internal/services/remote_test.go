@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -209,6 +211,7 @@ func TestRemoteProxyAuth(t *testing.T) {
 type askServer struct {
 	allow map[[sha256.Size]byte]bool
 	hold  chan struct{}
+	fail  error // with mu: each question's error, when set
 
 	mu       sync.Mutex
 	per      map[[sha256.Size]byte]int
@@ -233,6 +236,7 @@ func (a *askServer) ProxyAuthorize(ctx context.Context, _ string, digest []byte)
 	a.inFlight++
 	a.peak = max(a.peak, a.inFlight)
 	yes := a.allow == nil || a.allow[d]
+	fail := a.fail
 	a.mu.Unlock()
 	defer func() { a.mu.Lock(); a.inFlight--; a.mu.Unlock() }()
 	if a.hold != nil {
@@ -241,6 +245,9 @@ func (a *askServer) ProxyAuthorize(ctx context.Context, _ string, digest []byte)
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
+	}
+	if fail != nil {
+		return 0, fail
 	}
 	if yes {
 		return 0, nil
@@ -409,7 +416,7 @@ func TestRemoteAuthSprayKeepsCallersLetIn(t *testing.T) {
 func TestRemoteAuthEvictsLeastRecentlyUsed(t *testing.T) {
 	srv := &askServer{}
 	r := NewRemote(RemoteConfig{Server: srv, Clock: clock.NewFake(time.Unix(1_700_000_000, 0))})
-	r.callers = newCallerCache(100, 10)
+	r.callers = newCallerCache(100, 10, 0)
 	for i := range 1000 {
 		if i%50 == 0 && check(r, llm, "steady") != 0 {
 			t.Fatal("steady refused")
@@ -453,14 +460,177 @@ func TestRemoteAuthVerdictsExpire(t *testing.T) {
 	if asks("bad") != 2 {
 		t.Errorf("a refusal was kept past a fifth of the TTL")
 	}
-	clk.Advance(8 * time.Second)
+	clk.Advance(8*time.Second - time.Millisecond)
+	check(r, llm, "tok")
+	if asks("tok") != 1 {
+		t.Fatalf("a yes was asked about again within the TTL")
+	}
+	clk.Advance(time.Millisecond)
+	if got := check(r, llm, "tok"); got != 0 {
+		t.Fatalf("a yes just expired: %d, want it served while asked again", got)
+	}
+	waitRechecked(t, r, srv, "tok", 2)
+}
+
+// revoke makes srv refuse every caller from now on.
+func (a *askServer) revoke() {
+	a.mu.Lock()
+	a.allow = map[[sha256.Size]byte]bool{}
+	a.mu.Unlock()
+}
+
+// waitRechecked waits until srv was asked about token n times and r has
+// no check again in flight.
+func waitRechecked(t *testing.T, r *Remote, srv *askServer, token string, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s asked about %d times", token, n), func() bool {
+		got, _, _ := srv.counts(token)
+		r.recheckMu.Lock()
+		defer r.recheckMu.Unlock()
+		return got >= n && len(r.rechecking) == 0
+	})
+	if got, _, _ := srv.counts(token); got != n {
+		t.Fatalf("%s asked about %d times, want %d", token, got, n)
+	}
+}
+
+// TestRemoteAuthRevokedStopsWithinBound: a token revoked is let in from
+// its expired yes while the server is asked again, refused as soon as the
+// server says no, and, with the server unreachable, let in no longer than
+// 2×AuthTTL after the yes was asked for.
+func TestRemoteAuthRevokedStopsWithinBound(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	srv := &askServer{allow: map[[sha256.Size]byte]bool{
+		sha256.Sum256([]byte("tok")): true, sha256.Sum256([]byte("cut-off")): true}}
+	r := NewRemote(RemoteConfig{Server: srv, Clock: clk, AuthTTL: 10 * time.Second})
+	if check(r, llm, "tok") != 0 || check(r, llm, "cut-off") != 0 {
+		t.Fatal("refused before the revocation")
+	}
+	srv.revoke()
+	clk.Advance(10*time.Second + time.Millisecond)
+	if got := check(r, llm, "tok"); got != 0 {
+		t.Fatalf("an expired yes: %d, want it served while asked again", got)
+	}
+	waitRechecked(t, r, srv, "tok", 2)
+	for range 3 {
+		if got := check(r, llm, "tok"); got != http.StatusUnauthorized {
+			t.Fatalf("a revoked token once the server said no: %d", got)
+		}
+	}
+	if n, _, _ := srv.counts("tok"); n != 2 {
+		t.Errorf("the refusal was not remembered: asked %d times", n)
+	}
+
+	// With the server failing, the stale yes runs out at 2×AuthTTL.
 	srv.mu.Lock()
-	srv.allow = map[[sha256.Size]byte]bool{}
+	srv.fail = errors.New("server down")
 	srv.mu.Unlock()
-	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
-		t.Fatalf("a revoked token after the TTL: %d, asked %d times", got, asks("tok"))
+	if got := check(r, llm, "cut-off"); got != 0 {
+		t.Fatalf("an expired yes, server down: %d", got)
 	}
-	if got := check(r, llm, "tok"); got != http.StatusUnauthorized || asks("tok") != 2 {
-		t.Errorf("the revoked token again: %d, asked %d times", got, asks("tok"))
+	waitRechecked(t, r, srv, "cut-off", 2)
+	clk.Advance(10*time.Second - 2*time.Millisecond) // 2×AuthTTL − 1 ms after the yes
+	if got := check(r, llm, "cut-off"); got != 0 {
+		t.Fatalf("a stale yes within 2×AuthTTL: %d", got)
 	}
+	waitRechecked(t, r, srv, "cut-off", 3)
+	clk.Advance(time.Millisecond)
+	if got := check(r, llm, "cut-off"); got != http.StatusServiceUnavailable {
+		t.Fatalf("a yes 2×AuthTTL old with the server down: %d, want 503", got)
+	}
+	srv.mu.Lock()
+	srv.fail = nil
+	srv.mu.Unlock()
+	if got := check(r, llm, "cut-off"); got != http.StatusUnauthorized {
+		t.Fatalf("the revoked token once the server answers: %d", got)
+	}
+}
+
+// flood checks n made-up tokens at once from their own goroutines and
+// returns a wait for them all, counting those done and those refused 503.
+func flood(r *Remote, n int, done, busy *atomic.Int64) func() {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if check(r, llm, fmt.Sprintf("flood-%d", i)) == http.StatusServiceUnavailable {
+				busy.Add(1)
+			}
+			done.Add(1)
+		})
+	}
+	return wg.Wait
+}
+
+// TestRemoteAuthFloodKeepsExpiredCallersIn: while made-up tokens hold
+// every turn and fill the queue for one, a caller let in whose yes just
+// expired is still let in at once, and it is asked about again on turns
+// of its own.
+func TestRemoteAuthFloodKeepsExpiredCallersIn(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	srv := &askServer{}
+	r := NewRemote(RemoteConfig{Server: srv, Clock: clk, AuthTTL: 10 * time.Second})
+	r.turnWait = time.Hour // the flood waits for its turns throughout
+	if got := check(r, llm, "known"); got != 0 {
+		t.Fatalf("known: %d", got)
+	}
+	srv.hold = make(chan struct{})
+	var done, busy atomic.Int64
+	wait := flood(r, maxAsking+maxWaiting, &done, &busy)
+	waitFor(t, "the flood holding every turn and the queue", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.inFlight == maxAsking && r.waiting.Load() == maxWaiting
+	})
+	clk.Advance(10*time.Second + time.Millisecond)
+	got := make(chan int, 1)
+	go func() { got <- check(r, llm, "known") }()
+	select {
+	case code := <-got:
+		if code != 0 {
+			t.Errorf("a known caller whose yes expired, during the flood: %d", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a known caller whose yes expired waited behind the flood")
+	}
+	waitFor(t, "the known caller asked about again during the flood", func() bool {
+		n, _, _ := srv.counts("known")
+		return n == 2
+	})
+	close(srv.hold)
+	wait()
+	waitRechecked(t, r, srv, "known", 2)
+	if _, stale, ok := r.callers.get(authKey{service: llm.Name, project: llm.Project, digest: sha256.Sum256([]byte("known"))}, clk.Now()); !ok || stale {
+		t.Errorf("the check again did not renew the yes (remembered %v, stale %v)", ok, stale)
+	}
+	if busy.Load() != 0 {
+		t.Errorf("%d of the flood within the bounds were refused", busy.Load())
+	}
+}
+
+// TestRemoteAuthFloodParksBoundedGoroutines: a flood of made-up tokens
+// past maxAsking in flight and maxWaiting waiting is refused 503 at once,
+// so the goroutines parked stay bounded whatever the flood's size.
+func TestRemoteAuthFloodParksBoundedGoroutines(t *testing.T) {
+	srv := &askServer{hold: make(chan struct{})}
+	r := NewRemote(RemoteConfig{Server: srv})
+	r.turnWait = time.Minute
+	const n = 2000
+	base := runtime.NumGoroutine()
+	var done, busy atomic.Int64
+	wait := flood(r, n, &done, &busy)
+	refused := int64(n - maxAsking - maxWaiting)
+	waitFor(t, "the flood past the bounds refused", func() bool { return done.Load() >= refused })
+	// Parked: each request in flight or waiting, and its question.
+	parked := runtime.NumGoroutine() - base
+	if limit := 2*(maxAsking+maxWaiting) + 50; parked > limit {
+		t.Errorf("%d goroutines parked under a flood of %d, want at most %d", parked, n, limit)
+	}
+	if busy.Load() != refused {
+		t.Errorf("%d refused 503, want %d", busy.Load(), refused)
+	}
+	if _, asked, peak := srv.counts(""); asked != maxAsking || peak > maxAsking {
+		t.Errorf("%d questions reached the server, %d at once; want %d", asked, peak, maxAsking)
+	}
+	close(srv.hold)
+	wait()
 }
