@@ -154,7 +154,11 @@ func clientFor(t target, dataDir string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(t.server, t.token, hc), nil
+	c := client.New(t.server, t.token, hc)
+	c.OnBusy(func(b client.Busy) { // the wait is progress, not a failure: say so
+		fmt.Fprintf(os.Stderr, "gpufleet: the server is busy (%d); sending %s %s again in %s (retry %d)\n", b.Status, b.Method, b.Path, b.Wait.Round(100*time.Millisecond), b.Try)
+	})
+	return c, nil
 }
 
 // httpClientFor returns the HTTP client for server: for https, one that

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpufleet/gpufleet/internal/agent"
+	"github.com/gpufleet/gpufleet/internal/api"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/server"
 )
@@ -50,6 +51,7 @@ func addServerFlags(cmd *cobra.Command, c *server.Config) {
 	fl.StringVar(&c.Store, "store", "", "where state lives: sqlite (the data dir's database, the default) or a postgres://user:password@host/db URL; prefer env "+server.StoreEnv+", which keeps the password out of the process list (docs/postgres.md)")
 	fl.BoolVar(&c.AcceptLostWrites, "accept-lost-writes", false, "start even when the database lacks acknowledged commits (a damaged WAL, an older copy restored; see `gpufleet store check`), logging what was lost")
 	fl.StringVar(&c.ReplicaID, "replica-id", "", "this server's name in the leader election among replicas sharing a PostgreSQL --store (default HOSTNAME-PID; README \"High availability\")")
+	fl.IntVar(&c.MaxInflightWrites, "max-inflight-writes", api.DefaultMaxInflightWrites, "users' writes (submissions, cancels, applies…) served at once; more are answered 503 with Retry-After, which the CLI waits out, so that agents' syncs never queue behind a flood (README \"Load shedding\"); -1: no limit")
 	fl.StringVar(&c.ServicesDomain, "services-domain", "", "route host NAME.DOMAIN to service NAME (a wildcard DNS record *.DOMAIN pointing at this server or a gpufleet proxy; use a domain of its own, not the API's)")
 	fl.StringVar(&c.AdvertiseURL, "advertise-url", "", "URL the other replicas redirect clients to while this one leads (default: the --listen address's URL, an unspecified host replaced by the host name)")
 	fl.Func("sim-clouds", "simulate only these clouds, comma-separated (aws,gcp,azure,oci,lambda,vast; default all)", func(v string) error {

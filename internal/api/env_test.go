@@ -53,6 +53,12 @@ type envConfig struct {
 	// Artifacts serves /v1/artifacts from a catalogue over the
 	// controller (package artifacts), as the server wires it.
 	Artifacts bool
+	// MaxInflightWrites is the API's limit of users' writes (0: its
+	// default).
+	MaxInflightWrites int
+	// Backend, when set, wraps the controller as the API's Backend (a
+	// test's held or slowed submissions).
+	Backend func(api.Backend) api.Backend
 }
 
 // testEnv is a whole server as cmd/gpufleet wires it: the real SQLite store
@@ -147,9 +153,14 @@ func newEnv(tb testing.TB, cfg envConfig) *testEnv {
 			tb.Fatal(err)
 		}
 	}
+	var backend api.Backend = ctrl
+	if cfg.Backend != nil {
+		backend = cfg.Backend(ctrl)
+	}
 	srv, err := api.New(api.Config{
-		Artifacts: arts, Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, CheckPool: drivers.CheckPool, Owned: cfg.Owned,
+		Artifacts: arts, Controller: backend, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(), Catalog: cat, Logs: logs, Registry: reg, Archives: archives, PoolPrice: drivers.Price, CheckPool: drivers.CheckPool, Owned: cfg.Owned,
 		MaxBodyBytes: cfg.MaxBodyBytes, Version: "test", Ready: cfg.Ready, Audit: st, Services: svcs, Joiner: ctrl,
+		MaxInflightWrites: cfg.MaxInflightWrites,
 	})
 	if err != nil {
 		tb.Fatalf("building API: %v", err)

@@ -59,7 +59,12 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes bounds request bodies (1 MiB).
 	MaxBodyBytes int64
-	Version      string
+	// MaxInflightWrites bounds the users' writes (submissions, cancels,
+	// applies…) served at once; one more is answered 503 with Retry-After,
+	// so that agents' syncs never queue behind a flood of them (0:
+	// DefaultMaxInflightWrites; negative: no limit).
+	MaxInflightWrites int
+	Version           string
 	// Ready reports whether the server can take writes; nil means yes.
 	Ready func() error
 	// Leader, with replicas (HA), describes this replica as the leader on
@@ -100,6 +105,7 @@ type Server struct {
 	handler  http.Handler
 	metricsH http.Handler
 	duration *prometheus.HistogramVec
+	shed     *shedder
 	openapi  []byte
 	// origins refuses cross-origin state-changing browser requests.
 	origins *http.CrossOriginProtection
@@ -120,12 +126,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	s := &Server{cfg: cfg}
+	var err error
 	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gpufleet_api_request_duration_seconds",
 		Help:    "API request duration by route and status code.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10},
 	}, []string{"route", "code"})
 	if err := cfg.Registry.Register(s.duration); err != nil {
+		return nil, err
+	}
+	if cfg.MaxInflightWrites == 0 {
+		cfg.MaxInflightWrites = DefaultMaxInflightWrites
+	}
+	if s.shed, err = newShedder(cfg.MaxInflightWrites, cfg.Registry); err != nil {
 		return nil, err
 	}
 	doc, err := OpenAPI(cfg.Version)
@@ -195,10 +208,12 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
-// wrap adds metrics, body limits, authentication and authorisation.
+// wrap adds metrics, body limits, authentication, authorisation and, for
+// users' writes, load shedding.
 func (s *Server) wrap(rt Route) http.Handler {
 	h := rt.handler(s)
 	label := rt.Method + " " + rt.Pattern
+	shed := sheddable(rt)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
@@ -244,6 +259,16 @@ func (s *Server) wrap(rt Route) http.Handler {
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, tok))
+		}
+		if shed {
+			release, ok := s.shed.admit(rec, r, label)
+			if !ok {
+				// Nothing changed: auditing it would add the very
+				// writes that shedding keeps out.
+				a.recorded = true
+				return
+			}
+			defer release()
 		}
 		h(rec, r)
 	})

@@ -116,6 +116,9 @@ type Config struct {
 	// ServicesDomain, when set, routes host NAME.DOMAIN to service NAME
 	// (docs/services.md, "Host names").
 	ServicesDomain string
+	// MaxInflightWrites bounds the users' writes the API serves at once
+	// (api.Config.MaxInflightWrites: 0 its default, negative no limit).
+	MaxInflightWrites int
 }
 
 // stepDownBound bounds the shutdown of a leader that lost its lease.
@@ -583,7 +586,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv, err := api.New(api.Config{
 		Sessions: ui, UI: ui.Handler(), Controller: ctrl, Identity: ctrl.Identity(), Roles: ctrl.Identity(), Auditor: ctrl.AuditLog(), Secrets: ctrl.Vault(),
 		Catalog: cat, PoolPrice: provs.Price, CheckPool: provs.CheckPool, Owned: ownedOffers(owned, sshFleet), Logs: logs, Archives: archives, Log: log, Registry: reg, Version: c.Version, Calibration: cal, Audit: st, Services: svcs, GitOps: gitStatus, Joiner: ctrl,
-		Artifacts: arts, Leader: leaderLine(el)})
+		Artifacts: arts, Leader: leaderLine(el), MaxInflightWrites: c.MaxInflightWrites})
 	if err != nil {
 		return err
 	}

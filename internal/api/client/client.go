@@ -25,6 +25,9 @@ import (
 type Client struct {
 	servers *endpoints.Set
 	token   string
+	// busyWait and onBusy: see SetBusyWait and OnBusy.
+	busyWait time.Duration
+	onBusy   func(Busy)
 }
 
 // New returns a client for server (e.g. "http://127.0.0.1:7777", or a
@@ -39,7 +42,7 @@ func New(server, token string, hc *http.Client) *Client {
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	return &Client{servers: endpoints.New(server, hc), token: token}
+	return &Client{servers: endpoints.New(server, hc), token: token, busyWait: DefaultBusyWait}
 }
 
 // Server returns the server URL: the one last known to lead.
@@ -60,7 +63,7 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 		first.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	sent := false
-	resp, err := c.servers.Do(func(base string) (*http.Request, error) {
+	build := func(base string) (*http.Request, error) {
 		req := first
 		if sent { // another server: the same request, its body from the start
 			req = first.Clone(ctx)
@@ -75,7 +78,30 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, b
 		}
 		req.URL, req.Host = u, u.Host
 		return req, nil
-	})
+	}
+	// A busy server's refusal (it did nothing) is waited out and the
+	// request sent again, the same (a submission with its idempotency
+	// key), within c.busyWait; a streamed body cannot be sent twice.
+	giveUp := time.Now().Add(c.busyWait)
+	resp, err := c.servers.Do(build)
+	for try := 1; err == nil; try++ {
+		wait, busy := busyWait(resp, try-1)
+		if !busy || body != nil && first.GetBody == nil {
+			break
+		}
+		if dl, ok := ctx.Deadline(); time.Now().Add(wait).After(giveUp) || ok && time.Now().Add(wait).After(dl) {
+			break
+		}
+		p := decodeProblem(resp)
+		resp.Body.Close()
+		if c.onBusy != nil {
+			c.onBusy(Busy{Method: method, Path: path, Status: resp.StatusCode, Detail: p.Error(), Try: try, Wait: wait})
+		}
+		if err = sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("waiting out a busy gpufleet server at %s: %w (last answer: %v)", c.Server(), err, p)
+		}
+		resp, err = c.servers.Do(build)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("calling gpufleet server at %s: %w", c.Server(), err)
