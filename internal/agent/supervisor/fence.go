@@ -56,6 +56,14 @@ func (f Fence) Stopped() bool {
 	return !time.Now().Before(f.StopAt)
 }
 
+// untilStop is how long until the fence's stop (negative once passed).
+func (f Fence) untilStop() time.Duration {
+	if f.StopBoot > 0 {
+		return f.StopBoot - BootTime()
+	}
+	return time.Until(f.StopAt)
+}
+
 // Kill returns the kill deadline on this process's clock (time.Now plus
 // what is left of it on the boot clock).
 func (f Fence) Kill() time.Time {

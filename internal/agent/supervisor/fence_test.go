@@ -120,3 +120,37 @@ func TestFenceFollowsTheBootClock(t *testing.T) {
 		t.Errorf("kill in %s by the boot clock, want about a minute", left)
 	}
 }
+
+// A fence's stop is acted on when it falls, not at the next fence poll
+// (once a second): a supervisor that read the fence before its stop arms a
+// timer for it, so a child that ignores its signal is killed at KillAt even
+// when KillAt follows StopAt closely. Each case writes the fence at another
+// offset from the supervisors' poll phase; without the timer a case fails
+// whenever its poll falls more than the slack after the stop (about half of
+// the time each).
+func TestFenceStopNeedsNoPoll(t *testing.T) {
+	t.Parallel()
+	const slack = 400 * time.Millisecond
+	for _, stopIn := range []time.Duration{1200 * time.Millisecond, 1500 * time.Millisecond, 1800 * time.Millisecond} {
+		t.Run(stopIn.String(), func(t *testing.T) {
+			t.Parallel()
+			replicas, dir := replicaDir(t)
+			s := spec("sh", "-c", `trap '' TERM; echo ready; sleep 60`)
+			s.Grace = model.Duration(time.Hour)
+			r := startIn(t, dir, s, nil)
+			waitFor(t, "the child to start", func() bool { return strings.Contains(r.read(t, supervisor.OutputFile), "ready") })
+			written := time.Now()
+			kill := written.Add(stopIn + 100*time.Millisecond)
+			if err := supervisor.WriteFence(replicas, supervisor.Fence{StopAt: written.Add(stopIn), KillAt: kill}); err != nil {
+				t.Fatal(err)
+			}
+			got := r.exit(t)
+			if got.Reason != agentapi.ReasonFenced {
+				t.Fatalf("ended with reason %q, want %q", got.Reason, agentapi.ReasonFenced)
+			}
+			if late := got.EndedAt.Sub(kill); late > slack {
+				t.Errorf("the child ended %s after the fence's KillAt, want within %s", late, slack)
+			}
+		})
+	}
+}

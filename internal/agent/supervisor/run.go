@@ -280,16 +280,32 @@ func (s *supervisor) watch(pgid int, spec agentapi.ReplicaSpec, sig syscall.Sign
 			kill = time.After(max(0, time.Until(latest)))
 		}
 	}
+	// due fires at the stop of the fence last read when that comes before
+	// the next poll, so a stop is acted on when it falls, not up to a poll
+	// later (which would eat into the stop-to-kill margin, H/6).
+	var due <-chan time.Time
+	readFence := func() {
+		f, ok, err := ReadFence(s.dir)
+		if err != nil {
+			s.log.Warn("reading the node's fence", "err", err)
+		}
+		if !ok {
+			return
+		}
+		if f.Stopped() {
+			end(agentapi.ReasonFenced, f.Kill())
+		} else if d := f.untilStop(); d < fencePoll {
+			due = time.After(d)
+		}
+	}
+	readFence()
 	for {
 		select {
 		case <-fence.C:
-			f, ok, err := ReadFence(s.dir)
-			if err != nil {
-				s.log.Warn("reading the node's fence", "err", err)
-			}
-			if ok && f.Stopped() {
-				end(agentapi.ReasonFenced, f.Kill())
-			}
+			readFence()
+		case <-due:
+			due = nil
+			readFence() // the fence may have moved since: read it again
 		case err := <-exited:
 			if err != nil {
 				// Not expected for our own child; the group is killed and
