@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +24,6 @@ type memStore struct {
 	idem     []store.Idempotency
 	revs     []*model.Revision
 	ledger   []model.LedgerEntry
-	meta     map[string]string
 	batches  int
 }
 
@@ -37,9 +34,7 @@ func newMemStore() *memStore {
 func (m *memStore) Load(context.Context) (*store.Dump, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...), Revisions: append([]*model.Revision(nil), m.revs...),
-		Meta: maps.Clone(m.meta)}
-	d.Ledger = slices.Clone(m.ledger)
+	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...), Revisions: append([]*model.Revision(nil), m.revs...)}
 	for _, j := range m.jobs {
 		d.Jobs = append(d.Jobs, j)
 	}
@@ -81,12 +76,6 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 	m.idem = append(m.idem, b.Idempotency...)
 	m.revs = append(m.revs, b.Revisions...)
 	m.ledger = append(m.ledger, b.Ledger...)
-	for k, v := range b.Meta {
-		if m.meta == nil {
-			m.meta = map[string]string{}
-		}
-		m.meta[k] = v
-	}
 	m.mu.Unlock()
 	ch := make(chan error, 1)
 	ch <- nil

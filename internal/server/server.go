@@ -202,8 +202,7 @@ func (c *Config) Validate() error {
 
 // costConfig reads the price file and the webhook settings.
 func (c *Config) costConfig() (controller.CostConfig, error) {
-	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval,
-		ReportLag: c.HeartbeatTimeout}
+	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval}
 	if c.PricesFile == "" {
 		return cc, nil
 	}
