@@ -428,14 +428,7 @@ func TestCollectorSparesAnObjectWrittenAgain(t *testing.T) {
 	for _, path := range []string{"queued", "walk"} {
 		t.Run(path, func(t *testing.T) {
 			h := &hooked{onStat: path == "queued"}
-			open := func(cfg *artifacts.Config) {
-				cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
-					st, err := objstore.Open(ctx, s, cr)
-					h.Store = st
-					return h, err
-				}
-			}
-			e := newEnvWith(t, open)
+			e := newEnvWith(t, h.opens)
 			e.clock.Set(time.Now())
 			e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepCheckpoints: 1}}}}
 			ctx := context.Background()
@@ -489,13 +482,7 @@ func TestCollectorSparesAnObjectWrittenAgain(t *testing.T) {
 // and reads back, and only the content no kept version names is collected.
 func TestBootListingRacesCommit(t *testing.T) {
 	h := &hooked{onStorage: true}
-	e := newEnvWith(t, func(cfg *artifacts.Config) {
-		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
-			st, err := objstore.Open(ctx, s, cr)
-			h.Store = st
-			return h, err
-		}
-	})
+	e := newEnvWith(t, h.opens)
 	e.clock.Set(time.Now())
 	e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepVersions: 2}}}, {Name: "nlp"}}
 	if _, err := e.fleet.DataKey("nlp"); err != nil { // nlp sorts first: its round lists the storage
@@ -560,13 +547,7 @@ func TestBootListingRacesCommit(t *testing.T) {
 // afresh (not a latest that is gone) and applies retention to it.
 func TestBootListingRacesCheckpointDelete(t *testing.T) {
 	h := &hooked{onStorage: true}
-	e := newEnvWith(t, func(cfg *artifacts.Config) {
-		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
-			st, err := objstore.Open(ctx, s, cr)
-			h.Store = st
-			return h, err
-		}
-	})
+	e := newEnvWith(t, h.opens)
 	e.fleet.projects = []*model.Project{{Name: "vision", Spec: model.ProjectSpec{Artifacts: &model.ArtifactPolicy{KeepCheckpoints: 1}}}, {Name: "nlp"}}
 	e.fleet.jobs["j-done"] = &model.Job{ID: "j-done", Project: "vision", State: model.JobSucceeded}
 	if _, err := e.fleet.DataKey("nlp"); err != nil {
@@ -610,13 +591,7 @@ func TestBootListingRacesCheckpointDelete(t *testing.T) {
 // what it read before.
 func TestFrozenRoundDeletesNothing(t *testing.T) {
 	h := &hooked{onList: true}
-	e := newEnvWith(t, func(cfg *artifacts.Config) {
-		cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
-			st, err := objstore.Open(ctx, s, cr)
-			h.Store = st
-			return h, err
-		}
-	})
+	e := newEnvWith(t, h.opens)
 	ctx := context.Background()
 	e.checkpoint(t, "vision", "j-train", 1, map[string]string{"a": "one"})
 	key, _ := e.fleet.DataKey("vision")
@@ -636,5 +611,14 @@ func TestFrozenRoundDeletesNothing(t *testing.T) {
 	// The next round, not frozen, collects it.
 	if rep := e.round(t); rep.Objects != 1 {
 		t.Errorf("next round collected %d, want the orphan", rep.Objects)
+	}
+}
+
+// opens makes the catalogue open its storage through h.
+func (h *hooked) opens(cfg *artifacts.Config) {
+	cfg.Open = func(ctx context.Context, s model.Storage, cr objstore.Credentials) (objstore.Store, error) {
+		st, err := objstore.Open(ctx, s, cr)
+		h.Store = st
+		return h, err
 	}
 }
