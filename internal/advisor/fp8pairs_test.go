@@ -91,3 +91,26 @@ func TestFP8Pairs(t *testing.T) {
 	rms := func(i int) float64 { return math.Sqrt(sq[i] / math.Max(1, float64(n[i]))) }
 	t.Logf("fp8 ÷ bf16 speed-up: RMS %.1f%% over %d stated pairs, %.1f%% over %d with assumed inputs\n%s", rms(0)*100, n[0], rms(1)*100, n[1], strings.Join(lines, "\n"))
 }
+
+// TestFP8GainTerms checks fp8Gain's parts by hand on Llama 3 8B at 8k
+// tokens: the cast count per token (inputs 3h+f, output gradients
+// h+2·kv·d + h + 2f + h per layer: 69,632 × 32 layers) and the gain from
+// the formula written out with H100's rates.
+func TestFP8GainTerms(t *testing.T) {
+	w := mustResolve(t, Profile{Preset: "llama-3-8b", Task: PreTrain, Precision: FP8, SequenceLength: 8192, GlobalBatch: 8, Tokens: 1e9})
+	if got, want := w.fp8CastElements(), 69632.0*32; got != want {
+		t.Fatalf("cast elements %v, want %v", got, want)
+	}
+	peak, rate, bw := 989e12, 989e12*0.47, 3.35e12
+	fpt := 6*w.active + 12*32*4096*8192.0
+	T := fpt / rate
+	want := T / (T - 6*(w.active-w.embed)/(peak*gemmEfficiency)/2 + 6*69632*32/bw)
+	if got := w.fp8Gain(rate, peak, bw); math.Abs(got-want) > 1e-12 || got < 1.15 || got > 1.3 {
+		t.Fatalf("gain %v, want %v (and within the 8B pairs' 1.15–1.3)", got, want)
+	}
+	// Longer sequences give bf16 attention a larger share: the gain falls.
+	long := mustResolve(t, Profile{Preset: "llama-3-8b", Task: PreTrain, Precision: FP8, SequenceLength: 32768, GlobalBatch: 8, Tokens: 1e9})
+	if long.fp8Gain(rate, peak, bw) >= w.fp8Gain(rate, peak, bw) {
+		t.Fatal("the FP8 gain should fall as the sequence grows")
+	}
+}
