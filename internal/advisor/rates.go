@@ -224,12 +224,14 @@ func newHardware(w *workload, acc catalog.Accelerator, cal Calibration) (hardwar
 		}
 	}
 	if w.Precision == FP8 && w.Task.Training() {
-		// FP8 doubles datasheet peak on Hopper/Ada/Blackwell/CDNA3, but LLM
-		// training gains 1.3–1.5× end to end (NVIDIA Transformer Engine
-		// and NeMo reports): 2 × 0.65 = 1.3×.
+		// FP8 doubles datasheet peak on Hopper/Ada/Blackwell/CDNA3, but only
+		// the transformer layers' linear GEMMs run in it (fp8Gain). The
+		// utilisation is restated against the doubled peak.
 		if peak > 0 && fp8Cores {
+			g := w.fp8Gain(peak*1e12*mfu, peak*1e12, acc.MemoryBandwidthGBs*1e9)
 			peak *= 2
-			mfu *= 0.65
+			mfu *= g / 2
+			notes = append(notes, fmt.Sprintf("fp8 training: %.2f× the bf16 rate (linear GEMMs at twice the rate, casts at HBM speed; attention, embeddings and the rest stay bf16)", g))
 		} else {
 			notes = append(notes, "no fp8 tensor cores: estimated at bf16 rate")
 		}
@@ -297,4 +299,64 @@ func (w *workload) applyMeasured(hw *hardware, tflops, tokensPerSec float64) {
 	}
 	hw.mfu = rate / hw.peak
 	hw.notes = append(hw.notes, fmt.Sprintf("measured rate: %.0f model TFLOP/s per GPU (utilisation %.2f of %s peak) replaces the utilisation model", rate/1e12, hw.mfu, hw.gpu))
+}
+
+// fp8Gain is FP8 training's speed-up over the same run in bf16, by Amdahl's
+// law over one token's calibrated bf16 time (rate: the bf16 model FLOP/s the
+// utilisation gives): only the transformer layers' linear GEMMs run in FP8
+// (Transformer Engine's fp8_autocast and torchao's Float8Linear replace the
+// Linear modules; attention, embedding and output layer stay bf16). Their
+// time at the rate a large bf16 GEMM reaches, 6·(N_active − N_embed) ÷
+// (peak·gemmEfficiency), halves (dense FP8 peak is 2× bf16 on Hopper); the
+// rest of the calibrated time is unchanged; each FP8 cast costs 6 bytes per
+// element at HBM speed (amax read, read, FP8 write, transposed write) for
+// every linear layer's input (forward) and output gradient (backward).
+// Chosen over a constant and over halving the linear layers' whole
+// calibrated time by independent FP8/bf16 pairs (testdata/fp8pairs.json,
+// docs/advisor.md "The FP8 training rate").
+func (w *workload) fp8Gain(rate, peak, bw float64) float64 {
+	fpt, _ := w.flopsPerToken(RecomputeNone)
+	if rate <= 0 || fpt <= 0 {
+		return 1
+	}
+	weights := 6.0
+	if w.Task == LoRA || w.Task == QLoRA {
+		weights = 4
+	}
+	bf16 := fpt / rate
+	gemm := weights * (w.active - w.embed) / (peak * gemmEfficiency)
+	casts := 0.0
+	if bw > 0 {
+		casts = 6 * w.fp8CastElements() / bw
+	}
+	t := bf16 - gemm/2 + casts
+	if t <= 0 {
+		return 2
+	}
+	return bf16 / t
+}
+
+// fp8CastElements counts, per token and all layers, the elements cast to
+// FP8: each linear layer's input forward and its output gradient backward.
+// Attention: the QKV input h and output h+2·kv·d, the projection input a·d
+// and output h. MLP: the fc1 input h and output (mats−1)·f, the fc2 input f
+// and output h, for the dense MLP or each expert a token visits (k routed +
+// S shared at width f_e).
+func (w *workload) fp8CastElements() float64 {
+	a := w.arch
+	h, aw := float64(a.Hidden), w.attnWidth()
+	kv := float64(a.KVHeads * w.headDim)
+	attn := h + (aw + 2*kv) + aw + h
+	mats := 2.0
+	if w.gated {
+		mats = 3
+	}
+	mlp := func(f float64) float64 { return h + (mats-1)*f + f + h }
+	moe := w.moeLayers()
+	dense := float64(a.Layers - moe)
+	per := float64(a.Layers)*attn + dense*mlp(float64(a.FFN))
+	if moe > 0 {
+		per += float64(moe) * float64(a.ActiveExperts+a.SharedExperts) * mlp(float64(a.ExpertFFN))
+	}
+	return per
 }

@@ -51,7 +51,7 @@ type Timing struct {
 func timeTerms(t *Timing, training bool) []Term {
 	var ts terms
 	if training {
-		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU)", t.Compute)
+		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
 		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/(micro-batches·vp) (Narayanan et al. 2021)", t.Bubble)
 		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
