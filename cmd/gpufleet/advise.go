@@ -24,6 +24,7 @@ func newAdviseCmd(g *globals) *cobra.Command {
 		p                                  = &req.Profile
 		gated, tied                        bool
 		zero                               int
+		dropout                            float64
 		offloadOpt, offloadParams, plan    bool
 	)
 	cmd := &cobra.Command{
@@ -72,6 +73,9 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 			}
 			if flags.Changed("tied-embeddings") {
 				p.Model.TiedEmbeddings = &tied
+			}
+			if flags.Changed("dropout") {
+				p.Model.Dropout = &dropout
 			}
 			if flags.Changed("zero") {
 				p.Pin.ZeRO = &zero
@@ -178,6 +182,7 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&p.Model.RouteNodes, "route-nodes", 0, "MoE: node-limited routing, most nodes a token's experts lie on (DeepSeek-V3: 4)")
 	fl.BoolVar(&gated, "gated-mlp", true, "SwiGLU-style MLP with three matrices")
 	fl.BoolVar(&tied, "tied-embeddings", false, "output layer shares the input embedding")
+	fl.Float64Var(&dropout, "dropout", 0, "training dropout probability; 0 stores no dropout masks (default: the preset's published value, else masks counted)")
 	// Serving.
 	fl.IntVar(&p.Serving.InputTokens, "input-tokens", 0, "serving: mean prompt tokens")
 	fl.IntVar(&p.Serving.OutputTokens, "output-tokens", 0, "serving: mean output tokens")
@@ -255,8 +260,8 @@ func readRequest(path string, req *advisor.Request) error {
 // flag-bound request src onto dst, so that a flag overrides the file.
 func replayFlags(flags *pflag.FlagSet, dst, src *advisor.Request) {
 	// --spot, --on-demand, --deadline, --target-latency, --gated-mlp,
-	// --tied-embeddings, --zero, --offload-optimizer and --offload-params
-	// are applied after the merge.
+	// --tied-embeddings, --dropout, --zero, --offload-optimizer and
+	// --offload-params are applied after the merge.
 	flags.Visit(func(f *pflag.Flag) { setRequestField(dst, src, f.Name) })
 }
 

@@ -308,7 +308,9 @@ func adapterOptimBytes(o Optimizer) float64 {
 // 4 (layer norms); for a gated MLP of width f the MLP term is 3 + 8·f/h
 // (gate, up, activation and product, 2 bytes each), and for MoE it grows
 // with the active experts. FlashAttention (Dao et al. 2022) never stores
-// the 5·a·s² scores.
+// the 5·a·s² scores. Trained without dropout (Model.Dropout 0), the two
+// 1-byte hidden masks go (34 → 32) and eager attention keeps 2·a·s², not
+// 5·a·s².
 func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 	s, h := float64(seq), float64(w.arch.Hidden)
 	t64 := float64(t)
@@ -316,6 +318,11 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 		return 2 * s * h / t64
 	}
 	per := s * h * (w.attnActivationTerm() + 4 + w.mlpActivationTerm())
+	if !w.dropout {
+		// No dropout: the attention block's and the MLP's output masks
+		// (1 byte per element each) are not stored.
+		per -= 2 * s * h
+	}
 	if w.Precision == FP8 {
 		// Transformer Engine keeps the FP8 cast of each GEMM input for the
 		// weight gradient (1 byte, not 2): the QKV, fc1 and fc2 inputs
@@ -324,9 +331,22 @@ func (w *workload) activationPerLayer(seq int, t int, rc Recompute) float64 {
 		per -= s * h * (1 + w.fc2InputTerm()/2)
 	}
 	if w.Attention == Eager && rc == RecomputeNone {
-		per += 5 * float64(w.arch.Heads) * s * s
+		// Scores' softmax 2·a·s², its dropout mask a·s² and the
+		// dropped-out probabilities 2·a·s²; without dropout the softmax
+		// output is the one tensor kept.
+		per += w.eagerScoreBytes() * float64(w.arch.Heads) * s * s
 	}
 	return per / t64
+}
+
+// eagerScoreBytes is eager attention's bytes per score element:
+// Korthikanti et al.'s 5 (softmax output 2, dropout mask 1, dropout
+// output 2), 2 without dropout.
+func (w *workload) eagerScoreBytes() float64 {
+	if w.dropout {
+		return 5
+	}
+	return 2
 }
 
 // attnActivationTerm is the attention block's bytes per token per hidden
@@ -570,11 +590,18 @@ func (w *workload) trainingMemoryTerms(p Plan, capacity float64, t *terms) mem {
 	case RecomputeSelective:
 		actFormula = "korthikanti selective: s·b·h·34/t per layer (gated MLP: 15+8·f/h)"
 	}
+	if !w.dropout && p.Recompute != RecomputeFull {
+		actFormula += "; dropout 0: no masks, −2·s·b·h (eager scores 2·a·s², not 5)"
+	}
 	t.add("activations (stored layers)", actFormula, m.acts)
 	if p.Recompute == RecomputeFull {
 		// The layer being recomputed holds its full activations.
 		re := float64(p.MicroBatch) * w.activationPerLayer(seq, p.TP, RecomputeSelective)
-		t.add("activations (layer being recomputed)", "korthikanti: one layer's s·b·h·34/t", re)
+		reFormula := "korthikanti: one layer's s·b·h·34/t"
+		if !w.dropout {
+			reFormula = "korthikanti: one layer's s·b·h·34/t, dropout 0: −2·s·b·h (no masks)"
+		}
+		t.add("activations (layer being recomputed)", reFormula, re)
 		m.acts += re
 	}
 	// Output logits in fp32 for the loss (Megatron and Hugging Face upcast

@@ -136,6 +136,14 @@ type Model struct {
 	GatedMLP *bool `json:"gatedMLP,omitempty"`
 	// TiedEmbeddings shares the input embedding with the output layer.
 	TiedEmbeddings *bool `json:"tiedEmbeddings,omitempty"`
+	// Dropout is the dropout probability training applies (hidden and
+	// attention). At 0 no dropout mask is stored: PyTorch's dropout returns
+	// its input unchanged when p = 0, so Korthikanti et al.'s two hidden
+	// masks (s·b·h bytes each) and, with eager attention, the a·s²·b
+	// attention mask and the 2·a·s²·b dropped-out scores are not kept.
+	// Unset means the preset's published value, or, for a custom model,
+	// that masks are stored (Korthikanti et al.'s count).
+	Dropout *float64 `json:"dropout,omitempty"`
 }
 
 // LoRASpec sets the adapters of a LoRA or QLoRA fine-tune.
@@ -345,6 +353,7 @@ type workload struct {
 	Profile
 	arch       Model // resolved architecture
 	gated      bool
+	dropout    bool // dropout masks are stored (Model.Dropout unset or > 0)
 	headDim    int
 	params     float64 // total parameters
 	active     float64 // parameters touched per token (MoE: active experts)
@@ -473,6 +482,9 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 	if arch.Experts == 0 && arch.ActiveExperts > 0 {
 		fe.Add(mp+"experts", "activeExperts needs experts")
 	}
+	if arch.Dropout != nil && !(*arch.Dropout >= 0 && *arch.Dropout < 1) {
+		fe.Add(mp+"dropout", fmt.Sprintf("must be in [0, 1), got %g", *arch.Dropout))
+	}
 	if arch.SharedExperts < 0 || arch.ExpertFFN < 0 || arch.DenseLayers < 0 || arch.RouteNodes < 0 {
 		fe.Add(mp+"experts", "sharedExperts, expertFFN, denseLayers and routeNodes must be >= 0")
 	}
@@ -598,6 +610,7 @@ func resolve(p Profile) (workload, model.FieldErrors) {
 		w.headDim = arch.HeadDim
 	}
 	w.gated = arch.GatedMLP == nil || *arch.GatedMLP
+	w.dropout = arch.Dropout == nil || *arch.Dropout > 0
 	w.deriveParams()
 	w.epDegrees = noExpertParallelism
 	if arch.Experts > 0 {
@@ -749,6 +762,9 @@ func overlay(base, over Model) Model {
 	}
 	if over.TiedEmbeddings != nil {
 		base.TiedEmbeddings = over.TiedEmbeddings
+	}
+	if over.Dropout != nil {
+		base.Dropout = over.Dropout
 	}
 	return base
 }

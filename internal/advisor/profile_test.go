@@ -155,3 +155,64 @@ func TestActivationStorageByStack(t *testing.T) {
 		t.Errorf("megatron FP8 layer: %.3f, want 23.5 (−(1+f/h))", got)
 	}
 }
+
+// TestActivationWithoutDropout checks the dropout-free terms by hand:
+// Korthikanti et al.'s 34 is 11 (attention, 1 of it the output dropout
+// mask) + 19 (MLP, 1 of it its mask) + 4, and eager attention's 5·a·s²
+// is softmax 2 + mask 1 + dropped-out scores 2. At dropout 0 the layer
+// keeps 32 and 2·a·s².
+func TestActivationWithoutDropout(t *testing.T) {
+	t.Parallel()
+	const seq = 1024
+	per := func(p Profile, rc Recompute) float64 {
+		w := mustResolve(t, p)
+		return w.activationPerLayer(seq, 1, rc) / (seq * float64(w.arch.Hidden))
+	}
+	// h 1024, a 16: a·s/h = 16, so eager scores add 5·16 = 80 with
+	// dropout and 2·16 = 32 without.
+	gelu := Profile{Task: PreTrain, Tokens: 1e6, Model: Model{Layers: 4, Hidden: 1024, FFN: 4096, Heads: 16, Vocab: 1000, GatedMLP: ptr(false)}}
+	noDrop := gelu
+	noDrop.Model.Dropout = ptr(0.0)
+	eager, eagerNoDrop := gelu, noDrop
+	eager.Attention, eagerNoDrop.Attention = Eager, Eager
+	lowDrop := gelu
+	lowDrop.Model.Dropout = ptr(0.1)
+	for _, c := range []struct {
+		name string
+		p    Profile
+		rc   Recompute
+		want float64
+	}{
+		{"flash, dropout unset (Korthikanti)", gelu, RecomputeNone, 34},
+		{"flash, dropout 0.1", lowDrop, RecomputeNone, 34},
+		{"flash, dropout 0", noDrop, RecomputeNone, 32},
+		{"eager, dropout unset", eager, RecomputeNone, 34 + 80},
+		{"eager, dropout 0", eagerNoDrop, RecomputeNone, 32 + 32},
+		{"eager selective, dropout 0", eagerNoDrop, RecomputeSelective, 32},
+		{"full recompute, dropout 0 (layer input only)", noDrop, RecomputeFull, 2},
+	} {
+		if got := per(c.p, c.rc); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: %.3f bytes per token per hidden unit, want %g", c.name, got, c.want)
+		}
+	}
+	// Megatron FP8 gated GQA (TestActivationStorageByStack's 23.5) less
+	// the two masks: 21.5.
+	fp8 := Profile{Task: PreTrain, Tokens: 1e6, Precision: FP8, Framework: "megatron", Model: Model{Layers: 4, Hidden: 1024, FFN: 2048, Heads: 16, KVHeads: 2, Vocab: 1000, Dropout: ptr(0.0)}}
+	if got := per(fp8, RecomputeNone); math.Abs(got-21.5) > 1e-9 {
+		t.Errorf("megatron FP8 layer, dropout 0: %.3f, want 21.5", got)
+	}
+	// Presets carry their family's published dropout; a profile overrides.
+	if w := mustResolve(t, Profile{Preset: "llama-3-8b", Task: PreTrain, Tokens: 1e6}); w.dropout {
+		t.Error("llama-3-8b: masks stored, want none (its config trains without dropout)")
+	}
+	if w := mustResolve(t, Profile{Preset: "llama-3-8b", Task: PreTrain, Tokens: 1e6, Model: Model{Dropout: ptr(0.1)}}); !w.dropout {
+		t.Error("llama-3-8b with model.dropout 0.1: no masks, want them")
+	}
+	if w := mustResolve(t, Profile{Preset: "gpt3-175b", Task: PreTrain, Tokens: 1e6}); !w.dropout {
+		t.Error("gpt3-175b: no masks, want Korthikanti's count")
+	}
+	bad := Profile{Preset: "llama-3-8b", Task: PreTrain, Tokens: 1e6, Model: Model{Dropout: ptr(1.0)}}
+	if fe := bad.Validate(); len(fe) == 0 || !strings.Contains(fe.Error(), "model.dropout") {
+		t.Errorf("dropout 1: errors %v, want one at model.dropout", fe)
+	}
+}
