@@ -140,7 +140,9 @@ func TestAuditEntriesReachTheStoreInChainOrder(t *testing.T) {
 	t.Parallel()
 	st := &orderStore{}
 	com := startCommitter(t, st)
-	l := auditlog.New(com, clock.Real{}, nil)
+	// Reserving takes a while (a busy machine), so an entry linked but
+	// not yet placed would be overtaken.
+	l := auditlog.New(slowReserver{com}, clock.Real{}, nil)
 	var wg sync.WaitGroup
 	for i := range 100 {
 		wg.Add(1)
@@ -166,4 +168,12 @@ func TestAuditEntriesReachTheStoreInChainOrder(t *testing.T) {
 	if err := audit.Verify(entries); err != nil {
 		t.Fatalf("the store's order breaks the chain: %v", err)
 	}
+}
+
+// slowReserver is the committer with a delay before each reservation.
+type slowReserver struct{ *committer }
+
+func (s slowReserver) Reserve() func(*store.Batch) func(context.Context) error {
+	time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+	return s.committer.Reserve()
 }
