@@ -47,9 +47,14 @@ type committer struct {
 
 	// subMu orders submissions: the controller's and its components'
 	// (identity, audit, vault), each of which submits under its own lock.
+	// It is held while a new place is sent to run, which can wait for
+	// room in the queue; fill therefore never takes it (heldMu instead),
+	// or a full queue behind an unfilled place would never drain.
 	subMu sync.Mutex
-	next  uint64    // guarded by subMu
-	held  []*commit // numbered, not yet queued to the store, in order; guarded by subMu
+	next  uint64 // guarded by subMu
+
+	heldMu sync.Mutex
+	held   []*commit // numbered, not yet queued to the store, in order; guarded by heldMu
 
 	mu       sync.Mutex
 	durable  uint64
@@ -67,10 +72,7 @@ func (c *committer) submit(b *store.Batch) *commit {
 	submit := store.Prepare(c.st, b)
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	cm := c.placeLocked()
-	cm.submit = submit
-	c.releaseLocked()
-	return cm
+	return c.placeLocked(submit)
 }
 
 // reserve numbers a batch that is given later, by fill: callers reserve
@@ -80,30 +82,39 @@ func (c *committer) submit(b *store.Batch) *commit {
 func (c *committer) reserve() *commit {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	return c.placeLocked()
+	return c.placeLocked(nil)
 }
 
 // fill gives a reserved place its batch, encoding it on the caller's
 // goroutine, and queues it with any later batches it held back.
 func (c *committer) fill(cm *commit, b *store.Batch) {
 	submit := store.Prepare(c.st, b)
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
 	cm.submit = submit
 	c.releaseLocked()
 }
 
-// placeLocked numbers a new commit and queues it for acknowledgement.
-func (c *committer) placeLocked() *commit {
+// placeLocked numbers a new commit with its batch (submit; nil for a
+// reserved place), queues what it can to the store and sends the commit to
+// run for acknowledgement. The send may wait for room in the queue, with
+// subMu held but not heldMu, so a fill can always release the place run is
+// waiting on.
+func (c *committer) placeLocked(submit func() <-chan error) *commit {
 	c.next++
-	cm := &commit{seq: c.next, queued: make(chan struct{}), done: make(chan struct{})}
+	cm := &commit{seq: c.next, submit: submit, queued: make(chan struct{}), done: make(chan struct{})}
+	c.heldMu.Lock()
 	c.held = append(c.held, cm)
+	if submit != nil {
+		c.releaseLocked()
+	}
+	c.heldMu.Unlock()
 	c.queue <- cm
 	return cm
 }
 
-// releaseLocked queues to the store, in order, every held batch up to the
-// first place still waiting for its batch.
+// releaseLocked (heldMu held) queues to the store, in order, every held
+// batch up to the first place still waiting for its batch.
 func (c *committer) releaseLocked() {
 	n := 0
 	for _, cm := range c.held {

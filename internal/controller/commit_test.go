@@ -93,6 +93,59 @@ func TestReservedPlaceHoldsBackLaterBatches(t *testing.T) {
 	}
 }
 
+// A reserved place whose later batches fill the queue to run is still
+// filled: the submission waiting for room in the queue holds subMu, which
+// fill must not need (the reviewer's probe: with fill on subMu this hung).
+func TestFillPassesAFullQueue(t *testing.T) {
+	t.Parallel()
+	st := &orderStore{}
+	com := newCommitter(st, func(err error) { t.Errorf("fatal: %v", err) })
+	com.queue = make(chan *commit, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { com.run(ctx); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	held := com.reserve()
+	// run takes held and waits for its fill; two more fill the queue and
+	// the last waits for room, holding subMu.
+	var later []*commit
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cm := com.submit(named(fmt.Sprint("later", i)))
+			mu.Lock()
+			later = append(later, cm)
+			mu.Unlock()
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(com.queue) < cap(com.queue) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // the rest reach the full queue
+
+	filled := make(chan struct{})
+	go func() { com.fill(held, named("held")); close(filled) }()
+	select {
+	case <-filled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fill blocked behind a submission waiting for room in the queue")
+	}
+	wg.Wait()
+	for _, cm := range later {
+		if err := cm.wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := names(st.submitted()); len(got) != 5 || got[0] != "held" {
+		t.Fatalf("store order %v, want held then the four later batches", got)
+	}
+}
+
 // Places taken in one order (under a lock, as callers do) and filled in any
 // other, after random delays, reach the store in the order taken.
 func TestFillsInAnyOrderKeepThePlaces(t *testing.T) {
