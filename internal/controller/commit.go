@@ -9,10 +9,15 @@ import (
 
 // commit is one batch on its way to disk.
 type commit struct {
-	seq  uint64
-	ch   <-chan error
-	done chan struct{}
-	err  error
+	seq uint64
+	// submit queues the batch, encoded (store.Prepare); nil while its
+	// place is reserved and the batch not yet given.
+	submit func() <-chan error
+	// queued is closed once ch is set: the batch reached the store.
+	queued chan struct{}
+	ch     <-chan error
+	done   chan struct{}
+	err    error
 }
 
 // wait blocks until the batch is durable, or ctx ends.
@@ -27,6 +32,14 @@ func (c *commit) wait(ctx context.Context) error {
 
 // committer queues batches and acknowledges them in order, tracking the
 // highest sequence known durable so readers can wait for a barrier.
+//
+// A batch is encoded before it takes its place (store.Prepare), outside
+// subMu, so the one lock every component's submission passes holds only
+// the numbering and the hand-over; a caller can also reserve its place
+// under its own lock and give the batch after releasing it (reserve),
+// keeping the encoding out of that lock too. Batches reach the store in
+// sequence order: one whose place is reserved holds back every later one
+// until it is given.
 type committer struct {
 	st    store.Store
 	queue chan *commit
@@ -34,8 +47,14 @@ type committer struct {
 
 	// subMu orders submissions: the controller's and its components'
 	// (identity, audit, vault), each of which submits under its own lock.
+	// It is held while a new place is sent to run, which can wait for
+	// room in the queue; fill therefore never takes it (heldMu instead),
+	// or a full queue behind an unfilled place would never drain.
 	subMu sync.Mutex
 	next  uint64 // guarded by subMu
+
+	heldMu sync.Mutex
+	held   []*commit // numbered, not yet queued to the store, in order; guarded by heldMu
 
 	mu       sync.Mutex
 	durable  uint64
@@ -50,12 +69,65 @@ func newCommitter(st store.Store, fatal func(error)) *committer {
 // controller's mutex, or a component's), so within each the sequence
 // numbers follow the order changes reached memory.
 func (c *committer) submit(b *store.Batch) *commit {
+	submit := store.Prepare(c.st, b)
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
+	return c.placeLocked(submit)
+}
+
+// reserve numbers a batch that is given later, by fill: callers reserve
+// under the lock that orders their change and fill after releasing it.
+// Until it is filled no later batch reaches the store, so every reserve
+// must be followed by one fill, without waiting on anything in between.
+func (c *committer) reserve() *commit {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return c.placeLocked(nil)
+}
+
+// fill gives a reserved place its batch, encoding it on the caller's
+// goroutine, and queues it with any later batches it held back.
+func (c *committer) fill(cm *commit, b *store.Batch) {
+	submit := store.Prepare(c.st, b)
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	cm.submit = submit
+	c.releaseLocked()
+}
+
+// placeLocked numbers a new commit with its batch (submit; nil for a
+// reserved place), queues what it can to the store and sends the commit to
+// run for acknowledgement. The send may wait for room in the queue, with
+// subMu held but not heldMu, so a fill can always release the place run is
+// waiting on.
+func (c *committer) placeLocked(submit func() <-chan error) *commit {
 	c.next++
-	cm := &commit{seq: c.next, ch: c.st.Submit(b), done: make(chan struct{})}
+	cm := &commit{seq: c.next, submit: submit, queued: make(chan struct{}), done: make(chan struct{})}
+	c.heldMu.Lock()
+	c.held = append(c.held, cm)
+	if submit != nil {
+		c.releaseLocked()
+	}
+	c.heldMu.Unlock()
 	c.queue <- cm
 	return cm
+}
+
+// releaseLocked (heldMu held) queues to the store, in order, every held
+// batch up to the first place still waiting for its batch.
+func (c *committer) releaseLocked() {
+	n := 0
+	for _, cm := range c.held {
+		if cm.submit == nil {
+			break
+		}
+		cm.ch = cm.submit()
+		close(cm.queued)
+		n++
+	}
+	if n > 0 {
+		c.held = append(c.held[:0], c.held[n:]...)
+	}
 }
 
 // last is the sequence number of the latest batch submitted, for barrier.
@@ -69,6 +141,16 @@ func (c *committer) last() uint64 {
 // the committer a store.Committer.
 func (c *committer) Commit(b *store.Batch) func(context.Context) error {
 	return c.submit(b).wait
+}
+
+// Reserve is reserve and fill for the components that share the
+// committer; it makes the committer a store.Reserver.
+func (c *committer) Reserve() func(*store.Batch) func(context.Context) error {
+	cm := c.reserve()
+	return func(b *store.Batch) func(context.Context) error {
+		c.fill(cm, b)
+		return cm.wait
+	}
 }
 
 // run acknowledges commits in order until ctx ends and the queue drains.
@@ -91,6 +173,7 @@ func (c *committer) run(ctx context.Context) {
 }
 
 func (c *committer) ack(cm *commit) {
+	<-cm.queued
 	cm.err = <-cm.ch
 	close(cm.done)
 	if cm.err != nil {

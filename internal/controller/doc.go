@@ -35,10 +35,14 @@
 // share the controller's committer: each submits its batches under its own
 // lock, so within each the store's order is the order of memory, and the
 // committer numbers all of them in one sequence, so a barrier covers them
-// too. Where the scheduler needs them it calls them with its mutex held: a
+// too. A batch is encoded before the committer's own lock; a submission
+// (and an audit entry) goes further: its place in the sequence is reserved
+// under the locks and the batch encoded and given after they are released
+// (committer.reserve, fill), later batches waiting for the place. Where the
+// scheduler needs them it calls them with its mutex held: a
 // replica's job token is minted into the sync's batch, a finished job's
 // tokens are revoked in the batch that ends it, and a submission's audit
-// entry is chained while the job's batch is submitted (auditlog.Chain), so
+// entry is chained while the job's place is reserved (auditlog.Chain), so
 // each is one commit with the change it belongs to.
 //
 // The services manager (package services, outside this one) owns the

@@ -117,17 +117,22 @@ func (c *Controller) Submit(ctx context.Context, s Submission) (job *model.Job, 
 	}
 	b := &store.Batch{Jobs: jobs, Idempotency: idem}
 	c.broadcastLocked()
+	// The batch's place in the commit order is taken here, under the
+	// locks, and the batch (encoded then) is given after them: the jobs
+	// are new objects, never changed in place, and every later batch
+	// waits for this one's place to be filled.
 	var cm *commit
 	if s.Audit != nil {
 		// The entry is chained and committed with the job, in one batch.
 		e := *s.Audit
 		e.Time = now
 		b.Access.Audit = []*model.AuditEntry{&e}
-		c.audit.Chain(&e, func() { cm = c.com.submit(b) })
+		c.audit.Chain(&e, func() { cm = c.com.reserve() })
 	} else {
-		cm = c.com.submit(b)
+		cm = c.com.reserve()
 	}
 	c.mu.Unlock()
+	c.com.fill(cm, b)
 	c.trigger()
 	if err := cm.wait(ctx); err != nil {
 		return nil, false, fmt.Errorf("recording job: %w", err)

@@ -45,6 +45,15 @@ func TestFencedStore(t *testing.T) {
 	if !store.IsFenced(err) {
 		t.Fatalf("the old leader's commit after the takeover = %v, want fenced", err)
 	}
+	// The committer's way in (encoded first, queued later) is fenced
+	// alike, and stays apart: a wrapper without Prepare would have the
+	// committer encode under its lock.
+	if _, ok := any(fa).(store.Preparer); !ok {
+		t.Fatal("fencedStore is no store.Preparer")
+	}
+	if err := <-store.Prepare(fa, &store.Batch{Meta: map[string]string{"k": "a3"}})(); !store.IsFenced(err) {
+		t.Fatalf("the old leader's prepared commit after the takeover = %v, want fenced", err)
+	}
 	d, err := b.Load(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,16 @@ func (s *fencedStore) Submit(b *store.Batch) <-chan error {
 	return s.backingStore.Submit(b)
 }
 
+// Prepare is Submit's encoding apart from its queueing (store.Preparer), so
+// the controller's committer encodes outside its lock behind this wrapper
+// too.
+func (s *fencedStore) Prepare(b *store.Batch) func() <-chan error {
+	if b != nil {
+		b.Fence = s.fence
+	}
+	return store.Prepare(s.backingStore, b)
+}
+
 // switchHandler serves the follower's handler until the API's replaces it.
 type switchHandler struct{ h atomic.Pointer[http.Handler] }
 

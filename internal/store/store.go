@@ -46,6 +46,32 @@ type Committer interface {
 	Commit(b *Batch) (wait func(ctx context.Context) error)
 }
 
+// Reserver is a Committer that can hold a batch's place in the order before
+// the batch is ready. A caller reserves under its lock, where the order is
+// decided, and fills the place after releasing it, so the batch's encoding
+// runs outside every lock; batches reserved or committed after the place
+// reach the store only once it is filled. fill must be called exactly once.
+type Reserver interface {
+	Reserve() (fill func(b *Batch) (wait func(ctx context.Context) error))
+}
+
+// Preparer is a Store that can encode a batch apart from queueing it:
+// Prepare encodes b (which needs no lock) and returns the function that
+// queues it, as Submit(b) would. An encoding error is returned by the
+// queueing function's channel. b must not change in between.
+type Preparer interface {
+	Prepare(b *Batch) (submit func() <-chan error)
+}
+
+// Prepare is s's Prepare of b, or for a store that is no Preparer a
+// function that submits b.
+func Prepare(s Store, b *Batch) func() <-chan error {
+	if p, ok := s.(Preparer); ok {
+		return p.Prepare(b)
+	}
+	return func() <-chan error { return s.Submit(b) }
+}
+
 // Commit submits b and waits until it is durable or ctx ends.
 func Commit(ctx context.Context, s Store, b *Batch) error {
 	select {

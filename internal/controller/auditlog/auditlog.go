@@ -3,9 +3,12 @@
 // lock, apart from the scheduler's, so recording an API request does not
 // wait for a scheduling pass.
 //
-// An entry is linked and submitted to the shared store.Committer under the
-// lock, so entries reach the store in chain order: a crash can lose only
-// the newest entries, never one in the middle of the chain.
+// An entry is linked, and its place in the shared store.Committer's order
+// taken, under the lock, so entries reach the store in chain order: a crash
+// can lose only the newest entries, never one in the middle of the chain.
+// Where the committer can reserve a place (store.Reserver), the entry's
+// batch is encoded and given after the lock is released, so the lock
+// covers only the link and the numbering.
 package auditlog
 
 import (
@@ -47,11 +50,21 @@ func New(committer store.Committer, clk clock.Clock, head *model.AuditEntry) *Lo
 // ends first. It sets e's time, sequence number and hashes.
 func (l *Log) Audit(ctx context.Context, e model.AuditEntry) (model.AuditEntry, error) {
 	e.Time = l.clock.Now()
-	var wait func(context.Context) error
+	var (
+		wait func(context.Context) error
+		fill func(*store.Batch) func(context.Context) error
+	)
+	r, reserves := l.committer.(store.Reserver)
 	l.Chain(&e, func() {
-		entry := e
-		wait = l.committer.Commit(&store.Batch{Access: store.Access{Audit: []*model.AuditEntry{&entry}}})
+		if reserves {
+			fill = r.Reserve()
+		} else {
+			wait = l.committer.Commit(&store.Batch{Access: store.Access{Audit: []*model.AuditEntry{&e}}})
+		}
 	})
+	if fill != nil {
+		wait = fill(&store.Batch{Access: store.Access{Audit: []*model.AuditEntry{&e}}})
+	}
 	if err := wait(context.WithoutCancel(ctx)); err != nil {
 		return e, fmt.Errorf("recording audit entry: %w", err)
 	}
@@ -59,8 +72,9 @@ func (l *Log) Audit(ctx context.Context, e model.AuditEntry) (model.AuditEntry, 
 }
 
 // Chain links e (its Time set by the caller) to the head, and calls submit
-// with the chain held; submit must submit the batch that records e, so
-// that entries reach the store in chain order. It is how an entry is
+// with the chain held; submit must submit the batch that records e, or
+// reserve its place in the committer's order, so that entries reach the
+// store in chain order. It is how an entry is
 // committed with the change it records (a job's submission), in one batch.
 func (l *Log) Chain(e *model.AuditEntry, submit func()) {
 	l.mu.Lock()

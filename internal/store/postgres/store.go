@@ -307,10 +307,14 @@ func (s *Store) inUse(ctx context.Context, conn *pgx.Conn) error {
 // Submit encodes b, queues it for the committer and returns; see
 // store.Store. It yields store.ErrClosed after Close, and an encoding error
 // at once, without queueing b.
-func (s *Store) Submit(b *store.Batch) <-chan error {
+func (s *Store) Submit(b *store.Batch) <-chan error { return s.Prepare(b)() }
+
+// Prepare encodes b and returns the function that queues it; see
+// store.Preparer.
+func (s *Store) Prepare(b *store.Batch) func() <-chan error {
 	rows, err := encode.Batch(b)
 	if err != nil {
-		return groupcommit.Failed(err)
+		return func() <-chan error { return groupcommit.Failed(err) }
 	}
 	var f *store.Fence
 	if b != nil && b.Fence != nil {
@@ -320,10 +324,10 @@ func (s *Store) Submit(b *store.Batch) <-chan error {
 	var change []byte
 	if s.opts.Shared && len(rows) > 0 {
 		if change, err = encode.Change(rows); err != nil {
-			return groupcommit.Failed(err)
+			return func() <-chan error { return groupcommit.Failed(err) }
 		}
 	}
-	return s.gc.Submit(batch{rows: rows, fence: f, change: change})
+	return func() <-chan error { return s.gc.Submit(batch{rows: rows, fence: f, change: change}) }
 }
 
 // Close stops accepting batches, waits until every batch already submitted

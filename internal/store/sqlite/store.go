@@ -214,12 +214,16 @@ func start(ctx context.Context, db *sql.DB, path string, opts Options) (*Store, 
 // caller that stops waiting leaks nothing. It yields store.ErrClosed after
 // Close, and an encoding error (such as a NaN price) at once, without
 // queueing b.
-func (s *Store) Submit(b *store.Batch) <-chan error {
+func (s *Store) Submit(b *store.Batch) <-chan error { return s.Prepare(b)() }
+
+// Prepare encodes b and returns the function that queues it; see
+// store.Preparer.
+func (s *Store) Prepare(b *store.Batch) func() <-chan error {
 	rows, err := encodeBatch(b)
 	if err != nil {
-		return groupcommit.Failed(err)
+		return func() <-chan error { return groupcommit.Failed(err) }
 	}
-	return s.gc.Submit(rows)
+	return func() <-chan error { return s.gc.Submit(rows) }
 }
 
 // Close stops accepting batches, waits until every batch already submitted
