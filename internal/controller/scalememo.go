@@ -103,7 +103,13 @@ func sameMemory(a, b *autoscaler.Memory) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return maps.Equal(a.Until, b.Until) && maps.Equal(a.JobLast, b.JobLast) && maps.Equal(a.Unavailable, b.Unavailable)
+	return sameMap(a.Until, b.Until) && sameMap(a.JobLast, b.JobLast) && sameMap(a.Unavailable, b.Unavailable)
+}
+
+// sameMap is maps.Equal, at once when a and b are one map (a memory and
+// the view of it that Share gave the last cycle, unwritten since).
+func sameMap[K, V comparable](a, b map[K]V) bool {
+	return (a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()) || maps.Equal(a, b)
 }
 
 // ScaleStats counts scale cycles since the controller started.
