@@ -188,7 +188,12 @@ type Memory struct {
 	// shared are the maps a view from Share may still read (sharedUntil
 	// and the rest): the mutators copy such a map before writing it.
 	shared uint8
+	gen    uint64 // Gen
 }
+
+// Gen counts the writes made through m's methods: while it stands, m
+// reads as it did (for a caller that writes m only through them).
+func (m *Memory) Gen() uint64 { return m.gen }
 
 // The maps of a Memory, as bits of Memory.shared.
 const (
@@ -199,9 +204,10 @@ const (
 	sharedAll = sharedUntil | sharedFailures | sharedJobLast | sharedUnavailable
 )
 
-// own makes the maps of bits m's own before a write: each one a view
-// (Share) may still read is copied first.
+// own makes the maps of bits m's own before a write, and counts the
+// write (Gen): each map a view (Share) may still read is copied first.
 func (m *Memory) own(bits uint8) {
+	m.gen++
 	bits &= m.shared
 	if bits == 0 {
 		return

@@ -256,6 +256,7 @@ func (c *Controller) scale(ctx context.Context) {
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
 		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	skip := c.scaleSt.memo.current(input, view.gen)
+	memGen := c.scaleSt.memory.Gen()
 	if !skip {
 		// Decide reads a view of the memory: launches finishing
 		// meanwhile update the original under c.mu, copying what the
@@ -273,10 +274,9 @@ func (c *Controller) scale(ctx context.Context) {
 		c.scaleSt.memo.skipped++
 	} else {
 		c.scaleSt.memo.record(input, view.gen, acts)
-		if !c.scaleSt.memo.ok {
-			// Neither Decide nor the memo reads the view any more.
-			c.scaleSt.memory.Unshare()
-		}
+		c.scaleSt.memo.releaseView(&c.scaleSt.memory, memGen)
+		// Neither Decide nor the memo reads the view any more.
+		c.scaleSt.memory.Unshare()
 	}
 	c.mu.Unlock()
 	acts = dedupeLeaks(acts, drivers)
