@@ -170,7 +170,18 @@ func IdentOf(o model.Offer) OfferIdent {
 
 // OfferKey identifies an offer.
 func OfferKey(o model.Offer) string {
-	return o.Provider + "/" + o.Region + "/" + o.Zone + "/" + o.InstanceType + "/" + string(o.CapacityType)
+	var buf [128]byte
+	return string(appendOfferKey(buf[:0], o))
+}
+
+// appendOfferKey appends OfferKey(o) to b: a lookup by
+// m[string(appendOfferKey(buf[:0], o))] allocates nothing.
+func appendOfferKey(b []byte, o model.Offer) []byte {
+	b = append(append(b, o.Provider...), '/')
+	b = append(append(b, o.Region...), '/')
+	b = append(append(b, o.Zone...), '/')
+	b = append(append(b, o.InstanceType...), '/')
+	return append(b, o.CapacityType...)
 }
 
 // Memory remembers failing offers for a while, and the last failure per
@@ -288,13 +299,14 @@ func (m *Memory) unavailable(pool string, o model.Offer, now time.Time) bool {
 	if m == nil || len(m.Unavailable) == 0 {
 		return false
 	}
-	if u, ok := m.Unavailable[Unavailable{Kind: UnavailableCapacity, Offer: o}.Key()]; ok && u.Until.After(now) {
+	var buf [160]byte
+	if u, ok := m.Unavailable[string(Unavailable{Kind: UnavailableCapacity, Offer: o}.AppendKey(buf[:0]))]; ok && u.Until.After(now) {
 		return true
 	}
 	if pool == "" {
 		return false
 	}
-	u, ok := m.Unavailable[Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}.Key()]
+	u, ok := m.Unavailable[string(Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}.AppendKey(buf[:0]))]
 	return ok && u.Until.After(now)
 }
 
@@ -397,7 +409,16 @@ func (m *Memory) failing(k string, now time.Time) bool {
 // out reports whether offer o may not be tried now by any pool: backing
 // off, or without capacity.
 func (m *Memory) out(o model.Offer, now time.Time) bool {
-	return m.failing(OfferKey(o), now) || m.unavailable("", o, now)
+	if m == nil {
+		return false
+	}
+	if len(m.Until) > 0 {
+		var buf [128]byte
+		if u, ok := m.Until[string(appendOfferKey(buf[:0], o))]; ok && now.Before(u) {
+			return true
+		}
+	}
+	return m.unavailable("", o, now)
 }
 
 // Decide returns the actions for one cycle, in a stable order: leaks,

@@ -82,3 +82,45 @@ func TestShareIsCopyOnWrite(t *testing.T) {
 		t.Fatal("no write ever copied a shared map: the test does not exercise copy on write")
 	}
 }
+
+// TestKeysAreTheirFormat: the appending key builders (lookups without an
+// allocation) give the keys' documented format, for offers and both kinds
+// of unavailability, with fields long enough to outgrow the stack buffers.
+func TestKeysAreTheirFormat(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	word := func() string {
+		b := make([]byte, r.IntN(70))
+		for i := range b {
+			b[i] = byte('a' + r.IntN(26))
+		}
+		return string(b)
+	}
+	for range 2000 {
+		o := model.Offer{Provider: word(), Region: word(), Zone: word(), InstanceType: word(), CapacityType: model.CapacityType(word())}
+		if got, want := OfferKey(o), o.Provider+"/"+o.Region+"/"+o.Zone+"/"+o.InstanceType+"/"+string(o.CapacityType); got != want {
+			t.Fatalf("OfferKey = %q, want %q", got, want)
+		}
+		pool := "p" + word()
+		c := Unavailable{Kind: UnavailableCapacity, Pool: pool, Offer: o}
+		if got, want := c.Key(), c.Kind+"/"+OfferKey(o); got != want {
+			t.Fatalf("capacity key = %q, want %q", got, want)
+		}
+		q := Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}
+		if got, want := q.Key(), q.Kind+"/"+pool+"/"+o.Provider+"/"+o.Region; got != want {
+			t.Fatalf("quota key = %q, want %q", got, want)
+		}
+		var m Memory
+		at := time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+		if m.out(o, at) {
+			t.Fatal("an empty memory rules an offer out")
+		}
+		m.Mark(Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o, Until: at.Add(time.Minute)})
+		if m.out(o, at) || !m.unavailable(pool, o, at) || m.unavailable(pool+"x", o, at) {
+			t.Fatal("a region out of quota is not found by its pool alone")
+		}
+		m.Fail(o, "", at)
+		if !m.out(o, at) {
+			t.Fatal("a failed offer is not backing off")
+		}
+	}
+}
