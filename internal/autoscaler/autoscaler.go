@@ -170,7 +170,18 @@ func IdentOf(o model.Offer) OfferIdent {
 
 // OfferKey identifies an offer.
 func OfferKey(o model.Offer) string {
-	return o.Provider + "/" + o.Region + "/" + o.Zone + "/" + o.InstanceType + "/" + string(o.CapacityType)
+	var buf [128]byte
+	return string(appendOfferKey(buf[:0], o))
+}
+
+// appendOfferKey appends OfferKey(o) to b: a lookup by
+// m[string(appendOfferKey(buf[:0], o))] allocates nothing.
+func appendOfferKey(b []byte, o model.Offer) []byte {
+	b = append(append(b, o.Provider...), '/')
+	b = append(append(b, o.Region...), '/')
+	b = append(append(b, o.Zone...), '/')
+	b = append(append(b, o.InstanceType...), '/')
+	return append(b, o.CapacityType...)
 }
 
 // Memory remembers failing offers for a while, and the last failure per
@@ -185,6 +196,46 @@ type Memory struct {
 	// capacity, a pool's provider region out of quota. The controller
 	// persists it, so a restart does not retry them at once.
 	Unavailable map[string]Unavailable
+	// shared are the maps a view from Share may still read (sharedUntil
+	// and the rest): the mutators copy such a map before writing it.
+	shared uint8
+	gen    uint64 // Gen
+}
+
+// Gen counts the writes made through m's methods: while it stands, m
+// reads as it did (for a caller that writes m only through them).
+func (m *Memory) Gen() uint64 { return m.gen }
+
+// The maps of a Memory, as bits of Memory.shared.
+const (
+	sharedUntil uint8 = 1 << iota
+	sharedFailures
+	sharedJobLast
+	sharedUnavailable
+	sharedAll = sharedUntil | sharedFailures | sharedJobLast | sharedUnavailable
+)
+
+// own makes the maps of bits m's own before a write, and counts the
+// write (Gen): each map a view (Share) may still read is copied first.
+func (m *Memory) own(bits uint8) {
+	m.gen++
+	bits &= m.shared
+	if bits == 0 {
+		return
+	}
+	if bits&sharedUntil != 0 {
+		m.Until = maps.Clone(m.Until)
+	}
+	if bits&sharedFailures != 0 {
+		m.Failures = maps.Clone(m.Failures)
+	}
+	if bits&sharedJobLast != 0 {
+		m.JobLast = maps.Clone(m.JobLast)
+	}
+	if bits&sharedUnavailable != 0 {
+		m.Unavailable = maps.Clone(m.Unavailable)
+	}
+	m.shared &^= bits
 }
 
 // Unavailability kinds (model's).
@@ -206,6 +257,7 @@ type Unavailable = model.Unavailable
 
 // Mark records u (replacing an entry of the same key).
 func (m *Memory) Mark(u Unavailable) {
+	m.own(sharedUnavailable)
 	if m.Unavailable == nil {
 		m.Unavailable = map[string]Unavailable{}
 	}
@@ -218,6 +270,7 @@ func (m *Memory) Expire(now time.Time) bool {
 	gone := false
 	for k, u := range m.Unavailable {
 		if !u.Until.After(now) {
+			m.own(sharedUnavailable) // ranging over the shared map, deleting from the copy
 			delete(m.Unavailable, k)
 			gone = true
 		}
@@ -246,24 +299,43 @@ func (m *Memory) unavailable(pool string, o model.Offer, now time.Time) bool {
 	if m == nil || len(m.Unavailable) == 0 {
 		return false
 	}
-	if u, ok := m.Unavailable[Unavailable{Kind: UnavailableCapacity, Offer: o}.Key()]; ok && u.Until.After(now) {
+	var buf [160]byte
+	if u, ok := m.Unavailable[string(Unavailable{Kind: UnavailableCapacity, Offer: o}.AppendKey(buf[:0]))]; ok && u.Until.After(now) {
 		return true
 	}
 	if pool == "" {
 		return false
 	}
-	u, ok := m.Unavailable[Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}.Key()]
+	u, ok := m.Unavailable[string(Unavailable{Kind: UnavailableQuota, Pool: pool, Offer: o}.AppendKey(buf[:0]))]
 	return ok && u.Until.After(now)
 }
 
-// Clone returns a deep copy, for Decide to read while launches update the
-// original.
+// Clone returns a deep copy.
 func (m *Memory) Clone() *Memory {
 	if m == nil {
 		return nil
 	}
 	return &Memory{Until: maps.Clone(m.Until), Failures: maps.Clone(m.Failures), JobLast: maps.Clone(m.JobLast), Unavailable: maps.Clone(m.Unavailable)}
 }
+
+// Share returns a read-only view of m as it is now, for Decide to read
+// while launches update m: the view shares m's maps, and m's methods copy
+// a shared map before they first write it (copy on write), so a view
+// costs nothing until then, where Clone copies every map, the jobs'
+// failovers (the size of the queue) included. Nothing may write the view
+// or m's maps but through m's methods. Share writes m: its caller must
+// hold m as a writer would.
+func (m *Memory) Share() *Memory {
+	if m == nil {
+		return nil
+	}
+	m.shared = sharedAll
+	return &Memory{Until: m.Until, Failures: m.Failures, JobLast: m.JobLast, Unavailable: m.Unavailable, shared: sharedAll}
+}
+
+// Unshare tells m that no view Share returned is read any more: its
+// maps are its own again, written in place.
+func (m *Memory) Unshare() { m.shared = 0 }
 
 // ForgetJobs drops the failed launches remembered for jobs that no longer
 // wait (waiting reports false): a job that ran, or ended, starts its next
@@ -272,6 +344,7 @@ func (m *Memory) Clone() *Memory {
 func (m *Memory) ForgetJobs(waiting func(job string) bool) {
 	for job := range m.JobLast {
 		if !waiting(job) {
+			m.own(sharedJobLast)
 			delete(m.JobLast, job)
 		}
 	}
@@ -280,6 +353,7 @@ func (m *Memory) ForgetJobs(waiting func(job string) bool) {
 // Fail remembers that offer failed at now (for job, when set): it is not
 // tried again for a back-off that doubles with each consecutive failure.
 func (m *Memory) Fail(o model.Offer, job string, now time.Time) time.Time {
+	m.own(sharedUntil | sharedFailures | sharedJobLast)
 	if m.Until == nil {
 		m.Until, m.Failures, m.JobLast = map[string]time.Time{}, map[string]int{}, map[string]model.Offer{}
 	}
@@ -301,6 +375,7 @@ func (m *Memory) Remember(job string, o model.Offer) {
 	if job == "" {
 		return
 	}
+	m.own(sharedJobLast)
 	if m.JobLast == nil {
 		m.JobLast = map[string]model.Offer{}
 	}
@@ -309,9 +384,16 @@ func (m *Memory) Remember(job string, o model.Offer) {
 
 // Succeed forgets offer's failures.
 func (m *Memory) Succeed(o model.Offer) {
-	if m.Failures != nil {
-		delete(m.Failures, OfferKey(o))
-		delete(m.Until, OfferKey(o))
+	if m.Failures == nil {
+		return
+	}
+	k := OfferKey(o)
+	_, failed := m.Failures[k]
+	_, backing := m.Until[k]
+	if failed || backing {
+		m.own(sharedFailures | sharedUntil)
+		delete(m.Failures, k)
+		delete(m.Until, k)
 	}
 }
 
@@ -327,7 +409,16 @@ func (m *Memory) failing(k string, now time.Time) bool {
 // out reports whether offer o may not be tried now by any pool: backing
 // off, or without capacity.
 func (m *Memory) out(o model.Offer, now time.Time) bool {
-	return m.failing(OfferKey(o), now) || m.unavailable("", o, now)
+	if m == nil {
+		return false
+	}
+	if len(m.Until) > 0 {
+		var buf [128]byte
+		if u, ok := m.Until[string(appendOfferKey(buf[:0], o))]; ok && now.Before(u) {
+			return true
+		}
+	}
+	return m.unavailable("", o, now)
 }
 
 // Decide returns the actions for one cycle, in a stable order: leaks,

@@ -249,17 +249,16 @@ func (c *Controller) evaluate(now time.Time) {
 		delete(c.tel.fired, AlertJobIdle+"/"+id)
 		delete(c.tel.fired, AlertJobIdleStopped+"/"+id)
 	}
-	var waits map[string][]time.Duration
+	var waits map[string]*queueWait
 	if c.cfg.Alerts.QueueWaitP95 > 0 {
-		waits = c.queueWaitsLocked(now)
+		waits = c.queueWaitsLocked(now, c.cfg.Alerts.QueueWaitP95)
 	}
 	c.mu.Unlock()
 	c.tel.End(ended)
 	judged := c.tel.Evaluate(now)
-	p95s := waitP95(waits)
 	c.mu.Lock()
 	b := &store.Batch{}
-	c.evaluateLocked(now, judged, p95s, b)
+	c.evaluateLocked(now, judged, waits, b)
 	var cm *commit
 	if !b.Empty() {
 		c.broadcastLocked()
@@ -272,9 +271,9 @@ func (c *Controller) evaluate(now time.Time) {
 }
 
 // evaluateLocked applies the alert rules to the verdicts of the tracked
-// attempts (judged) and to the queues' waits (p95s, waitP95). Callers
+// attempts (judged) and to the queues' waits (queueWaitsLocked). Callers
 // hold c.mu.
-func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, p95s map[string]time.Duration, b *store.Batch) {
+func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, waits map[string]*queueWait, b *store.Batch) {
 	ts := &c.tel
 	rules := c.cfg.Alerts
 	for _, jv := range judged {
@@ -305,40 +304,76 @@ func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, p9
 		}
 	}
 	if rules.QueueWaitP95 > 0 {
-		for q, p95 := range p95s {
+		for q, w := range waits {
 			key := AlertQueueWait + "/" + q
 			switch {
-			case p95 > rules.QueueWaitP95 && !ts.fired[key]:
+			case w.p95Over() && !ts.fired[key]:
 				ts.fired[key] = true
+				p95 := waitP95(c.queueWaitLocked(now, q))
 				c.alertLocked(Alert{Rule: AlertQueueWait, Severity: "warning", At: now, Queue: q,
 					Summary: fmt.Sprintf("queue %s: 95%% of waiting jobs have waited up to %s, above %s", q, p95.Truncate(time.Second), rules.QueueWaitP95)}, b)
-			case p95 <= rules.QueueWaitP95:
+			case !w.p95Over():
 				delete(ts.fired, key)
 			}
 		}
 	}
 }
 
-// queueWaitsLocked returns how long each queue's waiting jobs have
-// waited, from the pending index (not every job). Callers hold c.mu.
-func (c *Controller) queueWaitsLocked(now time.Time) map[string][]time.Duration {
-	waits := map[string][]time.Duration{}
+// queueWait is one queue's waiting jobs at an evaluation: how many, and
+// how many have waited longer than the rule's limit.
+type queueWait struct{ n, over int }
+
+// p95Over reports whether the 95th percentile of the waits (waitP95) is
+// above the limit: the waits above it, sorted last, reach the rank.
+func (w queueWait) p95Over() bool { return w.n > 0 && w.over >= w.n-p95Rank(w.n) }
+
+// p95Rank is the nearest rank of the 95th percentile of n values, from 0.
+func p95Rank(n int) int { return max(int(math.Ceil(0.95*float64(n)))-1, 0) }
+
+// queueWaitsLocked counts each queue's waiting jobs, and those that have
+// waited longer than limit, from the pending index (not every job), with
+// no allocation per job: the rule needs the percentile's value only when
+// it fires. Callers hold c.mu.
+func (c *Controller) queueWaitsLocked(now time.Time, limit time.Duration) map[string]*queueWait {
+	waits := map[string]*queueWait{}
+	var q string // the last job's queue, w its count
+	var w *queueWait
 	c.st.EachPending(func(j *model.Job) {
-		waits[j.Spec.Queue] = append(waits[j.Spec.Queue], now.Sub(j.SubmittedAt))
+		if w == nil || j.Spec.Queue != q {
+			q = j.Spec.Queue
+			if w = waits[q]; w == nil {
+				w = &queueWait{}
+				waits[q] = w
+			}
+		}
+		w.n++
+		if now.Sub(j.SubmittedAt) > limit {
+			w.over++
+		}
 	})
 	return waits
 }
 
-// waitP95 returns, per queue with waiting jobs, the 95th percentile of
-// how long they have waited (nearest rank). It sorts waits in place.
-func waitP95(waits map[string][]time.Duration) map[string]time.Duration {
-	out := make(map[string]time.Duration, len(waits))
-	for q, w := range waits {
-		slices.Sort(w)
-		rank := int(math.Ceil(0.95*float64(len(w)))) - 1
-		out[q] = w[max(rank, 0)]
+// queueWaitLocked returns how long queue q's waiting jobs have waited.
+// Callers hold c.mu.
+func (c *Controller) queueWaitLocked(now time.Time, q string) []time.Duration {
+	var waits []time.Duration
+	c.st.EachPending(func(j *model.Job) {
+		if j.Spec.Queue == q {
+			waits = append(waits, now.Sub(j.SubmittedAt))
+		}
+	})
+	return waits
+}
+
+// waitP95 returns the 95th percentile of waits (nearest rank); 0 for
+// none. It sorts waits in place.
+func waitP95(waits []time.Duration) time.Duration {
+	if len(waits) == 0 {
+		return 0
 	}
-	return out
+	slices.Sort(waits)
+	return waits[p95Rank(len(waits))]
 }
 
 // Efficiency is efficiency.Report, declared there so the API and its client

@@ -142,21 +142,22 @@ func (c *Controller) scale(ctx context.Context) {
 		c.persistUnavailableLocked(b, now)
 	}
 	var toStart []*model.Node
-	running := map[string]provider.Instance{}
+	running := make(map[instanceKey]provider.Instance, countInstances(inv))
 	for p, list := range inv {
 		for _, in := range list {
-			running[p+"\x00"+in.ID] = in
+			running[instanceKey{p, in.ID}] = in
 		}
 	}
 	noticed := map[string]provider.Notice{}
 	for _, n := range notices {
 		noticed[n.InstanceID] = n
 	}
-	var anodes []autoscaler.Node
+	active := c.st.ActiveNodes()
+	anodes := make([]autoscaler.Node, 0, len(active))
 	// readied are the jobs of nodes that became ready this cycle: the next
 	// pass binds them, so they are not pending here.
 	readied := map[string]bool{}
-	for _, n := range c.st.ActiveNodes() {
+	for _, n := range active {
 		iid := n.Labels[model.LabelInstance]
 		if n.State == model.NodeLaunching && c.scaleSt.inflight[n.ID] {
 			// Its launch is still queued or running: capacity in flight
@@ -172,7 +173,7 @@ func (c *Controller) scale(ctx context.Context) {
 		if _, listed := inv[key]; !listed {
 			continue
 		}
-		in, alive := running[key+"\x00"+iid]
+		in, alive := running[instanceKey{key, iid}]
 		switch {
 		case !alive:
 			at := stops[key+"\x00"+iid]
@@ -227,6 +228,7 @@ func (c *Controller) scale(ctx context.Context) {
 	}
 	var pending []autoscaler.Pending
 	if c.lastPlan != nil {
+		pending = make([]autoscaler.Pending, 0, len(c.lastPlan.Candidates))
 		for _, cand := range c.lastPlan.Candidates {
 			j, ok := c.st.Job(cand.JobID)
 			if !ok || j.State != model.JobQueued || readied[j.ID] {
@@ -236,11 +238,16 @@ func (c *Controller) scale(ctx context.Context) {
 				Shared: j.Spec.Resources.GPUs > 0 && j.Spec.Resources.GPUs < 1, Offers: cand.Offers, Costs: cand.Costs})
 		}
 	}
-	ainv := map[string][]autoscaler.Instance{}
+	ainv := make(map[string][]autoscaler.Instance, len(inv))
 	for p, list := range inv {
-		for _, in := range list {
-			ainv[p] = append(ainv[p], autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels})
+		if len(list) == 0 {
+			continue
 		}
+		l := make([]autoscaler.Instance, len(list))
+		for i, in := range list {
+			l[i] = autoscaler.Instance{Provider: p, ID: in.ID, Labels: in.Labels}
+		}
+		ainv[p] = l
 	}
 	c.scaleSt.memory.ForgetJobs(func(id string) bool {
 		j, ok := c.st.Job(id)
@@ -249,10 +256,12 @@ func (c *Controller) scale(ctx context.Context) {
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
 		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	skip := c.scaleSt.memo.current(input, view.gen)
+	memGen := c.scaleSt.memory.Gen()
 	if !skip {
-		// Decide reads a copy of the memory: launches finishing
-		// meanwhile update the original under c.mu.
-		input.Memory = c.scaleSt.memory.Clone()
+		// Decide reads a view of the memory: launches finishing
+		// meanwhile update the original under c.mu, copying what the
+		// view shares first.
+		input.Memory = c.scaleSt.memory.Share()
 	}
 	c.mu.Unlock()
 
@@ -265,6 +274,9 @@ func (c *Controller) scale(ctx context.Context) {
 		c.scaleSt.memo.skipped++
 	} else {
 		c.scaleSt.memo.record(input, view.gen, acts)
+		c.scaleSt.memo.releaseView(&c.scaleSt.memory, memGen)
+		// Neither Decide nor the memo reads the view any more.
+		c.scaleSt.memory.Unshare()
 	}
 	c.mu.Unlock()
 	acts = dedupeLeaks(acts, drivers)
@@ -306,6 +318,17 @@ func (c *Controller) scale(ctx context.Context) {
 }
 
 const labelForJobs = "gpufleet.dev/for-jobs"
+
+// instanceKey is an instance by inventory key and instance id.
+type instanceKey struct{ key, id string }
+
+func countInstances(inv map[string][]provider.Instance) int {
+	n := 0
+	for _, l := range inv {
+		n += len(l)
+	}
+	return n
+}
 
 func splitJobs(s string) []string {
 	if s == "" {
@@ -481,6 +504,12 @@ func (c *Controller) persistUnavailableLocked(b *store.Batch, now time.Time) {
 type unavailableJSON struct {
 	enc  map[string]encodedUnavailable // by key
 	last string                        // what the last write wrote
+	in   []unavailableEntry            // encode's buffer
+}
+
+type unavailableEntry struct {
+	key string
+	u   autoscaler.Unavailable
 }
 
 type encodedUnavailable struct {
@@ -489,25 +518,26 @@ type encodedUnavailable struct {
 }
 
 func (e *unavailableJSON) encode(m *autoscaler.Memory, now time.Time) string {
-	type entry struct {
-		key string
-		u   autoscaler.Unavailable
-	}
-	var in []entry
+	in := e.in[:0]
 	for k, u := range m.Unavailable {
 		if u.Until.After(now) {
-			in = append(in, entry{k, u})
+			in = append(in, unavailableEntry{k, u})
 		}
 	}
+	e.in = in
 	// UnavailableNow's order: by kind, then key (the map's keys are the
 	// entries' keys).
-	slices.SortFunc(in, func(a, b entry) int { return cmp.Or(cmp.Compare(a.u.Kind, b.u.Kind), cmp.Compare(a.key, b.key)) })
+	slices.SortFunc(in, func(a, b unavailableEntry) int {
+		return cmp.Or(cmp.Compare(a.u.Kind, b.u.Kind), cmp.Compare(a.key, b.key))
+	})
 	if e.enc == nil || len(e.enc) > 2*len(in)+64 {
 		e.enc = make(map[string]encodedUnavailable, len(in))
 	}
-	var buf strings.Builder
-	buf.WriteByte('[')
-	for i, x := range in {
+	if len(in) == 0 {
+		return "null" // json.Marshal of a nil slice
+	}
+	size := len(in) + 1 // brackets and commas
+	for _, x := range in {
 		enc, ok := e.enc[x.key]
 		if !ok || enc.u != x.u {
 			data, err := json.Marshal(x.u)
@@ -517,13 +547,16 @@ func (e *unavailableJSON) encode(m *autoscaler.Memory, now time.Time) string {
 			enc = encodedUnavailable{x.u, data}
 			e.enc[x.key] = enc
 		}
+		size += len(enc.data)
+	}
+	var buf strings.Builder
+	buf.Grow(size)
+	buf.WriteByte('[')
+	for i, x := range in {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(enc.data)
-	}
-	if len(in) == 0 {
-		return "null" // json.Marshal of a nil slice
+		buf.Write(e.enc[x.key].data)
 	}
 	buf.WriteByte(']')
 	return buf.String()
@@ -664,10 +697,10 @@ func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.
 			want[p] = ids
 		}
 	} else {
-		listed := map[string]bool{}
+		listed := make(map[instanceKey]bool, countInstances(inv))
 		for p, list := range inv {
 			for _, in := range list {
-				listed[p+"\x00"+in.ID] = true
+				listed[instanceKey{p, in.ID}] = true
 			}
 		}
 		c.mu.Lock()
@@ -677,7 +710,7 @@ func (c *Controller) stopTimes(ctx context.Context, drivers map[string]provider.
 				continue
 			}
 			k := keyOf(n)
-			if _, ok := inv[k]; ok && !listed[k+"\x00"+iid] {
+			if _, ok := inv[k]; ok && !listed[instanceKey{k, iid}] {
 				want[k] = append(want[k], iid)
 			}
 		}

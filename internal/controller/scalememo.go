@@ -29,6 +29,12 @@ type decideMemo struct {
 	pools []model.NodePool // by value: in.Pools' pointers are shared
 	view  uint64
 	until time.Time // in.NextChange(); zero: never
+	// mem, when set, is the memory whose view (Share) in.Memory was,
+	// at generation memGen; in.Memory is then dropped (the view would
+	// keep the memory copying on write) and the memory compares by
+	// generation: the same memory, unwritten since.
+	mem    *autoscaler.Memory
+	memGen uint64
 	// decided counts the cycles that called Decide, skipped those that
 	// did not.
 	decided, skipped uint64
@@ -41,7 +47,22 @@ func (m *decideMemo) current(in autoscaler.Input, view uint64) bool {
 	return m.ok && view == m.view && !in.Now.Before(p.Now) && (m.until.IsZero() || in.Now.Before(m.until)) &&
 		in.LaunchTimeout == p.LaunchTimeout && samePools(in.Pools, m.pools) &&
 		slices.EqualFunc(in.Nodes, p.Nodes, sameNode) && slices.EqualFunc(in.Pending, p.Pending, samePending) &&
-		sameInventory(in.Inventory, p.Inventory) && sameOffers(in.Offers, p.Offers) && sameMemory(in.Memory, p.Memory)
+		sameInventory(in.Inventory, p.Inventory) && sameOffers(in.Offers, p.Offers) && m.sameMemory(in.Memory)
+}
+
+func (m *decideMemo) sameMemory(in *autoscaler.Memory) bool {
+	if m.mem != nil {
+		return in == m.mem && in.Gen() == m.memGen
+	}
+	return sameMemory(in, m.in.Memory)
+}
+
+// releaseView has the memo compare the memory by generation (gen: mem's
+// when its view, the recorded input's, was taken) and drop the view.
+func (m *decideMemo) releaseView(mem *autoscaler.Memory, gen uint64) {
+	if m.ok {
+		m.in.Memory, m.mem, m.memGen = nil, mem, gen
+	}
 }
 
 // record remembers a Decide call's input and whether it decided anything.
@@ -50,6 +71,7 @@ func (m *decideMemo) current(in autoscaler.Input, view uint64) bool {
 func (m *decideMemo) record(in autoscaler.Input, view uint64, acts []autoscaler.Action) {
 	m.decided++
 	m.ok = len(acts) == 0
+	m.mem = nil
 	if !m.ok {
 		m.in, m.pools = autoscaler.Input{}, nil
 		return
@@ -103,7 +125,13 @@ func sameMemory(a, b *autoscaler.Memory) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return maps.Equal(a.Until, b.Until) && maps.Equal(a.JobLast, b.JobLast) && maps.Equal(a.Unavailable, b.Unavailable)
+	return sameMap(a.Until, b.Until) && sameMap(a.JobLast, b.JobLast) && sameMap(a.Unavailable, b.Unavailable)
+}
+
+// sameMap is maps.Equal, at once when a and b are one map (a memory and
+// the view of it that Share gave the last cycle, unwritten since).
+func sameMap[K, V comparable](a, b map[K]V) bool {
+	return (a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()) || maps.Equal(a, b)
 }
 
 // ScaleStats counts scale cycles since the controller started.

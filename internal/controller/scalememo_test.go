@@ -277,3 +277,50 @@ func TestUnavailableJSONIsMarshal(t *testing.T) {
 		t.Fatalf("written %d, left unwritten %d: the run does not exercise both", written, same)
 	}
 }
+
+// TestMemoComparesTheMemoryByGeneration: once the memo drops the view of
+// the memory its quiet cycle read (releaseView), it skips only while the
+// memory is unwritten since that view was taken, and the memory's maps are
+// written in place again (no copy on write for a view nobody reads).
+func TestMemoComparesTheMemoryByGeneration(t *testing.T) {
+	w := newMemoWorld(1)
+	var mem autoscaler.Memory
+	o := w.offers[0]
+	mem.Fail(w.offers[1], "", w.in.Now) // makes the maps
+	mem.Remember("j1", o)
+	mem.Remember("j2", o)
+	for _, write := range []func(){
+		func() { mem.Remember("j3", o) },
+		func() { mem.Fail(o, "j1", w.in.Now) },
+		func() { mem.Succeed(o) },
+		func() { mem.ForgetJobs(func(id string) bool { return id == "j1" }) },
+		func() {
+			mem.Mark(autoscaler.Unavailable{Kind: autoscaler.UnavailableCapacity, Offer: o, Since: w.in.Now, Until: w.in.Now.Add(time.Minute)})
+		},
+		func() { mem.Expire(w.in.Now.Add(time.Hour)) },
+	} {
+		in := w.in
+		in.Memory = &mem
+		gen := mem.Gen()
+		in.Memory = mem.Share()
+		var m decideMemo
+		m.record(in, w.view, nil)
+		m.releaseView(&mem, gen)
+		mem.Unshare()
+		if m.in.Memory != nil {
+			t.Fatal("the memo keeps the view after releaseView")
+		}
+		in.Memory = &mem
+		if !m.current(in, w.view) {
+			t.Fatal("the memo does not skip an unchanged cycle")
+		}
+		before := fmt.Sprintf("%p", mem.JobLast)
+		write()
+		if in.Memory = &mem; m.current(in, w.view) {
+			t.Fatalf("the memo skips after a write to the memory (generation %d → %d)", gen, mem.Gen())
+		}
+		if after := fmt.Sprintf("%p", mem.JobLast); after != before && mem.JobLast != nil {
+			t.Fatal("a write copied the failover map though no view is read")
+		}
+	}
+}

@@ -32,9 +32,23 @@ type Unavailable struct {
 // type/capacity type) for capacity; the pool, provider and region for
 // quota.
 func (u Unavailable) Key() string {
+	var buf [160]byte
+	return string(u.AppendKey(buf[:0]))
+}
+
+// AppendKey appends u.Key() to b: a map lookup by
+// m[string(u.AppendKey(buf[:0]))] allocates nothing.
+func (u Unavailable) AppendKey(b []byte) []byte {
 	o := u.Offer
+	b = append(append(b, u.Kind...), '/')
 	if u.Kind == UnavailableQuota {
-		return u.Kind + "/" + u.Pool + "/" + o.Provider + "/" + o.Region
+		b = append(append(b, u.Pool...), '/')
+		b = append(append(b, o.Provider...), '/')
+		return append(b, o.Region...)
 	}
-	return u.Kind + "/" + o.Provider + "/" + o.Region + "/" + o.Zone + "/" + o.InstanceType + "/" + string(o.CapacityType)
+	b = append(append(b, o.Provider...), '/')
+	b = append(append(b, o.Region...), '/')
+	b = append(append(b, o.Zone...), '/')
+	b = append(append(b, o.InstanceType...), '/')
+	return append(b, o.CapacityType...)
 }
