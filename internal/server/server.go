@@ -270,6 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("secrets sealed", "key_source", keySource)
+	steps := newPhases(log)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -418,6 +419,7 @@ func Run(ctx context.Context, cfg Config) error {
 		haRunning = append(haRunning, "leader lease")
 		fs := &fencedStore{backingStore: st, fence: lease.Fence()}
 		began := time.Now()
+		steps.restart()
 		dump, tail, err := fol.takeOver(ctx)
 		switch {
 		case err == nil:
@@ -431,6 +433,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return errors.Join(context.Cause(ctx), drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log))
 		}
 		st = fs
+		steps.done("tail")
 		defer func() {
 			rctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 			defer stop()
@@ -537,6 +540,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ctrl.Close()
+	steps.done("controller")
 	var deadline time.Time // of the shutdown, once it begins
 	// Launches in flight end with the controller's context; their outcome
 	// is recorded before the controller closes.
@@ -549,6 +553,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
 		return err
 	}
+	steps.done("admin token")
 	cal, calNote, err := LoadCalibration(c.DataDir)
 	if err != nil {
 		return err
@@ -567,6 +572,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	steps.done("services")
 	gitSync, err := newGitOps(c.GitOps, ctrl, cat, provs, log)
 	if err != nil {
 		return err
@@ -589,6 +595,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	steps.done("api")
 	running := []string{"api"}
 	if sw != nil {
 		sw.set(srv.Handler())
@@ -624,7 +631,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
 	}
 	defer removeServerInfo(c.DataDir, url)
-	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", c.Version)
+	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", c.Version, steps.attr())
 	if c.Banner {
 		printBanner(url, c.DataDir)
 	}
