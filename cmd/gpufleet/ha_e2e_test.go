@@ -321,11 +321,7 @@ func TestFailover(t *testing.T) {
 			break
 		}
 	}
-	tokenB, err := os.ReadFile(filepath.Join(lead.dataDir, tokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(tokenB))
+	token := adminToken(t, lead, 30*time.Second)
 	if v := metricValue(t, lead.url, token, fmt.Sprintf(`gpufleet_leader{replica=%q}`, lead.id)); v != "1" {
 		t.Errorf("gpufleet_leader on the leader = %q, want 1", v)
 	}
@@ -539,6 +535,22 @@ func TestFailover(t *testing.T) {
 	checkWebhooks(t, hooks, append(append(slices.Collect(maps.Values(acked)), long...), v.ID), firings, 2)
 	for _, r := range rs {
 		t.Logf("replica %s: restarted %d times by its supervisor", r.id, r.restarts())
+	}
+}
+
+// adminToken reads the admin token r writes into its data dir once it
+// leads: after it serves as the leader (a replica's token is not on the
+// takeover's path), so it is waited for, within.
+func adminToken(t *testing.T, r *replica, within time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(r.dataDir, tokenFile))
+		if err == nil {
+			return strings.TrimSpace(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no admin token within %s: %v", r.id, within, err)
+		}
 	}
 }
 

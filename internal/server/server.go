@@ -550,10 +550,15 @@ func Run(ctx context.Context, cfg Config) error {
 		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
 	}
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
-	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
-		return err
+	// A replica's admin token (for the CLI on its machine) waits until
+	// the API serves and the loops run: on a takeover it is a commit, and
+	// it must not stand between the lease and the first scheduling pass.
+	if el == nil {
+		if err := ensureAdminToken(ctx, ctrl, c); err != nil {
+			return err
+		}
+		steps.done("admin token")
 	}
-	steps.done("admin token")
 	cal, calNote, err := LoadCalibration(c.DataDir)
 	if err != nil {
 		return err
@@ -625,6 +630,14 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() { errc <- stopped{"local agent", ag.Run(ctx)} }()
 		running = append(running, "local agent")
 		log.Info("local node", "gpus", len(inv.GPUs), "gpu_source", inv.Source)
+	}
+	if el != nil {
+		steps.done("loops started")
+		if err := ensureAdminToken(ctx, ctrl, c); err != nil {
+			cancel(nil)
+			return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
+		}
+		steps.done("admin token")
 	}
 	if err := writeServerInfo(c.DataDir, url); err != nil {
 		cancel(nil)
