@@ -420,7 +420,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fs := &fencedStore{backingStore: st, fence: lease.Fence()}
 		began := time.Now()
 		steps.restart()
-		dump, tail, err := fol.takeOver(ctx)
+		dump, tail, err := fol.takeOver(ctx, steps)
 		switch {
 		case err == nil:
 			fs.loaded = dump
@@ -433,7 +433,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return errors.Join(context.Cause(ctx), drain(httpSrv, errc, haRunning, time.Now().Add(c.shutdownTimeout()), log))
 		}
 		st = fs
-		steps.done("tail")
 		defer func() {
 			rctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
 			defer stop()
