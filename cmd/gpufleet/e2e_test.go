@@ -57,7 +57,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	// -race unless GPUFLEET_TEST_RACE=0: the binary a user runs, for
+	// timings at full size (BENCHMARKS.md).
+	args := []string{"build", "-race", "-o", binary, "."}
+	if os.Getenv("GPUFLEET_TEST_RACE") == "0" {
+		args = slices.Delete(args, 1, 2)
+	}
+	build := exec.Command("go", args...)
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building gpufleet:", err)

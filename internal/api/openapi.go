@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -14,6 +15,23 @@ import (
 // OpenAPI renders the OpenAPI 3.0 document of Routes, with JSON schemas
 // derived from the Go types of the declared bodies.
 func OpenAPI(version string) ([]byte, error) {
+	if d, ok := openAPIDocs.Load(version); ok {
+		return d.([]byte), nil
+	}
+	d, err := buildOpenAPI(version)
+	if err == nil {
+		openAPIDocs.Store(version, d)
+	}
+	return d, err
+}
+
+// openAPIDocs holds each version's document, built once per process: a
+// replica builds it as a follower, and its takeover (New again) reuses it
+// rather than reflecting over every route's types again between the lease
+// and serving. Callers must not modify the bytes.
+var openAPIDocs sync.Map
+
+func buildOpenAPI(version string) ([]byte, error) {
 	g := &schemaGen{defs: map[string]any{}}
 	paths := map[string]map[string]any{}
 	for _, rt := range Routes() {

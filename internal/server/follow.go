@@ -215,8 +215,9 @@ func (fl *follower) serve(w http.ResponseWriter, r *http.Request, pattern string
 // takeOver stops following, applies the changes committed since the last
 // read (the tail), closes the read-only controller and returns the
 // state for the leader's controller and how many changes the tail held.
-func (fl *follower) takeOver(ctx context.Context) (*store.Dump, int, error) {
+func (fl *follower) takeOver(ctx context.Context, steps *phases) (*store.Dump, int, error) {
 	fl.close()
+	steps.done("stop following")
 	n, err := fl.f.CatchUp(ctx)
 	if errors.Is(err, store.ErrChangesPruned) {
 		return nil, 0, err
@@ -224,7 +225,10 @@ func (fl *follower) takeOver(ctx context.Context) (*store.Dump, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("catching up with the store's changes: %w", err)
 	}
-	return fl.f.Mirror().Dump(time.Now()), n, nil
+	steps.done("tail")
+	d := fl.f.Mirror().Dump(time.Now())
+	steps.done("dump")
+	return d, n, nil
 }
 
 // close stops following and serving reads.

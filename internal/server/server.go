@@ -270,6 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log.Info("secrets sealed", "key_source", keySource)
+	steps := newPhases(log)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -418,7 +419,8 @@ func Run(ctx context.Context, cfg Config) error {
 		haRunning = append(haRunning, "leader lease")
 		fs := &fencedStore{backingStore: st, fence: lease.Fence()}
 		began := time.Now()
-		dump, tail, err := fol.takeOver(ctx)
+		steps.restart()
+		dump, tail, err := fol.takeOver(ctx, steps)
 		switch {
 		case err == nil:
 			fs.loaded = dump
@@ -537,6 +539,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ctrl.Close()
+	steps.done("controller")
 	var deadline time.Time // of the shutdown, once it begins
 	// Launches in flight end with the controller's context; their outcome
 	// is recorded before the controller closes.
@@ -546,8 +549,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer waitUntil(simN.Wait, &deadline, "simulated nodes' agents", log)
 	}
 	reg.MustRegister(ctrl.TelemetryCollector(), ctrl.CostCollector())
-	if err := ensureAdminToken(ctx, ctrl, c); err != nil {
-		return err
+	// A replica's admin token (for the CLI on its machine) waits until
+	// the API serves and the loops run: on a takeover it is a commit, and
+	// it must not stand between the lease and the first scheduling pass.
+	if el == nil {
+		if err := ensureAdminToken(ctx, ctrl, c); err != nil {
+			return err
+		}
+		steps.done("admin token")
 	}
 	cal, calNote, err := LoadCalibration(c.DataDir)
 	if err != nil {
@@ -567,6 +576,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	steps.done("services")
 	gitSync, err := newGitOps(c.GitOps, ctrl, cat, provs, log)
 	if err != nil {
 		return err
@@ -589,6 +599,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	steps.done("api")
 	running := []string{"api"}
 	if sw != nil {
 		sw.set(srv.Handler())
@@ -619,12 +630,20 @@ func Run(ctx context.Context, cfg Config) error {
 		running = append(running, "local agent")
 		log.Info("local node", "gpus", len(inv.GPUs), "gpu_source", inv.Source)
 	}
+	if el != nil {
+		steps.done("loops started")
+		if err := ensureAdminToken(ctx, ctrl, c); err != nil {
+			cancel(nil)
+			return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
+		}
+		steps.done("admin token")
+	}
 	if err := writeServerInfo(c.DataDir, url); err != nil {
 		cancel(nil)
 		return errors.Join(err, drain(httpSrv, errc, running, time.Now().Add(c.shutdownTimeout()), log))
 	}
 	defer removeServerInfo(c.DataDir, url)
-	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", c.Version)
+	log.Info("gpufleet is up", "url", url, "data_dir", c.DataDir, "version", c.Version, steps.attr())
 	if c.Banner {
 		printBanner(url, c.DataDir)
 	}

@@ -50,6 +50,7 @@ func main() {
 		bin, dsn           string
 		replicas, runs, nj int
 		load               int
+		keep               bool
 	)
 	flag.StringVar(&bin, "binary", "", "the gpufleet binary (required)")
 	flag.StringVar(&dsn, "store", os.Getenv("GPUFLEET_TAKEOVER_STORE"), "postgres:// DSN of an empty database (env GPUFLEET_TAKEOVER_STORE)")
@@ -57,12 +58,13 @@ func main() {
 	flag.IntVar(&runs, "runs", 10, "takeovers to measure")
 	flag.IntVar(&nj, "jobs", 2000, "queued jobs submitted first: the state a new leader takes over")
 	flag.IntVar(&load, "load", 0, "clients submitting jobs all through the runs (0: the leaders are idle when killed)")
+	flag.BoolVar(&keep, "keep", false, "keep the replicas' folders and logs (the path is printed)")
 	flag.Parse()
 	if bin == "" || dsn == "" {
 		fmt.Fprintln(os.Stderr, "takeover: --binary and --store are required (see go doc ./tools/takeover)")
 		os.Exit(2)
 	}
-	if err := run(bin, dsn, replicas, runs, nj, load); err != nil {
+	if err := run(bin, dsn, replicas, runs, nj, load, keep); err != nil {
 		fmt.Fprintln(os.Stderr, "takeover:", err)
 		os.Exit(1)
 	}
@@ -75,12 +77,16 @@ type replica struct {
 	log                  *os.File
 }
 
-func run(bin, dsn string, n, runs, nj, load int) error {
+func run(bin, dsn string, n, runs, nj, load int, keep bool) error {
 	root, err := os.MkdirTemp("", "gpufleet-takeover")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(root)
+	if keep {
+		fmt.Println("replicas' folders and logs kept in", root)
+	} else {
+		defer os.RemoveAll(root)
+	}
 	// Workload users must pass through to the work root below it.
 	if err := os.Chmod(root, 0o711); err != nil {
 		return err
@@ -109,7 +115,13 @@ func run(bin, dsn string, n, runs, nj, load int) error {
 		b, _ := os.ReadFile(filepath.Join(root, "r1.log"))
 		return fmt.Errorf("%w; r1's log:\n%s", err, b)
 	}
-	tok, err := os.ReadFile(filepath.Join(lead.dir, "admin.token"))
+	// The leader writes its admin token once it serves, not before.
+	var tok []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if tok, err = os.ReadFile(filepath.Join(lead.dir, "admin.token")); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -378,6 +390,11 @@ func firstPass(r *replica, since time.Time, within time.Duration) (time.Time, st
 			}
 			if strings.Contains(line, "loading state from the store") {
 				tail = "reloaded from the store"
+			}
+			if strings.Contains(line, "gpufleet is up") {
+				if i := strings.Index(line, `"start":`); i >= 0 {
+					tail += " start " + strings.TrimSuffix(line[i+len(`"start":`):], "}")
+				}
 			}
 			if strings.Contains(line, "first scheduling pass done") {
 				f.Close()
