@@ -185,6 +185,14 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
+	// heard is when each node's last sync arrived in this term: unlike
+	// lastSeen, never set for a node that has not synced with this
+	// controller, so the meter knows which replicas' ends it may not have
+	// heard of yet (meterHorizonLocked).
+	heard map[string]time.Time
+	// polling counts each node's syncs waiting for a change (an agent
+	// ends its wait when a replica changes), for the meter.
+	polling map[string]int
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
 	nodeGen nodeGens
@@ -235,6 +243,8 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		idem:     map[idemKey]store.Idempotency{},
 		verdicts: map[string]scheduler.Verdict{},
 		lastSeen: map[string]time.Time{},
+		heard:    map[string]time.Time{},
+		polling:  map[string]int{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

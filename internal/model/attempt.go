@@ -92,6 +92,10 @@ type Replica struct {
 	// Endpoint is host:port where a service's replica is reached, when
 	// its runner says (a Kubernetes Service); empty: its node's address.
 	Endpoint string `json:"endpoint,omitempty"`
+	// EndedAt is when the replica ended as its agent reported it, bounded
+	// by what the server saw (not before the attempt started, not after
+	// the report arrived); nil while running or when the server ended it.
+	EndedAt *time.Time `json:"endedAt,omitempty"`
 }
 
 func (r Replica) clone() Replica {
@@ -99,6 +103,10 @@ func (r Replica) clone() Replica {
 	if r.ExitCode != nil {
 		v := *r.ExitCode
 		r.ExitCode = &v
+	}
+	if r.EndedAt != nil {
+		v := *r.EndedAt
+		r.EndedAt = &v
 	}
 	return r
 }
