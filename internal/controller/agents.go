@@ -437,6 +437,11 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	}
 	c.observeCheckpointLocked(a.JobID, st.Checkpoint, b)
 	now := c.cfg.Clock.Now()
+	if st.Phase == agentapi.PhaseRunning && st.ObservedAt != nil {
+		// Never past the report's arrival, whatever the agent's clock says;
+		// never back.
+		c.observed[st.ID] = maxTime(c.observed[st.ID], minTime(*st.ObservedAt, now))
+	}
 	a = a.Clone()
 	r = a.Replicas[rank]
 	switch st.Phase {
@@ -601,6 +606,9 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	b.Attempts = append(b.Attempts, a)
 	c.id.EndAttempt(a.ID)
 	c.forgetSpecsLocked(a)
+	for rank := range a.Replicas {
+		delete(c.observed, model.ReplicaID(a.ID, rank))
+	}
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
 	j, ok := c.st.Job(a.JobID)

@@ -193,6 +193,10 @@ type Controller struct {
 	// polling counts each node's syncs waiting for a change (an agent
 	// ends its wait when a replica changes), for the meter.
 	polling map[string]int
+	// observed is when each running replica's agent last saw its process
+	// alive (agentapi.ReplicaStatus.ObservedAt), by replica id, in this
+	// term: the meter bills it up to there (meterHorizonLocked).
+	observed map[string]time.Time
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
 	nodeGen nodeGens
@@ -245,6 +249,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		lastSeen: map[string]time.Time{},
 		heard:    map[string]time.Time{},
 		polling:  map[string]int{},
+		observed: map[string]time.Time{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

@@ -198,29 +198,45 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 }
 
 // meterHorizonLocked is how far the meter may go at now: as far as the
-// server knows whether each running replica still runs. A replica's agent
-// reports its end (and when it was) at its next sync, so a node's replicas
-// are known up to when its last sync arrived, or up to now while it waits
-// in a sync (an agent cuts its wait short when a replica changes). A node
-// that has not synced with this controller (it took over from a leader
-// that died, or restarted) holds the meter back until its first sync
-// tells what ended while no one listened, or until it has been silent for
-// the heartbeat timeout (it is lost, and its attempts with it); one that
-// has, for at most CostConfig.ReportLag. Without this, the first pass of a
-// new term would bill attempts that ended during the failover up to the
-// takeover, and a loaded server every end up to when its report arrived.
-// now is in whole seconds.
+// server knows whether each running replica still runs.
+//
+// A replica's agent reports when it last saw the replica's process alive
+// (agentapi.ReplicaStatus.ObservedAt), and its end, with the end's time,
+// once it has seen it; the meter bills a running replica up to the last
+// such observation and never further. An agent slow to notice an end (a
+// loaded machine, a log shipment stuck on a leader that died) may go on
+// reporting the replica running in its syncs, but not as seen alive, so
+// none of the time between the end and its report is billed. An agent too
+// old to say vouches instead for its replicas up to its last sync's
+// arrival, or up to now while it waits in a sync (it cuts its wait short
+// when a replica changes).
+//
+// A node that has not synced with this controller (it took over from a
+// leader that died, or restarted) holds the meter back until its first
+// sync tells what ended while no one listened, or until it has been silent
+// for the heartbeat timeout (it is lost, and its attempts with it); one
+// that has, for at most CostConfig.ReportLag: a replica whose agent syncs
+// but has not seen it for longer (an agent wedged) is billed up to
+// now - ReportLag, so that one agent cannot stall every budget. The hold
+// is on the whole meter, every node and project (docs/cost.md). now is in
+// whole seconds.
 func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
 	h := now
 	for _, a := range c.st.LiveAttempts() {
-		for _, r := range a.Replicas {
+		for rank, r := range a.Replicas {
 			if r.State.Terminal() {
 				continue
 			}
 			if t, ok := c.heard[r.NodeID]; ok {
-				if c.polling[r.NodeID] == 0 && c.cfg.Cost.ReportLag > 0 {
-					h = minTime(h, maxTime(t, now.Add(-c.cfg.Cost.ReportLag)))
+				if c.cfg.Cost.ReportLag <= 0 {
+					continue
 				}
+				if seen, ok := c.observed[model.ReplicaID(a.ID, rank)]; ok {
+					t = seen
+				} else if c.polling[r.NodeID] > 0 {
+					continue
+				}
+				h = minTime(h, maxTime(t, now.Add(-c.cfg.Cost.ReportLag)))
 				continue
 			}
 			// A replica bound to a machine still booting has not started;

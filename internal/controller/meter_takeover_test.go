@@ -47,31 +47,10 @@ func newTermController(t *testing.T, st *memStore, clk *clock.Fake, prices cost.
 func TestTakeoverMetersEachSecondOnce(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewFake(t0)
-	// $7,200 an hour: $1 a GPU-second on a 2-GPU node.
-	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,n1,7200\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := newMemStore()
+	prices := perGPUSecond(t)
 	old := newTermController(t, st, clk, prices, 0)
-	newPricedNode(t, old)
-	if err := old.CostPass(ctx); err != nil { // starts the meter's clock
-		t.Fatal(err)
-	}
-	spec := cmdSpec(1)
-	spec.Default()
-	j, _, err := old.Submit(ctx, Submission{Project: "default", User: "test", Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := old.Sync(ctx, agentapi.SyncRequest{NodeID: "n1"})
-	if err != nil || len(resp.Replicas) != 1 {
-		t.Fatalf("desired set %+v, %v", resp, err)
-	}
-	rid := resp.Replicas[0].ID
+	jobID, rid := startMeteredJob(t, old)
 	clk.Advance(2 * time.Second)
 	start := clk.Now() // the replica starts on the agent
 	clk.Advance(3 * time.Second)
@@ -103,11 +82,11 @@ func TestTakeoverMetersEachSecondOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := c.Job(j.ID); got.State != model.JobSucceeded {
+	if got, _ := c.Job(jobID); got.State != model.JobSucceeded {
 		t.Fatalf("job %s, want succeeded", got.State)
 	}
 
-	checkMeteredOnce(t, st, j.ID, start, end)
+	checkMeteredOnce(t, st, jobID, start, end)
 }
 
 // checkMeteredOnce checks that st's ledger charges job id, 1 GPU at $1 a
@@ -144,34 +123,31 @@ func checkMeteredOnce(t *testing.T, st *memStore, id string, start, end time.Tim
 	}
 }
 
-// newPricedNode registers n1, two GPUs at $1 a GPU-second each.
-func newPricedNode(t *testing.T, c *Controller) {
+// perGPUSecond prices node n1 at $7,200 an hour: $1 a GPU-second on its
+// two GPUs.
+func perGPUSecond(t *testing.T) cost.PriceTable {
 	t.Helper()
-	reg := agentapi.Registration{NodeID: "n1", Name: "n1", Provider: "static", CPU: 16, Memory: 64 * model.GiB}
-	for i := range 2 {
-		reg.GPUs = append(reg.GPUs, model.GPU{Index: i, UUID: "n1-gpu" + string(rune('a'+i)), Model: "H100", Memory: 80 * model.GiB})
-	}
-	if _, err := c.Register(context.Background(), reg); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestLateEndReportIsNotBilled: a replica ends, and its agent's report
-// reaches the server (busy, or the agent finding a leader) 12 s later,
-// after two cost passes. With a report lag the meter waits for the node
-// to confirm its replicas, so the job is billed up to its end, not up to
-// the passes that came before the report.
-func TestLateEndReportIsNotBilled(t *testing.T) {
-	ctx := context.Background()
-	clk := clock.NewFake(t0)
 	prices, err := cost.ParsePrices(strings.NewReader("match,value,price_per_hour\nnode,n1,7200\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newMemStore()
-	c := newTermController(t, st, clk, prices, time.Minute)
-	newPricedNode(t, c)
-	if err := c.CostPass(ctx); err != nil {
+	return prices
+}
+
+// startMeteredJob registers n1 (two GPUs), starts the meter's clock, and
+// submits and places a 1-GPU job there; it returns the job's id and its
+// replica's, handed to n1's agent by a sync and not yet started.
+func startMeteredJob(t *testing.T, c *Controller) (jobID, replicaID string) {
+	t.Helper()
+	ctx := context.Background()
+	reg := agentapi.Registration{NodeID: "n1", Name: "n1", Provider: "static", CPU: 16, Memory: 64 * model.GiB}
+	for i := range 2 {
+		reg.GPUs = append(reg.GPUs, model.GPU{Index: i, UUID: "n1-gpu" + string(rune('a'+i)), Model: "H100", Memory: 80 * model.GiB})
+	}
+	if _, err := c.Register(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CostPass(ctx); err != nil { // starts the meter's clock
 		t.Fatal(err)
 	}
 	spec := cmdSpec(1)
@@ -187,7 +163,20 @@ func TestLateEndReportIsNotBilled(t *testing.T) {
 	if err != nil || len(resp.Replicas) != 1 {
 		t.Fatalf("desired set %+v, %v", resp, err)
 	}
-	rid := resp.Replicas[0].ID
+	return j.ID, resp.Replicas[0].ID
+}
+
+// TestLateEndReportIsNotBilled: a replica ends, and its agent's report
+// reaches the server (busy, or the agent finding a leader) 12 s later,
+// after two cost passes. With a report lag the meter waits for the node
+// to confirm its replicas, so the job is billed up to its end, not up to
+// the passes that came before the report.
+func TestLateEndReportIsNotBilled(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	st := newMemStore()
+	c := newTermController(t, st, clk, perGPUSecond(t), time.Minute)
+	jobID, rid := startMeteredJob(t, c)
 	clk.Advance(time.Second)
 	start := clk.Now()
 	if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: "n1", Statuses: []agentapi.ReplicaStatus{{ID: rid, Phase: agentapi.PhaseRunning, StartedAt: start}}}); err != nil {
@@ -219,5 +208,80 @@ func TestLateEndReportIsNotBilled(t *testing.T) {
 	if err := c.CostPass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkMeteredOnce(t, st, j.ID, start, end)
+	checkMeteredOnce(t, st, jobID, start, end)
+}
+
+// TestStaleObservationIsNotBilled: a replica's agent saw it alive last at
+// seen; it ended a second later, and the agent, slow to notice (a loaded
+// machine, a log shipment stuck), goes on reporting it running for 20 s:
+// in plain syncs, then waiting in a long poll, with the cost passes
+// running meanwhile. Its syncs vouch only for what it saw, so the job is
+// billed up to its end, never up to the syncs that still said "running".
+func TestStaleObservationIsNotBilled(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	st := newMemStore()
+	c := newTermController(t, st, clk, perGPUSecond(t), time.Minute)
+	jobID, rid := startMeteredJob(t, c)
+	clk.Advance(time.Second)
+	start := clk.Now()
+	running := func(seen time.Time, wait time.Duration, gen uint64) agentapi.SyncRequest {
+		return agentapi.SyncRequest{NodeID: "n1", Generation: gen, Wait: model.Duration(wait), Statuses: []agentapi.ReplicaStatus{
+			{ID: rid, Phase: agentapi.PhaseRunning, StartedAt: start, ObservedAt: &seen}}}
+	}
+	var gen uint64
+	for range 3 { // seen alive at every sync
+		clk.Advance(5 * time.Second)
+		resp, err := c.Sync(ctx, running(clk.Now(), 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = resp.Generation
+		if err := c.CostPass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := clk.Now()
+	clk.Advance(time.Second)
+	end := clk.Now() // unnoticed by the agent
+	for range 2 {
+		clk.Advance(5 * time.Second)
+		if _, err := c.Sync(ctx, running(seen, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CostPass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Now it waits in a long poll, still with nothing newer to tell.
+	clk.Advance(time.Second)
+	armed := clk.Waiters()
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Sync(ctx, running(seen, 10*time.Second, gen))
+		polled <- err
+	}()
+	for clk.Waiters() == armed {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(5 * time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second)
+	if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: "n1", Statuses: []agentapi.ReplicaStatus{exitedAt(rid, 0, "", start, end)}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkMeteredOnce(t, st, jobID, start, end)
 }
