@@ -375,8 +375,13 @@ func (a *Agent) endOrphan(r *replica, child *supervisor.Process, log *slog.Logge
 func exitedStatus(id string, exit supervisor.Exit) agentapi.ReplicaStatus {
 	code, end := exit.Code, exit.EndedAt
 	if exit.Reason == agentapi.ReasonFenced {
-		// Not the job's doing: lost, so the attempt is retried.
-		return agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseLost, Reason: exit.Reason, StartedAt: exit.StartedAt, EndedAt: &end}
+		// Not the job's doing: lost, so the attempt is retried; refused
+		// before it started, at no cost to the job.
+		s := agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseLost, Reason: exit.Reason, StartedAt: exit.StartedAt, EndedAt: &end, NeverStarted: exit.NeverStarted}
+		if exit.NeverStarted {
+			s.StartedAt = time.Time{}
+		}
+		return s
 	}
 	return agentapi.ReplicaStatus{
 		ID:        id,

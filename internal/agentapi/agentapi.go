@@ -253,6 +253,13 @@ type ReplicaStatus struct {
 	// (docs/cost.md). Not a change to report: an agent does not cut its
 	// long poll short for it.
 	ObservedAt *time.Time `json:"observedAt,omitempty"`
+	// NeverStarted, on a lost replica, says its command never ran: its
+	// supervisor refused to start it because the node's fence had passed
+	// (ReasonFenced). Through no fault of the job, at no cost to it: the
+	// server requeues the job without counting the attempt against its
+	// retries, and bills nothing for it. Older agents leave it unset (the
+	// attempt then counts as an interruption).
+	NeverStarted bool `json:"neverStarted,omitempty"`
 	// Checkpoint is the time of the last checkpoint the agent uploaded
 	// for the replica (ReplicaSpec.Checkpoint), the time its LATEST
 	// marker names: work lost by preempting the job is measured from it.

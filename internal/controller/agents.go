@@ -458,7 +458,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 			r.State = model.AttemptSucceeded
 		}
 	case agentapi.PhaseLost:
-		r.State, r.Reason = model.AttemptLost, st.Reason
+		r.State, r.Reason, r.NeverStarted = model.AttemptLost, st.Reason, st.NeverStarted
 		r.EndedAt = reportedEnd(a, st, now)
 		if r.Reason == "" {
 			r.Reason = model.ReasonLost
@@ -658,6 +658,12 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			requeue = true
 			break
 		}
+		if neverRan(a) {
+			// Refused by a fence before anything ran: the job lost
+			// nothing, and is not charged a retry for it.
+			requeue = true
+			break
+		}
 		j.Preemptions++
 		requeue = j.Preemptions <= j.Spec.Retries.Preemptions
 		if !requeue {
@@ -691,6 +697,25 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.attemptEventLocked(b, j, a, requeue)
 	c.notifyAttemptLocked(b, j, a, now)
 	c.cfg.Log.Info("attempt ended", "job_id", j.ID, "attempt", a.Number, "state", a.State, "reason", a.Reason, "job_state", j.State)
+}
+
+// neverRan reports whether no replica of a ran its command: at least one
+// was refused by its supervisor because its node's fence had passed
+// (Replica.NeverStarted), and the others were too or were stopped by their
+// agents before they started (no exit code). Such an attempt costs its job
+// no retry; it is never billed, as it never started (Attempt.StartedAt).
+func neverRan(a *model.Attempt) bool {
+	refused := false
+	for _, r := range a.Replicas {
+		switch {
+		case r.NeverStarted:
+			refused = true
+		case r.State == model.AttemptFailed && r.ExitCode == nil && r.Reason == agentapi.ReasonStopped:
+		default:
+			return false
+		}
+	}
+	return refused && a.StartedAt == nil
 }
 
 // outcome derives an attempt's end from its replicas. A requested stop

@@ -96,6 +96,10 @@ type Replica struct {
 	// by what the server saw (not before the attempt started, not after
 	// the report arrived); nil while running or when the server ended it.
 	EndedAt *time.Time `json:"endedAt,omitempty"`
+	// NeverStarted: the replica was lost before its command ran, refused
+	// by its supervisor because its node's fence had passed
+	// (agentapi.ReplicaStatus.NeverStarted).
+	NeverStarted bool `json:"neverStarted,omitempty"`
 }
 
 func (r Replica) clone() Replica {
