@@ -32,9 +32,10 @@ func TestObservedAtIsTheLookNotTheSend(t *testing.T) {
 	release := cp.holdLogs()
 	waitFor(t, "the replica's log shipment to hang", func() bool { return cp.heldLogs() > 0 })
 	stuck := time.Now()
-	from := cp.syncCount()
-	// Every sync waits up to SyncWait (1 s): three span two seconds past
-	// the last look.
+	// The first sync after this may have been built before the hang; the
+	// three after it were not. Each waits up to SyncWait (1 s): they span
+	// two seconds past the last look.
+	from := cp.syncCount() + 1
 	waitFor(t, "three syncs while the replica's tending is stuck", func() bool { return cp.syncCount() >= from+3 })
 	touch(t, gate) // the replica ends; nobody looks
 	late := cp.syncCount()
