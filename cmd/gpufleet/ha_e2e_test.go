@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -379,7 +380,9 @@ func TestFailover(t *testing.T) {
 
 	long := make([]string, 4)
 	for i := range long {
-		m := shJob(fmt.Sprintf("long-%d", i), fmt.Sprintf(`echo x >> %s/long-%d.starts; sleep 15`, marks, i))
+		// The job notes when it began and ended on its machine's clock:
+		// the ledger must charge it that runtime, once (checkMetered).
+		m := shJob(fmt.Sprintf("long-%d", i), fmt.Sprintf(`echo x >> %[1]s/long-%[2]d.starts; date +%%s.%%N > %[1]s/long-%[2]d.times; sleep 15; date +%%s.%%N >> %[1]s/long-%[2]d.times`, marks, i))
 		m = []byte(strings.Replace(string(m), `"gpus":0`, `"gpus":1`, 1))
 		v, err := c.SubmitJob(ctx, m, client.SubmitOptions{IdempotencyKey: fmt.Sprintf("long-%d", i)})
 		if err != nil {
@@ -523,6 +526,12 @@ func TestFailover(t *testing.T) {
 	firings := crossedThresholds(t, ctx, c, model.DefaultProject, 4, 50, 100)
 	if firings != 2 {
 		t.Fatalf("the ledger's spend crossed %d of the budget's 2 thresholds: the long jobs did not cost what the test assumes", firings)
+	}
+	// Each long job is charged its own runtime once, though it ran across
+	// the failover and its end reached a leader late: 1 GPU of a 2-GPU
+	// node at $1 a second.
+	for i, id := range long {
+		checkMetered(t, ctx, c, id, filepath.Join(marks, fmt.Sprintf("long-%d.times", i)), 0.5)
 	}
 	checkWebhooks(t, hooks, append(slices.Collect(maps.Values(acked)), long...), firings, 1)
 
@@ -737,6 +746,50 @@ func crossedThresholds(t *testing.T, ctx context.Context, c *client.Client, proj
 	}
 	t.Logf("ledger: project %s spent %s: %d of the budget's %d thresholds crossed", project, spent.USD(), n, len(percents))
 	return n
+}
+
+// meteredTolerance is how far a job's metered GPU-seconds may be from its
+// runtime: the meter counts whole seconds on the node's clock (up to 1 s at
+// each end) and may meter a live attempt up to a pass that came between
+// its end and the agent's report of it (a sync's latency on a loaded
+// machine). A leader change adds nothing to it.
+const meteredTolerance = 3.0
+
+// checkMetered checks that job id's cost in the ledger is its runtime,
+// as the job itself noted its start and end on its machine's clock in
+// times (one Unix time a line), × perGPUSecond dollars for its one GPU,
+// within meteredTolerance seconds: not the time its end took to reach a
+// leader, and no second metered twice across a leader change.
+func checkMetered(t *testing.T, ctx context.Context, c *client.Client, id, times string, perGPUSecond float64) {
+	t.Helper()
+	b, err := os.ReadFile(times)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []float64
+	for _, f := range strings.Fields(string(b)) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", times, err)
+		}
+		ts = append(ts, v)
+	}
+	if len(ts) != 2 {
+		t.Fatalf("%s holds %d times, want its start and end", times, len(ts))
+	}
+	runtime := ts[1] - ts[0]
+	v, err := c.Job(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Cost == nil {
+		t.Fatalf("job %s has no metered cost", id)
+	}
+	metered := v.Cost.Total.Dollars() / perGPUSecond
+	t.Logf("job %s ran %.1f s and was charged %s (%.0f GPU-seconds)", id, runtime, v.Cost.Total.USD(), metered)
+	if math.Abs(metered-runtime) > meteredTolerance {
+		t.Errorf("job %s ran %.1f s on 1 GPU and the ledger charged it %s, %.0f GPU-seconds: want its runtime within %.0f s", id, runtime, v.Cost.Total.USD(), metered, meteredTolerance)
+	}
 }
 
 // checkWebhooks waits until every job in jobs has had its success

@@ -177,7 +177,7 @@ func touch(t *testing.T, path string) {
 func intPtr(n int) *int { return &n }
 
 // ignoreTimes compares statuses without their times.
-var ignoreTimes = cmpopts.IgnoreFields(agentapi.ReplicaStatus{}, "StartedAt", "EndedAt")
+var ignoreTimes = cmpopts.IgnoreFields(agentapi.ReplicaStatus{}, "StartedAt", "EndedAt", "ObservedAt")
 
 func TestReplicaExitIsReportedAfterItsWholeLog(t *testing.T) {
 	t.Parallel()

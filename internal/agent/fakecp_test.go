@@ -40,6 +40,11 @@ type fakeControlPlane struct {
 	// logAtEnd is each replica's log as the server held it when the
 	// replica's end was first reported.
 	logAtEnd map[string]fakeLog
+	// logsHeld, while set, holds AppendLog calls unanswered until it is
+	// closed, as a server that does not answer them does; logsWaiting
+	// counts the calls it holds.
+	logsHeld    chan struct{}
+	logsWaiting int
 }
 
 type fakeLog struct {
@@ -120,6 +125,20 @@ func (f *fakeControlPlane) Sync(ctx context.Context, req agentapi.SyncRequest) (
 
 func (f *fakeControlPlane) AppendLog(ctx context.Context, c agentapi.LogChunk) (agentapi.LogAck, error) {
 	f.mu.Lock()
+	if held := f.logsHeld; held != nil {
+		f.logsWaiting++
+		f.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+		}
+		f.mu.Lock()
+		f.logsWaiting--
+		if err := ctx.Err(); err != nil {
+			f.mu.Unlock()
+			return agentapi.LogAck{}, err
+		}
+	}
 	defer f.mu.Unlock()
 	if f.down {
 		f.failures++
@@ -184,6 +203,34 @@ func (f *fakeControlPlane) setStalled(stalled bool) {
 	f.stalled = stalled
 	close(f.changed) // end a pending long poll: the next call stalls
 	f.changed = make(chan struct{})
+}
+
+// holdLogs holds AppendLog calls until the returned release is called.
+func (f *fakeControlPlane) holdLogs() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	held := make(chan struct{})
+	f.logsHeld = held
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.logsHeld = nil
+		close(held)
+	}
+}
+
+// heldLogs is how many AppendLog calls are being held.
+func (f *fakeControlPlane) heldLogs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.logsWaiting
+}
+
+// syncsSince returns the sync requests after the first n.
+func (f *fakeControlPlane) syncsSince(n int) []agentapi.SyncRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.syncs[min(n, len(f.syncs)):])
 }
 
 func (f *fakeControlPlane) setDown(down bool) {

@@ -153,3 +153,20 @@ func TestLaunchWaitsForTheFenceToMove(t *testing.T) {
 		t.Errorf("r1's command ran %q, want once", b)
 	}
 }
+
+// TestFenceRefusalIsReportedNeverStarted: a replica its supervisor refused
+// to start (the fence had passed) is reported lost and never started, so
+// that the server requeues its job without counting a retry; one fenced
+// while it ran is lost and did start.
+func TestFenceRefusalIsReportedNeverStarted(t *testing.T) {
+	t.Parallel()
+	at := time.Now()
+	refused := exitedStatus("r1", supervisor.Exit{Code: supervisor.CodeCannotRun, Reason: agentapi.ReasonFenced, StartedAt: at, EndedAt: at, NeverStarted: true})
+	if refused.Phase != agentapi.PhaseLost || !refused.NeverStarted || !refused.StartedAt.IsZero() {
+		t.Errorf("a refused replica is reported %+v, want lost, never started, with no start", refused)
+	}
+	ran := exitedStatus("r2", supervisor.Exit{Code: 137, Signal: "SIGKILL", Reason: agentapi.ReasonFenced, StartedAt: at.Add(-time.Minute), EndedAt: at})
+	if ran.Phase != agentapi.PhaseLost || ran.NeverStarted || !ran.StartedAt.Equal(at.Add(-time.Minute)) {
+		t.Errorf("a replica fenced while it ran is reported %+v, want lost, started", ran)
+	}
+}

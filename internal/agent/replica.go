@@ -44,9 +44,12 @@ type replica struct {
 
 	// Guarded by Agent.mu.
 	status agentapi.ReplicaStatus // Phase empty while there is nothing to report
-	stop   bool
-	ckpt   *ckptState // its checkpoint sync, set at most once (setCheckpoints)
-	gate   *gate.Gate // a service replica's gate while it may run (servicegate.go)
+	// seen is when tend last saw the running replica's process alive: its
+	// status's ObservedAt in the next sync (request). Zero until then.
+	seen time.Time
+	stop bool
+	ckpt *ckptState // its checkpoint sync, set at most once (setCheckpoints)
+	gate *gate.Gate // a service replica's gate while it may run (servicegate.go)
 }
 
 // launched is a supervisor process this agent started.
@@ -146,11 +149,16 @@ func (a *Agent) requestStop(r *replica) {
 	}
 }
 
-// publish sets what is reported for r, and wakes the sync loop on change.
-func (a *Agent) publish(r *replica, s agentapi.ReplicaStatus) {
+// publish sets what is reported for r, and wakes the sync loop on change;
+// seen, when set, is when r's process was last seen alive (observation).
+// seen alone is no change: it moves with every look.
+func (a *Agent) publish(r *replica, s agentapi.ReplicaStatus, seen time.Time) {
 	a.mu.Lock()
 	changed := !reflect.DeepEqual(r.status, s)
 	r.status = s
+	if !seen.IsZero() {
+		r.seen = seen
+	}
 	a.mu.Unlock()
 	if changed {
 		ring(a.changed)
@@ -193,7 +201,7 @@ func (a *Agent) tend(ctx context.Context, r *replica) {
 			return
 		}
 		if obs.status.Phase != "" {
-			a.publish(r, withCheckpoint(obs.status, a.checkpointsOf(r)))
+			a.publish(r, withCheckpoint(obs.status, a.checkpointsOf(r)), obs.seen)
 		}
 		a.mu.Lock()
 		stop := r.stop
@@ -243,7 +251,7 @@ func (a *Agent) finish(ctx context.Context, r *replica, status agentapi.ReplicaS
 			return
 		}
 	}
-	a.publish(r, status)
+	a.publish(r, status, time.Time{})
 	attrs := []any{"phase", status.Phase, "reason", status.Reason}
 	if status.ExitCode != nil {
 		attrs = append(attrs, "exit_code", *status.ExitCode, "signal", status.Signal)
@@ -255,6 +263,9 @@ func (a *Agent) finish(ctx context.Context, r *replica, status agentapi.ReplicaS
 type observation struct {
 	status agentapi.ReplicaStatus // Phase empty while the supervisor starts
 	pids   *supervisor.PIDs       // set while the supervisor runs
+	// seen, for a running replica whose process was seen alive, is when
+	// the look began: the process was alive then.
+	seen time.Time
 }
 
 // observe derives r's state from its directory:
@@ -310,10 +321,18 @@ func (a *Agent) observe(r *replica, log *slog.Logger) observation {
 		}
 		return observation{}
 	}
+	// Taken before the looks below: a process found alive by them was
+	// alive at look (what the server bills up to, agentapi.ObservedAt).
+	look := a.cfg.Clock.Now()
 	if supervisor.Alive(pids.Supervisor.PID, pids.Supervisor.Start) {
 		obs := observation{pids: &pids}
-		if pids.Child != nil {
-			obs.status = agentapi.ReplicaStatus{ID: r.id, Phase: agentapi.PhaseRunning, StartedAt: pids.Child.StartedAt}
+		if c := pids.Child; c != nil {
+			obs.status = agentapi.ReplicaStatus{ID: r.id, Phase: agentapi.PhaseRunning, StartedAt: c.StartedAt}
+			if supervisor.Alive(c.PID, c.Start) {
+				// The child, not just its supervisor: a child that has
+				// exited (a zombie until reaped) is not seen alive.
+				obs.seen = look
+			}
 		}
 		return obs
 	}
@@ -356,8 +375,13 @@ func (a *Agent) endOrphan(r *replica, child *supervisor.Process, log *slog.Logge
 func exitedStatus(id string, exit supervisor.Exit) agentapi.ReplicaStatus {
 	code, end := exit.Code, exit.EndedAt
 	if exit.Reason == agentapi.ReasonFenced {
-		// Not the job's doing: lost, so the attempt is retried.
-		return agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseLost, Reason: exit.Reason, StartedAt: exit.StartedAt, EndedAt: &end}
+		// Not the job's doing: lost, so the attempt is retried; refused
+		// before it started, at no cost to the job.
+		s := agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseLost, Reason: exit.Reason, StartedAt: exit.StartedAt, EndedAt: &end, NeverStarted: exit.NeverStarted}
+		if exit.NeverStarted {
+			s.StartedAt = time.Time{}
+		}
+		return s
 	}
 	return agentapi.ReplicaStatus{
 		ID:        id,

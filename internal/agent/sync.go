@@ -93,7 +93,12 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 	statuses := make([]agentapi.ReplicaStatus, 0, len(a.tracked))
 	for _, r := range a.tracked {
 		if r.status.Phase != "" {
-			statuses = append(statuses, r.status)
+			s := r.status
+			if s.Phase == agentapi.PhaseRunning && !r.seen.IsZero() {
+				seen := r.seen
+				s.ObservedAt = &seen
+			}
+			statuses = append(statuses, s)
 		}
 	}
 	starting := len(a.starting)
@@ -121,7 +126,7 @@ func (a *Agent) request() (agentapi.SyncRequest, map[string]bool) {
 		if ended(s.Phase) {
 			endedIDs[s.ID] = true
 		}
-		if last, ok := a.delivered[s.ID]; !ok || !reflect.DeepEqual(last, s) {
+		if last, ok := a.delivered[s.ID]; !ok || news(last, s) {
 			wait = 0
 		}
 	}
@@ -560,3 +565,11 @@ func validID(id string) error {
 
 // ended reports whether a phase is final.
 func ended(p agentapi.Phase) bool { return p == agentapi.PhaseExited || p == agentapi.PhaseLost }
+
+// news reports whether status s tells the server more than last, which it
+// received: a later ObservedAt alone does not (it moves with every look,
+// and the long poll is not cut short for it).
+func news(last, s agentapi.ReplicaStatus) bool {
+	last.ObservedAt, s.ObservedAt = nil, nil
+	return !reflect.DeepEqual(last, s)
+}

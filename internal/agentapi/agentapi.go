@@ -242,6 +242,24 @@ type ReplicaStatus struct {
 	Reason    string     `json:"reason,omitempty"`
 	StartedAt time.Time  `json:"startedAt"`
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
+	// ObservedAt, for a running replica, is when the agent last saw its
+	// process alive (taken before the look, so the process was alive
+	// then): not when the sync was sent, which may be long after under
+	// load. The server bills a running replica up to it and no further,
+	// so the time between the replica's end and the agent noticing it
+	// is never billed; the end report's EndedAt closes the attempt.
+	// Absent from older agents: the server then bills up to the sync's
+	// arrival, or to now while the agent waits in a long poll
+	// (docs/cost.md). Not a change to report: an agent does not cut its
+	// long poll short for it.
+	ObservedAt *time.Time `json:"observedAt,omitempty"`
+	// NeverStarted, on a lost replica, says its command never ran: its
+	// supervisor refused to start it because the node's fence had passed
+	// (ReasonFenced). Through no fault of the job, at no cost to it: the
+	// server requeues the job without counting the attempt against its
+	// retries, and bills nothing for it. Older agents leave it unset (the
+	// attempt then counts as an interruption).
+	NeverStarted bool `json:"neverStarted,omitempty"`
 	// Checkpoint is the time of the last checkpoint the agent uploaded
 	// for the replica (ReplicaSpec.Checkpoint), the time its LATEST
 	// marker names: work lost by preempting the job is measured from it.

@@ -140,6 +140,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}
 	arrived, before := c.cfg.Clock.Now(), c.lastSeen[req.NodeID]
 	c.lastSeen[req.NodeID] = arrived
+	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHorizonLocked)
 	defer func() {
 		if err == nil {
 			return
@@ -175,11 +176,8 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}
 	spent := time.Since(began)
 	if req.Generation == gen && req.Wait > 0 && cm == nil {
-		select {
-		case <-changed: // the node's generation moved
-		case <-c.cfg.Clock.After(req.Wait.D()):
-		case <-ctx.Done():
-			return agentapi.SyncResponse{}, ctx.Err()
+		if err := c.waitForChange(ctx, req, changed); err != nil {
+			return agentapi.SyncResponse{}, err
 		}
 	}
 	c.mu.Lock()
@@ -439,6 +437,11 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	}
 	c.observeCheckpointLocked(a.JobID, st.Checkpoint, b)
 	now := c.cfg.Clock.Now()
+	if st.Phase == agentapi.PhaseRunning && st.ObservedAt != nil {
+		// Never past the report's arrival, whatever the agent's clock says;
+		// never back.
+		c.observed[st.ID] = maxTime(c.observed[st.ID], minTime(*st.ObservedAt, now))
+	}
 	a = a.Clone()
 	r = a.Replicas[rank]
 	switch st.Phase {
@@ -450,11 +453,13 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	case agentapi.PhaseExited:
 		// No exit code: the agent stopped a replica it never started.
 		r.ExitCode, r.Reason, r.State = st.ExitCode, st.Reason, model.AttemptFailed
+		r.EndedAt = reportedEnd(a, st, now)
 		if st.ExitCode != nil && *st.ExitCode == 0 && st.Reason != model.ReasonRuntimeLimit {
 			r.State = model.AttemptSucceeded
 		}
 	case agentapi.PhaseLost:
-		r.State, r.Reason = model.AttemptLost, st.Reason
+		r.State, r.Reason, r.NeverStarted = model.AttemptLost, st.Reason, st.NeverStarted
+		r.EndedAt = reportedEnd(a, st, now)
 		if r.Reason == "" {
 			r.Reason = model.ReasonLost
 		}
@@ -465,13 +470,14 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	a.Version++
 	if a.State == model.AttemptStarting && r.State == model.AttemptRunning {
 		a.State = model.AttemptRunning
-		a.StartedAt = &now
+		started := reportedStart(a, st, now)
+		a.StartedAt = &started
 		if j, ok := c.st.Job(a.JobID); ok && !j.State.Terminal() {
 			j = j.Clone()
 			j.State = model.JobRunning
 			if j.StartedAt == nil {
-				j.StartedAt = &now
-				c.cfg.Metrics.gpuReached(now.Sub(j.SubmittedAt))
+				j.StartedAt = &started
+				c.cfg.Metrics.gpuReached(started.Sub(j.SubmittedAt))
 			}
 			j.Version++
 			c.st.PutJob(j)
@@ -481,10 +487,72 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 	if a.StartedAt == nil && st.Phase == agentapi.PhaseExited && r.ExitCode != nil && !st.StartedAt.IsZero() {
 		// A replica that ended between two syncs was never seen running;
 		// the agent's record still says when it started.
-		started := st.StartedAt
+		started := reportedStart(a, st, now)
 		a.StartedAt = &started
 	}
 	c.settleLocked(a, b, now)
+}
+
+// waitForChange waits in an agent's sync for a change of its node's desired
+// set, up to req.Wait. While it waits the agent has nothing new to report
+// (it cuts the call short when a replica changes), so the meter may bill
+// the node's replicas up to now (meterHorizonLocked); a wait that ends
+// without the agent cutting it confirms them up to its end. The caller
+// does not hold c.mu.
+func (c *Controller) waitForChange(ctx context.Context, req agentapi.SyncRequest, changed <-chan struct{}) error {
+	c.mu.Lock()
+	c.polling[req.NodeID]++
+	c.mu.Unlock()
+	var err error
+	select {
+	case <-changed: // the node's generation moved
+	case <-c.cfg.Clock.After(req.Wait.D()):
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	if c.polling[req.NodeID]--; c.polling[req.NodeID] <= 0 {
+		delete(c.polling, req.NodeID)
+	}
+	if err == nil {
+		c.heard[req.NodeID] = c.cfg.Clock.Now()
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// reportedStart is when st says its replica started, bounded by what the
+// server saw: not before the attempt was made, not after the report
+// arrived (now). The meter charges an attempt from it, so a report that
+// reaches the server late (a loaded server, a leader change) costs the
+// job none of its seconds.
+func reportedStart(a *model.Attempt, st agentapi.ReplicaStatus, now time.Time) time.Time {
+	if st.StartedAt.IsZero() || st.StartedAt.After(now) {
+		return now
+	}
+	return maxTime(st.StartedAt, a.CreatedAt)
+}
+
+// reportedEnd is when st says its replica ended, bounded by what the
+// server saw: not before the attempt started, not after the report
+// arrived (now). The meter charges an attempt up to it, so an end heard
+// late (the agent was finding a new leader) is not billed as running.
+func reportedEnd(a *model.Attempt, st agentapi.ReplicaStatus, now time.Time) *time.Time {
+	end := now
+	if st.EndedAt != nil && st.EndedAt.Before(now) {
+		end = *st.EndedAt
+	}
+	if a.StartedAt != nil {
+		end = maxTime(end, *a.StartedAt)
+	}
+	return &end
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // settleLocked decides what an attempt's replica states add up to: a gang
@@ -511,22 +579,43 @@ func (c *Controller) settleLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.finishLocked(a, b, now)
 }
 
+// attemptEnd is when attempt a ended: when the last of its replicas ended
+// as their agents reported it (reportedEnd), or now when the server ended
+// one of them itself (a lost node, a cancel before the start).
+func attemptEnd(a *model.Attempt, now time.Time) time.Time {
+	var end time.Time
+	for _, r := range a.Replicas {
+		if r.EndedAt == nil {
+			return now
+		}
+		end = maxTime(end, *r.EndedAt)
+	}
+	if end.IsZero() || end.After(now) {
+		return now
+	}
+	return end
+}
+
 // finishLocked ends an attempt and moves its job on: done, or requeued by
 // its retry policy.
 func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Time) {
 	a.State, a.Reason, a.ExitCode = outcome(a)
-	a.EndedAt = &now
+	end := attemptEnd(a, now)
+	a.EndedAt = &end
 	c.st.PutAttempt(a)
 	b.Attempts = append(b.Attempts, a)
 	c.id.EndAttempt(a.ID)
 	c.forgetSpecsLocked(a)
+	for rank := range a.Replicas {
+		delete(c.observed, model.ReplicaID(a.ID, rank))
+	}
 	c.cost.ended = append(c.cost.ended, a) // metered up to EndedAt by the next cost pass
 
 	j, ok := c.st.Job(a.JobID)
 	if !ok || j.State.Terminal() {
 		return
 	}
-	if a.StartedAt != nil && now.After(*a.StartedAt) {
+	if a.StartedAt != nil && end.After(*a.StartedAt) {
 		gpus := 0.0
 		for _, r := range a.Replicas {
 			if r.GPUShare > 0 {
@@ -536,7 +625,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			}
 		}
 		if gpus > 0 {
-			c.st.AddUsage(j.Spec.Queue, gpus*now.Sub(*a.StartedAt).Hours(), now)
+			c.st.AddUsage(j.Spec.Queue, gpus*end.Sub(*a.StartedAt).Hours(), now)
 		}
 	}
 	j = j.Clone()
@@ -566,6 +655,12 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 		if budgetStopped(a) {
 			// Stopped by a budget: requeued and held until the budget
 			// allows it again; not an interruption counted against retries.
+			requeue = true
+			break
+		}
+		if neverRan(a) {
+			// Refused by a fence before anything ran: the job lost
+			// nothing, and is not charged a retry for it.
 			requeue = true
 			break
 		}
@@ -602,6 +697,25 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	c.attemptEventLocked(b, j, a, requeue)
 	c.notifyAttemptLocked(b, j, a, now)
 	c.cfg.Log.Info("attempt ended", "job_id", j.ID, "attempt", a.Number, "state", a.State, "reason", a.Reason, "job_state", j.State)
+}
+
+// neverRan reports whether no replica of a ran its command: at least one
+// was refused by its supervisor because its node's fence had passed
+// (Replica.NeverStarted), and the others were too or were stopped by their
+// agents before they started (no exit code). Such an attempt costs its job
+// no retry; it is never billed, as it never started (Attempt.StartedAt).
+func neverRan(a *model.Attempt) bool {
+	refused := false
+	for _, r := range a.Replicas {
+		switch {
+		case r.NeverStarted:
+			refused = true
+		case r.State == model.AttemptFailed && r.ExitCode == nil && r.Reason == agentapi.ReasonStopped:
+		default:
+			return false
+		}
+	}
+	return refused && a.StartedAt == nil
 }
 
 // outcome derives an attempt's end from its replicas. A requested stop

@@ -185,6 +185,18 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
+	// heard is when each node's last sync arrived in this term: unlike
+	// lastSeen, never set for a node that has not synced with this
+	// controller, so the meter knows which replicas' ends it may not have
+	// heard of yet (meterHorizonLocked).
+	heard map[string]time.Time
+	// polling counts each node's syncs waiting for a change (an agent
+	// ends its wait when a replica changes), for the meter.
+	polling map[string]int
+	// observed is when each running replica's agent last saw its process
+	// alive (agentapi.ReplicaStatus.ObservedAt), by replica id, in this
+	// term: the meter bills it up to there (meterHorizonLocked).
+	observed map[string]time.Time
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
 	nodeGen nodeGens
@@ -235,6 +247,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		idem:     map[idemKey]store.Idempotency{},
 		verdicts: map[string]scheduler.Verdict{},
 		lastSeen: map[string]time.Time{},
+		heard:    map[string]time.Time{},
+		polling:  map[string]int{},
+		observed: map[string]time.Time{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

@@ -47,6 +47,12 @@ type CostConfig struct {
 	HTTP *http.Client
 	// ForecastHistoryDays of daily spend feed forecasts (28).
 	ForecastHistoryDays int
+	// ReportLag is the most the meter trails now for a running replica
+	// whose agent has not confirmed it since (meterHorizonLocked): an end
+	// reported late is then billed up to when it was, not to when its
+	// report arrived. The server sets the heartbeat timeout; 0: the meter
+	// bills running replicas up to now (tests that play the agent).
+	ReportLag time.Duration
 }
 
 // costState is the controller's cost side, guarded by Controller.mu but
@@ -56,8 +62,9 @@ type costState struct {
 	// at load.
 	book      *ledger.Book
 	meteredTo time.Time
-	// ended are attempts that ended since the last pass: they are metered
-	// up to their end once more, then dropped.
+	// ended are attempts that ended after meteredTo: they are metered up
+	// to their end, then dropped. Rebuilt from the attempts at load, so a
+	// new leader meters the ends its predecessor had not.
 	ended []*model.Attempt
 	// budgets is what the budget passes decided (package budgets; its
 	// own lock), set once at load.
@@ -77,6 +84,14 @@ func (c *Controller) loadCost(d *store.Dump) {
 	if v, ok := d.Meta[store.MeteredToKey]; ok {
 		if t, err := time.Parse(time.RFC3339, v); err == nil {
 			cs.meteredTo = t
+		}
+	}
+	if cs.meteredTo.IsZero() {
+		return
+	}
+	for _, a := range d.Attempts {
+		if a.StartedAt != nil && a.EndedAt != nil && a.EndedAt.After(cs.meteredTo) {
+			cs.ended = append(cs.ended, a)
 		}
 	}
 }
@@ -146,17 +161,22 @@ func (c *Controller) CostPass(ctx context.Context) error {
 	return nil
 }
 
-// meterLocked meters [meteredTo, now) into b. The first pass ever only
-// starts the clock. A gap (the server was down) is metered from the state
-// at restart: nodes still registered were presumably running.
+// meterLocked meters [meteredTo, horizon) into b (meterHorizonLocked: now,
+// but for replicas whose agents have not synced with this controller). The
+// first pass ever only starts the clock. A gap (the server was down, a
+// leader changed) is metered from the state at restart, once the agents
+// running its attempts have reported what ended meanwhile: nodes still
+// registered were presumably running.
 func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 	cs := &c.cost
 	from := cs.meteredTo
-	if from.IsZero() || !now.After(from) {
-		if from.IsZero() {
-			cs.meteredTo = now
-			b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
-		}
+	if from.IsZero() {
+		cs.meteredTo = now
+		b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
+		return
+	}
+	now = c.meterHorizonLocked(now)
+	if !now.After(from) {
 		return
 	}
 	for from.Before(now) {
@@ -170,9 +190,72 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 		b.Ledger = append(b.Ledger, entries...)
 		from = to
 	}
-	cs.ended = nil
+	// Attempts that ended after the horizon are metered up to their end
+	// by a later pass.
+	cs.ended = slices.DeleteFunc(cs.ended, func(a *model.Attempt) bool { return !a.EndedAt.After(now) })
 	cs.meteredTo = now
 	b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
+}
+
+// meterHorizonLocked is how far the meter may go at now: as far as the
+// server knows whether each running replica still runs.
+//
+// A replica's agent reports when it last saw the replica's process alive
+// (agentapi.ReplicaStatus.ObservedAt), and its end, with the end's time,
+// once it has seen it; the meter bills a running replica up to the last
+// such observation and never further. An agent slow to notice an end (a
+// loaded machine, a log shipment stuck on a leader that died) may go on
+// reporting the replica running in its syncs, but not as seen alive, so
+// none of the time between the end and its report is billed. An agent too
+// old to say vouches instead for its replicas up to its last sync's
+// arrival, or up to now while it waits in a sync (it cuts its wait short
+// when a replica changes).
+//
+// A node that has not synced with this controller (it took over from a
+// leader that died, or restarted) holds the meter back until its first
+// sync tells what ended while no one listened, or until it has been silent
+// for the heartbeat timeout (it is lost, and its attempts with it); one
+// that has, for at most CostConfig.ReportLag: a replica whose agent syncs
+// but has not seen it for longer (an agent wedged) is billed up to
+// now - ReportLag, so that one agent cannot stall every budget. The hold
+// is on the whole meter, every node and project (docs/cost.md). now is in
+// whole seconds.
+func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
+	h := now
+	for _, a := range c.st.LiveAttempts() {
+		for rank, r := range a.Replicas {
+			if r.State.Terminal() {
+				continue
+			}
+			if t, ok := c.heard[r.NodeID]; ok {
+				if c.cfg.Cost.ReportLag <= 0 {
+					continue
+				}
+				if seen, ok := c.observed[model.ReplicaID(a.ID, rank)]; ok {
+					t = seen
+				} else if c.polling[r.NodeID] > 0 {
+					continue
+				}
+				h = minTime(h, maxTime(t, now.Add(-c.cfg.Cost.ReportLag)))
+				continue
+			}
+			// A replica bound to a machine still booting has not started;
+			// one starting on a running machine may have (its start is
+			// reported with the agent's time, and billed from it).
+			if n, ok := c.st.Node(r.NodeID); !ok || n.State == model.NodeLaunching {
+				continue
+			}
+			return now.Add(-c.cfg.HeartbeatTimeout).Truncate(time.Second)
+		}
+	}
+	return h.Truncate(time.Second)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // nodePrice returns a node's price: the custom price file first, then the

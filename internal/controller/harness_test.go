@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ type memStore struct {
 	idem     []store.Idempotency
 	revs     []*model.Revision
 	ledger   []model.LedgerEntry
+	meta     map[string]string
 	batches  int
 }
 
@@ -34,7 +37,9 @@ func newMemStore() *memStore {
 func (m *memStore) Load(context.Context) (*store.Dump, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...), Revisions: append([]*model.Revision(nil), m.revs...)}
+	d := &store.Dump{Idempotency: append([]store.Idempotency(nil), m.idem...), Revisions: append([]*model.Revision(nil), m.revs...),
+		Meta: maps.Clone(m.meta)}
+	d.Ledger = slices.Clone(m.ledger)
 	for _, j := range m.jobs {
 		d.Jobs = append(d.Jobs, j)
 	}
@@ -76,6 +81,12 @@ func (m *memStore) Submit(b *store.Batch) <-chan error {
 	m.idem = append(m.idem, b.Idempotency...)
 	m.revs = append(m.revs, b.Revisions...)
 	m.ledger = append(m.ledger, b.Ledger...)
+	for k, v := range b.Meta {
+		if m.meta == nil {
+			m.meta = map[string]string{}
+		}
+		m.meta[k] = v
+	}
 	m.mu.Unlock()
 	ch := make(chan error, 1)
 	ch <- nil

@@ -92,6 +92,14 @@ type Replica struct {
 	// Endpoint is host:port where a service's replica is reached, when
 	// its runner says (a Kubernetes Service); empty: its node's address.
 	Endpoint string `json:"endpoint,omitempty"`
+	// EndedAt is when the replica ended as its agent reported it, bounded
+	// by what the server saw (not before the attempt started, not after
+	// the report arrived); nil while running or when the server ended it.
+	EndedAt *time.Time `json:"endedAt,omitempty"`
+	// NeverStarted: the replica was lost before its command ran, refused
+	// by its supervisor because its node's fence had passed
+	// (agentapi.ReplicaStatus.NeverStarted).
+	NeverStarted bool `json:"neverStarted,omitempty"`
 }
 
 func (r Replica) clone() Replica {
@@ -99,6 +107,10 @@ func (r Replica) clone() Replica {
 	if r.ExitCode != nil {
 		v := *r.ExitCode
 		r.ExitCode = &v
+	}
+	if r.EndedAt != nil {
+		v := *r.EndedAt
+		r.EndedAt = &v
 	}
 	return r
 }

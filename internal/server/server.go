@@ -202,7 +202,8 @@ func (c *Config) Validate() error {
 
 // costConfig reads the price file and the webhook settings.
 func (c *Config) costConfig() (controller.CostConfig, error) {
-	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval}
+	cc := controller.CostConfig{WebhookURL: c.WebhookURL, WebhookSecret: []byte(c.WebhookSecret), MeterInterval: c.MeterInterval,
+		ReportLag: c.HeartbeatTimeout}
 	if c.PricesFile == "" {
 		return cc, nil
 	}

@@ -87,7 +87,7 @@ func TestFencePassedStartsNothing(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	r := startIn(t, dir, spec("touch", marker), nil)
 	got := r.exit(t)
-	if diff := cmp.Diff(supervisor.Exit{Code: supervisor.CodeCannotRun, Reason: agentapi.ReasonFenced}, got, ignoreTimes); diff != "" {
+	if diff := cmp.Diff(supervisor.Exit{Code: supervisor.CodeCannotRun, Reason: agentapi.ReasonFenced, NeverStarted: true}, got, ignoreTimes); diff != "" {
 		t.Errorf("exit (-want +got):\n%s", diff)
 	}
 	if _, err := os.Stat(marker); err == nil {

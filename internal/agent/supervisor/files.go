@@ -59,6 +59,10 @@ type Exit struct {
 	Reason    string    `json:"reason,omitempty"`
 	StartedAt time.Time `json:"startedAt"`
 	EndedAt   time.Time `json:"endedAt"`
+	// NeverStarted: the supervisor refused to start the child because the
+	// node's fence had passed (agentapi.ReasonFenced), so the command ran
+	// zero times; the server requeues its job without counting a retry.
+	NeverStarted bool `json:"neverStarted,omitempty"`
 }
 
 // PIDs is the record of the supervisor's processes (pid.json).

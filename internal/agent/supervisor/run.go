@@ -239,7 +239,7 @@ func (s *supervisor) fencedBeforeStart(out *os.File) Exit {
 	s.log.Warn("not starting the replica: the node's fence has passed", "reason", agentapi.ReasonFenced)
 	fmt.Fprintf(out, "gpufleet supervise: not started: %s\n", agentapi.ReasonFenced)
 	now := time.Now()
-	return Exit{Code: CodeCannotRun, Reason: agentapi.ReasonFenced, StartedAt: now, EndedAt: now}
+	return Exit{Code: CodeCannotRun, Reason: agentapi.ReasonFenced, StartedAt: now, EndedAt: now, NeverStarted: true}
 }
 
 // watch waits for the child to exit, ending it when its runtime passes, the
