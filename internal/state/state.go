@@ -37,8 +37,9 @@ type State struct {
 	// node id, so a registering node picks up their holds without a scan of
 	// every live attempt.
 	orphans map[string][]*model.Attempt
-	// shapes interns node ShapeKeys.
-	shapes map[string]int
+	// shapes interns node ShapeKeys; shapeKeys[id-1] is id's key.
+	shapes    map[string]int
+	shapeKeys []string
 
 	// nodeOrder is every node sorted by id; activeOrder the nodes that
 	// are not terminated, sorted by id. Both are kept in step with every
