@@ -14,7 +14,7 @@ import (
 // A pass with a Memory decides what a pass without one decides: whole
 // plans (bindings, verdicts, candidates, reservations, preemptions, wake,
 // settled) are compared at every pass of many random worlds, each run for
-// a dozen passes with a random change set between them: the plan
+// ten passes with a random change set between them: the plan
 // committed, attempts ending, jobs cancelled, jobs changed in place of
 // their old record (priority, enqueue time, back-off, deadline, spot
 // fallback, shape; as a new record or the old one changed in place with
@@ -28,13 +28,17 @@ func TestMemoryChangesNothing(t *testing.T) {
 		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.Spot, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 40, InterruptionRate: 0.05},
 	}
 	var hits, misses, changed, passes int
-	for i := range 300 {
+	worlds := 150
+	if testing.Short() {
+		worlds = 40
+	}
+	for i := range worlds {
 		rng := rand.New(rand.NewSource(int64(i)))
 		st := turnWorld(rng)
 		var m Memory
 		at := now
 		seq := uint64(100000)
-		for pass := range 12 {
+		for pass := range 10 {
 			snap := st.Snapshot()
 			full := Schedule(snap, offers, at, int64(i))
 			h0, m0 := m.mem.hits, m.mem.misses
