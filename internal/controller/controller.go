@@ -166,6 +166,9 @@ type Controller struct {
 	id    *identity.Identity
 	audit *auditlog.Log
 	vault *vault.Vault
+	// sched is what passes keep of the queued jobs from one pass to the
+	// next (its own lock; passes run it outside mu).
+	sched scheduler.Memory
 
 	mu       sync.Mutex
 	st       *state.State

@@ -19,7 +19,8 @@ import (
 //  1. under the mutex, skip the pass when none of its inputs changed since
 //     the last one and none of its wake-up times is due (passMemo);
 //  2. snapshot the state under the mutex (cheap: pointers and free lists);
-//  3. compute a Plan without the mutex (pure);
+//  3. compute a Plan without the mutex (pure; the scheduler's Memory
+//     only saves reading unchanged queued jobs again);
 //  4. under the mutex, commit each binding whose job and GPUs are unchanged
 //     since the snapshot; the rest are planned again next pass;
 //  5. wait for the commit, then wake the agents of the touched nodes.
@@ -52,7 +53,7 @@ func (c *Controller) pass(ctx context.Context) error {
 	c.memo.schedules++
 	c.memo.jobs += uint64(len(snap.Pending))
 	c.mu.Unlock()
-	plan := scheduler.Schedule(snap, offers, now, c.cfg.Seed)
+	plan := c.sched.Schedule(snap, offers, now, c.cfg.Seed)
 
 	c.mu.Lock()
 	before := c.st.Version() // what else changed since the snapshot

@@ -352,7 +352,7 @@ func BenchmarkBlockedQueue(b *testing.B) {
 			var plan Plan
 			var reused int
 			for range b.N {
-				plan, reused = schedule(snap, offers, now, 1, reuse)
+				plan, reused = schedule(snap, offers, now, 1, reuse, nil)
 			}
 			b.ReportMetric(float64(reused), "reused-turns")
 			b.ReportMetric(float64(len(plan.Bindings)), "bound")

@@ -62,13 +62,13 @@ func (s *sched) candidates(pj *pjob, f *feasibility, v *Verdict) {
 	if len(s.offers) == 0 {
 		return
 	}
-	r := s.rankOffers(candKey{f: f, runtime: pj.runtime, interval: pj.job.Spec.Checkpoint.Interval})
+	r := s.rankOffers(candKey{f: f, runtime: pj.runtime, interval: pj.interval})
 	if !r.ok {
 		v.Reasons = append(v.Reasons, r.reasons...)
 		return
 	}
 	c := r.c
-	c.JobID = pj.job.ID
+	c.JobID = pj.id
 	if s.plan.Candidates == nil {
 		// One allocation for the pass rather than a list grown job by
 		// job: behind a full fleet most queued jobs have candidates.

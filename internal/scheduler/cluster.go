@@ -98,7 +98,7 @@ func newCluster(snap *state.Snapshot) *cluster {
 			// A pending job selects this node by a unique label: it gets a
 			// class of its own, so the job's nodeSelector is matched
 			// against this node and no other.
-			key := state.ShapeKey(n) + "\x00" + own
+			key := shapeKey(v) + "\x00" + own
 			cl = byKey[key]
 			if cl == nil {
 				cl = c.addClass(n, key, byKey, domains)
@@ -109,7 +109,7 @@ func newCluster(snap *state.Snapshot) *cluster {
 		case v.ShapeID == 0 && lastNode != nil && sameShape(lastNode, n):
 			cl = lastClass
 		default:
-			key := state.ShapeKey(n)
+			key := shapeKey(v)
 			cl = byKey[key]
 			if cl == nil {
 				cl = c.addClass(n, key, byKey, domains)
@@ -158,6 +158,15 @@ func newCluster(snap *state.Snapshot) *cluster {
 		}
 	}
 	return c
+}
+
+// shapeKey is v's node's state.ShapeKey, interned by the state when it
+// numbered the shape.
+func shapeKey(v *state.NodeView) string {
+	if v.ShapeID > 0 && v.Shape != "" {
+		return v.Shape
+	}
+	return state.ShapeKey(v.Node)
 }
 
 func (c *cluster) addClass(n *model.Node, key string, byKey map[string]*class, domains map[string]int) *class {

@@ -27,5 +27,10 @@
 // share their reason lists (see preempt and capacityReasons). Behind a
 // full fleet most of a deep queue is blocked: a blocked job's turn is
 // reused by later jobs it reads alike while nothing it reads has changed
-// (turn.go), and jobs of one shape share their offers (fitOffers).
+// (turn.go), and jobs of one shape share their offers (fitOffers). A
+// Memory (memory.go), which the controller's passes use, keeps what a pass
+// derives from each queued job alone (class, runtime, shape and its
+// fitKey, back-off and enqueue times) from one pass to the next, keyed by
+// the job's record and version, so a job that waits costs a lookup, not a
+// read of its spec, in every pass; its plans are Schedule's.
 package scheduler

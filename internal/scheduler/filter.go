@@ -62,6 +62,9 @@ func splitList(s string) []string {
 }
 
 func fitKeyOf(pj *pjob) fitKey {
+	if pj.key != nil {
+		return *pj.key
+	}
 	sp := &pj.job.Spec
 	k := fitKey{g: pj.g, replicas: sp.Replicas, share: pj.share, spot: pj.spot, specSpot: sp.Spot,
 		cpu: sp.Resources.CPU, mem: sp.Resources.Memory, ic: sp.Resources.GPU.Interconnect,

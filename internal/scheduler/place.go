@@ -29,17 +29,22 @@ type feasibility struct {
 }
 
 func (s *sched) feasible(pj *pjob) *feasibility {
-	key := fitKeyOf(pj)
 	// Runs of jobs of one shape are the common case; comparing with the
-	// last key is cheaper than hashing it.
+	// last key is cheaper than hashing it, and comparing the memory's
+	// interned key (Memory) cheaper still.
+	if pj.key != nil && pj.key == s.lastKey && s.lastFeas != nil {
+		return s.lastFeas
+	}
+	key := fitKeyOf(pj)
 	if s.lastFeas != nil && key == s.lastFit {
+		s.lastKey = pj.key
 		return s.lastFeas
 	}
 	if f, ok := s.feas[key]; ok {
-		s.lastFit, s.lastFeas = key, f
+		s.lastFit, s.lastFeas, s.lastKey = key, f, pj.key
 		return f
 	}
-	defer func() { s.lastFit, s.lastFeas = key, s.feas[key] }()
+	defer func() { s.lastFit, s.lastFeas, s.lastKey = key, s.feas[key], pj.key }()
 	f := &feasibility{key: key}
 	r := key.req()
 	why := map[Reason][]int32{}

@@ -218,7 +218,7 @@ func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
 // The returned order breaks ties between queues of equal fair share: it is
 // a shuffle seeded by seed and the snapshot's version, so no queue wins
 // every tie by its name, while one snapshot and seed always give one order.
-func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64) (map[string]*queueState, []*queueState) {
+func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64, mem *jobMemory) (map[string]*queueState, []*queueState) {
 	qs := map[string]*queueState{}
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
@@ -276,26 +276,40 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 			}
 		}
 	}
-	// The pass's jobs take one allocation and each queue's list another,
-	// rather than one per job and a list grown job by job.
-	pjs := make([]pjob, len(snap.Pending))
+	// The pass's jobs take one allocation (none with a memory, which
+	// keeps them) and each queue's list another, rather than one per job
+	// and a list grown job by job.
+	var pjs []pjob
+	all := make([]*pjob, len(snap.Pending))
+	if mem == nil {
+		pjs = make([]pjob, len(snap.Pending))
+	}
 	for i, j := range snap.Pending {
-		q := qs[j.Spec.Queue]
+		var pj *pjob
+		if mem != nil {
+			pj = mem.pjob(j, snap.PriorityClasses)
+		} else {
+			pjs[i] = jobPJob(j, snap.PriorityClasses)
+			pj = &pjs[i]
+		}
+		q := qs[pj.queue]
 		if q == nil {
-			q = newQ(j.Spec.Queue)
+			q = newQ(pj.queue)
 			q.missing = true
 			qs[q.name] = q
 		}
-		pjs[i] = newPJob(j, q, snap.PriorityClasses, now)
-		pjs[i].proj = projects[j.Project]
+		pj.q = q
+		pj.atPass(now)
+		pj.proj = projects[pj.project]
 		q.pending++
+		all[i] = pj
 	}
-	for i := range pjs {
-		q := pjs[i].q
+	for _, pj := range all {
+		q := pj.q
 		if q.jobs == nil {
 			q.jobs = make([]*pjob, 0, q.pending)
 		}
-		q.jobs = append(q.jobs, &pjs[i])
+		q.jobs = append(q.jobs, pj)
 	}
 	list := make([]*queueState, 0, len(qs))
 	for _, q := range qs {
@@ -327,7 +341,24 @@ func tieRank(seed int64, version uint64, name string) uint64 {
 
 // pjob is a pending job during a pass.
 type pjob struct {
-	job         *model.Job
+	job *model.Job
+	// id is job.ID, retryAt job.RetryAt, after whether job.Spec.After
+	// names any job, and interval its checkpoint interval: copied here so
+	// that a turn taken from a pass's memory (Memory) reads the job's
+	// own, scattered fields only where it must.
+	id       string
+	retryAt  *time.Time
+	after    bool
+	interval model.Duration
+	enqueued time.Time // job.EnqueuedAt
+	seq      uint64    // job.Seq
+	dl       bool      // job.Spec.Limits.Deadline is set
+	queue    string    // job.Spec.Queue
+	project  string    // job.Project
+	// key is the job's fitKey when it does not depend on the pass's time
+	// (no deadline rule), computed once per job version (Memory); nil:
+	// fitKeyOf computes it.
+	key         *fitKey
 	q           *queueState
 	proj        *projectState // nil: the project has no quota
 	prio        int           // class value
@@ -354,15 +385,15 @@ func classOf(declared []model.PriorityClass, name string) model.PriorityClass {
 	return pc
 }
 
-func newPJob(j *model.Job, q *queueState, classes []model.PriorityClass, now time.Time) pjob {
+// jobPJob is what a pass derives from j and the priority classes alone,
+// the same in every pass (Memory keeps it per job version): everything
+// but the queue's and project's states (q, proj) and what atPass sets.
+func jobPJob(j *model.Job, classes []model.PriorityClass) pjob {
 	pc := classOf(classes, j.Spec.Priority)
-	pj := pjob{job: j, q: q, prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j), data: j.Spec.DataDigests(j.Project)}
-	pj.eff = float64(pc.Value)
-	pj.spot = EffectiveSpot(j, pj.runtime, now)
-	pj.deadline = deadlineOf(j, pj.spot, pj.runtime, now)
-	if w := now.Sub(j.EnqueuedAt); w > 0 && !j.EnqueuedAt.IsZero() {
-		pj.eff += w.Minutes() * AgingPerMinute
-	}
+	pj := pjob{job: j, id: j.ID, retryAt: j.RetryAt, after: len(j.Spec.After) > 0, interval: j.Spec.Checkpoint.Interval,
+		enqueued: j.EnqueuedAt, seq: j.Seq, dl: j.Spec.Limits.Deadline != nil, queue: j.Spec.Queue, project: j.Project,
+		prio: pc.Value, preemptible: pc.Preemptible, runtime: runtimeOf(j), data: j.Spec.DataDigests(j.Project)}
+	pj.spot = EffectiveSpot(j, pj.runtime, time.Time{})
 	gpus := j.Spec.Resources.GPUs
 	if gpus > 0 && gpus < 1 {
 		pj.share = gpus
@@ -370,6 +401,27 @@ func newPJob(j *model.Job, q *queueState, classes []model.PriorityClass, now tim
 		pj.g = int(gpus)
 	}
 	return pj
+}
+
+// atPass sets what pj's pass derives from its time: the aged priority and
+// the deadline rule's window.
+func (pj *pjob) atPass(now time.Time) {
+	pj.eff = float64(pj.prio)
+	pj.deadline = deadlineReq{}
+	if pj.dl {
+		pj.deadline = deadlineOf(pj.job, pj.spot, pj.runtime, now)
+	}
+	if w := now.Sub(pj.enqueued); w > 0 && !pj.enqueued.IsZero() {
+		pj.eff += w.Minutes() * AgingPerMinute
+	}
+}
+
+// backoff is job.Backoff, from the copy of its RetryAt.
+func (pj *pjob) backoff(now time.Time) (time.Time, bool) {
+	if pj.retryAt == nil || !now.Before(*pj.retryAt) {
+		return time.Time{}, false
+	}
+	return *pj.retryAt, true
 }
 
 // compare orders a queue's jobs: higher aged priority first, then earlier
@@ -381,10 +433,10 @@ func (a *pjob) compare(b *pjob) int {
 		}
 		return 1
 	}
-	if c := a.job.EnqueuedAt.Compare(b.job.EnqueuedAt); c != 0 {
+	if c := a.enqueued.Compare(b.enqueued); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.job.Seq, b.job.Seq)
+	return cmp.Compare(a.seq, b.seq)
 }
 
 // EffectiveSpot is the job's spot policy as the scheduler applies it now:

@@ -43,9 +43,11 @@ type sched struct {
 	feas     map[fitKey]*feasibility
 	// wake is the plan's Wake so far.
 	wake time.Time
-	// lastFit and lastFeas are the last feasibility looked up.
+	// lastFit and lastFeas are the last feasibility looked up, and
+	// lastKey the memory's key it was looked up by (nil: none).
 	lastFit  fitKey
 	lastFeas *feasibility
+	lastKey  *fitKey
 	undo     []undoEntry
 
 	live        *liveIndex // built on first need
@@ -113,13 +115,14 @@ type sched struct {
 //  4. Every job not bound gets a verdict: its queue position, reasons per
 //     node group, queue and offer, and its estimated start where known.
 func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
-	plan, _ := schedule(snap, offers, now, seed, true)
+	plan, _ := schedule(snap, offers, now, seed, true, nil)
 	return plan
 }
 
 // schedule is Schedule, with the reuse of blocked turns (turn.go) on or
-// off, and how many turns it reused.
-func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64, reuse bool) (Plan, int) {
+// off and a memory of earlier passes' jobs (nil: none), and how many turns
+// it reused.
+func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64, reuse bool, mem *jobMemory) (Plan, int) {
 	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
 	snap = applyHolds(snap, now, plan.Verdicts) // budgets: jobs that wait for a new period
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
@@ -128,7 +131,7 @@ func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 	}
 	s.c = newCluster(snap)
 	s.projects = buildProjects(snap)
-	s.queues, s.order = buildQueues(snap, s.c.capacity, s.projects, now, seed)
+	s.queues, s.order = buildQueues(snap, s.c.capacity, s.projects, now, seed, mem)
 	s.applyNominations()
 	for {
 		q := s.nextQueue()
@@ -137,7 +140,7 @@ func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 		}
 		pj := q.jobs[q.next]
 		q.next++
-		held := s.unhold(pj.job.ID)
+		held := s.unhold(pj.id)
 		bound := len(s.plan.Bindings)
 		s.schedule(pj, q.next)
 		if len(s.plan.Bindings) == bound {
@@ -176,35 +179,38 @@ func (s *sched) nextQueue() *queueState {
 
 func (s *sched) schedule(pj *pjob, position int) {
 	job := pj.job
+	id := pj.id
 	v := Verdict{Queue: pj.q.name, Position: position}
 	if pj.q.missing {
 		v.Reasons = []Reason{{Scope: "queue/" + pj.q.name, Message: "queue does not exist; create it (gpufleet queues apply -f queue.yaml) or submit to \"default\""}}
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		return
 	}
-	if until, ok := job.Backoff(s.now); ok {
+	if until, ok := pj.backoff(s.now); ok {
 		// A crash loop waits out its back-off: no placement, preemption,
 		// reservation or new capacity for it until then, and it holds
 		// nothing up for the jobs behind it.
 		v.Reasons = []Reason{backoffReason(job, until, s.now)}
 		v.RetryAt = &until
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		s.wakeAt(until)
 		return
 	}
 	if pj.deadline.set() {
 		s.wakeAt(s.now.Add(DeadlineRecheck))
 	}
-	if r, ok := s.dependencies(job); !ok {
-		v.Reasons = r
-		s.plan.Verdicts[job.ID] = v
-		return
+	if pj.after {
+		if r, ok := s.dependencies(job); !ok {
+			v.Reasons = r
+			s.plan.Verdicts[id] = v
+			return
+		}
 	}
 	if r, blocked := s.projectBlocked(pj); blocked {
 		// Over its project's quota on every model it could use: no
 		// placement, preemption, reservation or new capacity helps.
 		v.Reasons = []Reason{r}
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		return
 	}
 	// Verdicts share reason slices (one per pass here, one per job shape
@@ -216,7 +222,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		}
 		v.Reasons = s.noNodes
 		s.candidates(pj, s.feasible(pj), &v)
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		return
 	}
 	f := s.feasible(pj)
@@ -226,7 +232,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
 		}
 		s.candidates(pj, f, &v)
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		return
 	}
 	tk, remember := s.turnKeyOf(pj, f)
@@ -235,7 +241,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			s.blocked = append(s.blocked, pj)
 			v.Reasons = r
 			s.candidates(pj, f, &v)
-			s.plan.Verdicts[job.ID] = v
+			s.plan.Verdicts[id] = v
 			return
 		}
 	}
@@ -251,7 +257,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 	s.blocked = append(s.blocked, pj)
 	v.Reasons = append(reasons, s.reservedReasons(pj, f)...)
 	if s.preempt(pj, f, &v) {
-		s.plan.Verdicts[job.ID] = v
+		s.plan.Verdicts[id] = v
 		return
 	}
 	if remember && s.reserveSkips(pj) {
@@ -259,7 +265,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 	}
 	s.reserve(pj, f, &v)
 	s.candidates(pj, f, &v)
-	s.plan.Verdicts[job.ID] = v
+	s.plan.Verdicts[id] = v
 }
 
 // projectBlocked reports whether pj's project quota refuses it on every

@@ -55,7 +55,15 @@ func (s *sched) settled() bool {
 		q    *queueState
 		proj *projectState
 	}
+	// The memory's interned keys (Memory) tell most shapes apart without
+	// hashing a fitKey; trying one shape twice answers alike.
+	type interned struct {
+		fit  *fitKey
+		q    *queueState
+		proj *projectState
+	}
 	tried := map[key]bool{}
+	triedInterned := map[interned]bool{}
 	for _, pj := range s.blocked {
 		spec := &pj.job.Spec
 		if ic := spec.Resources.GPU.Interconnect; ic == "nvlink" || ic == "nvswitch" {
@@ -67,11 +75,19 @@ func (s *sched) settled() bool {
 		if (pj.g > 0 || pj.share > 0) && (pj.q.cohort != nil || li.nReleasing > 0 || pj.prio > min(pj.q.minLive, pj.q.minBound)) {
 			return false
 		}
-		k := key{fitKeyOf(pj), pj.q, pj.proj}
-		if tried[k] {
-			continue
+		if pj.key != nil {
+			k := interned{pj.key, pj.q, pj.proj}
+			if triedInterned[k] {
+				continue
+			}
+			triedInterned[k] = true
+		} else {
+			k := key{fitKeyOf(pj), pj.q, pj.proj}
+			if tried[k] {
+				continue
+			}
+			tried[k] = true
 		}
-		tried[k] = true
 		if p, _ := s.place(pj, s.feasible(pj)); p != nil || s.unsettled {
 			return false
 		}

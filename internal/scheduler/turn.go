@@ -60,7 +60,7 @@ func (s *sched) turnAt() turnAt {
 
 // turnKeyOf is pj's turnKey, and false when its turn is not remembered.
 func (s *sched) turnKeyOf(pj *pjob, f *feasibility) (turnKey, bool) {
-	if s.turns == nil || len(pj.data) > 0 || len(s.nominated[pj.job.ID]) > 0 {
+	if s.turns == nil || len(pj.data) > 0 || len(s.nominated[pj.id]) > 0 {
 		return turnKey{}, false
 	}
 	k := turnKey{f: f, q: pj.q, proj: pj.proj, prio: pj.prio}

@@ -156,8 +156,8 @@ func TestTurnReuseChangesNothing(t *testing.T) {
 		st := turnWorld(rng)
 		for pass := range 3 {
 			snap := st.Snapshot()
-			off, _ := schedule(snap, offers, now, int64(i), false)
-			on, n := schedule(snap, offers, now, int64(i), true)
+			off, _ := schedule(snap, offers, now, int64(i), false, nil)
+			on, n := schedule(snap, offers, now, int64(i), true, nil)
 			if diff := cmp.Diff(off, on); diff != "" {
 				t.Fatalf("world %d, pass %d: the plan with turns reused differs (-full +reused):\n%s", i, pass, diff)
 			}
@@ -194,8 +194,8 @@ func TestTurnReuseSeesNewReservations(t *testing.T) {
 	}
 	w.submit(a, g, b)
 	snap := w.st.Snapshot()
-	off, _ := schedule(snap, nil, now, 1, false)
-	on, _ := schedule(snap, nil, now, 1, true)
+	off, _ := schedule(snap, nil, now, 1, false, nil)
+	on, _ := schedule(snap, nil, now, 1, true, nil)
 	if len(off.Reservations) == 0 || !hasCode(off.Verdicts["b"], ReasonReserved) {
 		t.Fatalf("the world does not show what it is for: reservations %v, b's verdict %v", off.Reservations, off.Verdicts["b"])
 	}

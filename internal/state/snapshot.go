@@ -71,6 +71,9 @@ type NodeView struct {
 	// ShapeID numbers the node's ShapeKey within this State (from 1):
 	// nodes with equal ids are interchangeable to the scheduler.
 	ShapeID int
+	// Shape is the node's ShapeKey when ShapeID is set (interned: the
+	// scheduler keys its node classes by it without building it again).
+	Shape string
 }
 
 // Snapshot returns the current view. Node views are cached per node and
@@ -90,10 +93,12 @@ func (s *State) Snapshot() *Snapshot {
 				if !ok {
 					id = len(s.shapes) + 1
 					s.shapes[key] = id
+					s.shapeKeys = append(s.shapeKeys, key)
 				}
 				e.shapeID, e.shapeOf = id, e.node
 			}
 			e.view.ShapeID = e.shapeID
+			e.view.Shape = s.shapeKeys[e.shapeID-1]
 			e.viewOK = true
 		}
 		snap.Nodes[i] = e.view

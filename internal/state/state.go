@@ -24,9 +24,14 @@ type State struct {
 	liveOn map[string]map[string]*model.Attempt
 
 	// pending holds queued jobs; pendingOrder keeps them by Seq with lazy
-	// deletion, so a submission is O(1) and a snapshot O(pending).
+	// deletion: gone holds the records in it that left the queue or were
+	// replaced, so a submission is O(1), a snapshot of an unchanged queue
+	// O(1) (it shares the list, which is never written below its length
+	// again: compaction makes a new one), and one after removals
+	// O(pending) without a lookup by id.
 	pending      map[string]*model.Job
 	pendingOrder []*model.Job
+	gone         map[*model.Job]bool
 	orderDirty   bool
 
 	counts map[model.JobState]int
@@ -37,8 +42,9 @@ type State struct {
 	// node id, so a registering node picks up their holds without a scan of
 	// every live attempt.
 	orphans map[string][]*model.Attempt
-	// shapes interns node ShapeKeys.
-	shapes map[string]int
+	// shapes interns node ShapeKeys; shapeKeys[id-1] is id's key.
+	shapes    map[string]int
+	shapeKeys []string
 
 	// nodeOrder is every node sorted by id; activeOrder the nodes that
 	// are not terminated, sorted by id. Both are kept in step with every
@@ -528,20 +534,26 @@ func (s *State) PutJob(j *model.Job) {
 	if j.State != model.JobQueued {
 		delete(s.nominations, j.ID)
 	}
-	_, wasPending := s.pending[j.ID]
+	old, wasPending := s.pending[j.ID]
+	if wasPending && old != j {
+		s.leftQueue(old)
+	}
 	switch {
 	case j.State == model.JobQueued:
 		s.pending[j.ID] = j
-		if !wasPending {
-			if n := len(s.pendingOrder); n > 0 && s.pendingOrder[n-1].Seq > j.Seq {
+		if !wasPending || old != j {
+			if n := len(s.pendingOrder); (n > 0 && s.pendingOrder[n-1].Seq > j.Seq) || s.gone[j] {
+				// Out of order, or a record that left the queue coming
+				// back (its old entry is marked gone): sort again.
 				s.orderDirty = true
 			}
 			s.pendingOrder = append(s.pendingOrder, j)
-		} else {
-			s.orderDirty = true // same job, new version: refresh the pointer
 		}
 	case wasPending:
 		delete(s.pending, j.ID)
+		if old == j {
+			s.leftQueue(old)
+		}
 	}
 }
 
@@ -705,30 +717,37 @@ func (s *State) FreeCPU(nodeID string) (cpu float64, mem model.Bytes) {
 	return e.node.CPU - e.usedCPU, e.node.Memory - e.usedMem
 }
 
+// leftQueue marks the record j, in pendingOrder, as no longer queued.
+func (s *State) leftQueue(j *model.Job) {
+	if s.gone == nil {
+		s.gone = map[*model.Job]bool{}
+	}
+	s.gone[j] = true
+}
+
+// sortedPending is the queued jobs by Seq. The list is shared with
+// earlier snapshots while the queue is unchanged; callers must not
+// modify it.
 func (s *State) sortedPending() []*model.Job {
-	if s.orderDirty || len(s.pendingOrder) > 2*len(s.pending)+64 {
-		kept := s.pendingOrder[:0]
-		seen := make(map[string]bool, len(s.pending))
-		for _, j := range s.pendingOrder {
-			if cur, ok := s.pending[j.ID]; ok && !seen[j.ID] {
-				seen[j.ID] = true
-				kept = append(kept, cur)
-			}
-		}
-		for id, j := range s.pending {
-			if !seen[id] {
-				kept = append(kept, j)
-			}
+	switch {
+	case s.orderDirty:
+		kept := make([]*model.Job, 0, len(s.pending))
+		for _, j := range s.pending {
+			kept = append(kept, j)
 		}
 		sort.Slice(kept, func(a, b int) bool { return kept[a].Seq < kept[b].Seq })
 		s.pendingOrder = kept
-		s.orderDirty = false
-	}
-	out := make([]*model.Job, 0, len(s.pending))
-	for _, j := range s.pendingOrder {
-		if cur, ok := s.pending[j.ID]; ok && cur == j {
-			out = append(out, j)
+	case len(s.gone) > 0:
+		// A new list: earlier snapshots share the old one.
+		kept := make([]*model.Job, 0, len(s.pending))
+		for _, j := range s.pendingOrder {
+			if !s.gone[j] {
+				kept = append(kept, j)
+			}
 		}
+		s.pendingOrder = kept
 	}
-	return out
+	s.orderDirty = false
+	clear(s.gone)
+	return slices.Clip(s.pendingOrder)
 }

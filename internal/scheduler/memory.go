@@ -1,0 +1,95 @@
+package scheduler
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/state"
+)
+
+// Memory carries what one pass derives from each pending job alone (its
+// priority class, runtime, shape and fitKey, back-off time, enqueue time,
+// datasets) to the next pass, so that a deep queue that waits pass after
+// pass is not read field by field from every job's spec again. What it
+// keeps is a function of the job's version and the priority classes, so a
+// pass with a Memory decides exactly what Schedule decides
+// (TestMemoryChangesNothing compares whole plans over many passes and
+// random changes). The zero Memory is ready; it is safe for concurrent
+// use (passes take turns).
+type Memory struct {
+	mu  sync.Mutex
+	mem jobMemory
+}
+
+// Schedule is the package's Schedule, with what the memory holds from
+// earlier passes.
+func (m *Memory) Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64) Plan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	plan, _ := schedule(snap, offers, now, seed, true, &m.mem)
+	m.mem.sweep(len(snap.Pending))
+	return plan
+}
+
+// jobMemory is Memory's table: one entry per pending job, by job (a
+// job's record is never changed in place: a change stores a new one with
+// a higher version).
+type jobMemory struct {
+	jobs map[*model.Job]*jobMemo
+	// classes is a copy of the priority classes the entries were derived
+	// under.
+	classes []model.PriorityClass
+	// pass counts passes; an entry not used in a pass is dropped at the
+	// next sweep.
+	pass uint64
+	// hits and misses count jobs found and derived anew (tests).
+	hits, misses int
+}
+
+type jobMemo struct {
+	version uint64
+	used    uint64 // the pass that last used it
+	pj      pjob   // as jobPJob derives it, with the last pass's fields
+	key     fitKey // when pj.dl is false
+}
+
+// pjob is j's pjob, kept by the memory (the pass sets its per-pass
+// fields in place: passes take turns), derived anew unless the memory
+// holds j at its version under classes.
+func (m *jobMemory) pjob(j *model.Job, classes []model.PriorityClass) *pjob {
+	if m.jobs == nil || !slices.Equal(m.classes, classes) {
+		m.jobs = map[*model.Job]*jobMemo{}
+		m.classes = slices.Clone(classes)
+	}
+	e := m.jobs[j]
+	if e == nil || e.version != j.Version {
+		e = &jobMemo{version: j.Version, pj: jobPJob(j, classes)}
+		if !e.pj.dl {
+			e.key = fitKeyOf(&e.pj)
+			e.pj.key = &e.key
+		}
+		m.jobs[j] = e
+		m.misses++
+	} else {
+		m.hits++
+	}
+	e.used = m.pass + 1
+	return &e.pj
+}
+
+// sweep ends a pass: entries of jobs that were not pending in it are
+// dropped once they outnumber the pending jobs, so the walk is paid at
+// most once per pass's worth of new entries.
+func (m *jobMemory) sweep(pending int) {
+	m.pass++
+	if len(m.jobs) <= 2*pending+64 {
+		return
+	}
+	for j, e := range m.jobs {
+		if e.used != m.pass {
+			delete(m.jobs, j)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// A pass with a Memory decides what a pass without one decides: whole
+// plans (bindings, verdicts, candidates, reservations, preemptions, wake,
+// settled) are compared at every pass of many random worlds, each run for
+// ten passes with a random change set between them: the plan
+// committed, attempts ending, jobs cancelled, jobs changed in place of
+// their old record (priority, enqueue time, back-off, deadline, spot
+// fallback, shape; as a new record or the old one changed in place with
+// a higher version), new jobs (some with deadlines or dependencies), the
+// priority classes redeclared, and the clock moved. It fails, too, when
+// the memory is never used or never sees a changed job, since then it
+// would show nothing.
+func TestMemoryChangesNothing(t *testing.T) {
+	offers := []model.Offer{
+		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.OnDemand, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 98},
+		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.Spot, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 40, InterruptionRate: 0.05},
+	}
+	var hits, misses, changed, passes int
+	worlds := 150
+	if testing.Short() {
+		worlds = 40
+	}
+	for i := range worlds {
+		rng := rand.New(rand.NewSource(int64(i)))
+		st := turnWorld(rng)
+		var m Memory
+		at := now
+		seq := uint64(100000)
+		for pass := range 10 {
+			snap := st.Snapshot()
+			full := Schedule(snap, offers, at, int64(i))
+			h0, m0 := m.mem.hits, m.mem.misses
+			got := m.Schedule(snap, offers, at, int64(i))
+			if diff := cmp.Diff(full, got); diff != "" {
+				t.Fatalf("world %d, pass %d: the plan with the memory differs (-full +memory):\n%s", i, pass, diff)
+			}
+			hits += m.mem.hits - h0
+			misses += m.mem.misses - m0
+			passes++
+
+			// The change set before the next pass.
+			commit(st, got, at)
+			at = at.Add(time.Duration(rng.Intn(90)) * time.Minute)
+			for _, a := range st.Snapshot().Live {
+				if rng.Intn(4) != 0 {
+					continue
+				}
+				a = a.Clone()
+				a.State = model.AttemptSucceeded
+				a.Version++
+				st.PutAttempt(a)
+				if j, ok := st.Job(a.JobID); ok {
+					j = j.Clone()
+					j.State = model.JobSucceeded
+					j.Version++
+					st.PutJob(j)
+				}
+			}
+			for _, j := range st.Snapshot().Pending {
+				switch rng.Intn(12) {
+				case 0:
+					j = j.Clone()
+					j.State = model.JobCancelled
+					j.Version++
+					st.PutJob(j)
+				case 1, 2:
+					if rng.Intn(2) == 0 {
+						// A new record, as the controller writes one.
+						j = j.Clone()
+					}
+					// Else the record is changed in place, its version
+					// raised: the memory must not trust the pointer alone.
+					j.Version++
+					switch rng.Intn(6) {
+					case 0:
+						j.Spec.Priority = []string{"low", "normal", "high", "urgent"}[rng.Intn(4)]
+					case 1:
+						j.EnqueuedAt = at.Add(-time.Duration(rng.Intn(200)) * time.Minute)
+					case 2:
+						retry := at.Add(time.Duration(rng.Intn(30)-10) * time.Minute)
+						retryAt(retry, 1+rng.Intn(3))(j)
+					case 3:
+						deadlineIn(time.Duration(1+rng.Intn(10))*time.Hour, time.Duration(1+rng.Intn(5))*time.Hour, 30*time.Minute)(j)
+					case 4:
+						j.Spec.Spot = model.SpotAllowed
+						j.Spec.Retries.OnDemandAfterPreemptions = 1
+						j.Preemptions = rng.Intn(2)
+					case 5:
+						j.Spec.Resources.GPUs = []float64{0.5, 1, 2, 4, 8}[rng.Intn(5)]
+						j.Spec.Estimate.Runtime = model.Duration(time.Duration(1+rng.Intn(300)) * time.Minute)
+					}
+					st.PutJob(j)
+					changed++
+				}
+			}
+			for range rng.Intn(8) {
+				seq++
+				opts := []jobOpt{priority([]string{"low", "normal", "high"}[rng.Intn(3)]), estimate(time.Duration(5+rng.Intn(600)) * time.Minute)}
+				switch rng.Intn(5) {
+				case 0:
+					opts = append(opts, deadlineIn(time.Duration(2+rng.Intn(20))*time.Hour, time.Duration(1+rng.Intn(5))*time.Hour, 30*time.Minute))
+				case 1:
+					if p := st.Snapshot().Pending; len(p) > 0 {
+						opts = append(opts, func(j *model.Job) {
+							j.Spec.After = append(j.Spec.After, model.Dependency{Job: p[rng.Intn(len(p))].ID, On: model.AfterAny})
+						})
+					}
+				}
+				j := job(fmt.Sprintf("new%d", seq), seq, []float64{0.5, 1, 2, 4, 8}[rng.Intn(5)], opts...)
+				j.EnqueuedAt = at.Add(-time.Duration(rng.Intn(30)) * time.Minute)
+				st.PutJob(j)
+			}
+			if rng.Intn(8) == 0 {
+				// Redeclared classes: the memory must drop what it derived.
+				st.SetPriorityClasses([]model.PriorityClass{{Name: "urgent", Value: 500 + rng.Intn(1000), Preemptible: rng.Intn(2) == 0}})
+			}
+		}
+	}
+	t.Logf("%d passes: %d jobs from the memory, %d derived anew, %d jobs changed", passes, hits, misses, changed)
+	if hits < misses || changed == 0 {
+		t.Errorf("%d jobs from the memory, %d derived, %d changed: the worlds do not exercise the memory", hits, misses, changed)
+	}
+}
+
+// The memory forgets jobs that left the queue.
+func TestMemoryForgetsJobsThatLeft(t *testing.T) {
+	w := newWorld([]*model.Node{node("n", "H100", 8, 80*model.GiB)})
+	var m Memory
+	for i := range 200 {
+		j := job(fmt.Sprintf("j%03d", i), uint64(i+1), 16) // fits nowhere: stays queued
+		w.submit(j)
+		m.Schedule(w.st.Snapshot(), nil, now, 1)
+		if i%2 == 0 {
+			j = j.Clone()
+			j.State = model.JobCancelled
+			j.Version++
+			w.st.PutJob(j)
+		}
+	}
+	pending := len(w.st.Snapshot().Pending)
+	if n := len(m.mem.jobs); n > 2*pending+64+1 {
+		t.Errorf("the memory holds %d jobs for %d pending", n, pending)
+	}
+}

@@ -1,0 +1,97 @@
+package state
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/model"
+)
+
+// A snapshot's pending list is the queued jobs by Seq after any mix of
+// submissions (in and out of Seq order), new versions, jobs leaving and
+// coming back (as new records or the same record again), and a snapshot's
+// list never changes after it is taken, though later snapshots may share
+// it.
+func TestSnapshotPendingMatchesTheQueue(t *testing.T) {
+	for world := range 200 {
+		rng := rand.New(rand.NewSource(int64(world)))
+		s := New()
+		var seq uint64
+		used := map[uint64]bool{}
+		var ids []string
+		type taken struct {
+			snap *Snapshot
+			want []*model.Job
+		}
+		var snaps []taken
+		for step := range 300 {
+			switch op := rng.Intn(10); {
+			case op < 4 || len(ids) == 0: // submit, sometimes out of order
+				seq++
+				at := seq * 1000
+				if rng.Intn(5) == 0 {
+					// Earlier than jobs already queued.
+					for at = uint64(rng.Int63n(int64(seq * 1000))); used[at]; at = uint64(rng.Int63n(int64(seq * 1000))) {
+					}
+				}
+				used[at] = true
+				id := fmt.Sprintf("j%d", seq)
+				ids = append(ids, id)
+				s.PutJob(&model.Job{ID: id, Seq: at, Version: 1, State: model.JobQueued})
+			case op < 6: // a new version, maybe leaving the queue
+				j, ok := s.Job(ids[rng.Intn(len(ids))])
+				if !ok {
+					continue
+				}
+				j = j.Clone()
+				j.Version++
+				j.State = []model.JobState{model.JobQueued, model.JobAdmitted, model.JobCancelled}[rng.Intn(3)]
+				s.PutJob(j)
+			case op < 8: // the same record stored again, in or out of the queue
+				j, ok := s.Job(ids[rng.Intn(len(ids))])
+				if !ok {
+					continue
+				}
+				if rng.Intn(2) == 0 {
+					j.State = model.JobQueued
+				} else {
+					j.State = model.JobRunning
+				}
+				s.PutJob(j)
+			default:
+				snap := s.Snapshot()
+				want := referencePending(s)
+				if !slices.Equal(snap.Pending, want) {
+					t.Fatalf("world %d, step %d: pending %v, want %v", world, step, ids0(snap.Pending), ids0(want))
+				}
+				snaps = append(snaps, taken{snap, slices.Clone(want)})
+			}
+		}
+		for i, tk := range snaps {
+			if !slices.Equal(tk.snap.Pending, tk.want) {
+				t.Fatalf("world %d: snapshot %d's pending list changed after it was taken", world, i)
+			}
+		}
+	}
+}
+
+// referencePending is the queued jobs by Seq, from the queue itself.
+func referencePending(s *State) []*model.Job {
+	var out []*model.Job
+	for _, j := range s.pending {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	return out
+}
+
+func ids0(js []*model.Job) []string {
+	out := make([]string, len(js))
+	for i, j := range js {
+		out[i] = fmt.Sprintf("%s@%d", j.ID, j.Seq)
+	}
+	return out
+}
