@@ -247,3 +247,31 @@ func TestGroundTruth(t *testing.T) {
 	}
 	t.Logf("accuracy: %s\n%s\nexcluded (ill-posed, evaluated, not counted):\n%s", strings.Join(summary, ", "), strings.Join(lines, "\n"), strings.Join(excluded, "\n"))
 }
+
+// TestGroundTruthDropoutStated keeps docs/advisor.md's "Ground-truth dropout
+// rule": every case states its model's dropout, either through a preset
+// (which carries the published value) or as model.dropout with the config it
+// came from named in the note.
+func TestGroundTruthDropoutStated(t *testing.T) {
+	for _, c := range loadGroundTruth(t).Cases {
+		p := c.Request.Profile
+		if p.Preset != "" {
+			pre, ok := LookupPreset(p.Preset)
+			if !ok {
+				t.Errorf("%s: unknown preset %q", c.ID, p.Preset)
+				continue
+			}
+			if pre.Model.Dropout == nil && p.Model.Dropout == nil {
+				t.Errorf("%s: preset %q states no dropout and the case sets none", c.ID, p.Preset)
+			}
+			continue
+		}
+		if p.Model.Dropout == nil {
+			t.Errorf("%s: model.dropout unset; take it from the model's published config (docs/advisor.md, \"Ground-truth dropout rule\")", c.ID)
+			continue
+		}
+		if !strings.Contains(c.Note, "dropout") {
+			t.Errorf("%s: model.dropout %g set but the note names no config for it", c.ID, *p.Model.Dropout)
+		}
+	}
+}
