@@ -309,9 +309,8 @@ func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, wa
 			switch {
 			case w.p95Over() && !ts.fired[key]:
 				ts.fired[key] = true
-				p95 := waitP95(c.queueWaitLocked(now, q))
 				c.alertLocked(Alert{Rule: AlertQueueWait, Severity: "warning", At: now, Queue: q,
-					Summary: fmt.Sprintf("queue %s: 95%% of waiting jobs have waited up to %s, above %s", q, p95.Truncate(time.Second), rules.QueueWaitP95)}, b)
+					Summary: fmt.Sprintf("queue %s: 95%% of waiting jobs have waited up to %s, above %s", q, w.p95().Truncate(time.Second), rules.QueueWaitP95)}, b)
 			case !w.p95Over():
 				delete(ts.fired, key)
 			}
@@ -320,20 +319,34 @@ func (c *Controller) evaluateLocked(now time.Time, judged []telemetry.Judged, wa
 }
 
 // queueWait is one queue's waiting jobs at an evaluation: how many, and
-// how many have waited longer than the rule's limit.
-type queueWait struct{ n, over int }
+// the waits of those that have waited longer than the rule's limit.
+type queueWait struct {
+	n    int
+	over []time.Duration
+}
 
-// p95Over reports whether the 95th percentile of the waits (waitP95) is
-// above the limit: the waits above it, sorted last, reach the rank.
-func (w queueWait) p95Over() bool { return w.n > 0 && w.over >= w.n-p95Rank(w.n) }
+// p95Over reports whether the 95th percentile of the waits (nearest rank)
+// is above the limit: the waits above it, sorted last, reach the rank.
+func (w *queueWait) p95Over() bool { return w.n > 0 && len(w.over) >= w.n-p95Rank(w.n) }
+
+// p95 returns the 95th percentile of the waits when p95Over, from the
+// waits above the limit alone (the percentile is one of them); 0 when not.
+// It sorts w.over in place.
+func (w *queueWait) p95() time.Duration {
+	if !w.p95Over() {
+		return 0
+	}
+	slices.Sort(w.over)
+	return w.over[p95Rank(w.n)-(w.n-len(w.over))]
+}
 
 // p95Rank is the nearest rank of the 95th percentile of n values, from 0.
 func p95Rank(n int) int { return max(int(math.Ceil(0.95*float64(n)))-1, 0) }
 
-// queueWaitsLocked counts each queue's waiting jobs, and those that have
-// waited longer than limit, from the pending index (not every job), with
-// no allocation per job: the rule needs the percentile's value only when
-// it fires. Callers hold c.mu.
+// queueWaitsLocked counts each queue's waiting jobs, and keeps the waits
+// of those that have waited longer than limit, from the pending index (not
+// every job), in one walk: the rule's decision and the percentile in its
+// message come from the same jobs. Callers hold c.mu.
 func (c *Controller) queueWaitsLocked(now time.Time, limit time.Duration) map[string]*queueWait {
 	waits := map[string]*queueWait{}
 	var q string // the last job's queue, w its count
@@ -347,33 +360,11 @@ func (c *Controller) queueWaitsLocked(now time.Time, limit time.Duration) map[st
 			}
 		}
 		w.n++
-		if now.Sub(j.SubmittedAt) > limit {
-			w.over++
+		if d := now.Sub(j.SubmittedAt); d > limit {
+			w.over = append(w.over, d)
 		}
 	})
 	return waits
-}
-
-// queueWaitLocked returns how long queue q's waiting jobs have waited.
-// Callers hold c.mu.
-func (c *Controller) queueWaitLocked(now time.Time, q string) []time.Duration {
-	var waits []time.Duration
-	c.st.EachPending(func(j *model.Job) {
-		if j.Spec.Queue == q {
-			waits = append(waits, now.Sub(j.SubmittedAt))
-		}
-	})
-	return waits
-}
-
-// waitP95 returns the 95th percentile of waits (nearest rank); 0 for
-// none. It sorts waits in place.
-func waitP95(waits []time.Duration) time.Duration {
-	if len(waits) == 0 {
-		return 0
-	}
-	slices.Sort(waits)
-	return waits[p95Rank(len(waits))]
 }
 
 // Efficiency is efficiency.Report, declared there so the API and its client

@@ -155,7 +155,8 @@ func TestDrainXIDDrainsNode(t *testing.T) {
 	}
 }
 
-// A queue whose waiting jobs wait past the threshold alerts once.
+// A queue whose waiting jobs wait past the threshold alerts once, with
+// the wait it decided on.
 func TestQueueWaitAlert(t *testing.T) {
 	clk := clock.NewFake(t0)
 	h := newHarness(t, newMemStore(), clk, func(c *Config) {
@@ -168,6 +169,11 @@ func TestQueueWaitAlert(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{AlertQueueWait + " "}, alertRules(h.c)); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+	for _, a := range h.c.Alerts() {
+		if want := "waited up to 12m0s, above 10m0s"; a.Rule == AlertQueueWait && !strings.Contains(a.Summary, want) {
+			t.Errorf("alert %q, want it to say %q", a.Summary, want)
+		}
 	}
 }
 

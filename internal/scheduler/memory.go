@@ -38,6 +38,11 @@ func (m *Memory) Schedule(snap *state.Snapshot, offers []model.Offer, now time.T
 // a higher version).
 type jobMemory struct {
 	jobs map[*model.Job]*jobMemo
+	// keys interns the entries' fitKeys: jobs of one shape share one
+	// pointer, so a pass tells shapes apart by pointer (settled tries each
+	// shape once) without hashing a fitKey. It holds the keys of the
+	// entries kept, pruned with them.
+	keys map[fitKey]*fitKey
 	// classes is a copy of the priority classes the entries were derived
 	// under.
 	classes []model.PriorityClass
@@ -52,7 +57,6 @@ type jobMemo struct {
 	version uint64
 	used    uint64 // the pass that last used it
 	pj      pjob   // as jobPJob derives it, with the last pass's fields
-	key     fitKey // when pj.dl is false
 }
 
 // pjob is j's pjob, kept by the memory (the pass sets its per-pass
@@ -61,14 +65,14 @@ type jobMemo struct {
 func (m *jobMemory) pjob(j *model.Job, classes []model.PriorityClass) *pjob {
 	if m.jobs == nil || !slices.Equal(m.classes, classes) {
 		m.jobs = map[*model.Job]*jobMemo{}
+		m.keys = map[fitKey]*fitKey{}
 		m.classes = slices.Clone(classes)
 	}
 	e := m.jobs[j]
 	if e == nil || e.version != j.Version {
 		e = &jobMemo{version: j.Version, pj: jobPJob(j, classes)}
 		if !e.pj.dl {
-			e.key = fitKeyOf(&e.pj)
-			e.pj.key = &e.key
+			e.pj.key = m.intern(fitKeyOf(&e.pj))
 		}
 		m.jobs[j] = e
 		m.misses++
@@ -77,6 +81,16 @@ func (m *jobMemory) pjob(j *model.Job, classes []model.PriorityClass) *pjob {
 	}
 	e.used = m.pass + 1
 	return &e.pj
+}
+
+// intern returns the memory's pointer for k, adding one if it has none.
+func (m *jobMemory) intern(k fitKey) *fitKey {
+	if p := m.keys[k]; p != nil {
+		return p
+	}
+	p := &k
+	m.keys[k] = p
+	return p
 }
 
 // sweep ends a pass: entries of jobs that were not pending in it are
@@ -90,6 +104,14 @@ func (m *jobMemory) sweep(pending int) {
 	for j, e := range m.jobs {
 		if e.used != m.pass {
 			delete(m.jobs, j)
+		}
+	}
+	// Keep the keys of the entries kept: each shape keeps the one pointer
+	// its jobs share.
+	clear(m.keys)
+	for _, e := range m.jobs {
+		if e.pj.key != nil {
+			m.keys[*e.pj.key] = e.pj.key
 		}
 	}
 }

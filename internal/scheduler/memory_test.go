@@ -154,3 +154,63 @@ func TestMemoryForgetsJobsThatLeft(t *testing.T) {
 		t.Errorf("the memory holds %d jobs for %d pending", n, pending)
 	}
 }
+
+// Jobs of one shape share the memory's interned fitKey, and jobs of
+// another shape get another; the keys of forgotten jobs are dropped with
+// them.
+func TestMemoryInternsFitKeys(t *testing.T) {
+	w := newWorld([]*model.Node{node("n", "H100", 8, 80*model.GiB)})
+	var m Memory
+	var jobs []*model.Job
+	for i := range 6 {
+		j := job(fmt.Sprintf("j%d", i), uint64(i+1), float64(16+8*(i%2))) // fits nowhere: stays queued
+		w.submit(j)
+		jobs = append(jobs, j)
+	}
+	classes := w.st.Snapshot().PriorityClasses
+	m.Schedule(w.st.Snapshot(), nil, now, 1)
+	key := func(j *model.Job) *fitKey { return m.mem.pjob(j, classes).key }
+	for i, j := range jobs {
+		if key(j) == nil {
+			t.Fatalf("job %s has no interned key", j.ID)
+		}
+		if got, want := key(j), key(jobs[i%2]); got != want {
+			t.Errorf("jobs %s and %s have one shape but keys %p and %p", j.ID, jobs[i%2].ID, got, want)
+		}
+	}
+	if key(jobs[0]) == key(jobs[1]) {
+		t.Error("jobs of two shapes share a key")
+	}
+	if n := len(m.mem.keys); n != 2 {
+		t.Errorf("the memory holds %d keys for 2 shapes", n)
+	}
+
+	// Every job of the second shape leaves, then enough jobs come and go
+	// for the memory to drop them.
+	for _, j := range odd(jobs) {
+		j = j.Clone()
+		j.State = model.JobCancelled
+		j.Version++
+		w.st.PutJob(j)
+	}
+	for i := range 200 {
+		j := job(fmt.Sprintf("k%03d", i), uint64(100+i), 16)
+		w.submit(j)
+		m.Schedule(w.st.Snapshot(), nil, now, 1)
+		j = j.Clone()
+		j.State = model.JobCancelled
+		j.Version++
+		w.st.PutJob(j)
+	}
+	if n := len(m.mem.keys); n != 1 {
+		t.Errorf("the memory holds %d keys for 1 shape", n)
+	}
+}
+
+func odd(js []*model.Job) []*model.Job {
+	var out []*model.Job
+	for i := 1; i < len(js); i += 2 {
+		out = append(out, js[i])
+	}
+	return out
+}

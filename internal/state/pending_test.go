@@ -78,13 +78,49 @@ func TestSnapshotPendingMatchesTheQueue(t *testing.T) {
 	}
 }
 
-// referencePending is the queued jobs by Seq, from the queue itself.
+// Jobs that share a Seq come out by ID, whether they were submitted in
+// that order or not and whether the list was sorted again (a job earlier
+// than those queued) or not: never in submission or the pending map's
+// random order.
+func TestSnapshotPendingOrdersEqualSeqByID(t *testing.T) {
+	for round := range 20 {
+		rng := rand.New(rand.NewSource(int64(round)))
+		s := New()
+		var want []string
+		for i := range 40 {
+			want = append(want, fmt.Sprintf("j%02d", i))
+		}
+		for _, i := range rng.Perm(len(want)) {
+			s.PutJob(&model.Job{ID: want[i], Seq: 7, Version: 1, State: model.JobQueued})
+		}
+		if got := pendingIDs(s.Snapshot()); !slices.Equal(got, want) {
+			t.Fatalf("round %d: pending %v, want %v", round, got, want)
+		}
+		s.PutJob(&model.Job{ID: "early", Seq: 1, Version: 1, State: model.JobQueued})
+		if got := pendingIDs(s.Snapshot()); !slices.Equal(got, append([]string{"early"}, want...)) {
+			t.Fatalf("round %d, sorted again: pending %v, want early then %v", round, got, want)
+		}
+	}
+}
+
+func pendingIDs(snap *Snapshot) []string {
+	var out []string
+	for _, j := range snap.Pending {
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+// referencePending is the queued jobs by Seq then ID, from the queue
+// itself.
 func referencePending(s *State) []*model.Job {
 	var out []*model.Job
 	for _, j := range s.pending {
 		out = append(out, j)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Seq < out[b].Seq })
+	sort.Slice(out, func(a, b int) bool {
+		return out[a].Seq < out[b].Seq || out[a].Seq == out[b].Seq && out[a].ID < out[b].ID
+	})
 	return out
 }
 

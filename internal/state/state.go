@@ -542,7 +542,7 @@ func (s *State) PutJob(j *model.Job) {
 	case j.State == model.JobQueued:
 		s.pending[j.ID] = j
 		if !wasPending || old != j {
-			if n := len(s.pendingOrder); (n > 0 && s.pendingOrder[n-1].Seq > j.Seq) || s.gone[j] {
+			if n := len(s.pendingOrder); (n > 0 && pendingLess(j, s.pendingOrder[n-1])) || s.gone[j] {
 				// Out of order, or a record that left the queue coming
 				// back (its old entry is marked gone): sort again.
 				s.orderDirty = true
@@ -725,7 +725,7 @@ func (s *State) leftQueue(j *model.Job) {
 	s.gone[j] = true
 }
 
-// sortedPending is the queued jobs by Seq. The list is shared with
+// sortedPending is the queued jobs by Seq, then ID (pendingLess). The list is shared with
 // earlier snapshots while the queue is unchanged; callers must not
 // modify it.
 func (s *State) sortedPending() []*model.Job {
@@ -735,7 +735,7 @@ func (s *State) sortedPending() []*model.Job {
 		for _, j := range s.pending {
 			kept = append(kept, j)
 		}
-		sort.Slice(kept, func(a, b int) bool { return kept[a].Seq < kept[b].Seq })
+		sort.Slice(kept, func(a, b int) bool { return pendingLess(kept[a], kept[b]) })
 		s.pendingOrder = kept
 	case len(s.gone) > 0:
 		// A new list: earlier snapshots share the old one.
@@ -750,4 +750,13 @@ func (s *State) sortedPending() []*model.Job {
 	s.orderDirty = false
 	clear(s.gone)
 	return slices.Clip(s.pendingOrder)
+}
+
+// pendingLess orders queued jobs by Seq, then ID: a total order, so jobs
+// that share a Seq never come out in the pending map's random order.
+func pendingLess(a, b *model.Job) bool {
+	if a.Seq != b.Seq {
+		return a.Seq < b.Seq
+	}
+	return a.ID < b.ID
 }
