@@ -316,6 +316,13 @@ type SyncRequest struct {
 	// started. Optional: servers ignore what they do not track.
 	Datasets []string       `json:"datasets,omitempty"`
 	Fetching []DataProgress `json:"fetching,omitempty"`
+	// SentAt is the agent's clock when it sent the sync. The server takes
+	// the difference from the sync's arrival as the agent's clock offset
+	// (skew plus transit) and converts the statuses' StartedAt, EndedAt
+	// and ObservedAt into its own time with it, so that a node whose clock
+	// is wrong is billed its true runtime. Absent from older agents: their
+	// times are taken as they are.
+	SentAt *time.Time `json:"sentAt,omitempty"`
 }
 
 // Notice kinds.

@@ -124,6 +124,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	// The bound is on the server's work (commits, the barrier), in real
 	// time; the long poll between is on the controller's clock.
 	began, bound := time.Now(), agentapi.SyncBound(c.cfg.HeartbeatTimeout)*3/4
+	received := c.cfg.Clock.Now() // before waiting on the lock: the offset is the agent's, not ours
 	work, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	c.mu.Lock()
@@ -153,7 +154,12 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}()
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
-	for _, st := range req.Statuses {
+	if req.SentAt != nil {
+		c.timed[req.NodeID] = true
+	} else {
+		delete(c.timed, req.NodeID)
+	}
+	for _, st := range toServerTime(req, received) {
 		c.observeLocked(req.NodeID, st, b)
 	}
 	allocs := c.telemetryAllocsLocked(n, req.Telemetry)
@@ -419,6 +425,32 @@ func splitReplicaID(id string) (attemptID string, rank int, ok bool) {
 		return "", 0, false
 	}
 	return id[:i], rank, true
+}
+
+// toServerTime returns req's statuses with their times moved from the
+// agent's clock to the server's: by the difference between the sync's
+// arrival and its SentAt, the agent's clock offset plus the sync's transit
+// (which only moves the times later, toward the arrival). A sync without
+// SentAt (an older agent) is taken as it is.
+func toServerTime(req agentapi.SyncRequest, arrived time.Time) []agentapi.ReplicaStatus {
+	if req.SentAt == nil || req.SentAt.IsZero() {
+		return req.Statuses
+	}
+	off := arrived.Sub(*req.SentAt)
+	shift := func(t *time.Time) *time.Time {
+		if t == nil || t.IsZero() {
+			return t
+		}
+		s := t.Add(off)
+		return &s
+	}
+	out := make([]agentapi.ReplicaStatus, len(req.Statuses))
+	for i, st := range req.Statuses {
+		st.StartedAt = *shift(&st.StartedAt)
+		st.EndedAt, st.ObservedAt = shift(st.EndedAt), shift(st.ObservedAt)
+		out[i] = st
+	}
+	return out
 }
 
 // observeLocked applies one replica status from nodeID.
