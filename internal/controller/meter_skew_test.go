@@ -73,3 +73,77 @@ func allocatedGPUSeconds(st *memStore, id string) float64 {
 	}
 	return sum
 }
+
+// TestStartAfterPassIsBilledFromStart: an agent that sends its clock waits
+// in a long poll when its replica's process starts; a cost pass runs 5 s
+// later, before the agent has reported it; the agent then cuts its poll
+// short to report the start, with the time it started. The job runs 15 s
+// and is billed 15, not the 10 left after a pass that metered the node
+// idle up to its own time; and the node's ledger still adds up to its
+// bill, every second once.
+func TestStartAfterPassIsBilledFromStart(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	st := newMemStore()
+	c := newTermController(t, st, clk, perGPUSecond(t), time.Minute)
+	jobID, rid := startMeteredJob(t, c)
+	var gen uint64
+	sync := func(ctx context.Context, wait time.Duration, s ...agentapi.ReplicaStatus) error {
+		sent := clk.Now()
+		resp, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: "n1", Generation: gen, SentAt: &sent, Wait: model.Duration(wait), Statuses: s})
+		if err == nil && wait == 0 {
+			gen = resp.Generation
+		}
+		return err
+	}
+	if err := sync(ctx, 0); err != nil { // the agent has everything
+		t.Fatal(err)
+	}
+	armed := clk.Waiters()
+	pollCtx, cut := context.WithCancel(ctx)
+	polled := make(chan error, 1)
+	go func() { polled <- sync(pollCtx, 30*time.Second) }()
+	for clk.Waiters() == armed {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(time.Second)
+	start := clk.Now() // the child starts
+	clk.Advance(5 * time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cut() // the agent noticed: it cuts its poll short and reports
+	<-polled
+	seen := clk.Now()
+	if err := sync(ctx, 0, agentapi.ReplicaStatus{ID: rid, Phase: agentapi.PhaseRunning, StartedAt: start, ObservedAt: &seen}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	end := clk.Now()
+	if err := sync(ctx, 0, exitedAt(rid, 0, "", start, end)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkMeteredOnce(t, st, jobID, start, end)
+	// The node's rows (allocations and idle) add up to its price over the
+	// metered time: nothing billed twice to make up the job's share.
+	c.mu.Lock()
+	to := c.cost.meteredTo
+	c.mu.Unlock()
+	st.mu.Lock()
+	var sum model.Money
+	from := to
+	for _, e := range st.ledger {
+		if e.NodeID == "n1" {
+			sum += e.Cost
+			from = minTime(from, e.From)
+		}
+	}
+	st.mu.Unlock()
+	if want := model.FromDollars(2 * to.Sub(from).Seconds()); sum != want {
+		t.Errorf("n1's ledger adds up to %s over [%s, %s), want its bill %s", sum.USD(), from.Format(time.TimeOnly), to.Format(time.TimeOnly), want.USD())
+	}
+}
