@@ -663,7 +663,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	j = j.Clone()
 	j.Version++
 	j.ExitCode, j.Reason = a.ExitCode, a.Reason
-	requeue := false
+	requeue, refused := false, false
 	ended := a.State
 	if cancelRequested(a) {
 		// A cancel is final: an attempt that ends lost or preempted after
@@ -690,10 +690,11 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			requeue = true
 			break
 		}
-		if neverRan(a) {
+		if neverRan(a) && j.Refusals < j.MaxRefusals() {
 			// Refused by a fence before anything ran: the job lost
-			// nothing, and is not charged a retry for it.
-			requeue = true
+			// nothing, and is not charged a retry for it, up to a cap.
+			j.Refusals++
+			requeue, refused = true, true
 			break
 		}
 		j.Preemptions++
@@ -719,6 +720,13 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			at := now.Add(d)
 			j.RetryAt = &at
 			j.Reason += fmt.Sprintf("; backing off %s after %d failures", d, j.Failures)
+		}
+		if refused {
+			// A short wait before the next placement, not a tight loop.
+			d := model.RefusalBackoff(j.Refusals)
+			at := now.Add(d)
+			j.RetryAt = &at
+			j.Reason += fmt.Sprintf("; backing off %s after %d fence-refused attempts (at most %d)", d, j.Refusals, j.MaxRefusals())
 		}
 	} else {
 		j.FinishedAt = &now
