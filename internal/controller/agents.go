@@ -154,12 +154,14 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}()
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
-	if req.SentAt != nil {
-		c.timed[req.NodeID] = true
+	off, timed := time.Duration(0), req.SentAt != nil && !req.SentAt.IsZero()
+	if timed {
+		est := c.timed[req.NodeID].next(received.Sub(*req.SentAt), received)
+		c.timed[req.NodeID], off = est, est.off
 	} else {
 		delete(c.timed, req.NodeID)
 	}
-	for _, st := range toServerTime(req, received) {
+	for _, st := range toServerTime(req, off, timed) {
 		c.observeLocked(req.NodeID, st, b)
 	}
 	allocs := c.telemetryAllocsLocked(n, req.Telemetry)
@@ -427,16 +429,37 @@ func splitReplicaID(id string) (attemptID string, rank int, ok bool) {
 	return id[:i], rank, true
 }
 
+// offsetWindow is how long a node's least-transit clock sample stands
+// before a newer one replaces it, so a clock that drifts or is stepped is
+// followed within it.
+const offsetWindow = 5 * time.Minute
+
+// clockOffset estimates an agent clock's offset from the server's as the
+// smallest arrival − SentAt seen over offsetWindow: every sample is the
+// offset plus that sync's transit (queueing on a loaded server included),
+// so the least one is the closest (NTP's clock filter keeps its
+// least-delay sample for the same reason).
+type clockOffset struct {
+	off time.Duration
+	at  time.Time // when off was sampled
+}
+
+// next is the estimate after a sample taken at now.
+func (o clockOffset) next(sample time.Duration, now time.Time) clockOffset {
+	if o.at.IsZero() || sample <= o.off || now.Sub(o.at) > offsetWindow {
+		return clockOffset{off: sample, at: now}
+	}
+	return o
+}
+
 // toServerTime returns req's statuses with their times moved from the
-// agent's clock to the server's: by the difference between the sync's
-// arrival and its SentAt, the agent's clock offset plus the sync's transit
-// (which only moves the times later, toward the arrival). A sync without
-// SentAt (an older agent) is taken as it is.
-func toServerTime(req agentapi.SyncRequest, arrived time.Time) []agentapi.ReplicaStatus {
-	if req.SentAt == nil || req.SentAt.IsZero() {
+// agent's clock to the server's by off, the node's clock offset
+// (clockOffset). A sync without SentAt (timed false: an older agent) is
+// taken as it is.
+func toServerTime(req agentapi.SyncRequest, off time.Duration, timed bool) []agentapi.ReplicaStatus {
+	if !timed {
 		return req.Statuses
 	}
-	off := arrived.Sub(*req.SentAt)
 	shift := func(t *time.Time) *time.Time {
 		if t == nil || t.IsZero() {
 			return t

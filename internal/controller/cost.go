@@ -236,7 +236,7 @@ func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
 				}
 				if seen, ok := c.observed[model.ReplicaID(a.ID, rank)]; ok {
 					t = seen
-				} else if r.State != model.AttemptRunning && c.timed[r.NodeID] {
+				} else if _, timed := c.timed[r.NodeID]; timed && r.State != model.AttemptRunning {
 					// Starting, on an agent that reports its starts with
 					// its own times: one may come (in a sync that cuts a
 					// long poll short) with a start before now.

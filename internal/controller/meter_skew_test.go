@@ -61,6 +61,70 @@ func TestSkewedAgentClockIsBilledTrueRuntime(t *testing.T) {
 	}
 }
 
+// TestSlowSyncDoesNotMoveTimes: every sample of an agent's clock offset
+// (arrival − SentAt) carries that sync's transit too, queueing on a
+// loaded server included. The report of a start that sat 20 s in transit
+// must not move the start 20 s later (billing 100 of 120 s): the offset
+// is the least-transit sample (clockOffset), here the sync before it.
+func TestSlowSyncDoesNotMoveTimes(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewFake(t0)
+	st := newMemStore()
+	c := newTermController(t, st, clk, perGPUSecond(t), time.Minute)
+	jobID, rid := startMeteredJob(t, c)
+	skew := -3 * time.Minute
+	agent := func() time.Time { return clk.Now().Add(skew) }
+	sync := func(transit time.Duration, s ...agentapi.ReplicaStatus) {
+		t.Helper()
+		sent := agent().Add(-transit) // written that long before it arrives
+		if _, err := c.Sync(ctx, agentapi.SyncRequest{NodeID: "n1", SentAt: &sent, Statuses: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(0) // a prompt one: the offset is known
+	clk.Advance(time.Second)
+	start := agent()
+	clk.Advance(22 * time.Second)
+	seen := agent().Add(-20 * time.Second)
+	sync(20*time.Second, agentapi.ReplicaStatus{ID: rid, Phase: agentapi.PhaseRunning, StartedAt: start, ObservedAt: &seen})
+	for range 19 {
+		clk.Advance(5 * time.Second)
+		seen := agent()
+		sync(0, agentapi.ReplicaStatus{ID: rid, Phase: agentapi.PhaseRunning, StartedAt: start, ObservedAt: &seen})
+		if err := c.CostPass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(3 * time.Second)
+	end := agent() // 120 s after start
+	clk.Advance(2 * time.Second)
+	sync(0, exitedAt(rid, 0, "", start, end))
+	clk.Advance(5 * time.Second)
+	if err := c.CostPass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := allocatedGPUSeconds(st, jobID); math.Abs(got-120) > 1 {
+		t.Errorf("a 120 s job whose start report was 20 s in transit was billed %.0f GPU-seconds, want 120 ± 1", got)
+	}
+}
+
+func TestClockOffsetKeepsTheLeastTransit(t *testing.T) {
+	var o clockOffset
+	o = o.next(5*time.Second, t0)
+	o = o.next(25*time.Second, t0.Add(time.Minute)) // slow: ignored
+	if o.off != 5*time.Second {
+		t.Fatalf("after a slow sample the offset is %v, want the prompt one's 5s", o.off)
+	}
+	o = o.next(4*time.Second, t0.Add(2*time.Minute))
+	if o.off != 4*time.Second {
+		t.Fatalf("a quicker sample gives %v, want 4s", o.off)
+	}
+	o = o.next(60*time.Second, t0.Add(2*time.Minute+offsetWindow+time.Second)) // the clock was stepped
+	if o.off != 60*time.Second {
+		t.Fatalf("past the window the offset is %v, want the new 60s", o.off)
+	}
+}
+
 // allocatedGPUSeconds is the GPU-seconds the ledger charges job id.
 func allocatedGPUSeconds(st *memStore, id string) float64 {
 	st.mu.Lock()
