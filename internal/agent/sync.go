@@ -154,6 +154,8 @@ func (a *Agent) sync(ctx context.Context, req agentapi.SyncRequest) (agentapi.Sy
 		ctx, cancel = context.WithTimeout(ctx, req.Wait.D()+agentapi.SyncBound(a.lostAfter))
 		defer cancel()
 	}
+	sent := a.cfg.Clock.Now() // the clock its statuses' times are read on
+	req.SentAt = &sent
 	return agentapi.SyncUnlessChanged(ctx, a.cfg.ControlPlane, req, a.changed)
 }
 

@@ -256,8 +256,9 @@ type ReplicaStatus struct {
 	// NeverStarted, on a lost replica, says its command never ran: its
 	// supervisor refused to start it because the node's fence had passed
 	// (ReasonFenced). Through no fault of the job, at no cost to it: the
-	// server requeues the job without counting the attempt against its
-	// retries, and bills nothing for it. Older agents leave it unset (the
+	// server requeues the job after a short back-off without counting the
+	// attempt against its retries (up to model.Job.MaxRefusals), and bills
+	// nothing for it. Older agents leave it unset (the
 	// attempt then counts as an interruption).
 	NeverStarted bool `json:"neverStarted,omitempty"`
 	// Checkpoint is the time of the last checkpoint the agent uploaded
@@ -316,6 +317,13 @@ type SyncRequest struct {
 	// started. Optional: servers ignore what they do not track.
 	Datasets []string       `json:"datasets,omitempty"`
 	Fetching []DataProgress `json:"fetching,omitempty"`
+	// SentAt is the agent's clock when it sent the sync. The server takes
+	// the difference from the sync's arrival as the agent's clock offset
+	// (skew plus transit) and converts the statuses' StartedAt, EndedAt
+	// and ObservedAt into its own time with it, so that a node whose clock
+	// is wrong is billed its true runtime. Absent from older agents: their
+	// times are taken as they are.
+	SentAt *time.Time `json:"sentAt,omitempty"`
 }
 
 // Notice kinds.

@@ -124,6 +124,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	// The bound is on the server's work (commits, the barrier), in real
 	// time; the long poll between is on the controller's clock.
 	began, bound := time.Now(), agentapi.SyncBound(c.cfg.HeartbeatTimeout)*3/4
+	received := c.cfg.Clock.Now() // before waiting on the lock: the offset is the agent's, not ours
 	work, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	c.mu.Lock()
@@ -153,7 +154,14 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}()
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
-	for _, st := range req.Statuses {
+	off, timed := time.Duration(0), req.SentAt != nil && !req.SentAt.IsZero()
+	if timed {
+		est := c.timed[req.NodeID].next(received.Sub(*req.SentAt), received)
+		c.timed[req.NodeID], off = est, est.off
+	} else {
+		delete(c.timed, req.NodeID)
+	}
+	for _, st := range toServerTime(req, off, timed) {
 		c.observeLocked(req.NodeID, st, b)
 	}
 	allocs := c.telemetryAllocsLocked(n, req.Telemetry)
@@ -421,6 +429,53 @@ func splitReplicaID(id string) (attemptID string, rank int, ok bool) {
 	return id[:i], rank, true
 }
 
+// offsetWindow is how long a node's least-transit clock sample stands
+// before a newer one replaces it, so a clock that drifts or is stepped is
+// followed within it.
+const offsetWindow = 5 * time.Minute
+
+// clockOffset estimates an agent clock's offset from the server's as the
+// smallest arrival − SentAt seen over offsetWindow: every sample is the
+// offset plus that sync's transit (queueing on a loaded server included),
+// so the least one is the closest (NTP's clock filter keeps its
+// least-delay sample for the same reason).
+type clockOffset struct {
+	off time.Duration
+	at  time.Time // when off was sampled
+}
+
+// next is the estimate after a sample taken at now.
+func (o clockOffset) next(sample time.Duration, now time.Time) clockOffset {
+	if o.at.IsZero() || sample <= o.off || now.Sub(o.at) > offsetWindow {
+		return clockOffset{off: sample, at: now}
+	}
+	return o
+}
+
+// toServerTime returns req's statuses with their times moved from the
+// agent's clock to the server's by off, the node's clock offset
+// (clockOffset). A sync without SentAt (timed false: an older agent) is
+// taken as it is.
+func toServerTime(req agentapi.SyncRequest, off time.Duration, timed bool) []agentapi.ReplicaStatus {
+	if !timed {
+		return req.Statuses
+	}
+	shift := func(t *time.Time) *time.Time {
+		if t == nil || t.IsZero() {
+			return t
+		}
+		s := t.Add(off)
+		return &s
+	}
+	out := make([]agentapi.ReplicaStatus, len(req.Statuses))
+	for i, st := range req.Statuses {
+		st.StartedAt = *shift(&st.StartedAt)
+		st.EndedAt, st.ObservedAt = shift(st.EndedAt), shift(st.ObservedAt)
+		out[i] = st
+	}
+	return out
+}
+
 // observeLocked applies one replica status from nodeID.
 func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *store.Batch) {
 	attemptID, rank, ok := splitReplicaID(st.ID)
@@ -631,7 +686,7 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 	j = j.Clone()
 	j.Version++
 	j.ExitCode, j.Reason = a.ExitCode, a.Reason
-	requeue := false
+	requeue, refused := false, false
 	ended := a.State
 	if cancelRequested(a) {
 		// A cancel is final: an attempt that ends lost or preempted after
@@ -658,10 +713,11 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			requeue = true
 			break
 		}
-		if neverRan(a) {
+		if neverRan(a) && j.Refusals < j.MaxRefusals() {
 			// Refused by a fence before anything ran: the job lost
-			// nothing, and is not charged a retry for it.
-			requeue = true
+			// nothing, and is not charged a retry for it, up to a cap.
+			j.Refusals++
+			requeue, refused = true, true
 			break
 		}
 		j.Preemptions++
@@ -687,6 +743,13 @@ func (c *Controller) finishLocked(a *model.Attempt, b *store.Batch, now time.Tim
 			at := now.Add(d)
 			j.RetryAt = &at
 			j.Reason += fmt.Sprintf("; backing off %s after %d failures", d, j.Failures)
+		}
+		if refused {
+			// A short wait before the next placement, not a tight loop.
+			d := model.RefusalBackoff(j.Refusals)
+			at := now.Add(d)
+			j.RetryAt = &at
+			j.Reason += fmt.Sprintf("; backing off %s after %d fence-refused attempts (at most %d)", d, j.Refusals, j.MaxRefusals())
 		}
 	} else {
 		j.FinishedAt = &now

@@ -200,6 +200,11 @@ type Controller struct {
 	// alive (agentapi.ReplicaStatus.ObservedAt), by replica id, in this
 	// term: the meter bills it up to there (meterHorizonLocked).
 	observed map[string]time.Time
+	// timed holds the nodes whose agents send their clock (SentAt), with
+	// the estimate of that clock's offset from ours (clockOffset); they
+	// send ObservedAt for running replicas, and the meter holds for their
+	// starting replicas (meterHorizonLocked).
+	timed map[string]clockOffset
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
 	nodeGen nodeGens
@@ -253,6 +258,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		heard:    map[string]time.Time{},
 		polling:  map[string]int{},
 		observed: map[string]time.Time{},
+		timed:    map[string]clockOffset{},
 		markers:  map[string]time.Time{},
 		changed:  make(chan struct{}),
 		kick:     make(chan struct{}, 1),

@@ -209,7 +209,10 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 // none of the time between the end and its report is billed. An agent too
 // old to say vouches instead for its replicas up to its last sync's
 // arrival, or up to now while it waits in a sync (it cuts its wait short
-// when a replica changes).
+// when a replica changes). A replica still starting on an agent that sends
+// its clock (agentapi.SyncRequest.SentAt) holds the meter, as its start
+// will be reported with the time it started, possibly before now: billed
+// from then, not lost to a pass that metered the node idle meanwhile.
 //
 // A node that has not synced with this controller (it took over from a
 // leader that died, or restarted) holds the meter back until its first
@@ -233,6 +236,11 @@ func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
 				}
 				if seen, ok := c.observed[model.ReplicaID(a.ID, rank)]; ok {
 					t = seen
+				} else if _, timed := c.timed[r.NodeID]; timed && r.State != model.AttemptRunning {
+					// Starting, on an agent that reports its starts with
+					// its own times: one may come (in a sync that cuts a
+					// long poll short) with a start before now.
+					t = a.CreatedAt
 				} else if c.polling[r.NodeID] > 0 {
 					continue
 				}

@@ -64,6 +64,10 @@ type Job struct {
 	Attempts    int `json:"attempts"`
 	Failures    int `json:"failures"`
 	Preemptions int `json:"preemptions"`
+	// Refusals counts attempts refused by a fence before anything ran
+	// (Replica.NeverStarted): requeued without counting against
+	// retries.preemptions, after a short back-off, up to MaxRefusals.
+	Refusals int `json:"refusals,omitempty"`
 
 	SubmittedAt time.Time `json:"submittedAt"`
 	// EnqueuedAt is when the job last entered the queue: at submission, or
@@ -530,4 +534,17 @@ func (s *JobSpec) HostPaths(prefix string) FieldErrors {
 		fe.Add(prefix+".run.workdir", fmt.Sprintf("%s is a host path: only admins may run jobs in one; upload the working directory instead (gpufleet run --upload-workdir)", w))
 	}
 	return fe
+}
+
+// MaxRefusals is how many fence-refused attempts (Job.Refusals) a job is
+// requeued for free: twice its preemption retries. Past it, a refusal
+// counts as an ordinary interruption, so a node that keeps refusing (its
+// launches always reach the supervisor after its fence passed, or an agent
+// that always reports NeverStarted) cannot loop a job forever.
+func (j *Job) MaxRefusals() int { return 2 * j.Spec.Retries.Preemptions }
+
+// RefusalBackoff is how long a job waits before its next placement after
+// its n-th fence-refused attempt: 2 s a refusal, at most 30 s.
+func RefusalBackoff(n int) time.Duration {
+	return min(time.Duration(n)*2*time.Second, 30*time.Second)
 }
