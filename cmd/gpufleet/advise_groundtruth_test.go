@@ -20,7 +20,7 @@ var requestFlags = map[string]string{
 	"profile.model.vocab": "vocab", "profile.model.experts": "experts", "profile.model.activeExperts": "active-experts",
 	"profile.model.sharedExperts": "shared-experts", "profile.model.expertFFN": "expert-ffn", "profile.model.denseLayers": "dense-layers",
 	"profile.model.routeNodes": "route-nodes", "profile.model.headDim": "head-dim", "profile.pin.ep": "ep", "profile.pin.overlapExpertComm": "overlap-expert-comm",
-	"profile.model.gatedMLP": "gated-mlp", "profile.model.tiedEmbeddings": "tied-embeddings",
+	"profile.model.gatedMLP": "gated-mlp", "profile.model.tiedEmbeddings": "tied-embeddings", "profile.model.dropout": "dropout",
 	"profile.serving.inputTokens": "input-tokens", "profile.serving.outputTokens": "output-tokens",
 	"profile.serving.contextLength": "context", "profile.serving.concurrency": "concurrency",
 	"profile.serving.targetTokensPerSecond": "target-tps", "profile.serving.targetLatency": "target-latency",
