@@ -51,7 +51,7 @@ type Timing struct {
 func timeTerms(t *Timing, training bool) []Term {
 	var ts terms
 	if training {
-		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
+		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute: 2·(N − vocabulary layers) + attention/3, Korthikanti App. A) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
 		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/(micro-batches·vp) (Narayanan et al. 2021)", t.Bubble)
 		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
@@ -80,8 +80,14 @@ func timeTerms(t *Timing, training bool) []Term {
 // active parameters of an MoE (Fedus et al. 2022), plus 12·L·(heads·headDim)·s for
 // attention scores (Chowdhery et al. 2022 "PaLM", Appendix B). LoRA skips
 // the frozen weights' gradients: 2N forward + 2N backward (Hu et al. 2021).
-// Full recomputation adds a forward pass (Korthikanti et al. 2022 §5: 2N +
-// the attention forward), selective recomputation the attention forward.
+// Full recomputation adds a forward pass of the transformer layers
+// (Korthikanti et al. 2022 §5: 2N + the attention forward), less the
+// vocabulary layers: checkpointing wraps each transformer block, so the
+// logit layer is not recomputed and the embedding lookup has no FLOPs
+// (their Appendix A: model FLOPs 72·B·s·L·h²·(1 + s/6h + V/12hL), hardware
+// FLOPs with full recomputation 96·B·s·L·h²·(1 + s/6h + V/16hL), the
+// vocabulary term 6·B·s·V·h in both); selective recomputation adds the
+// attention forward.
 func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
 	attn := 12 * float64(w.arch.Layers) * w.attnWidth() * float64(w.SequenceLength)
 	weights := 6 * w.active
@@ -91,7 +97,7 @@ func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
 	model = weights + attn
 	switch {
 	case rc == RecomputeFull:
-		total = model + 2*w.active + attn/3
+		total = model + 2*(w.active-w.embed) + attn/3
 	case rc == RecomputeSelective && w.Attention == Eager:
 		total = model + attn/3
 	default:

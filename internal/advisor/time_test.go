@@ -96,3 +96,27 @@ func TestInterleavedScheduleTradesBubbleForMemory(t *testing.T) {
 		t.Errorf("activations vp5 %d <= vp1 %d, want more in flight", five.Memory.ActivationsBytes, one.Memory.ActivationsBytes)
 	}
 }
+
+// TestFullRecomputeLeavesTheLogitLayer: full recomputation re-runs each
+// transformer block's forward, not the logit layer (checkpointing wraps the
+// blocks; the embedding lookup has no FLOPs). Korthikanti et al. 2022,
+// Appendix A, per token of a tied-embedding GPT: model FLOPs 72·L·h² +
+// 12·L·h·s + 6·V·h, hardware FLOPs under full recomputation 96·L·h² +
+// 16·L·h·s + 6·V·h (the vocabulary term is not recomputed). Counting the
+// vocabulary layer in the recomputed forward (2·N) overstates it by 2·V·h.
+func TestFullRecomputeLeavesTheLogitLayer(t *testing.T) {
+	const L, h, s, V = 96, 12288, 2048, 51200
+	w := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8,
+		Model: Model{Layers: L, Hidden: h, Heads: 96, Vocab: V, GatedMLP: ptr(false), TiedEmbeddings: ptr(true)}})
+	model, full := w.flopsPerToken(RecomputeFull)
+	wantModel := 72.0*L*h*h + 12.0*L*h*s + 6.0*V*h
+	wantFull := 96.0*L*h*h + 16.0*L*h*s + 6.0*V*h
+	// The derived count adds the norms (2·h per layer and a final one),
+	// which Korthikanti's formula leaves out: < 0.01%.
+	if math.Abs(model/wantModel-1) > 1e-4 || math.Abs(full/wantFull-1) > 1e-4 {
+		t.Fatalf("per token: model %.6g want %.6g, full recompute %.6g want %.6g", model, wantModel, full, wantFull)
+	}
+	if _, none := w.flopsPerToken(RecomputeNone); none != model {
+		t.Fatalf("no recomputation: %.6g, want the model FLOPs %.6g", none, model)
+	}
+}
