@@ -120,3 +120,35 @@ func TestFullRecomputeLeavesTheLogitLayer(t *testing.T) {
 		t.Fatalf("no recomputation: %.6g, want the model FLOPs %.6g", none, model)
 	}
 }
+
+// TestEmbeddingLookupHasNoFLOPs: the vocabulary enters a token's FLOPs once,
+// as the logit layer (Narayanan et al. 2021 eq. 3; Korthikanti et al. 2022
+// Appendix A: 6·V·h per token, nothing for the embedding, which is a table
+// lookup whose backward is a scatter-add). An untied model has V·h more
+// parameters than the same model tied, and the same FLOPs per token, with
+// and without full recomputation, in training and in serving's prefill.
+func TestEmbeddingLookupHasNoFLOPs(t *testing.T) {
+	const L, h, s, V = 32, 4096, 4096, 128256
+	arch := func(tied bool) Model {
+		return Model{Layers: L, Hidden: h, Heads: 32, Vocab: V, GatedMLP: ptr(false), TiedEmbeddings: ptr(tied)}
+	}
+	tied := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8, Model: arch(true)})
+	untied := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8, Model: arch(false)})
+	if d := untied.params - tied.params; math.Abs(d-V*h) > 1 {
+		t.Fatalf("untied has %.0f more parameters, want V·h = %d", d, V*h)
+	}
+	for _, rc := range []Recompute{RecomputeNone, RecomputeFull} {
+		tm, tt := tied.flopsPerToken(rc)
+		um, ut := untied.flopsPerToken(rc)
+		if math.Abs(um/tm-1) > 1e-12 || math.Abs(ut/tt-1) > 1e-12 {
+			t.Fatalf("recompute %s: untied %.6g/%.6g FLOPs per token, tied %.6g/%.6g: the lookup counted", rc, um, ut, tm, tt)
+		}
+	}
+	wantModel := 72.0*L*h*h + 12.0*L*h*s + 6.0*V*h
+	if m, _ := untied.flopsPerToken(RecomputeNone); math.Abs(m/wantModel-1) > 1e-4 {
+		t.Fatalf("untied model FLOPs per token %.6g, want %.6g", m, wantModel)
+	}
+	if tied.matmulParams() != untied.matmulParams() {
+		t.Fatalf("serving's per-token matmul parameters differ: tied %.0f, untied %.0f", tied.matmulParams(), untied.matmulParams())
+	}
+}
