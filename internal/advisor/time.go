@@ -51,7 +51,7 @@ type Timing struct {
 func timeTerms(t *Timing, training bool) []Term {
 	var ts terms
 	if training {
-		ts.addSeconds("compute per step", "6·N·tokens (N less an untied input embedding, a lookup) + 12·L·h·s attention (+recompute: 2·(N − vocabulary layers) + attention/3, Korthikanti App. A) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
+		ts.addSeconds("compute per step", "6·N·tokens (N less an untied input embedding, a lookup) + 12·L·h·s attention (+recompute: 2·(N − vocabulary layers) + attention/3, Narayanan et al. 2021 eq. 3) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
 		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/(micro-batches·vp) (Narayanan et al. 2021)", t.Bubble)
 		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
@@ -84,10 +84,10 @@ func timeTerms(t *Timing, training bool) []Term {
 // (Korthikanti et al. 2022 §5: 2N + the attention forward), less the
 // vocabulary layers: checkpointing wraps each transformer block, so the
 // logit layer is not recomputed and the embedding lookup has no FLOPs
-// (their Appendix A: model FLOPs 72·B·s·L·h²·(1 + s/6h + V/12hL), hardware
-// FLOPs with full recomputation 96·B·s·L·h²·(1 + s/6h + V/16hL), the
-// vocabulary term 6·B·s·V·h in both); selective recomputation adds the
-// attention forward.
+// (model FLOPs 72·B·s·L·h²·(1 + s/6h + V/12hL), Korthikanti et al.
+// Appendix A; with full recomputation 96·B·s·L·h²·(1 + s/6h + V/16hL),
+// Narayanan et al. 2021 eq. 3: the vocabulary term 6·B·s·V·h in both);
+// selective recomputation adds the attention forward.
 func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
 	attn := 12 * float64(w.arch.Layers) * w.attnWidth() * float64(w.SequenceLength)
 	weights := 6 * w.matmulParams()

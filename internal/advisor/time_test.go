@@ -99,10 +99,11 @@ func TestInterleavedScheduleTradesBubbleForMemory(t *testing.T) {
 
 // TestFullRecomputeLeavesTheLogitLayer: full recomputation re-runs each
 // transformer block's forward, not the logit layer (checkpointing wraps the
-// blocks; the embedding lookup has no FLOPs). Korthikanti et al. 2022,
-// Appendix A, per token of a tied-embedding GPT: model FLOPs 72·L·h² +
-// 12·L·h·s + 6·V·h, hardware FLOPs under full recomputation 96·L·h² +
-// 16·L·h·s + 6·V·h (the vocabulary term is not recomputed). Counting the
+// blocks; the embedding lookup has no FLOPs). Per token of a tied-embedding
+// GPT: model FLOPs 72·L·h² + 12·L·h·s + 6·V·h (Korthikanti et al. 2022,
+// Appendix A), hardware FLOPs under full recomputation 96·L·h² + 16·L·h·s +
+// 6·V·h (Narayanan et al. 2021 eq. 3: the vocabulary term is not
+// recomputed). Counting the
 // vocabulary layer in the recomputed forward (2·N) overstates it by 2·V·h.
 func TestFullRecomputeLeavesTheLogitLayer(t *testing.T) {
 	const L, h, s, V = 96, 12288, 2048, 51200
