@@ -144,9 +144,12 @@ func flashMFU(gpu, framework string) (float64, bool) {
 // nemotron/README_15b.md@0b71cfda: Llama 3.1 8B, 70B, 405B and Nemotron-4
 // 15B at 54–62% of bf16 peak by their own model-FLOPs count), taken by a
 // rule fixed before they were evaluated (docs/advisor.md). 0.635 in the
-// ninth session; 0.59 since the tenth, when Llama's zero dropout let the
-// 405B row run without recomputation, as its recipe does.
-const megatronHopperMFU = 0.59
+// ninth session; 0.59 in the tenth, when Llama's zero dropout let the
+// 405B row run without recomputation, as its recipe does; 0.57 since the
+// twelfth, when the untied input embedding stopped being counted as
+// 6·V·h FLOPs per token (matmulParams: Llama 3's 128k vocabulary made that
+// 6.5% of the 8B's weight FLOPs, Nemotron-4's 256k 10% of its).
+const megatronHopperMFU = 0.57
 
 // flashSizeFactor is the width dependence of flashMFU: flat from a hidden
 // size of 2048 (MPT 1B–30B reach the same share), falling below it (MPT

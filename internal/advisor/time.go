@@ -51,7 +51,7 @@ type Timing struct {
 func timeTerms(t *Timing, training bool) []Term {
 	var ts terms
 	if training {
-		ts.addSeconds("compute per step", "6·N·tokens + 12·L·h·s attention (+recompute) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
+		ts.addSeconds("compute per step", "6·N·tokens (N less an untied input embedding, a lookup) + 12·L·h·s attention (+recompute: 2·(N − vocabulary layers) + attention/3, Narayanan et al. 2021 eq. 3) ÷ (GPUs · peak · MFU; fp8 training: 2·peak, MFU·fp8Gain/2, fp8Gain = T/(T − linear GEMMs/2 + casts))", t.Compute)
 		ts.addSeconds("pipeline bubble per step", "1F1B: compute·(pp−1)/(micro-batches·vp) (Narayanan et al. 2021)", t.Bubble)
 		ts.addSeconds("tensor-parallel comm per step", "4 all-reduces of s·b·h per layer over PCIe (Shoeybi et al. 2019)", t.TPComm)
 		ts.addSeconds("pipeline comm per step", "2·s·b·h bytes per micro-batch over the network", t.PPComm)
@@ -80,24 +80,44 @@ func timeTerms(t *Timing, training bool) []Term {
 // active parameters of an MoE (Fedus et al. 2022), plus 12·L·(heads·headDim)·s for
 // attention scores (Chowdhery et al. 2022 "PaLM", Appendix B). LoRA skips
 // the frozen weights' gradients: 2N forward + 2N backward (Hu et al. 2021).
-// Full recomputation adds a forward pass (Korthikanti et al. 2022 §5: 2N +
-// the attention forward), selective recomputation the attention forward.
+// Full recomputation adds a forward pass of the transformer layers
+// (Korthikanti et al. 2022 §5: 2N + the attention forward), less the
+// vocabulary layers: checkpointing wraps each transformer block, so the
+// logit layer is not recomputed and the embedding lookup has no FLOPs
+// (model FLOPs 72·B·s·L·h²·(1 + s/6h + V/12hL), Korthikanti et al.
+// Appendix A; with full recomputation 96·B·s·L·h²·(1 + s/6h + V/16hL),
+// Narayanan et al. 2021 eq. 3: the vocabulary term 6·B·s·V·h in both);
+// selective recomputation adds the attention forward.
 func (w *workload) flopsPerToken(rc Recompute) (model, total float64) {
 	attn := 12 * float64(w.arch.Layers) * w.attnWidth() * float64(w.SequenceLength)
-	weights := 6 * w.active
+	weights := 6 * w.matmulParams()
 	if w.Task == LoRA || w.Task == QLoRA {
-		weights = 4 * w.active
+		weights = 4 * w.matmulParams()
 	}
 	model = weights + attn
 	switch {
 	case rc == RecomputeFull:
-		total = model + 2*w.active + attn/3
+		total = model + 2*(w.active-w.embed) + attn/3
 	case rc == RecomputeSelective && w.Attention == Eager:
 		total = model + attn/3
 	default:
 		total = model
 	}
 	return model, total
+}
+
+// matmulParams is the parameters a token is multiplied by: the active ones
+// less an untied input embedding, which is a table lookup (no FLOPs; its
+// backward a scatter-add of the token's gradient). The vocabulary enters
+// the FLOPs once, as the logit layer: Narayanan et al. 2021 eq. (3) and
+// Korthikanti et al. 2022 Appendix A count 6·B·s·V·h for it and nothing for
+// the embedding. A tied embedding is the logit layer's weight, counted once
+// already.
+func (w *workload) matmulParams() float64 {
+	if t := w.arch.TiedEmbeddings; t != nil && *t {
+		return w.active
+	}
+	return w.active - w.embed/2
 }
 
 // qloraSlowdown is the dequantisation cost of 4-bit base weights: QLoRA
@@ -305,7 +325,7 @@ func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
 	kv := float64(batch) * ctx * w.kvBytes / float64(min(tp, w.arch.KVHeads))
 	memTime := (weights + quant + kv) / (hw.bw * mbu)
 	attnFlops := 4 * float64(w.arch.Layers) * w.attnWidth() * ctx // QKᵀ and AV per token
-	computeTime := float64(batch) * (2*w.active + attnFlops) / (T * hw.peak * decodeMFU)
+	computeTime := float64(batch) * (2*w.matmulParams() + attnFlops) / (T * hw.peak * decodeMFU)
 	step := math.Max(memTime, computeTime)
 	if tp > 1 {
 		lat := smallAllReduceNVLink
@@ -315,7 +335,7 @@ func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
 		step += 2 * float64(w.arch.Layers) * lat // 2 all-reduces per layer
 	}
 	in := float64(s.InputTokens)
-	prefillFlops := in * (2*w.active + 2*float64(w.arch.Layers)*w.attnWidth()*in)
+	prefillFlops := in * (2*w.matmulParams() + 2*float64(w.arch.Layers)*w.attnWidth()*in)
 	t.TTFT = prefillFlops / (T * hw.peak * prefillMFU)
 	t.TPOT = step
 	t.Latency = t.TTFT + float64(s.OutputTokens)*step

@@ -96,3 +96,60 @@ func TestInterleavedScheduleTradesBubbleForMemory(t *testing.T) {
 		t.Errorf("activations vp5 %d <= vp1 %d, want more in flight", five.Memory.ActivationsBytes, one.Memory.ActivationsBytes)
 	}
 }
+
+// TestFullRecomputeLeavesTheLogitLayer: full recomputation re-runs each
+// transformer block's forward, not the logit layer (checkpointing wraps the
+// blocks; the embedding lookup has no FLOPs). Per token of a tied-embedding
+// GPT: model FLOPs 72·L·h² + 12·L·h·s + 6·V·h (Korthikanti et al. 2022,
+// Appendix A), hardware FLOPs under full recomputation 96·L·h² + 16·L·h·s +
+// 6·V·h (Narayanan et al. 2021 eq. 3: the vocabulary term is not
+// recomputed). Counting the
+// vocabulary layer in the recomputed forward (2·N) overstates it by 2·V·h.
+func TestFullRecomputeLeavesTheLogitLayer(t *testing.T) {
+	const L, h, s, V = 96, 12288, 2048, 51200
+	w := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8,
+		Model: Model{Layers: L, Hidden: h, Heads: 96, Vocab: V, GatedMLP: ptr(false), TiedEmbeddings: ptr(true)}})
+	model, full := w.flopsPerToken(RecomputeFull)
+	wantModel := 72.0*L*h*h + 12.0*L*h*s + 6.0*V*h
+	wantFull := 96.0*L*h*h + 16.0*L*h*s + 6.0*V*h
+	// The derived count adds the norms (2·h per layer and a final one),
+	// which Korthikanti's formula leaves out: < 0.01%.
+	if math.Abs(model/wantModel-1) > 1e-4 || math.Abs(full/wantFull-1) > 1e-4 {
+		t.Fatalf("per token: model %.6g want %.6g, full recompute %.6g want %.6g", model, wantModel, full, wantFull)
+	}
+	if _, none := w.flopsPerToken(RecomputeNone); none != model {
+		t.Fatalf("no recomputation: %.6g, want the model FLOPs %.6g", none, model)
+	}
+}
+
+// TestEmbeddingLookupHasNoFLOPs: the vocabulary enters a token's FLOPs once,
+// as the logit layer (Narayanan et al. 2021 eq. 3; Korthikanti et al. 2022
+// Appendix A: 6·V·h per token, nothing for the embedding, which is a table
+// lookup whose backward is a scatter-add). An untied model has V·h more
+// parameters than the same model tied, and the same FLOPs per token, with
+// and without full recomputation, in training and in serving's prefill.
+func TestEmbeddingLookupHasNoFLOPs(t *testing.T) {
+	const L, h, s, V = 32, 4096, 4096, 128256
+	arch := func(tied bool) Model {
+		return Model{Layers: L, Hidden: h, Heads: 32, Vocab: V, GatedMLP: ptr(false), TiedEmbeddings: ptr(tied)}
+	}
+	tied := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8, Model: arch(true)})
+	untied := mustResolve(t, Profile{Task: PreTrain, Tokens: 1e9, SequenceLength: s, GlobalBatch: 8, Model: arch(false)})
+	if d := untied.params - tied.params; math.Abs(d-V*h) > 1 {
+		t.Fatalf("untied has %.0f more parameters, want V·h = %d", d, V*h)
+	}
+	for _, rc := range []Recompute{RecomputeNone, RecomputeFull} {
+		tm, tt := tied.flopsPerToken(rc)
+		um, ut := untied.flopsPerToken(rc)
+		if math.Abs(um/tm-1) > 1e-12 || math.Abs(ut/tt-1) > 1e-12 {
+			t.Fatalf("recompute %s: untied %.6g/%.6g FLOPs per token, tied %.6g/%.6g: the lookup counted", rc, um, ut, tm, tt)
+		}
+	}
+	wantModel := 72.0*L*h*h + 12.0*L*h*s + 6.0*V*h
+	if m, _ := untied.flopsPerToken(RecomputeNone); math.Abs(m/wantModel-1) > 1e-4 {
+		t.Fatalf("untied model FLOPs per token %.6g, want %.6g", m, wantModel)
+	}
+	if tied.matmulParams() != untied.matmulParams() {
+		t.Fatalf("serving's per-token matmul parameters differ: tied %.0f, untied %.0f", tied.matmulParams(), untied.matmulParams())
+	}
+}
