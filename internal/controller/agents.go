@@ -141,7 +141,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}
 	arrived, before := c.cfg.Clock.Now(), c.lastSeen[req.NodeID]
 	c.lastSeen[req.NodeID] = arrived
-	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHorizonLocked)
+	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHoldsLocked)
 	defer func() {
 		if err == nil {
 			return
@@ -551,7 +551,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 // waitForChange waits in an agent's sync for a change of its node's desired
 // set, up to req.Wait. While it waits the agent has nothing new to report
 // (it cuts the call short when a replica changes), so the meter may bill
-// the node's replicas up to now (meterHorizonLocked); a wait that ends
+// the node's replicas up to now (meterHoldsLocked); a wait that ends
 // without the agent cutting it confirms them up to its end. The caller
 // does not hold c.mu.
 func (c *Controller) waitForChange(ctx context.Context, req agentapi.SyncRequest, changed <-chan struct{}) error {
