@@ -203,7 +203,8 @@ type Controller struct {
 	// timed holds the nodes whose agents send their clock (SentAt), with
 	// the estimate of that clock's offset from ours (clockOffset); they
 	// send ObservedAt for running replicas, and the meter holds for their
-	// starting replicas (meterHoldsLocked).
+	// starting replicas (meterHoldsLocked). Like lastSeen and heard, an
+	// entry goes when its node is lost or ended (forgetAgentLocked).
 	timed map[string]clockOffset
 	// data is what nodes report of their datasets (data.go).
 	data    dataState
