@@ -196,7 +196,7 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 	// now.
 	type window struct{ from, to time.Time }
 	wins := make([]window, len(usage))
-	behind := map[string]time.Time{}
+	var behind map[string]time.Time
 	for i := range usage {
 		id := usage[i].NodeID
 		w := window{from: cs.meteredTo, to: now}
@@ -207,19 +207,32 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 			w.to = maxTime(w.from, h)
 		}
 		if w.to.Before(now) {
+			if behind == nil {
+				behind = map[string]time.Time{}
+			}
 			behind[id] = w.to
 		}
 		wins[i] = w
 	}
-	// In passes that end on hour boundaries, node by node in id order.
+	// In passes that end on hour boundaries, node by node in id order;
+	// nodes in a row with the same window (all of them, when none is
+	// held) in one call, so the meter's buffers serve them all.
 	entries := cs.buf[:0]
 	for from := low; from.Before(now); {
 		to := minTime(from.Truncate(time.Hour).Add(time.Hour), now)
-		for i := range usage {
-			f, t := maxTime(from, wins[i].from), minTime(to, wins[i].to)
-			if f.Before(t) {
-				entries = cost.AppendMeter(entries, usage[i:i+1], f, t)
+		run, rf, rt := 0, time.Time{}, time.Time{}
+		for i := 0; i <= len(usage); i++ {
+			var f, t time.Time
+			if i < len(usage) {
+				f, t = maxTime(from, wins[i].from), minTime(to, wins[i].to)
 			}
+			if i < len(usage) && f.Equal(rf) && t.Equal(rt) {
+				continue
+			}
+			if rf.Before(rt) {
+				entries = cost.AppendMeter(entries, usage[run:i], rf, rt)
+			}
+			run, rf, rt = i, f, t
 		}
 		from = to
 	}
