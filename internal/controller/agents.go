@@ -141,7 +141,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	}
 	arrived, before := c.cfg.Clock.Now(), c.lastSeen[req.NodeID]
 	c.lastSeen[req.NodeID] = arrived
-	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHorizonLocked)
+	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHoldsLocked)
 	defer func() {
 		if err == nil {
 			return
@@ -155,7 +155,11 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
 	off, timed := time.Duration(0), req.SentAt != nil && !req.SentAt.IsZero()
-	if timed {
+	if timed && n.State == model.NodeTerminated {
+		// A late agent of a node already ended: its times are taken as
+		// they are, and its clock not kept (forgetAgentLocked).
+		timed = false
+	} else if timed {
 		est := c.timed[req.NodeID].next(received.Sub(*req.SentAt), received)
 		c.timed[req.NodeID], off = est, est.off
 	} else {
@@ -551,7 +555,7 @@ func (c *Controller) observeLocked(nodeID string, st agentapi.ReplicaStatus, b *
 // waitForChange waits in an agent's sync for a change of its node's desired
 // set, up to req.Wait. While it waits the agent has nothing new to report
 // (it cuts the call short when a replica changes), so the meter may bill
-// the node's replicas up to now (meterHorizonLocked); a wait that ends
+// the node's replicas up to now (meterHoldsLocked); a wait that ends
 // without the agent cutting it confirms them up to its end. The caller
 // does not hold c.mu.
 func (c *Controller) waitForChange(ctx context.Context, req agentapi.SyncRequest, changed <-chan struct{}) error {
@@ -569,7 +573,7 @@ func (c *Controller) waitForChange(ctx context.Context, req agentapi.SyncRequest
 	if c.polling[req.NodeID]--; c.polling[req.NodeID] <= 0 {
 		delete(c.polling, req.NodeID)
 	}
-	if err == nil {
+	if _, known := c.heard[req.NodeID]; known && err == nil { // not if lost meanwhile (forgetAgentLocked)
 		c.heard[req.NodeID] = c.cfg.Clock.Now()
 	}
 	c.mu.Unlock()
@@ -844,6 +848,16 @@ func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agent
 		return agentapi.LogAck{Size: size}, fmt.Errorf("storing log of %s: %w", ch.ReplicaID, err)
 	}
 	return agentapi.LogAck{Size: size, Complete: ch.EOF && size == ch.Offset+int64(len(ch.Data))}, nil
+}
+
+// forgetAgentLocked drops what the controller keeps of node id's agent in
+// memory (when it last synced, its clock) as the node is lost or ended: a
+// node that comes back registers and syncs anew, and one that does not
+// leaves nothing behind.
+func (c *Controller) forgetAgentLocked(id string) {
+	delete(c.lastSeen, id)
+	delete(c.heard, id)
+	delete(c.timed, id)
 }
 
 // graceNodes gives every node a full heartbeat timeout, from now, to be

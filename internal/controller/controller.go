@@ -191,19 +191,20 @@ type Controller struct {
 	// heard is when each node's last sync arrived in this term: unlike
 	// lastSeen, never set for a node that has not synced with this
 	// controller, so the meter knows which replicas' ends it may not have
-	// heard of yet (meterHorizonLocked).
+	// heard of yet (meterHoldsLocked).
 	heard map[string]time.Time
 	// polling counts each node's syncs waiting for a change (an agent
 	// ends its wait when a replica changes), for the meter.
 	polling map[string]int
 	// observed is when each running replica's agent last saw its process
 	// alive (agentapi.ReplicaStatus.ObservedAt), by replica id, in this
-	// term: the meter bills it up to there (meterHorizonLocked).
+	// term: the meter bills it up to there (meterHoldsLocked).
 	observed map[string]time.Time
 	// timed holds the nodes whose agents send their clock (SentAt), with
 	// the estimate of that clock's offset from ours (clockOffset); they
 	// send ObservedAt for running replicas, and the meter holds for their
-	// starting replicas (meterHorizonLocked).
+	// starting replicas (meterHoldsLocked). Like lastSeen and heard, an
+	// entry goes when its node is lost or ended (forgetAgentLocked).
 	timed map[string]clockOffset
 	// data is what nodes report of their datasets (data.go).
 	data    dataState

@@ -48,7 +48,7 @@ type CostConfig struct {
 	// ForecastHistoryDays of daily spend feed forecasts (28).
 	ForecastHistoryDays int
 	// ReportLag is the most the meter trails now for a running replica
-	// whose agent has not confirmed it since (meterHorizonLocked): an end
+	// whose agent has not confirmed it since (meterHoldsLocked): an end
 	// reported late is then billed up to when it was, not to when its
 	// report arrived. The server sets the heartbeat timeout; 0: the meter
 	// bills running replicas up to now (tests that play the agent).
@@ -60,11 +60,19 @@ type CostConfig struct {
 type costState struct {
 	// book is the ledger's views (package ledger; its own lock), set once
 	// at load.
-	book      *ledger.Book
+	book *ledger.Book
+	// meteredTo is how far every node is metered but those behind it.
 	meteredTo time.Time
-	// ended are attempts that ended after meteredTo: they are metered up
-	// to their end, then dropped. Rebuilt from the attempts at load, so a
-	// new leader meters the ends its predecessor had not.
+	// behind are the nodes metered less far than meteredTo, with how far:
+	// those hosting an attempt whose times the meter did not know yet at
+	// the last pass (meterHoldsLocked). Stored with meteredTo in each
+	// pass's batch (store.MeterBehindKey), so a new leader goes on from
+	// the same place for every node.
+	behind map[string]time.Time
+	// ended are attempts that ended after the least of meteredTo and
+	// behind: they are metered up to their end, then dropped. Rebuilt
+	// from the attempts at load, so a new leader meters the ends its
+	// predecessor had not.
 	ended []*model.Attempt
 	// budgets is what the budget passes decided (package budgets; its
 	// own lock), set once at load.
@@ -89,8 +97,10 @@ func (c *Controller) loadCost(d *store.Dump) {
 	if cs.meteredTo.IsZero() {
 		return
 	}
+	cs.behind = parseBehind(d.Meta[store.MeterBehindKey])
+	low := cs.lowWater()
 	for _, a := range d.Attempts {
-		if a.StartedAt != nil && a.EndedAt != nil && a.EndedAt.After(cs.meteredTo) {
+		if a.StartedAt != nil && a.EndedAt != nil && a.EndedAt.After(low) {
 			cs.ended = append(cs.ended, a)
 		}
 	}
@@ -161,44 +171,125 @@ func (c *Controller) CostPass(ctx context.Context) error {
 	return nil
 }
 
-// meterLocked meters [meteredTo, horizon) into b (meterHorizonLocked: now,
-// but for replicas whose agents have not synced with this controller). The
-// first pass ever only starts the clock. A gap (the server was down, a
-// leader changed) is metered from the state at restart, once the agents
-// running its attempts have reported what ended meanwhile: nodes still
-// registered were presumably running.
+// meterLocked meters into b each node from where it was metered to (the
+// last pass's meteredTo, or its own mark in behind) up to now, or less
+// far where meterHoldsLocked holds it: only the nodes whose attempts'
+// times the server does not know yet lag, every other node and project is
+// metered up to now. The first pass ever only starts the clock. A gap
+// (the server was down, a leader changed) is metered from the state at
+// restart, once the agents running its attempts have reported what ended
+// meanwhile: nodes still registered were presumably running.
 func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 	cs := &c.cost
-	from := cs.meteredTo
-	if from.IsZero() {
+	if cs.meteredTo.IsZero() {
 		cs.meteredTo = now
 		b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
 		return
 	}
-	now = c.meterHorizonLocked(now)
-	if !now.After(from) {
+	if !now.After(cs.meteredTo) {
 		return
 	}
-	for from.Before(now) {
-		to := from.Truncate(time.Hour).Add(time.Hour)
-		if to.After(now) {
-			to = now
+	holds := c.meterHoldsLocked(now)
+	low := cs.lowWater()
+	usage := c.nodeUsageLocked(low)
+	// Each node's window: from its mark to its hold (never back), or to
+	// now.
+	type window struct{ from, to time.Time }
+	wins := make([]window, len(usage))
+	var behind map[string]time.Time
+	for i := range usage {
+		id := usage[i].NodeID
+		w := window{from: cs.meteredTo, to: now}
+		if t, ok := cs.behind[id]; ok {
+			w.from = t
 		}
-		entries := cost.AppendMeter(cs.buf[:0], c.nodeUsageLocked(from, to), from, to)
-		cs.buf = entries
-		cs.book.Add(entries)
-		b.Ledger = append(b.Ledger, entries...)
+		if h, ok := holds[id]; ok {
+			w.to = maxTime(w.from, h)
+		}
+		if w.to.Before(now) {
+			if behind == nil {
+				behind = map[string]time.Time{}
+			}
+			behind[id] = w.to
+		}
+		wins[i] = w
+	}
+	// In passes that end on hour boundaries, node by node in id order;
+	// nodes in a row with the same window (all of them, when none is
+	// held) in one call, so the meter's buffers serve them all.
+	entries := cs.buf[:0]
+	for from := low; from.Before(now); {
+		to := minTime(from.Truncate(time.Hour).Add(time.Hour), now)
+		run, rf, rt := 0, time.Time{}, time.Time{}
+		for i := 0; i <= len(usage); i++ {
+			var f, t time.Time
+			if i < len(usage) {
+				f, t = maxTime(from, wins[i].from), minTime(to, wins[i].to)
+			}
+			if i < len(usage) && f.Equal(rf) && t.Equal(rt) {
+				continue
+			}
+			if rf.Before(rt) {
+				entries = cost.AppendMeter(entries, usage[run:i], rf, rt)
+			}
+			run, rf, rt = i, f, t
+		}
 		from = to
 	}
-	// Attempts that ended after the horizon are metered up to their end
+	cs.buf = entries
+	cs.book.Add(entries)
+	b.Ledger = append(b.Ledger, entries...)
+	was := cs.behind
+	cs.meteredTo, cs.behind = now, behind
+	// Attempts that ended after a node's mark are metered up to their end
 	// by a later pass.
-	cs.ended = slices.DeleteFunc(cs.ended, func(a *model.Attempt) bool { return !a.EndedAt.After(now) })
-	cs.meteredTo = now
+	low = cs.lowWater()
+	cs.ended = slices.DeleteFunc(cs.ended, func(a *model.Attempt) bool { return !a.EndedAt.After(low) })
 	b.Meta = map[string]string{store.MeteredToKey: now.Format(time.RFC3339)}
+	if len(was) > 0 || len(behind) > 0 {
+		b.Meta[store.MeterBehindKey] = formatBehind(behind)
+	}
 }
 
-// meterHorizonLocked is how far the meter may go at now: as far as the
-// server knows whether each running replica still runs.
+// lowWater is the earliest time some node is metered to.
+func (cs *costState) lowWater() time.Time {
+	low := cs.meteredTo
+	for _, t := range cs.behind {
+		low = minTime(low, t)
+	}
+	return low
+}
+
+// formatBehind encodes costState.behind for store.MeterBehindKey: a JSON
+// object of node ids and RFC 3339 times, "{}" when no node is behind.
+func formatBehind(behind map[string]time.Time) string {
+	m := make(map[string]string, len(behind))
+	for id, t := range behind {
+		m[id] = t.UTC().Format(time.RFC3339)
+	}
+	out, _ := json.Marshal(m) // a map of strings always encodes
+	return string(out)
+}
+
+// parseBehind decodes formatBehind's encoding; entries it cannot read are
+// left out (absent: nothing is behind).
+func parseBehind(v string) map[string]time.Time {
+	var m map[string]string
+	if v == "" || json.Unmarshal([]byte(v), &m) != nil {
+		return nil
+	}
+	out := make(map[string]time.Time, len(m))
+	for id, s := range m {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			out[id] = t
+		}
+	}
+	return out
+}
+
+// meterHoldsLocked says which nodes the meter may not meter up to now, and
+// how far it may: as far as the server knows whether each attempt they
+// host still runs. Every node not in the result is metered up to now.
 //
 // A replica's agent reports when it last saw the replica's process alive
 // (agentapi.ReplicaStatus.ObservedAt), and its end, with the end's time,
@@ -220,12 +311,17 @@ func (c *Controller) meterLocked(b *store.Batch, now time.Time) {
 // for the heartbeat timeout (it is lost, and its attempts with it); one
 // that has, for at most CostConfig.ReportLag: a replica whose agent syncs
 // but has not seen it for longer (an agent wedged) is billed up to
-// now - ReportLag, so that one agent cannot stall every budget. The hold
-// is on the whole meter, every node and project (docs/cost.md). now is in
-// whole seconds.
-func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
-	h := now
+// now - ReportLag.
+//
+// A hold is on an attempt, and so on every node hosting one of its
+// replicas (its times are the attempt's: an end one replica's agent
+// reports late is every replica's), and on nothing else: a slow node
+// delays no other node's rows, project's spend or budget. now is in whole
+// seconds; so are the holds.
+func (c *Controller) meterHoldsLocked(now time.Time) map[string]time.Time {
+	var holds map[string]time.Time
 	for _, a := range c.st.LiveAttempts() {
+		h := now
 		for rank, r := range a.Replicas {
 			if r.State.Terminal() {
 				continue
@@ -253,10 +349,22 @@ func (c *Controller) meterHorizonLocked(now time.Time) time.Time {
 			if n, ok := c.st.Node(r.NodeID); !ok || n.State == model.NodeLaunching {
 				continue
 			}
-			return now.Add(-c.cfg.HeartbeatTimeout).Truncate(time.Second)
+			h = minTime(h, now.Add(-c.cfg.HeartbeatTimeout))
+		}
+		if !h.Before(now) {
+			continue
+		}
+		h = h.Truncate(time.Second)
+		if holds == nil {
+			holds = map[string]time.Time{}
+		}
+		for _, r := range a.Replicas {
+			if t, ok := holds[r.NodeID]; !ok || h.Before(t) {
+				holds[r.NodeID] = h
+			}
 		}
 	}
-	return h.Truncate(time.Second)
+	return holds
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -301,13 +409,13 @@ func billedIn(n *model.Node, from time.Time) bool {
 	return n.StoppedAt.After(from)
 }
 
-// nodeUsageLocked builds what the meter sees over [from, to): every node
-// its provider bills in the window (DESIGN.md §2: the ledger is the bill),
+// nodeUsageLocked builds what the meter sees after from: every node
+// its provider bills after it (DESIGN.md §2: the ledger is the bill),
 // from the provider's launch time to its stop time, boot time as idle,
-// with the replicas of live attempts and of attempts that ended since the
-// last pass. An attempt is charged from StartedAt (GPUs bound while a
+// with the replicas of live attempts and of attempts that ended after
+// from. An attempt is charged from StartedAt (GPUs bound while a
 // replica starts count as idle).
-func (c *Controller) nodeUsageLocked(from, to time.Time) []cost.NodeUsage {
+func (c *Controller) nodeUsageLocked(from time.Time) []cost.NodeUsage {
 	// Every node billed after from is active or stopped after it; in id
 	// order, as the ledger's entries are.
 	nodes := append(c.st.ActiveNodes(), c.st.NodesStoppedAfter(from)...)

@@ -107,6 +107,7 @@ func (c *Controller) loseNodeLocked(n *model.Node, b *store.Batch, now time.Time
 	}
 	c.st.PutNode(n)
 	b.Nodes = append(b.Nodes, n)
+	c.forgetAgentLocked(n.ID)
 	c.recordLocked(b, model.Event{Kind: model.EventNodeLost, Object: "node/" + n.ID, Node: n.ID, Provider: n.Provider, Region: n.Region,
 		Message: why})
 	// The node's live attempts, from the state's per-node index, in id

@@ -20,11 +20,18 @@ type recordingStore struct {
 	batches []*store.Batch
 }
 
-func (r *recordingStore) Submit(b *store.Batch) <-chan error {
-	r.mu.Lock()
-	r.batches = append(r.batches, b)
-	r.mu.Unlock()
-	return r.memStore.Submit(b)
+func (r *recordingStore) Submit(b *store.Batch) <-chan error { return r.Prepare(b)() }
+
+// Prepare records b when it is queued, in the order batches reach the
+// store (store.Preparer).
+func (r *recordingStore) Prepare(b *store.Batch) func() <-chan error {
+	submit := store.Prepare(r.memStore, b)
+	return func() <-chan error {
+		r.mu.Lock()
+		r.batches = append(r.batches, b)
+		r.mu.Unlock()
+		return submit()
+	}
 }
 
 // TestReplicateFollowsTheLeader: a follower's read-only controller that

@@ -831,6 +831,7 @@ func (c *Controller) nodeGoneLocked(n *model.Node, b *store.Batch, now time.Time
 	b.Nodes = append(b.Nodes, n)
 	delete(c.scaleSt.idleSince, n.ID)
 	delete(c.scaleSt.deadlines, n.Labels[model.LabelInstance])
+	c.forgetAgentLocked(n.ID)
 	fields := map[string]string{"instance": n.Labels[model.LabelInstance], FieldStoppedAt: n.StoppedAt.Format(time.RFC3339Nano)}
 	if stop.reason != "" {
 		fields["reason"] = stop.reason

@@ -12,7 +12,8 @@ import (
 // Cost is the cost side of a Batch or Dump (issue 6). In a Batch:
 //   - Ledger entries are appended, never changed. One metering pass's
 //     entries go in one batch with the Meta key recording how far metering
-//     has reached (MeteredToKey), so a pass is durable whole or not at all.
+//     has reached (MeteredToKey, and MeterBehindKey for the nodes it held
+//     back), so a pass is durable whole or not at all.
 //   - BudgetFired keys are inserted once; storing a key again is harmless.
 //   - Metrics are inserted once by (job, seq).
 //   - Notifications are upserted by ID; a delivered one stays as a
@@ -34,6 +35,12 @@ func (c *Cost) empty() bool {
 // MeteredToKey is the Meta key holding the end of the last metering pass
 // (RFC 3339, UTC).
 const MeteredToKey = "cost.metered_to"
+
+// MeterBehindKey is the Meta key holding the nodes metered less far than
+// MeteredToKey says, written in the same batch: a JSON object of node id
+// to RFC 3339 time, "{}" or absent when none is. (The meter holds back only
+// the nodes whose attempts' times it does not know yet.)
+const MeterBehindKey = "cost.metered_behind"
 
 // MetricReport is one report a job made: a training step and its values.
 // Seq numbers a job's reports in arrival order, from 1.

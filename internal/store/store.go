@@ -59,6 +59,12 @@ type Reserver interface {
 // Prepare encodes b (which needs no lock) and returns the function that
 // queues it, as Submit(b) would. An encoding error is returned by the
 // queueing function's channel. b must not change in between.
+//
+// A wrapper of a Store declares Prepare, doing to b what its Submit does
+// and passing it on with Prepare (the package func): a wrapped interface
+// does not promote it, and an embedded concrete store's would skip the
+// wrapper's own work. TestWrappersPassPrepareOn checks every wrapper in
+// the tree.
 type Preparer interface {
 	Prepare(b *Batch) (submit func() <-chan error)
 }

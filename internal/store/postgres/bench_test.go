@@ -60,3 +60,9 @@ func (f fenced) Submit(b *store.Batch) <-chan error {
 	b.Fence = f.fence
 	return f.Store.Submit(b)
 }
+
+// Prepare fences b too: the embedded Store's would skip the fence.
+func (f fenced) Prepare(b *store.Batch) func() <-chan error {
+	b.Fence = f.fence
+	return f.Store.Prepare(b)
+}

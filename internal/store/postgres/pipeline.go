@@ -118,7 +118,9 @@ func (s *Store) PipelineStats() (pipelined, rewritten uint64) {
 }
 
 // rewriteTries bounds how often rewrite numbers a group again because
-// another writer (a replica whose lease ended, say) committed first.
+// another writer committed first. Fenced writers never need more than
+// one (a takeover waits for the old leader's commits in flight, and
+// fences out the rest); docs/postgres.md says when more can happen.
 const rewriteTries = 5
 
 // rewrite writes group alone, numbered after the last commit, in one

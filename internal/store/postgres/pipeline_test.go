@@ -299,3 +299,62 @@ func TestCommitOutOfOrderRefused(t *testing.T) {
 		t.Fatalf("commit %d after %d: %v", last+1, last, err)
 	}
 }
+
+// TestTakeoverCostsOneRewritePerGroup backs docs/postgres.md's account of
+// rewrites with two writers: a replica opens the store as a follower
+// (reading the commit count then), the leader commits on, and the
+// replica takes over. The old leader's next commit is fenced and does not
+// count; the new leader's first groups, numbered from its stale count, are
+// refused once each and land at their first rewrite, and its later groups
+// need none.
+func TestTakeoverCostsOneRewritePerGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	old := openTest(t, dsn, Options{Shared: true})
+	next := openTest(t, dsn, Options{Shared: true}) // a follower: its count is read now
+	lo, err := old.Acquire(ctx, "controller", "old", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := store.Commit(ctx, old, &store.Batch{Jobs: []*model.Job{storetest.Job(fmt.Sprintf("j-old-%d", i), 1, 1)}, Fence: lo.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond) // the old leader's lease runs out
+	ln, err := next.Acquire(ctx, "controller", "next", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Commit(ctx, old, &store.Batch{Jobs: []*model.Job{storetest.Job("j-old-late", 1, 1)}, Fence: lo.Fence()}); !store.IsFenced(err) {
+		t.Fatalf("the old leader's commit after the takeover: %v, want fenced", err)
+	}
+	// Two groups at once, as a new leader's first pass and a submission.
+	a := next.Submit(&store.Batch{Jobs: []*model.Job{storetest.Job("j-next-a", 1, 1)}, Fence: ln.Fence()})
+	b := next.Submit(&store.Batch{Jobs: []*model.Job{storetest.Job("j-next-b", 1, 1)}, Fence: ln.Fence()})
+	for name, ch := range map[string]<-chan error{"a": a, "b": b} {
+		if err := <-ch; err != nil {
+			t.Fatalf("the new leader's group %s: %v", name, err)
+		}
+	}
+	_, first := next.PipelineStats()
+	if first < 1 || first > 2 {
+		t.Errorf("the new leader's first two batches took %d rewrites, want 1 or 2 (one per group, its count being stale)", first)
+	}
+	for i := range 5 {
+		if err := store.Commit(ctx, next, &store.Batch{Jobs: []*model.Job{storetest.Job(fmt.Sprintf("j-next-%d", i), 1, 1)}, Fence: ln.Fence()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, later := next.PipelineStats(); later != first {
+		t.Errorf("the new leader's later groups took %d more rewrites, want none", later-first)
+	}
+	d, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Jobs) != 12 {
+		t.Errorf("%d jobs stored, want the old leader's 5 and the new one's 7", len(d.Jobs))
+	}
+}
