@@ -48,8 +48,9 @@ type Result struct {
 	// owned machines from their registration to the end.
 	GPUUtilisation float64 `json:"gpuUtilisation"`
 	// CostUSD is the ledger's total; CostByCapacity splits it by capacity
-	// type (on-demand, spot, reserved). BilledUSD is what the simulated
-	// clouds charged, which the ledger must equal.
+	// type (on-demand, spot, reserved, owned). BilledUSD is what the
+	// simulated clouds charged, which the ledger less the owned machines
+	// must equal.
 	CostUSD        float64            `json:"costUsd"`
 	CostByCapacity map[string]float64 `json:"costByCapacity"`
 	BilledUSD      float64            `json:"billedUsd"`
