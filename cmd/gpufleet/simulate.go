@@ -47,9 +47,14 @@ per value (FIELD: spot, the share of the pool's max that may be spot; max;
 min; idleTimeout); several --vary flags run every combination. --plots DIR
 writes cost over time by capacity type, queue length, utilisation and the
 wait CDF as SVG and PNG; --html FILE one self-contained page with the table
-and the plots. Every NodePool must use provider sim. The same seed gives the
-same report (see its digest).`,
+and the plots. Every NodePool must use provider sim (bought from the simulated
+clouds) or static (owned machines, running from the start; charged at their
+pricePerHour under "owned"). The report's "peak at once" and "launches refused"
+say when the simulated clouds' quotas or capacity held a fleet below its max;
+--scenario raises them. The same seed gives the same report (see its digest).`,
 		Example: `  gpufleet simulate -f examples/simulate/spot --trace philly --from 40d --to 41d
+  gpufleet simulate -f examples/simulate/philly-cluster --trace philly
+  gpufleet simulate -f examples/simulate/philly --scenario examples/simulate/scenarios/philly-aws.yaml --trace philly
   gpufleet simulate -f examples/simulate/ondemand --vary pools.v100.spot=0,0.5,1 --trace philly --to 7d --html report.html
   gpufleet simulate -f fleets/ondemand --compare fleets/spot --trace philly --to 12h --seed 3 --plots plots/
   gpufleet simulate -f fleet/ --trace history.jsonl -o csv`,
@@ -167,7 +172,7 @@ same report (see its digest).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&fleet, "file", "f", "", "the fleet's manifests (a directory or file; its NodePools must use provider sim)")
+	f.StringVarP(&fleet, "file", "f", "", "the fleet's manifests (a directory or file; its NodePools must use provider sim or static)")
 	f.StringVar(&compare, "compare", "", "a second fleet to run on the same trace and seed, printed side by side")
 	f.StringVar(&traceName, "trace", "", "a built-in trace ("+strings.Join(trace.Names(), ", ")+") or a JSONL trace file")
 	f.StringVar(&from, "from", "", "keep jobs submitted at or after this offset into the trace (e.g. 6h, 1d)")

@@ -26,6 +26,9 @@ func BenchmarkSimulate(b *testing.B) {
 		{"philly-days19-20", "philly", "philly", 456 * time.Hour, 504 * time.Hour}, // 1,517 jobs
 		{"philly-days19-24", "philly", "philly", 456 * time.Hour, 576 * time.Hour},
 		{"philly-days19-29", "philly", "philly", 456 * time.Hour, 720 * time.Hour}, // 8,706 jobs
+		// The trace's own cluster (552 owned machines) on the same slices.
+		{"philly-cluster-days19-24", "philly", "philly-cluster", 456 * time.Hour, 576 * time.Hour},
+		{"philly-cluster", "philly", "philly-cluster", 0, 0}, // the whole trace: 82,247 jobs
 		{"alibaba-first-116d", "alibaba", "alibaba", 0, 2784 * time.Hour},
 		{"alibaba", "alibaba", "alibaba", 0, 0}, // the whole trace: 6,203 GPU pods
 	} {

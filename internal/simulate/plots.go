@@ -112,7 +112,7 @@ func line(p *plot.Plot, name string, xys plotter.XYs, c color.Color, dashed bool
 func costPlot(runs []Named) (*plot.Plot, error) {
 	p := newPlot("Cumulative cost by capacity type", "simulated days", "USD")
 	for i, r := range runs {
-		for k, ct := range []model.CapacityType{model.OnDemand, model.Spot, model.Reserved} {
+		for k, ct := range []model.CapacityType{model.OnDemand, model.Spot, model.Reserved, model.Owned} {
 			if r.CostByCapacity[string(ct)] == 0 {
 				continue
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,7 +43,11 @@ var rows = []struct {
 	{"  on-demand", func(r *Result) string { return fmt.Sprintf("$%.2f", r.CostByCapacity["on-demand"]) }},
 	{"  spot", func(r *Result) string { return fmt.Sprintf("$%.2f", r.CostByCapacity["spot"]) }},
 	{"  reserved", func(r *Result) string { return fmt.Sprintf("$%.2f", r.CostByCapacity["reserved"]) }},
+	{"  owned", func(r *Result) string { return fmt.Sprintf("$%.2f", r.CostByCapacity["owned"]) }},
+	{"owned machines", func(r *Result) string { return fmt.Sprintf("%d (%d GPUs)", r.OwnedMachines, r.OwnedGPUs) }},
 	{"instances", func(r *Result) string { return fmt.Sprint(r.Instances) }},
+	{"  peak at once", func(r *Result) string { return fmt.Sprintf("%d (%d GPUs)", r.PeakInstances, r.PeakGPUs) }},
+	{"  launches refused", refusalText},
 	{"interruptions", func(r *Result) string { return fmt.Sprint(r.Interruptions) }},
 	{"preemptions", func(r *Result) string { return fmt.Sprint(r.Preemptions) }},
 	{"lost work", func(r *Result) string { return dur(r.LostWork) }},
@@ -51,6 +57,20 @@ var rows = []struct {
 	{"steps", func(r *Result) string { return fmt.Sprint(r.Steps) }},
 	{"wall clock", func(r *Result) string { return r.Wall.Round(time.Millisecond).String() }},
 	{"digest", func(r *Result) string { return r.Digest[:16] }},
+}
+
+// refusalText is the launches the clouds refused, in all and by kind.
+func refusalText(r *Result) string {
+	total := 0
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(r.LaunchRefusals)) {
+		total += r.LaunchRefusals[k]
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.LaunchRefusals[k]))
+	}
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
 
 // purchaseText is the recommendation in short: per GPU model, the GPUs to
@@ -119,8 +139,8 @@ func WriteCSV(w io.Writer, runs []Named) error {
 	cw := csv.NewWriter(w)
 	head := []string{"fleet", "trace", "seed", "jobs", "completed", "failed", "unfinished",
 		"wait_mean_s", "wait_p50_s", "wait_p95_s", "wait_p99_s", "jct_mean_s", "jct_p50_s", "jct_p95_s", "jct_p99_s",
-		"deadlines", "missed_deadlines", "gpu_utilisation", "cost_usd", "cost_on_demand_usd", "cost_spot_usd", "cost_reserved_usd",
-		"billed_usd", "instances", "interruptions", "preemptions", "lost_work_s", "purchase_on_demand_usd", "purchase_mixed_usd",
+		"deadlines", "missed_deadlines", "gpu_utilisation", "cost_usd", "cost_on_demand_usd", "cost_spot_usd", "cost_reserved_usd", "cost_owned_usd",
+		"billed_usd", "owned_gpus", "instances", "peak_instances", "peak_gpus", "launches_refused", "interruptions", "preemptions", "lost_work_s", "purchase_on_demand_usd", "purchase_mixed_usd",
 		"purchase_spot_saving_usd", "simulated_s", "steps", "wall_s", "digest"}
 	if err := cw.Write(head); err != nil {
 		return err
@@ -133,11 +153,15 @@ func WriteCSV(w io.Writer, runs []Named) error {
 		for _, p := range r.Purchase {
 			od, mixed, spot = od+p.OnDemandCost, mixed+p.MixedCost, spot+p.SpotSaving
 		}
+		refused := 0
+		for _, v := range r.LaunchRefusals {
+			refused += v
+		}
 		rec := []string{n.Fleet, r.Trace, fmt.Sprint(r.Seed), fmt.Sprint(r.Jobs), fmt.Sprint(r.Completed), fmt.Sprint(r.Failed), fmt.Sprint(r.Unfinished),
 			s(r.WaitMean), s(r.WaitP50), s(r.WaitP95), s(r.WaitP99), s(r.JCTMean), s(r.JCTP50), s(r.JCTP95), s(r.JCTP99),
 			fmt.Sprint(r.Deadlines), fmt.Sprint(r.MissedDeadlines), fmt.Sprintf("%.4f", r.GPUUtilisation), m(r.CostUSD),
-			m(r.CostByCapacity["on-demand"]), m(r.CostByCapacity["spot"]), m(r.CostByCapacity["reserved"]), m(r.BilledUSD),
-			fmt.Sprint(r.Instances), fmt.Sprint(r.Interruptions), fmt.Sprint(r.Preemptions), s(r.LostWork), m(od), m(mixed), m(spot),
+			m(r.CostByCapacity["on-demand"]), m(r.CostByCapacity["spot"]), m(r.CostByCapacity["reserved"]), m(r.CostByCapacity["owned"]), m(r.BilledUSD),
+			fmt.Sprint(r.OwnedGPUs), fmt.Sprint(r.Instances), fmt.Sprint(r.PeakInstances), fmt.Sprint(r.PeakGPUs), fmt.Sprint(refused), fmt.Sprint(r.Interruptions), fmt.Sprint(r.Preemptions), s(r.LostWork), m(od), m(mixed), m(spot),
 			s(r.Simulated), fmt.Sprint(r.Steps), fmt.Sprintf("%.3f", r.Wall.Seconds()), r.Digest}
 		if err := cw.Write(rec); err != nil {
 			return err

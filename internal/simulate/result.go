@@ -14,6 +14,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/cost/purchase"
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
 
 // Result is a run's totals.
@@ -43,11 +44,13 @@ type Result struct {
 	Deadlines       int `json:"deadlines"`
 	MissedDeadlines int `json:"missedDeadlines"`
 	// GPUUtilisation is the GPU-seconds replicas held over the GPU-seconds
-	// the clouds billed (boot and idle time included).
+	// the clouds billed (boot and idle time included) plus those of the
+	// owned machines from their registration to the end.
 	GPUUtilisation float64 `json:"gpuUtilisation"`
 	// CostUSD is the ledger's total; CostByCapacity splits it by capacity
-	// type (on-demand, spot, reserved). BilledUSD is what the simulated
-	// clouds charged, which the ledger must equal.
+	// type (on-demand, spot, reserved, owned). BilledUSD is what the
+	// simulated clouds charged, which the ledger less the owned machines
+	// must equal.
 	CostUSD        float64            `json:"costUsd"`
 	CostByCapacity map[string]float64 `json:"costByCapacity"`
 	BilledUSD      float64            `json:"billedUsd"`
@@ -60,6 +63,21 @@ type Result struct {
 	Interruptions int           `json:"interruptions"`
 	Preemptions   int           `json:"preemptions"`
 	LostWork      time.Duration `json:"lostWork"`
+	// LaunchRefusals counts the launches the simulated clouds refused, by
+	// kind (sim.Event.Refusal: quota-exceeded, the cloud's GPU quota for
+	// the model; insufficient-capacity, the offer's instances all in use;
+	// transient); PeakInstances and PeakGPUs are the most instances, and
+	// their GPUs, live at once. Together they say whether the fleet could
+	// grow to its pools' max.
+	LaunchRefusals map[string]int `json:"launchRefusals"`
+	PeakInstances  int            `json:"peakInstances"`
+	PeakGPUs       int            `json:"peakGpus"`
+	// OwnedMachines and OwnedGPUs are the owned machines (static pools)
+	// and their GPUs; they run, and are charged in the ledger at their
+	// pricePerHour under "owned", for the whole run. The clouds' bill
+	// (BilledUSD) does not include them.
+	OwnedMachines int `json:"ownedMachines"`
+	OwnedGPUs     int `json:"ownedGpus"`
 	// Purchase is the purchase-mix recommendation (package purchase)
 	// computed on the simulated ledger's hourly GPU use, per GPU model.
 	Purchase []Purchase `json:"purchase"`
@@ -107,6 +125,11 @@ type Point struct {
 	// first step (carried over from the last step when it had none).
 	Queued  int `json:"queued"`
 	Running int `json:"running"`
+	// QueuedGPUs is the GPUs (per replica × replicas) the jobs not yet
+	// started asked for, at the same step; Instances the most instances
+	// live at once in the hour.
+	QueuedGPUs float64 `json:"queuedGpus"`
+	Instances  int     `json:"instances"`
 	// CostUSD is the ledger's spend in the hour by capacity type.
 	CostUSD map[string]float64 `json:"costUsd"`
 	// AllocatedGPUHours and MeteredGPUHours are the GPU time the ledger
@@ -130,7 +153,10 @@ type Purchase struct {
 }
 
 // queueSample is the job counts at one hour's first step.
-type queueSample struct{ queued, running int }
+type queueSample struct {
+	queued, running int
+	gpus            float64
+}
 
 func finish(ctx context.Context, res *Result, c *controller.Controller, sp *sim.Provider, ms *memStore, r *runner, order []string, now time.Time, queue map[time.Time]queueSample) (*Result, error) {
 	h := sha256.New()
@@ -186,7 +212,7 @@ func finish(ctx context.Context, res *Result, c *controller.Controller, sp *sim.
 	res.Series = series(ms, queue)
 	gpuHours, spotHours := ms.gpuHours, ms.spotHours
 	ms.mu.Unlock()
-	res.CostByCapacity = map[string]float64{string(model.OnDemand): 0, string(model.Spot): 0, string(model.Reserved): 0}
+	res.CostByCapacity = map[string]float64{string(model.OnDemand): 0, string(model.Spot): 0, string(model.Reserved): 0, string(model.Owned): 0}
 	res.CostUSD = total.Dollars()
 	for k, v := range byCap {
 		res.CostByCapacity[string(k)] = v.Dollars()
@@ -201,16 +227,45 @@ func finish(ctx context.Context, res *Result, c *controller.Controller, sp *sim.
 		billed += u.MicroUSD
 		gpuSeconds += float64(u.Seconds) * float64(u.Offer.GPUCount)
 	}
+	for _, n := range c.Nodes() {
+		if n.Provider == static.Name {
+			res.OwnedMachines++
+			res.OwnedGPUs += len(n.GPUs)
+			gpuSeconds += float64(len(n.GPUs)) * now.Sub(n.RegisteredAt).Seconds()
+		}
+	}
 	res.Instances = len(usage)
 	res.BilledUSD = model.Money(billed).Dollars()
 	if gpuSeconds > 0 {
 		res.GPUUtilisation = r.busyGPUSeconds / gpuSeconds
 	}
+	res.LaunchRefusals = map[string]int{}
+	peak, last := map[time.Time]int{}, map[time.Time]int{} // per hour: the most instances live, and at its end
+	var instances, gpus int
 	for _, e := range sp.Events() {
-		if e.Kind == sim.EventInterrupted {
+		switch e.Kind {
+		case sim.EventInterrupted:
 			res.Interruptions++
+			instances, gpus = instances-1, gpus-e.Offer.GPUCount
+		case sim.EventTerminated:
+			instances, gpus = instances-1, gpus-e.Offer.GPUCount
+		case sim.EventLaunched:
+			instances, gpus = instances+1, gpus+e.Offer.GPUCount
+			res.PeakInstances, res.PeakGPUs = max(res.PeakInstances, instances), max(res.PeakGPUs, gpus)
+		case sim.EventLaunchFailed:
+			res.LaunchRefusals[e.Refusal]++
 		}
+		hour := e.At.Truncate(time.Hour)
+		peak[hour], last[hour] = max(peak[hour], instances), instances
 		fmt.Fprintf(h, "sim %s %s %s %s %s\n", e.At.Format(time.RFC3339Nano), e.Kind, e.InstanceID, autoscaler.OfferKey(e.Offer), e.Detail)
+	}
+	live := 0 // at the start of the point's hour
+	for i := range res.Series {
+		p := &res.Series[i]
+		p.Instances = live
+		if n, ok := peak[p.At]; ok {
+			p.Instances, live = max(live, n), last[p.At]
+		}
 	}
 	res.LostWork = r.lostWork
 	res.Simulated = now.Sub(Start)
@@ -260,7 +315,7 @@ func series(ms *memStore, queue map[time.Time]queueSample) []Point {
 		if s, ok := queue[t]; ok {
 			q = s
 		}
-		p := Point{At: t, Queued: q.queued, Running: q.running, CostUSD: map[string]float64{}}
+		p := Point{At: t, Queued: q.queued, Running: q.running, QueuedGPUs: q.gpus, CostUSD: map[string]float64{}}
 		for k, v := range ms.hourly[t] {
 			p.CostUSD[string(k)] = v.Dollars()
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/catalog"
 	"github.com/gpufleet/gpufleet/internal/controller"
 	"github.com/gpufleet/gpufleet/internal/model"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 )
 
 // runner plays the agent of every simulated node through the agent
@@ -40,6 +41,7 @@ type runner struct {
 	order []string          // nodes' ids, sorted (node ids grow with launches)
 
 	busyGPUSeconds float64
+	unstartedGPUs  float64 // asked by the jobs not yet started
 	lostWork       time.Duration
 	attempts       int
 }
@@ -48,6 +50,7 @@ type runner struct {
 type vjob struct {
 	runtime, interval time.Duration
 	gpus              float64 // per replica
+	replicas          int
 	submitted         time.Time
 	firstStart        time.Time // zero until an attempt started
 	end               time.Time // when it succeeded; zero until then
@@ -110,13 +113,41 @@ func (r *runner) register(ctx context.Context) (bool, error) {
 		if _, err := r.c.Register(ctx, reg); err != nil {
 			return false, fmt.Errorf("registering simulated node %s: %w", n.ID, err)
 		}
-		if r.nodes[n.ID] == nil {
-			r.nodes[n.ID] = &vnode{id: n.ID, replicas: map[string]*vreplica{}}
-			i, _ := slices.BinarySearch(r.order, n.ID)
-			r.order = slices.Insert(r.order, i, n.ID)
-		}
+		r.addNode(n.ID)
 	}
 	return len(nodes) > 0, nil
+}
+
+// registerOwned registers the agent of every owned machine (static
+// pools), as `gpufleet agent` on each would when the run starts: the
+// controller places each in the pool that declares it, at its price.
+func (r *runner) registerOwned(ctx context.Context, machines []static.Machine) error {
+	for _, m := range machines {
+		mem := model.Bytes(0)
+		if a, ok := r.cat.Accelerator(m.GPU); ok {
+			mem = a.Memory
+		}
+		reg := agentapi.Registration{NodeID: m.Name, Name: m.Name, Provider: static.Name, GPUSource: "simulated",
+			Region: static.Region, AgentVersion: "simulate", Runtimes: []string{"process", "container"},
+			Labels: map[string]string{static.LabelAddress: m.Address}}
+		for i := range m.GPUs {
+			reg.GPUs = append(reg.GPUs, model.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", m.Name, i), Model: m.GPU, Memory: mem})
+		}
+		if _, err := r.c.Register(ctx, reg); err != nil {
+			return fmt.Errorf("registering owned machine %s: %w", m.Name, err)
+		}
+		r.addNode(m.Name)
+	}
+	return nil
+}
+
+func (r *runner) addNode(id string) {
+	if r.nodes[id] != nil {
+		return
+	}
+	r.nodes[id] = &vnode{id: id, replicas: map[string]*vreplica{}}
+	i, _ := slices.BinarySearch(r.order, id)
+	r.order = slices.Insert(r.order, i, id)
 }
 
 // sync brings every agent to now: replicas on a node that is gone end
@@ -302,6 +333,7 @@ func (r *runner) start(spec agentapi.ReplicaSpec, now time.Time) error {
 	}
 	if v.firstStart.IsZero() {
 		v.firstStart = now
+		r.unstartedGPUs -= v.gpus * float64(max(1, v.replicas))
 	}
 	// A new attempt restores the last checkpoint uploaded (none: from
 	// the start).

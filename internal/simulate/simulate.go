@@ -28,6 +28,7 @@ import (
 	"github.com/gpufleet/gpufleet/internal/provider/launch"
 	"github.com/gpufleet/gpufleet/internal/provider/registry"
 	"github.com/gpufleet/gpufleet/internal/provider/sim"
+	"github.com/gpufleet/gpufleet/internal/provider/static"
 	"github.com/gpufleet/gpufleet/internal/trace"
 )
 
@@ -64,8 +65,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("the fleet declares no NodePool: nothing to run the trace on")
 	}
 	for i, p := range cfg.Fleet.NodePools {
-		if p.Spec.Provider != model.ProviderSim {
-			return nil, fmt.Errorf("nodePools[%d] (%s): spec.provider: %q cannot be simulated; only provider %q pools can", i, p.Metadata.Name, p.Spec.Provider, model.ProviderSim)
+		if p.Spec.Provider != model.ProviderSim && p.Spec.Provider != model.ProviderStatic {
+			return nil, fmt.Errorf("nodePools[%d] (%s): spec.provider: %q cannot be simulated; only provider %q (bought) and %q (owned machines) pools can", i, p.Metadata.Name, p.Spec.Provider, model.ProviderSim, model.ProviderStatic)
 		}
 	}
 	cat := cfg.Catalog
@@ -90,10 +91,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, New: sp.ForPool, Price: sim.PoolPrice})
+	drivers, err := registry.New(registry.Driver{Name: model.ProviderSim, New: sp.ForPool, Price: sim.PoolPrice},
+		registry.Driver{Name: static.Name, Check: static.CheckPool, Price: static.PoolPrice})
 	if err != nil {
 		return nil, err
 	}
+	// Owned machines (static pools) follow the applied fleet, as in `up`;
+	// their virtual agents register at the start (runner.registerOwned).
+	owned := static.NewPools(nil, Start)
 	ms := newMemStore()
 	ids := map[string]int{}
 	var r *runner
@@ -107,8 +112,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Fatal: func(err error) { fatal = err },
 		// Called under the controller's mutex: ids count per prefix, so a
 		// run's ids, and so its order of events, repeat for a seed.
-		NewID:  func(prefix string) string { ids[prefix]++; return fmt.Sprintf("%s%07d", prefix, ids[prefix]) },
-		Offers: func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
+		NewID:        func(prefix string) string { ids[prefix]++; return fmt.Sprintf("%s%07d", prefix, ids[prefix]) },
+		Offers:       func(ctx context.Context) []model.Offer { o, _ := sp.Offers(ctx); return o },
+		PoolsChanged: owned.SetPools, Adopters: map[string]provider.Adopter{static.Name: owned},
 		Scale: controller.ScaleConfig{Providers: []provider.Provider{sp}, Drivers: drivers, LaunchTimeout: 15 * time.Minute,
 			StartNode: func(ctx context.Context, n *model.Node) error { return r.startNode(ctx, n) },
 			Launches:  launch.Options{PerProvider: 1, PerRegion: 1}}})
@@ -119,6 +125,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r = newRunner(c, cat)
 	if _, err := c.ApplyFleet(ctx, cfg.Fleet, controller.ApplyOptions{Author: "simulate"}); err != nil {
 		return nil, fmt.Errorf("applying the fleet: %w", err)
+	}
+	if err := r.registerOwned(ctx, ownedMachines(cfg.Fleet)); err != nil {
+		return nil, err
 	}
 	declared := map[string]bool{}
 	for _, q := range cfg.Fleet.Queues {
@@ -182,7 +191,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				return nil, fmt.Errorf("submitting trace job %s: %w", jobs[next].ID, err)
 			}
 			tj := jobs[next]
-			r.jobs[id] = &vjob{runtime: tj.Runtime, interval: tj.CheckpointInterval, gpus: tj.GPUs, submitted: now}
+			r.jobs[id] = &vjob{runtime: tj.Runtime, interval: tj.CheckpointInterval, gpus: tj.GPUs, replicas: tj.Replicas, submitted: now}
+			r.unstartedGPUs += tj.GPUs * float64(max(1, tj.Replicas))
 			byID[id] = tj
 			order = append(order, id)
 		}
@@ -211,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		counts := c.JobCounts()
 		waiting := counts[model.JobQueued] + counts[model.JobAdmitted] + counts[model.JobProvisioning]
 		if h := now.Truncate(time.Hour); !h.Equal(lastHour) {
-			queue[h], lastHour = queueSample{queued: waiting, running: counts[model.JobRunning]}, h
+			queue[h], lastHour = queueSample{queued: waiting, running: counts[model.JobRunning], gpus: r.unstartedGPUs}, h
 		}
 		active := waiting + counts[model.JobRunning]
 		if next == len(jobs) && active == 0 {
@@ -364,7 +374,7 @@ func anyLive(c *controller.Controller) bool {
 func buyable(set *manifest.Set) func(model.Offer) bool {
 	return func(o model.Offer) bool {
 		for _, p := range set.NodePools {
-			if (p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 || slices.Contains(p.Spec.Sim.Clouds, o.Provider)) && autoscaler.Admits(&model.NodePool{Name: p.Metadata.Name, Spec: p.Spec}, o) {
+			if p.Spec.Provider == model.ProviderSim && (p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 || slices.Contains(p.Spec.Sim.Clouds, o.Provider)) && autoscaler.Admits(&model.NodePool{Name: p.Metadata.Name, Spec: p.Spec}, o) {
 				return true
 			}
 		}
@@ -372,11 +382,23 @@ func buyable(set *manifest.Set) func(model.Offer) bool {
 	}
 }
 
+// ownedMachines lists the machines of set's static pools.
+func ownedMachines(set *manifest.Set) []static.Machine {
+	var pools []*model.NodePool
+	for _, p := range set.NodePools {
+		pools = append(pools, &model.NodePool{Name: p.Metadata.Name, Spec: p.Spec})
+	}
+	return static.Machines(pools)
+}
+
 // clouds is every cloud the fleet's sim pools name; nil (all) when one
 // names none.
 func clouds(set *manifest.Set) []string {
 	var out []string
 	for _, p := range set.NodePools {
+		if p.Spec.Provider != model.ProviderSim {
+			continue
+		}
 		if p.Spec.Sim == nil || len(p.Spec.Sim.Clouds) == 0 {
 			return nil
 		}

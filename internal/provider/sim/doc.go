@@ -65,7 +65,13 @@
 //
 // Quota: DefaultQuota (256) GPUs per cloud per GPU model, counted
 // separately for on-demand and spot (AWS and GCP keep separate spot
-// quotas), checked before capacity, as the clouds' APIs do.
+// quotas), checked before capacity, as the clouds' APIs do. The figure is
+// an assumption, not a published default (AWS counts on-demand P-instance
+// quotas in vCPUs per region, raised on request): a fleet larger than it
+// needs a scenario that grants its quota, as a real account would.
+//
+// A failed launch's Event says its kind (Refusal), so a simulation can
+// report what held a fleet back.
 //
 // Billing: per second from launch accepted to stop (terminate or
 // interruption), whole seconds, at the offer's catalog price: the price is

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -136,6 +137,10 @@ type Event struct {
 	Offer      model.Offer `json:"offer"`
 	// Detail is the error of a failed launch or the reason of a notice.
 	Detail string `json:"detail,omitempty"`
+	// Refusal is a failed launch's kind: FailQuotaExceeded (the cloud's
+	// GPU quota for the model), FailInsufficientCapacity (the offer's
+	// instances all in use) or FailTransient, injected ones included.
+	Refusal string `json:"refusal,omitempty"`
 }
 
 // EventKind names an Event.
@@ -352,7 +357,7 @@ func (p *Provider) Launch(ctx context.Context, req provider.LaunchRequest) (prov
 		return provider.Instance{}, fmt.Errorf("launching %s in %s %s: %w", req.Offer.InstanceType, req.Offer.Provider, req.Offer.Region, provider.ErrUnknownOffer)
 	}
 	if err := p.admit(st); err != nil {
-		p.record(Event{At: now, Kind: EventLaunchFailed, Offer: st.offer, Detail: err.Error()})
+		p.record(Event{At: now, Kind: EventLaunchFailed, Offer: st.offer, Detail: err.Error(), Refusal: refusal(err)})
 		return provider.Instance{}, fmt.Errorf("launching %s in %s %s: %w", st.offer.InstanceType, st.offer.Provider, st.offer.Region, err)
 	}
 	in := p.start(st, req, now)
@@ -381,6 +386,18 @@ func (p *Provider) admit(st *offerState) error {
 		return &provider.InsufficientCapacityError{Offer: st.offer}
 	}
 	return nil
+}
+
+// refusal is the failure kind of admit's error.
+func refusal(err error) string {
+	switch {
+	case errors.Is(err, provider.ErrQuotaExceeded):
+		return FailQuotaExceeded
+	case provider.IsInsufficientCapacity(err):
+		return FailInsufficientCapacity
+	default:
+		return FailTransient
+	}
 }
 
 // start creates an admitted instance and fixes its future.
