@@ -9,6 +9,11 @@ package controller
 type nodeGens struct {
 	gen  map[string]uint64
 	wake map[string]chan struct{}
+	// moved holds the nodes bumped since the last takeMoved, once an
+	// in-process agent host asked for them (track); nil until then, so
+	// a server without one keeps nothing.
+	moved map[string]struct{}
+	track bool
 }
 
 // get is the node's current number.
@@ -20,6 +25,9 @@ func (g *nodeGens) bump(nodeID string) {
 		g.gen = map[string]uint64{}
 	}
 	g.gen[nodeID]++
+	if g.track {
+		g.moved[nodeID] = struct{}{}
+	}
 	if ch, ok := g.wake[nodeID]; ok {
 		close(ch)
 		delete(g.wake, nodeID)
@@ -37,4 +45,19 @@ func (g *nodeGens) changed(nodeID string) <-chan struct{} {
 		g.wake[nodeID] = ch
 	}
 	return ch
+}
+
+// takeMoved appends to ids the nodes bumped since the last call (in no
+// order) and forgets them; the first call starts the tracking, so it
+// lists nothing that came before.
+func (g *nodeGens) takeMoved(ids []string) []string {
+	if !g.track {
+		g.track, g.moved = true, map[string]struct{}{}
+		return ids
+	}
+	for id := range g.moved {
+		ids = append(ids, id)
+	}
+	clear(g.moved)
+	return ids
 }

@@ -144,3 +144,16 @@ func (c *Controller) NodeStatus(id string) (gen uint64, state model.NodeState, o
 	}
 	return c.nodeGen.get(id), n.State, true
 }
+
+// MovedNodes lets a host of in-process agents poll only the nodes that
+// changed rather than each node's NodeStatus: it appends to ids the nodes
+// whose desired set moved since the last call (in no order; the first
+// call starts the tracking and lists none), and returns a number that
+// changes whenever a node registers or any node's state changes. An
+// agent whose node is not listed, while that number is the same, would
+// learn nothing new from NodeStatus.
+func (c *Controller) MovedNodes(ids []string) ([]string, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodeGen.takeMoved(ids), c.st.NodeStateGen()
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +39,12 @@ type runner struct {
 
 	jobs  map[string]*vjob  // by gpufleet job id
 	nodes map[string]*vnode // registered and not yet gone, by node id
-	order []string          // nodes' ids, sorted (node ids grow with launches)
+	order []*vnode          // the nodes, sorted by id
+	// walked is set after the first sync; stateGen is the controller's
+	// node-state number (Controller.MovedNodes) at the last sync's start.
+	walked   bool
+	stateGen uint64
+	movedBuf []string
 
 	busyGPUSeconds float64
 	unstartedGPUs  float64 // asked by the jobs not yet started
@@ -65,6 +71,7 @@ type vnode struct {
 	id       string
 	gen      uint64
 	synced   bool
+	moved    bool                 // its desired set moved since it last looked
 	replicas map[string]*vreplica // by replica id
 	// due is the earliest time one of its replicas has something to
 	// report (an exit, a checkpoint); zero: nothing.
@@ -145,20 +152,31 @@ func (r *runner) addNode(id string) {
 	if r.nodes[id] != nil {
 		return
 	}
-	r.nodes[id] = &vnode{id: id, replicas: map[string]*vreplica{}}
-	i, _ := slices.BinarySearch(r.order, id)
-	r.order = slices.Insert(r.order, i, id)
+	vn := &vnode{id: id, replicas: map[string]*vreplica{}}
+	r.nodes[id] = vn
+	i, _ := slices.BinarySearchFunc(r.order, id, func(v *vnode, id string) int { return strings.Compare(v.id, id) })
+	r.order = slices.Insert(r.order, i, vn)
 }
 
 // sync brings every agent to now: replicas on a node that is gone end
 // with it; a node with something to report, or whose desired set moved,
 // syncs and acts on the answer (starting and stopping replicas, then
-// reporting what it started, as an agent does at once).
+// reporting what it started, as an agent does at once). Agents go in node
+// id order; only those with something due, not yet synced, or listed by
+// Controller.MovedNodes ask their NodeStatus (every agent does while a
+// node's state changed), which is what a long-polling agent would be
+// woken for: the other agents would learn nothing.
 func (r *runner) sync(ctx context.Context, now time.Time) error {
-	var gone []string
-	for _, id := range r.order {
-		vn := r.nodes[id]
-		gen, state, ok := r.c.NodeStatus(id)
+	gen0 := r.takeMoved()
+	all := !r.walked || gen0 != r.stateGen
+	var gone []int
+	for i, vn := range r.order {
+		due := !vn.due.IsZero() && !vn.due.After(now)
+		if !all && !due && !vn.moved && vn.synced {
+			continue
+		}
+		vn.moved = false
+		gen, state, ok := r.c.NodeStatus(vn.id)
 		if !ok || (state != model.NodeReady && state != model.NodeDraining) {
 			// The machine is gone (or lost): its replicas end now at the
 			// latest.
@@ -167,14 +185,15 @@ func (r *runner) sync(ctx context.Context, now time.Time) error {
 					r.exit(rp, 137, "node gone", now)
 				}
 			}
-			gone = append(gone, id)
+			gone = append(gone, i)
 			continue
 		}
 		report := false
-		if !vn.due.IsZero() && !vn.due.After(now) {
+		if due {
 			r.advanceNode(vn, now)
 			report = true
 		}
+		synced := false
 		for range 4 { // an answer can start replicas, whose start is then reported
 			if !report && vn.synced && gen == vn.gen {
 				break
@@ -182,16 +201,37 @@ func (r *runner) sync(ctx context.Context, now time.Time) error {
 			if err := r.syncNode(ctx, vn, now); err != nil {
 				return err
 			}
+			synced = true
 			report = r.dirty(vn)
-			gen, _, _ = r.c.NodeStatus(id)
+			gen, _, _ = r.c.NodeStatus(vn.id)
+		}
+		// A sync can move other nodes (later ones are visited in this
+		// walk, earlier ones at the next) or their states (then every
+		// later one is visited, and every one at the next walk).
+		if synced && r.takeMoved() != gen0 {
+			all = true
 		}
 	}
-	for _, id := range gone {
-		delete(r.nodes, id)
-		i, _ := slices.BinarySearch(r.order, id)
-		r.order = slices.Delete(r.order, i, i+1)
+	r.walked, r.stateGen = true, gen0
+	for k, i := range gone {
+		vn := r.order[i-k]
+		delete(r.nodes, vn.id)
+		r.order = slices.Delete(r.order, i-k, i-k+1)
 	}
 	return nil
+}
+
+// takeMoved flags the agents whose desired set moved since the last call
+// and returns the controller's node-state number (Controller.MovedNodes).
+func (r *runner) takeMoved() uint64 {
+	ids, gen := r.c.MovedNodes(r.movedBuf[:0])
+	for _, id := range ids {
+		if vn := r.nodes[id]; vn != nil {
+			vn.moved = true
+		}
+	}
+	r.movedBuf = ids
+	return gen
 }
 
 func (r *runner) dirty(vn *vnode) bool {
@@ -347,7 +387,7 @@ func (r *runner) start(spec agentapi.ReplicaSpec, now time.Time) error {
 // when none has.
 func (r *runner) nextDue() (time.Time, bool) {
 	var next time.Time
-	for _, vn := range r.nodes {
+	for _, vn := range r.order {
 		if !vn.due.IsZero() && (next.IsZero() || vn.due.Before(next)) {
 			next = vn.due
 		}

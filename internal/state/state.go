@@ -37,6 +37,9 @@ type State struct {
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
 	version uint64
+	// nodeStates increases whenever a node is added or its State changes
+	// (NodeStateGen).
+	nodeStates uint64
 
 	// orphans holds live attempts with replicas on nodes not yet known, by
 	// node id, so a registering node picks up their holds without a scan of
@@ -362,6 +365,11 @@ func (s *State) Nodes() []*model.Node {
 	return out
 }
 
+// NodeStateGen is a number that changes whenever a node is added or any
+// node's State changes (and at no other put), so a caller that follows
+// nodes' states can tell that none moved without reading each.
+func (s *State) NodeStateGen() uint64 { return s.nodeStates }
+
 // ActiveNodes returns the nodes that are not terminated, ordered by id.
 func (s *State) ActiveNodes() []*model.Node {
 	order := s.activeNodes()
@@ -642,6 +650,9 @@ func (s *State) PutNode(n *model.Node) {
 	e, ok := s.nodes[n.ID]
 	if ok {
 		was, is := e.node.State == model.NodeTerminated, n.State == model.NodeTerminated
+		if e.node.State != n.State {
+			s.nodeStates++
+		}
 		if stoppedKey(e.node) {
 			s.stopped = removeStopped(s.stopped, e.node)
 		}
@@ -665,6 +676,7 @@ func (s *State) PutNode(n *model.Node) {
 	}
 	e = &nodeEntry{node: n, holder: map[int]string{}, share: map[int]float64{}}
 	s.nodes[n.ID] = e
+	s.nodeStates++
 	s.nodeOrder = insertNode(s.nodeOrder, e)
 	if n.State != model.NodeTerminated {
 		s.activeOrder = insertNode(s.activeOrder, e)
