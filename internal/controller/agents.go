@@ -149,6 +149,7 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 		c.mu.Lock()
 		if c.lastSeen[req.NodeID].Equal(arrived) {
 			c.lastSeen[req.NodeID] = before
+			c.lossCheck.ok = false // a heard time went back
 		}
 		c.mu.Unlock()
 	}()
@@ -855,6 +856,7 @@ func (c *Controller) AppendLog(ctx context.Context, ch agentapi.LogChunk) (agent
 // node that comes back registers and syncs anew, and one that does not
 // leaves nothing behind.
 func (c *Controller) forgetAgentLocked(id string) {
+	c.lossCheck.ok = false
 	delete(c.lastSeen, id)
 	delete(c.heard, id)
 	delete(c.timed, id)
@@ -879,20 +881,36 @@ func (c *Controller) graceNodes() {
 }
 
 // checkNodes marks nodes silent past the heartbeat timeout lost, and their
-// live attempts with them.
+// live attempts with them. A walk remembers when the first node still heard
+// would fall silent (lossCheck); until then, while no node's state changed
+// and no heard time went back (heard times otherwise only move on), no node
+// can be lost and the next checks skip the walk.
 func (c *Controller) checkNodes(ctx context.Context) {
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
+	if lc := &c.lossCheck; lc.ok && lc.gen == c.st.NodeStateGen() && !now.After(lc.at) {
+		c.mu.Unlock()
+		return
+	}
 	b := &store.Batch{}
+	var first time.Time
 	for _, n := range c.st.ActiveNodes() {
 		if n.State != model.NodeReady && n.State != model.NodeDraining {
 			continue
 		}
 		if now.Sub(c.lastSeen[n.ID]) <= c.cfg.HeartbeatTimeout {
+			if at := c.lastSeen[n.ID].Add(c.cfg.HeartbeatTimeout); first.IsZero() || at.Before(first) {
+				first = at
+			}
 			continue
 		}
 		c.cfg.Log.Warn("node lost: no heartbeat", "node_id", n.ID, "timeout", c.cfg.HeartbeatTimeout)
 		c.loseNodeLocked(n, b, now, fmt.Sprintf("no heartbeat for %s", c.cfg.HeartbeatTimeout))
+	}
+	// No node heard: none can be lost before a node's state changes.
+	c.lossCheck = lossCheck{ok: true, gen: c.st.NodeStateGen(), at: first}
+	if first.IsZero() {
+		c.lossCheck.at = now.Add(c.cfg.HeartbeatTimeout)
 	}
 	if b.Empty() {
 		c.mu.Unlock()
@@ -969,4 +987,13 @@ func (c *Controller) FetchArchive(_ context.Context, digest string) (io.ReadClos
 		return nil, fmt.Errorf("archive %s was never uploaded: %w", digest, ErrNotFound)
 	}
 	return rc, err
+}
+
+// lossCheck is what checkNodes' last walk learnt: with the nodes' states
+// at gen (state.NodeStateGen), no node is silent past the heartbeat
+// timeout before at. ok is cleared when a heard time goes back.
+type lossCheck struct {
+	ok  bool
+	gen uint64
+	at  time.Time
 }

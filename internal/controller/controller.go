@@ -188,6 +188,8 @@ type Controller struct {
 	ckptMade map[string]bool
 	// lastSeen is when each node last synced; in memory only, reset at start.
 	lastSeen map[string]time.Time
+	// lossCheck lets checkNodes skip its walk (agents.go).
+	lossCheck lossCheck
 	// heard is when each node's last sync arrived in this term: unlike
 	// lastSeen, never set for a node that has not synced with this
 	// controller, so the meter knows which replicas' ends it may not have

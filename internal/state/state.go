@@ -16,8 +16,14 @@ type State struct {
 	jobs     map[string]*model.Job
 	attempts map[string]*model.Attempt
 	// live maps a job id to its starting or running attempt.
-	live  map[string]*model.Attempt
-	nodes map[string]*nodeEntry
+	live map[string]*model.Attempt
+	// liveSorted holds live's attempts ordered by id (LiveAttempts),
+	// kept in step by setLive rather than sorted at each snapshot.
+	liveSorted []*model.Attempt
+	// nodeStates increases whenever a node is added or its State changes
+	// (NodeStateGen).
+	nodeStates uint64
+	nodes      map[string]*nodeEntry
 	// liveOn indexes live by node: node id → attempt id → the attempt,
 	// for every node one of its replicas is on, so that a node's desired
 	// set costs its own attempts, not every live one.
@@ -37,9 +43,6 @@ type State struct {
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
 	version uint64
-	// nodeStates increases whenever a node is added or its State changes
-	// (NodeStateGen).
-	nodeStates uint64
 
 	// orphans holds live attempts with replicas on nodes not yet known, by
 	// node id, so a registering node picks up their holds without a scan of
@@ -468,12 +471,26 @@ func (s *State) AttemptsOf(jobID string) []*model.Attempt {
 
 // LiveAttempts returns every starting or running attempt.
 func (s *State) LiveAttempts() []*model.Attempt {
-	out := make([]*model.Attempt, 0, len(s.live))
-	for _, a := range s.live {
-		out = append(out, a)
+	return append(make([]*model.Attempt, 0, len(s.liveSorted)), s.liveSorted...)
+}
+
+// keepLiveSorted replaces old by a in liveSorted (either may be nil).
+func (s *State) keepLiveSorted(old, a *model.Attempt) {
+	find := func(id string) (int, bool) {
+		return slices.BinarySearchFunc(s.liveSorted, id, func(x *model.Attempt, id string) int { return strings.Compare(x.ID, id) })
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	if old != nil {
+		if i, ok := find(old.ID); ok {
+			s.liveSorted = slices.Delete(s.liveSorted, i, i+1)
+		}
+	}
+	if a != nil {
+		if i, ok := find(a.ID); ok {
+			s.liveSorted[i] = a
+		} else {
+			s.liveSorted = slices.Insert(s.liveSorted, i, a)
+		}
+	}
 }
 
 // LiveCount is the number of starting or running attempts.
@@ -501,6 +518,7 @@ func (s *State) LiveAttemptsOn(nodeID string, fn func(*model.Attempt) bool) {
 // setLive makes a the live attempt of its job (nil: the job has none),
 // keeping liveOn in step with live.
 func (s *State) setLive(jobID string, a *model.Attempt) {
+	s.keepLiveSorted(s.live[jobID], a)
 	if old, ok := s.live[jobID]; ok {
 		for _, r := range old.Replicas {
 			if m := s.liveOn[r.NodeID]; m != nil {
