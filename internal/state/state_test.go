@@ -1,6 +1,8 @@
 package state
 
 import (
+	"fmt"
+	"math/rand"
 	"slices"
 	"testing"
 
@@ -101,5 +103,54 @@ func TestShapeKeyIgnoresUniqueLabels(t *testing.T) {
 				t.Errorf("same shape = %v, want %v", got, tc.same)
 			}
 		})
+	}
+}
+
+// TestLiveAttemptsStaySorted: LiveAttempts, kept in order as attempts
+// change rather than sorted, holds exactly the live attempts, by id,
+// through random starts, replacements, new attempts and ends.
+func TestLiveAttemptsStaySorted(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewSource(1))
+	s := New()
+	states := []model.AttemptState{model.AttemptStarting, model.AttemptRunning, model.AttemptSucceeded, model.AttemptFailed}
+	for step := range 3000 {
+		job := fmt.Sprintf("j%d", rng.Intn(60))
+		a := &model.Attempt{ID: model.AttemptID(job, 1+rng.Intn(3)), JobID: job, State: states[rng.Intn(len(states))]}
+		a.Replicas = []model.Replica{{NodeID: fmt.Sprintf("n%d", rng.Intn(5)), State: a.State}}
+		s.PutAttempt(a)
+		var want []string
+		s.EachLiveAttempt(func(a *model.Attempt) { want = append(want, a.ID) })
+		slices.Sort(want)
+		var got []string
+		for _, a := range s.LiveAttempts() {
+			if cur, ok := s.Attempt(a.ID); !ok || cur != a {
+				t.Fatalf("step %d: LiveAttempts holds %s, not the stored record", step, a.ID)
+			}
+			got = append(got, a.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: LiveAttempts %v, want %v", step, got, want)
+		}
+	}
+}
+
+// TestNodeStateGen moves with a new node and a state change only.
+func TestNodeStateGen(t *testing.T) {
+	t.Parallel()
+	s := New()
+	g0 := s.NodeStateGen()
+	s.PutNode(&model.Node{ID: "n1", State: model.NodeReady})
+	g1 := s.NodeStateGen()
+	if g1 == g0 {
+		t.Fatal("a new node left NodeStateGen as it was")
+	}
+	s.PutNode(&model.Node{ID: "n1", State: model.NodeReady, Labels: map[string]string{"a": "b"}})
+	if s.NodeStateGen() != g1 {
+		t.Fatal("a put without a state change moved NodeStateGen")
+	}
+	s.PutNode(&model.Node{ID: "n1", State: model.NodeDraining})
+	if s.NodeStateGen() == g1 {
+		t.Fatal("a state change left NodeStateGen as it was")
 	}
 }
