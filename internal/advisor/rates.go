@@ -311,17 +311,26 @@ func linkRate(acc catalog.Accelerator, interconnect string) (float64, bool) {
 // applyMeasured replaces hw's utilisation with a measured training rate:
 // tflops model TFLOP/s per GPU, or tokensPerSec tokens/s per GPU times the
 // model FLOPs per token (6·N + attention). Zero leaves hw as it is.
+//
+// The utilisation is applied to the FLOPs a plan executes, recomputation
+// included, so the measured rate is converted at the measured run's
+// recomputation: the pinned one (Pin.Recompute), else none. A run measured
+// with recomputation but not pinned so reads as a slower GPU.
 func (w *workload) applyMeasured(hw *hardware, tflops, tokensPerSec float64) {
+	rc := w.Pin.Recompute
+	if rc == "" {
+		rc = RecomputeNone
+	}
+	model, executed := w.flopsPerToken(rc)
 	rate := tflops * 1e12
 	if tokensPerSec > 0 {
-		fpt, _ := w.flopsPerToken(RecomputeNone)
-		rate = tokensPerSec * fpt
+		rate = tokensPerSec * model
 	}
-	if rate <= 0 || hw.peak <= 0 {
+	if rate <= 0 || hw.peak <= 0 || model <= 0 {
 		return
 	}
-	hw.mfu = rate / hw.peak
-	hw.notes = append(hw.notes, fmt.Sprintf("measured rate: %.0f model TFLOP/s per GPU (utilisation %.2f of %s peak) replaces the utilisation model", rate/1e12, hw.mfu, hw.gpu))
+	hw.mfu = rate * executed / model / hw.peak
+	hw.notes = append(hw.notes, fmt.Sprintf("measured rate: %.0f model TFLOP/s per GPU, %s recomputation (utilisation %.2f of %s peak, recomputed FLOPs included) replaces the utilisation model", rate/1e12, rc, hw.mfu, hw.gpu))
 }
 
 // fp8Gain is FP8 training's speed-up over the same run in bf16, by Amdahl's
