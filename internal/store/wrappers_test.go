@@ -33,7 +33,7 @@ import (
 //
 // It reads syntax, not types (go/types over the module and its tests
 // would need export data for every dependency: go list -export -deps
-// -test ./... did not finish in 5 minutes on the 2-core CI machine), so
+// -test ./... did not finish in 5 minutes on a loaded 2-core machine), so
 // it cannot see a store reached through a global or a closure;
 // TestFencedStorePrepareFencesAsSubmit (internal/server) checks what the
 // known wrapper does at run time.
