@@ -218,7 +218,8 @@ func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
 // The returned order breaks ties between queues of equal fair share: it is
 // a shuffle seeded by seed and the snapshot's version, so no queue wins
 // every tie by its name, while one snapshot and seed always give one order.
-func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64, mem *jobMemory) (map[string]*queueState, []*queueState) {
+// slots[i] is snap.Pending[i]'s place in the plan's verdicts (nil: i).
+func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64, mem *jobMemory) (map[string]*queueState, []*queueState) {
 	qs := map[string]*queueState{}
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
@@ -299,6 +300,10 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 			qs[q.name] = q
 		}
 		pj.q = q
+		pj.slot = i
+		if slots != nil {
+			pj.slot = slots[i]
+		}
 		pj.atPass(now)
 		pj.proj = projects[pj.project]
 		q.pending++
@@ -361,6 +366,7 @@ type pjob struct {
 	key         *fitKey
 	q           *queueState
 	proj        *projectState // nil: the project has no quota
+	slot        int           // the job's place in the plan's Verdicts
 	prio        int           // class value
 	eff         float64       // aged priority, for order
 	preemptible bool
