@@ -31,7 +31,7 @@ func applyHolds(snap *state.Snapshot, now time.Time, verdicts *Verdicts) (*state
 		return snap, nil
 	}
 	cp := *snap
-	cp.Pending = kept
+	cp.Pending, cp.PendingGen = kept, 0 // not the state's list
 	return &cp, slots
 }
 

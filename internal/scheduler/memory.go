@@ -29,7 +29,9 @@ func (m *Memory) Schedule(snap *state.Snapshot, offers []model.Offer, now time.T
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	plan, _ := schedule(snap, offers, now, seed, true, &m.mem)
-	m.mem.sweep(len(snap.Pending))
+	if !m.mem.reused {
+		m.mem.sweep(len(snap.Pending))
+	}
 	return plan
 }
 
@@ -51,6 +53,39 @@ type jobMemory struct {
 	pass uint64
 	// hits and misses count jobs found and derived anew (tests).
 	hits, misses int
+
+	// last is the last pass's jobs, in the order of its pending list
+	// lastPending, taken at lastGen (Snapshot.PendingGen); reused is set
+	// when the present pass took them whole (a pass over the same
+	// pending records reads no job and no table entry), and lists counts
+	// such passes (tests).
+	last        []*pjob
+	lastPending []*model.Job
+	lastGen     uint64
+	reused      bool
+	lists       int
+}
+
+// lastList returns the last pass's jobs when snap's pending list is the
+// very list that pass had, at the same PendingGen, under the same
+// priority classes: then every record in it is the one the entries were
+// derived from, unchanged, and the pass may take them whole. Else nil.
+func (m *jobMemory) lastList(snap *state.Snapshot) []*pjob {
+	m.reused = false
+	p := snap.Pending
+	if snap.PendingGen == 0 || snap.PendingGen != m.lastGen || len(p) == 0 || len(p) != len(m.lastPending) ||
+		&p[0] != &m.lastPending[0] || !slices.Equal(m.classes, snap.PriorityClasses) {
+		return nil
+	}
+	m.reused = true
+	m.lists++
+	m.hits += len(p)
+	return m.last
+}
+
+// keep records the pass's jobs for the next (lastList).
+func (m *jobMemory) keep(snap *state.Snapshot, all []*pjob) {
+	m.last, m.lastPending, m.lastGen = all, snap.Pending, snap.PendingGen
 }
 
 type jobMemo struct {

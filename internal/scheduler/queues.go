@@ -281,15 +281,25 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 	// keeps them) and each queue's list another, rather than one per job
 	// and a list grown job by job.
 	var pjs []pjob
-	all := make([]*pjob, len(snap.Pending))
+	var all []*pjob
+	if mem != nil {
+		all = mem.lastList(snap)
+	}
+	reused := all != nil
+	if !reused {
+		all = make([]*pjob, len(snap.Pending))
+	}
 	if mem == nil {
 		pjs = make([]pjob, len(snap.Pending))
 	}
 	for i, j := range snap.Pending {
 		var pj *pjob
-		if mem != nil {
+		switch {
+		case reused:
+			pj = all[i]
+		case mem != nil:
 			pj = mem.pjob(j, snap.PriorityClasses)
-		} else {
+		default:
 			pjs[i] = jobPJob(j, snap.PriorityClasses)
 			pj = &pjs[i]
 		}
@@ -308,6 +318,9 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 		pj.proj = projects[pj.project]
 		q.pending++
 		all[i] = pj
+	}
+	if mem != nil {
+		mem.keep(snap, all)
 	}
 	for _, pj := range all {
 		q := pj.q

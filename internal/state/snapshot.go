@@ -13,6 +13,12 @@ type Snapshot struct {
 	Version uint64
 	// Pending holds queued jobs in acceptance order (Seq).
 	Pending []*model.Job
+	// PendingGen changes whenever a queued job's record is put (a new
+	// one, one replaced or changed in place, one leaving the queue): two
+	// snapshots of one State with the same PendingGen have the same
+	// pending records, unchanged. 0: unknown (a snapshot not taken from
+	// a State).
+	PendingGen uint64
 	// Nodes are the nodes that are not terminated, ordered by id.
 	Nodes []NodeView
 	// Live holds starting and running attempts, ordered by id; LiveJobs[i]
@@ -80,7 +86,7 @@ type NodeView struct {
 // rebuilt only for nodes that changed, so a snapshot of a large, quiet
 // fleet costs a copy of its node views.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), HalfLife: s.halfLife}
+	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), PendingGen: s.pendingGen, HalfLife: s.halfLife}
 	// Terminated nodes hold nothing and take nothing: left out.
 	order := s.activeNodes()
 	snap.Nodes = make([]NodeView, len(order))

@@ -33,6 +33,9 @@ type State struct {
 	pendingOrder []*model.Job
 	gone         map[*model.Job]bool
 	orderDirty   bool
+	// pendingGen counts puts of queued records (new, replaced, changed in
+	// place, leaving the queue): Snapshot.PendingGen.
+	pendingGen uint64
 
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
@@ -535,6 +538,9 @@ func (s *State) PutJob(j *model.Job) {
 		delete(s.nominations, j.ID)
 	}
 	old, wasPending := s.pending[j.ID]
+	if wasPending || j.State == model.JobQueued {
+		s.pendingGen++
+	}
 	if wasPending && old != j {
 		s.leftQueue(old)
 	}
