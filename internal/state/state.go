@@ -34,8 +34,9 @@ type State struct {
 	gone         map[*model.Job]bool
 	orderDirty   bool
 	// pendingGen counts puts of queued records (new, replaced, changed in
-	// place, leaving the queue): Snapshot.PendingGen.
-	pendingGen uint64
+	// place, leaving the queue): Snapshot.PendingGen; jobGen counts
+	// every put of a job (JobGen).
+	pendingGen, jobGen uint64
 
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
@@ -525,6 +526,7 @@ func (s *State) setLive(jobID string, a *model.Attempt) {
 // index and counts in step.
 func (s *State) PutJob(j *model.Job) {
 	s.version++
+	s.jobGen++
 	old, existed := s.jobs[j.ID]
 	if existed {
 		s.counts[old.State]--
@@ -562,6 +564,10 @@ func (s *State) PutJob(j *model.Job) {
 		}
 	}
 }
+
+// JobGen counts the jobs stored (PutJob): while it stands, every job
+// reads as it did, so a caller may keep what it derived from jobs alone.
+func (s *State) JobGen() uint64 { return s.jobGen }
 
 // ArrayTasks returns the tasks of an array job, by index; none when id
 // names no array.
