@@ -64,6 +64,28 @@ type jobMemory struct {
 	lastGen     uint64
 	reused      bool
 	lists       int
+	// vals is the array a pass's jobs are copied into (arrays); last
+	// points into it.
+	vals []pjob
+}
+
+// arrays returns the memory's array of n jobs, and pointers to them,
+// for a pass to fill: the last pass's, which no plan refers to, when
+// large enough.
+func (m *jobMemory) arrays(n int) ([]pjob, []*pjob) {
+	if cap(m.vals) < n {
+		m.vals = make([]pjob, n+n/4)
+	}
+	vals := m.vals[:n]
+	ptrs := m.last[:0]
+	if cap(ptrs) < n {
+		ptrs = make([]*pjob, n, n+n/4)
+	}
+	ptrs = ptrs[:n]
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	return vals, ptrs
 }
 
 // lastList returns the last pass's jobs when snap's pending list is the
@@ -94,9 +116,9 @@ type jobMemo struct {
 	pj      pjob   // as jobPJob derives it, with the last pass's fields
 }
 
-// pjob is j's pjob, kept by the memory (the pass sets its per-pass
-// fields in place: passes take turns), derived anew unless the memory
-// holds j at its version under classes.
+// pjob is j's pjob, kept by the memory (a pass copies it and sets its
+// per-pass fields on the copy), derived anew unless the memory holds j
+// at its version under classes.
 func (m *jobMemory) pjob(j *model.Job, classes []model.PriorityClass) *pjob {
 	if m.jobs == nil || !slices.Equal(m.classes, classes) {
 		m.jobs = map[*model.Job]*jobMemo{}

@@ -277,20 +277,24 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 			}
 		}
 	}
-	// The pass's jobs take one allocation (none with a memory, which
-	// keeps them) and each queue's list another, rather than one per job
-	// and a list grown job by job.
+	// The pass's jobs lie in one array, in the pending list's order, and
+	// each queue's list takes one allocation, rather than one per job and
+	// a list grown job by job. With a memory the array is the memory's,
+	// filled with copies of its entries (a pass sets only its own fields),
+	// or taken as the last pass left it when the pending records are the
+	// same (lastList): the pass then walks memory laid out in its order.
 	var pjs []pjob
 	var all []*pjob
 	if mem != nil {
 		all = mem.lastList(snap)
 	}
 	reused := all != nil
-	if !reused {
-		all = make([]*pjob, len(snap.Pending))
-	}
-	if mem == nil {
-		pjs = make([]pjob, len(snap.Pending))
+	switch {
+	case reused:
+	case mem != nil:
+		pjs, all = mem.arrays(len(snap.Pending))
+	default:
+		pjs, all = make([]pjob, len(snap.Pending)), make([]*pjob, len(snap.Pending))
 	}
 	for i, j := range snap.Pending {
 		var pj *pjob
@@ -298,7 +302,8 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 		case reused:
 			pj = all[i]
 		case mem != nil:
-			pj = mem.pjob(j, snap.PriorityClasses)
+			pjs[i] = *mem.pjob(j, snap.PriorityClasses)
+			pj = &pjs[i]
 		default:
 			pjs[i] = jobPJob(j, snap.PriorityClasses)
 			pj = &pjs[i]
