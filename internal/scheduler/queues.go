@@ -279,35 +279,20 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 	}
 	// The pass's jobs lie in one array, in the pending list's order, and
 	// each queue's list takes one allocation, rather than one per job and
-	// a list grown job by job. With a memory the array is the memory's,
-	// filled with copies of its entries (a pass sets only its own fields),
-	// or taken as the last pass left it when the pending records are the
-	// same (lastList): the pass then walks memory laid out in its order.
-	var pjs []pjob
+	// a list grown job by job. With a memory the array is the memory's
+	// (jobMemory.passJobs): the pass walks memory laid out in its order.
 	var all []*pjob
 	if mem != nil {
-		all = mem.lastList(snap)
-	}
-	reused := all != nil
-	switch {
-	case reused:
-	case mem != nil:
-		pjs, all = mem.arrays(len(snap.Pending))
-	default:
-		pjs, all = make([]pjob, len(snap.Pending)), make([]*pjob, len(snap.Pending))
-	}
-	for i, j := range snap.Pending {
-		var pj *pjob
-		switch {
-		case reused:
-			pj = all[i]
-		case mem != nil:
-			pjs[i] = *mem.pjob(j, snap.PriorityClasses)
-			pj = &pjs[i]
-		default:
+		all = mem.passJobs(snap)
+	} else {
+		pjs := make([]pjob, len(snap.Pending))
+		all = make([]*pjob, len(snap.Pending))
+		for i, j := range snap.Pending {
 			pjs[i] = jobPJob(j, snap.PriorityClasses)
-			pj = &pjs[i]
+			all[i] = &pjs[i]
 		}
+	}
+	for i, pj := range all {
 		q := qs[pj.queue]
 		if q == nil {
 			q = newQ(pj.queue)
@@ -322,10 +307,6 @@ func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64,
 		pj.atPass(now)
 		pj.proj = projects[pj.project]
 		q.pending++
-		all[i] = pj
-	}
-	if mem != nil {
-		mem.keep(snap, all)
 	}
 	for _, pj := range all {
 		q := pj.q

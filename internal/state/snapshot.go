@@ -19,6 +19,11 @@ type Snapshot struct {
 	// pending records, unchanged. 0: unknown (a snapshot not taken from
 	// a State).
 	PendingGen uint64
+	// InPlaceGen changes whenever a job's record already stored is stored
+	// again (changed in place, as the controller never does): between two
+	// snapshots of one State with the same InPlaceGen, a record in both
+	// pending lists is unchanged.
+	InPlaceGen uint64
 	// Nodes are the nodes that are not terminated, ordered by id.
 	Nodes []NodeView
 	// Live holds starting and running attempts, ordered by id; LiveJobs[i]
@@ -86,7 +91,7 @@ type NodeView struct {
 // rebuilt only for nodes that changed, so a snapshot of a large, quiet
 // fleet costs a copy of its node views.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), PendingGen: s.pendingGen, HalfLife: s.halfLife}
+	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), PendingGen: s.pendingGen, InPlaceGen: s.inPlaceGen, HalfLife: s.halfLife}
 	// Terminated nodes hold nothing and take nothing: left out.
 	order := s.activeNodes()
 	snap.Nodes = make([]NodeView, len(order))

@@ -35,8 +35,9 @@ type State struct {
 	orderDirty   bool
 	// pendingGen counts puts of queued records (new, replaced, changed in
 	// place, leaving the queue): Snapshot.PendingGen; jobGen counts
-	// every put of a job (JobGen).
-	pendingGen, jobGen uint64
+	// every put of a job (JobGen); inPlaceGen every put of a record
+	// already stored (Snapshot.InPlaceGen).
+	pendingGen, jobGen, inPlaceGen uint64
 
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
@@ -530,6 +531,9 @@ func (s *State) PutJob(j *model.Job) {
 	old, existed := s.jobs[j.ID]
 	if existed {
 		s.counts[old.State]--
+		if old == j {
+			s.inPlaceGen++
+		}
 	}
 	s.counts[j.State]++
 	s.jobs[j.ID] = j
