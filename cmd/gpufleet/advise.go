@@ -204,8 +204,8 @@ used when present. Presets: ` + strings.Join(advisor.PresetNames(), ", ") + `.`,
 	fl.IntVar(&req.MaxNodes, "max-nodes", 0, "most nodes of one instance type (default 64, at most 4096)")
 	fl.IntVar(&req.Limit, "limit", 20, "most rows to show (-1: all)")
 	fl.BoolVar(&req.Explain, "explain", false, "show each row's memory and time breakdown, every term with its formula")
-	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model)")
-	fl.Float64Var(&req.MeasuredTokensPerSecond, "tokens-per-second", 0, "training: your measured tokens/s per GPU (e.g. global batch tokens ÷ step time ÷ GPUs)")
+	fl.Float64Var(&req.MeasuredTFLOPS, "tflops", 0, "training: your measured model TFLOP/s per GPU (replaces the utilisation model; read as a run with the recomputation pinned by --recompute, else none)")
+	fl.Float64Var(&req.MeasuredTokensPerSecond, "tokens-per-second", 0, "training: your measured tokens/s per GPU (e.g. global batch tokens ÷ step time ÷ GPUs); read as a run with the recomputation pinned by --recompute, else none: pin the measured run's mode")
 	fl.Float64Var(&req.PricePerGPUHour, "price-per-gpu-hour", 0, "price every offer at this USD rate per GPU-hour instead of its listed price (your negotiated rate or own hardware; reserved rows are left out)")
 	fl.StringSliceVar(&req.InstanceTypes, "instance-type", nil, "instance-type patterns (e.g. 'p4d.*,p5.48xlarge')")
 	// Plan pins (training): what is set is fixed, the rest searched.

@@ -292,7 +292,8 @@ func TestEstimateRuntime(t *testing.T) {
 }
 
 // TestMeasuredRate: a measured tokens/s per GPU sets the step's compute
-// time exactly (with recomputation pinned off), and a measured TFLOP/s
+// time exactly at the recomputation it was measured with (pinned off, then
+// pinned full), and a measured TFLOP/s
 // sets the achieved rate; giving both is an error naming the field.
 func TestMeasuredRate(t *testing.T) {
 	t.Parallel()
@@ -315,7 +316,24 @@ func TestMeasuredRate(t *testing.T) {
 	if err != nil || len(res.Rows) != 1 || math.Abs(res.Rows[0].Timing.RatePerGPU-150e12) > 1 {
 		t.Fatalf("rank with 150 TFLOP/s: %v, rows %+v", err, res.Rows)
 	}
-	req.MeasuredTokensPerSecond = 1
+	// A run measured with full recomputation, pinned so, is reproduced at
+	// that plan: the rate is converted with the FLOPs that run executed.
+	full := none
+	full.Pin.Recompute = RecomputeFull
+	req.Profile, req.MeasuredTFLOPS, req.MeasuredTokensPerSecond = full, 0, 2500
+	res, err = Rank(req.Profile, req.Options(cat.Offers(), cat.Accelerator, Calibration{}))
+	if err != nil || len(res.Rows) != 1 {
+		t.Fatalf("rank with full recomputation: %v, %d rows", err, len(res.Rows))
+	}
+	if got := res.Rows[0].Timing.Compute; math.Abs(got/want-1) > 1e-9 {
+		t.Errorf("full recomputation pinned: compute per step %.4fs, want %.4fs from 2500 tokens/s per GPU", got, want)
+	}
+	w := mustResolve(t, full)
+	model, executed := w.flopsPerToken(RecomputeFull)
+	if got := res.Rows[0].Timing.RatePerGPU; math.Abs(got/(2500*executed)-1) > 1e-9 || executed <= model {
+		t.Errorf("full recomputation pinned: hardware rate %.4g, want %.4g (model %.4g FLOPs per token)", got, 2500*executed, model)
+	}
+	req.MeasuredTokensPerSecond, req.MeasuredTFLOPS = 1, 150
 	if fe := req.Validate(nil); len(fe) != 1 || fe[0].Path != "measuredTokensPerSecond" {
 		t.Errorf("both rates: %v", fe)
 	}

@@ -120,6 +120,15 @@ func (w *workload) matmulParams() float64 {
 	return w.active - w.embed/2
 }
 
+// logitParams is the output layer's weights, V·h: the part of
+// matmulParams a token meets only where its logits are computed.
+func (w *workload) logitParams() float64 {
+	if t := w.arch.TiedEmbeddings; t != nil && *t {
+		return w.embed
+	}
+	return w.embed / 2
+}
+
 // qloraSlowdown is the dequantisation cost of 4-bit base weights: QLoRA
 // steps run 1.2–1.4× slower than 16-bit LoRA (Dettmers et al. 2023 and
 // Hugging Face PEFT benchmarks); weak, flagged in the output.
@@ -334,8 +343,13 @@ func (w *workload) servingTime(tp, batch int, hw *hardware) Timing {
 		}
 		step += 2 * float64(w.arch.Layers) * lat // 2 all-reduces per layer
 	}
+	// Prefill runs every prompt token through the blocks but projects only
+	// the last position onto the vocabulary: engines compute logits for the
+	// positions they sample (vLLM's logits_indices; TensorRT-LLM's context
+	// logits are off unless requested). docs/advisor.md, "The models".
 	in := float64(s.InputTokens)
-	prefillFlops := in * (2*w.matmulParams() + 2*float64(w.arch.Layers)*w.attnWidth()*in)
+	logit := 2 * w.logitParams()
+	prefillFlops := in*(2*w.matmulParams()-logit+2*float64(w.arch.Layers)*w.attnWidth()*in) + logit
 	t.TTFT = prefillFlops / (T * hw.peak * prefillMFU)
 	t.TPOT = step
 	t.Latency = t.TTFT + float64(s.OutputTokens)*step

@@ -139,26 +139,36 @@ func (c *Controller) Sync(ctx context.Context, req agentapi.SyncRequest) (resp a
 		c.mu.Unlock()
 		return agentapi.SyncResponse{}, fmt.Errorf("node %s was lost (silent past the heartbeat timeout) and must register again: %w (%w)", req.NodeID, agentapi.ErrUnknownNode, ErrNotFound)
 	}
-	arrived, before := c.cfg.Clock.Now(), c.lastSeen[req.NodeID]
-	c.lastSeen[req.NodeID] = arrived
-	c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHoldsLocked)
-	defer func() {
-		if err == nil {
-			return
-		}
-		c.mu.Lock()
-		if c.lastSeen[req.NodeID].Equal(arrived) {
-			c.lastSeen[req.NodeID] = before
-			c.lossCheck.ok = false // a heard time went back
-		}
-		c.mu.Unlock()
-	}()
+	// A late agent of a node already ended is answered, but nothing of it
+	// is kept: forgetAgentLocked dropped it as the node ended, and nothing
+	// would drop it again.
+	ended := n.State == model.NodeTerminated
+	arrived := c.cfg.Clock.Now()
+	before, seenBefore := c.lastSeen[req.NodeID]
+	if !ended {
+		c.lastSeen[req.NodeID] = arrived
+		c.heard[req.NodeID] = arrived // what it reports is known from now on (meterHoldsLocked)
+		defer func() {
+			if err == nil {
+				return
+			}
+			c.mu.Lock()
+			if last, ok := c.lastSeen[req.NodeID]; ok && last.Equal(arrived) {
+				c.lossCheck.ok = false // a heard time went back
+				if seenBefore {
+					c.lastSeen[req.NodeID] = before
+				} else {
+					delete(c.lastSeen, req.NodeID)
+				}
+			}
+			c.mu.Unlock()
+		}()
+	}
 	c.observeDataLocked(req.NodeID, req)
 	b := &store.Batch{}
 	off, timed := time.Duration(0), req.SentAt != nil && !req.SentAt.IsZero()
-	if timed && n.State == model.NodeTerminated {
-		// A late agent of a node already ended: its times are taken as
-		// they are, and its clock not kept (forgetAgentLocked).
+	if timed && ended {
+		// Its times are taken as they are, and its clock not kept.
 		timed = false
 	} else if timed {
 		est := c.timed[req.NodeID].next(received.Sub(*req.SentAt), received)

@@ -174,7 +174,7 @@ type Controller struct {
 	st       *state.State
 	seq      uint64
 	idem     map[idemKey]store.Idempotency
-	verdicts map[string]scheduler.Verdict
+	verdicts scheduler.Verdicts
 	lastPlan *scheduler.Plan
 	memo     passMemo // what the last pass read (passmemo.go)
 	fleet    declared
@@ -256,7 +256,6 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg:      cfg,
 		st:       state.New(),
 		idem:     map[idemKey]store.Idempotency{},
-		verdicts: map[string]scheduler.Verdict{},
 		lastSeen: map[string]time.Time{},
 		heard:    map[string]time.Time{},
 		polling:  map[string]int{},

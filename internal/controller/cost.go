@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -97,7 +98,16 @@ func (c *Controller) loadCost(d *store.Dump) {
 	if cs.meteredTo.IsZero() {
 		return
 	}
-	cs.behind = parseBehind(d.Meta[store.MeterBehindKey])
+	v := d.Meta[store.MeterBehindKey]
+	behind, unread, err := parseBehind(v)
+	if err != nil {
+		// Skipping what cannot be read would leave those nodes' held
+		// seconds unmetered; their rows say how far each was metered.
+		behind = recoverBehind(behind, unread, d, cs.meteredTo)
+		c.cfg.Log.Error("stored meter marks are unreadable: taking the nodes' marks from their last ledger rows",
+			"key", store.MeterBehindKey, "value", v, "err", err, "recovered", formatBehind(behind))
+	}
+	cs.behind = behind
 	low := cs.lowWater()
 	for _, a := range d.Attempts {
 		if a.StartedAt != nil && a.EndedAt != nil && a.EndedAt.After(low) {
@@ -271,20 +281,71 @@ func formatBehind(behind map[string]time.Time) string {
 	return string(out)
 }
 
-// parseBehind decodes formatBehind's encoding; entries it cannot read are
-// left out (absent: nothing is behind).
-func parseBehind(v string) map[string]time.Time {
-	var m map[string]string
-	if v == "" || json.Unmarshal([]byte(v), &m) != nil {
-		return nil
+// parseBehind decodes formatBehind's encoding. An entry whose time cannot
+// be read is left out and its node named in unread; a value that is not a
+// JSON object of strings names no node (unread is nil) and returns an
+// error, as does any unread entry.
+func parseBehind(v string) (behind map[string]time.Time, unread []string, err error) {
+	if v == "" {
+		return nil, nil, nil
 	}
-	out := make(map[string]time.Time, len(m))
+	var m map[string]string
+	if err := json.Unmarshal([]byte(v), &m); err != nil {
+		return nil, nil, fmt.Errorf("not a JSON object of node ids and RFC 3339 times: %w", err)
+	}
+	behind = make(map[string]time.Time, len(m))
 	for id, s := range m {
-		if t, err := time.Parse(time.RFC3339, s); err == nil {
-			out[id] = t
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			unread = append(unread, id)
+			continue
+		}
+		behind[id] = t
+	}
+	if len(unread) > 0 {
+		slices.Sort(unread)
+		return behind, unread, fmt.Errorf("node %s: time %q is not RFC 3339", unread[0], m[unread[0]])
+	}
+	return behind, nil, nil
+}
+
+// recoverBehind adds to behind the marks parseBehind could not read: each
+// node's in unread, or, where unread is nil (the whole value unreadable),
+// every node's not known to be metered up to meteredTo. A node's mark is
+// where its last ledger row ends (the meter writes every priced node a row
+// for each window, idle if nothing else), when that is before meteredTo
+// and the node ran past it; else the node is taken as metered to
+// meteredTo. A node with no row at all is metered from when it came up.
+// Metering from the last row never bills a second twice, where
+// taking the mark as meteredTo would leave a held node's seconds unbilled.
+func recoverBehind(behind map[string]time.Time, unread []string, d *store.Dump, meteredTo time.Time) map[string]time.Time {
+	last := map[string]time.Time{}
+	for _, e := range d.Ledger {
+		if e.To.After(last[e.NodeID]) {
+			last[e.NodeID] = e.To
 		}
 	}
-	return out
+	want := func(string) bool { return true }
+	if unread != nil {
+		want = func(id string) bool { return slices.Contains(unread, id) }
+	}
+	if behind == nil {
+		behind = map[string]time.Time{}
+	}
+	for _, n := range d.Nodes {
+		t, ok := last[n.ID]
+		if !ok { // never billed: held since it came up, or never priced
+			t = cmp.Or(n.LaunchedAt, n.RegisteredAt).UTC().Truncate(time.Second)
+		}
+		if _, read := behind[n.ID]; read || !want(n.ID) || !t.Before(meteredTo) {
+			continue
+		}
+		if !n.StoppedAt.IsZero() && !n.StoppedAt.After(t) {
+			continue // its rows end where it stopped
+		}
+		behind[n.ID] = t
+	}
+	return behind
 }
 
 // meterHoldsLocked says which nodes the meter may not meter up to now, and

@@ -54,7 +54,7 @@ func benchIdle(b *testing.B, nodes int) {
 	// for whatever follows it (its own commit, the first cost pass).
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		c.mu.Lock()
-		judged := c.lastPlan != nil && len(c.verdicts) == pending
+		judged := c.lastPlan != nil && c.verdicts.Len() == pending
 		c.mu.Unlock()
 		if judged {
 			break

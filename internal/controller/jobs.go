@@ -229,7 +229,7 @@ func (c *Controller) withWaitReasonLocked(j *model.Job) *model.Job {
 	if j.State != model.JobQueued {
 		return j
 	}
-	v, ok := c.verdicts[j.ID]
+	v, ok := c.verdicts.Get(j.ID)
 	if !ok || len(v.Reasons) == 0 {
 		return j
 	}
@@ -248,12 +248,15 @@ func (c *Controller) Attempts(jobID string) ([]*model.Attempt, error) {
 	return c.st.AttemptsOf(jobID), nil
 }
 
-// Verdict returns why a pending job was not placed in the last pass.
+// Verdict returns why a pending job was not placed in the last pass; a
+// job that has left the queue since has none.
 func (c *Controller) Verdict(jobID string) (scheduler.Verdict, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.verdicts[jobID]
-	return v, ok
+	if j, ok := c.st.Job(jobID); !ok || j.State != model.JobQueued {
+		return scheduler.Verdict{}, false
+	}
+	return c.verdicts.Get(jobID)
 }
 
 // Cancel ends a job, or every unfinished task of an array job (id is
@@ -319,7 +322,6 @@ func (c *Controller) cancelLocked(j *model.Job, b *store.Batch, now time.Time) *
 	j.Version++
 	c.st.PutJob(j)
 	b.Jobs = append(b.Jobs, j)
-	delete(c.verdicts, j.ID)
 	return j
 }
 

@@ -174,6 +174,27 @@ func TestSlowNodeHoldsOnlyItself(t *testing.T) {
 // reported to it with a time before the old leader's last pass, is billed
 // from then, and neither node has a second billed twice or left out.
 func TestHeldNodeAcrossTakeover(t *testing.T) {
+	heldAcrossTakeover(t, nil)
+}
+
+// TestUnreadableMarksAcrossTakeover: as TestHeldNodeAcrossTakeover, but the
+// stored marks of the held nodes cannot be read (one entry, or the whole
+// value). The new leader takes n1's mark from its last ledger row rather
+// than skip it: no second of n1's is left unbilled or billed twice.
+func TestUnreadableMarksAcrossTakeover(t *testing.T) {
+	for name, bad := range map[string]string{
+		"entry": `{"n1":"soon"}`,
+		"value": `{"n1":`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			heldAcrossTakeover(t, func(meta map[string]string) { meta[store.MeterBehindKey] = bad })
+		})
+	}
+}
+
+// heldAcrossTakeover is TestHeldNodeAcrossTakeover, with tamper (if not
+// nil) changing the store's meta before the new leader loads it.
+func heldAcrossTakeover(t *testing.T, tamper func(meta map[string]string)) {
 	f := newTwoNodes(t)
 	old := f.leader()
 	f.sync(old, "n1")
@@ -196,6 +217,11 @@ func TestHeldNodeAcrossTakeover(t *testing.T) {
 	}
 	old.Close()
 	f.clk.Advance(5 * time.Second)
+	if tamper != nil {
+		f.st.mu.Lock()
+		tamper(f.st.meta)
+		f.st.mu.Unlock()
+	}
 
 	c := f.leader()
 	c.mu.Lock()

@@ -206,7 +206,6 @@ func (c *Controller) bindLocked(bnd scheduler.Binding) (*model.Job, *model.Attem
 	}
 	c.st.PutJob(j)
 	c.st.PutAttempt(a)
-	delete(c.verdicts, j.ID)
 	return j, a, true
 }
 

@@ -71,7 +71,7 @@ func TestPassTimeBoundedAsLiveGrows(t *testing.T) {
 			c.mu.Lock()
 			plan := c.lastPlan
 			c.mu.Unlock()
-			if plan == nil || len(plan.Bindings) != 0 || len(plan.Verdicts) != pending {
+			if plan == nil || len(plan.Bindings) != 0 || plan.Verdicts.Len() != pending {
 				t.Fatalf("pass %d: want no bindings and %d verdicts, got %+v", pass, pending, plan)
 			}
 			if pass == 0 {

@@ -141,7 +141,7 @@ func (c *Controller) Explain(id string) (Explanation, error) {
 	if !e.Pending {
 		return e, nil
 	}
-	if v, ok := c.verdicts[id]; ok {
+	if v, ok := c.verdicts.Get(id); ok {
 		e.Verdict = &v
 	}
 	if p := c.lastPlan; p != nil {

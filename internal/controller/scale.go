@@ -16,6 +16,8 @@ import (
 	"github.com/gpufleet/gpufleet/internal/model"
 	"github.com/gpufleet/gpufleet/internal/provider"
 	"github.com/gpufleet/gpufleet/internal/provider/launch"
+	"github.com/gpufleet/gpufleet/internal/scheduler"
+	"github.com/gpufleet/gpufleet/internal/state"
 	"github.com/gpufleet/gpufleet/internal/store"
 )
 
@@ -82,6 +84,76 @@ type scaleState struct {
 	listed, kept uint64
 	// unavailJSON encodes what persistUnavailableLocked writes.
 	unavailJSON unavailableJSON
+	// pendingIn is the last cycle's pending jobs (pendingInputLocked),
+	// forgot when the memory last forgot jobs that stopped waiting.
+	pendingIn pendingInput
+	forgot    forgotAt
+}
+
+// pendingInput is the autoscaler's pending jobs as built from plan at
+// jobGen (state.JobGen), with no node readied in the cycle.
+type pendingInput struct {
+	plan   *scheduler.Plan
+	jobGen uint64
+	list   []autoscaler.Pending
+}
+
+// forgotAt is the job and memory generations Memory.ForgetJobs last ran
+// at (ok: it has run).
+type forgotAt struct {
+	ok             bool
+	jobGen, memGen uint64
+}
+
+// forgetJobsLocked has the scale memory forget the jobs that no longer
+// wait (queued, admitted or provisioning), unless neither the jobs nor
+// the memory changed since it last did, when there is nothing to forget.
+// Callers hold c.mu.
+func (c *Controller) forgetJobsLocked() {
+	f := &c.scaleSt.forgot
+	if f.ok && f.jobGen == c.st.JobGen() && f.memGen == c.scaleSt.memory.Gen() {
+		return
+	}
+	c.scaleSt.memory.ForgetJobs(func(id string) bool {
+		j, ok := c.st.Job(id)
+		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
+	})
+	*f = forgotAt{ok: true, jobGen: c.st.JobGen(), memGen: c.scaleSt.memory.Gen()}
+}
+
+// pendingInputLocked is the autoscaler's pending jobs: the last plan's
+// candidates whose jobs still wait, less readied's (the jobs of nodes
+// that became ready this cycle, which the next pass binds). It is what
+// the last cycle built, the very list, while the plan and every job are
+// unchanged and nothing was readied, so the scale memo compares it at
+// once; the list is never written after it is built. Callers hold c.mu.
+func (c *Controller) pendingInputLocked(readied map[string]bool) []autoscaler.Pending {
+	if c.lastPlan == nil {
+		return nil
+	}
+	p := &c.scaleSt.pendingIn
+	if len(readied) == 0 && p.plan == c.lastPlan && p.jobGen == c.st.JobGen() {
+		return p.list
+	}
+	pending := buildPendingInput(c.lastPlan, c.st, readied)
+	if len(readied) == 0 {
+		*p = pendingInput{plan: c.lastPlan, jobGen: c.st.JobGen(), list: pending}
+	}
+	return pending
+}
+
+// buildPendingInput is pendingInputLocked built afresh.
+func buildPendingInput(plan *scheduler.Plan, st *state.State, readied map[string]bool) []autoscaler.Pending {
+	pending := make([]autoscaler.Pending, 0, len(plan.Candidates))
+	for _, cand := range plan.Candidates {
+		j, ok := st.Job(cand.JobID)
+		if !ok || j.State != model.JobQueued || readied[j.ID] {
+			continue
+		}
+		pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)),
+			Shared: j.Spec.Resources.GPUs > 0 && j.Spec.Resources.GPUs < 1, Offers: cand.Offers, Costs: cand.Costs})
+	}
+	return pending
 }
 
 // Node labels the scale loop sets.
@@ -235,18 +307,7 @@ func (c *Controller) scale(ctx context.Context) {
 	for _, n := range c.st.UnpooledInstances() {
 		anodes = append(anodes, autoscaler.Node{ID: n.ID, Provider: n.Provider, InstanceID: n.Labels[model.LabelInstance], State: model.NodeTerminated})
 	}
-	var pending []autoscaler.Pending
-	if c.lastPlan != nil {
-		pending = make([]autoscaler.Pending, 0, len(c.lastPlan.Candidates))
-		for _, cand := range c.lastPlan.Candidates {
-			j, ok := c.st.Job(cand.JobID)
-			if !ok || j.State != model.JobQueued || readied[j.ID] {
-				continue
-			}
-			pending = append(pending, autoscaler.Pending{JobID: j.ID, Replicas: max(j.Spec.Replicas, 1), GPUs: int(math.Ceil(j.Spec.Resources.GPUs)),
-				Shared: j.Spec.Resources.GPUs > 0 && j.Spec.Resources.GPUs < 1, Offers: cand.Offers, Costs: cand.Costs})
-		}
-	}
+	pending := c.pendingInputLocked(readied)
 	ainv := make(map[string][]autoscaler.Instance, len(inv))
 	for p, list := range inv {
 		if len(list) == 0 {
@@ -258,10 +319,7 @@ func (c *Controller) scale(ctx context.Context) {
 		}
 		ainv[p] = l
 	}
-	c.scaleSt.memory.ForgetJobs(func(id string) bool {
-		j, ok := c.st.Job(id)
-		return ok && (j.State == model.JobQueued || j.State == model.JobAdmitted || j.State == model.JobProvisioning)
-	})
+	c.forgetJobsLocked()
 	input := autoscaler.Input{Now: now, Pools: pools, Nodes: anodes, Pending: pending, Inventory: ainv,
 		Memory: &c.scaleSt.memory, LaunchTimeout: sc.LaunchTimeout, Offers: view.offers, Drivers: view.drivers}
 	skip := c.scaleSt.memo.current(input, view.gen)

@@ -46,7 +46,7 @@ func (m *decideMemo) current(in autoscaler.Input, view uint64) bool {
 	p := &m.in
 	return m.ok && view == m.view && !in.Now.Before(p.Now) && (m.until.IsZero() || in.Now.Before(m.until)) &&
 		in.LaunchTimeout == p.LaunchTimeout && samePools(in.Pools, m.pools) &&
-		slices.EqualFunc(in.Nodes, p.Nodes, sameNode) && slices.EqualFunc(in.Pending, p.Pending, samePending) &&
+		slices.EqualFunc(in.Nodes, p.Nodes, sameNode) && (sameArray(in.Pending, p.Pending) || slices.EqualFunc(in.Pending, p.Pending, samePending)) &&
 		sameInventory(in.Inventory, p.Inventory) && sameOffers(in.Offers, p.Offers) && m.sameMemory(in.Memory)
 }
 

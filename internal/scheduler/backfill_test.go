@@ -66,7 +66,7 @@ func TestReservationsAreFeasibleAndAhead(t *testing.T) {
 			}
 			w.submit(tc.jobs...)
 			plan := Schedule(w.st.Snapshot(), nil, now, 1)
-			got := want{Bound: boundIDs(plan), Reservations: plan.Reservations, EstimatedStart: plan.Verdicts[tc.jobs[0].ID].EstimatedStart}
+			got := want{Bound: boundIDs(plan), Reservations: plan.Reservations, EstimatedStart: verdictOf(plan, tc.jobs[0].ID).EstimatedStart}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
@@ -82,7 +82,7 @@ func TestExplainNamesReservations(t *testing.T) {
 	w.submit(job("big", 2, 8), job("long", 3, 2, estimate(3*time.Hour)))
 	plan := Schedule(w.st.Snapshot(), nil, now, 1)
 	var got []string
-	for _, r := range plan.Verdicts["long"].Reasons {
+	for _, r := range verdictOf(plan, "long").Reasons {
 		if r.Scope == "node/a" {
 			got = append(got, r.Message)
 		}

@@ -72,7 +72,7 @@ func TestBackoff(t *testing.T) {
 			for _, b := range plan.Bindings {
 				got.Bound = append(got.Bound, b.JobID)
 			}
-			for id, v := range plan.Verdicts {
+			for id, v := range plan.Verdicts.All() {
 				if len(v.Reasons) > 0 {
 					got.Codes[id] = v.Reasons[0].Code
 				}

@@ -44,7 +44,7 @@ func TestBlockedVerdictsShareBoundedReasons(t *testing.T) {
 	}
 	backing, spare := map[*Reason]int{}, map[*Reason]int{}
 	for i := 0; i < blocked; i++ {
-		v, ok := plan.Verdicts[fmt.Sprintf("j%03d", i)]
+		v, ok := plan.Verdicts.Get(fmt.Sprintf("j%03d", i))
 		if i == blocked/2 {
 			continue
 		}

@@ -78,7 +78,7 @@ func TestDataLocalNodesArePreferred(t *testing.T) {
 			snap.Datasets = tc.held
 			plan := Schedule(snap, nil, now, 1)
 			if len(plan.Bindings) != 1 {
-				t.Fatalf("bindings %+v, verdicts %+v", plan.Bindings, plan.Verdicts)
+				t.Fatalf("bindings %+v, verdicts %+v", plan.Bindings, plan.Verdicts.Map())
 			}
 			b := plan.Bindings[0]
 			if got := b.Replicas[0].NodeID; got != tc.wantNode {

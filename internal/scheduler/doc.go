@@ -32,5 +32,10 @@
 // derives from each queued job alone (class, runtime, shape and its
 // fitKey, back-off and enqueue times) from one pass to the next, keyed by
 // the job's record and version, so a job that waits costs a lookup, not a
-// read of its spec, in every pass; its plans are Schedule's.
+// read of its spec, in every pass; a pass over the very pending records
+// of the last (Snapshot.PendingGen) takes them whole, and while no record
+// is changed in place (Snapshot.InPlaceGen) a pass copies the jobs of the
+// records it shares with the last, without a lookup; its plans are
+// Schedule's. Verdicts are filled by each job's
+// place in the pending list and indexed by id only when someone asks.
 package scheduler

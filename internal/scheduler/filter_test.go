@@ -75,7 +75,7 @@ func TestVerdictsAreKeyedByWhatDecidesThem(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			plan := Schedule(snapshot([]*model.Node{tc.node}, tc.jobs), nil, now, 1)
 			got := want{Bound: boundIDs(plan), Messages: map[string][]string{}}
-			for id, v := range plan.Verdicts {
+			for id, v := range plan.Verdicts.All() {
 				for _, r := range v.Reasons {
 					got.Messages[id] = append(got.Messages[id], r.Message)
 				}
@@ -120,7 +120,7 @@ func TestCapacityReasonsSayWhatIsShort(t *testing.T) {
 			w.submit(tc.job)
 			plan := Schedule(w.st.Snapshot(), nil, now, 1)
 			var got []string
-			for _, r := range plan.Verdicts["j"].Reasons {
+			for _, r := range verdictOf(plan, "j").Reasons {
 				if r.Scope == "node/a" {
 					got = append(got, r.Message)
 				}
@@ -165,7 +165,7 @@ func TestUniqueLabelsDoNotSplitClasses(t *testing.T) {
 	}
 	codes := func(id string) []string {
 		var out []string
-		for _, r := range plan.Verdicts[id].Reasons {
+		for _, r := range verdictOf(plan, id).Reasons {
 			out = append(out, r.Scope+" "+r.Code)
 		}
 		return out

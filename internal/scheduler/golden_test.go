@@ -298,13 +298,13 @@ func (s *sim) schedule(out *strings.Builder) {
 	for _, r := range plan.Reservations {
 		fmt.Fprintf(out, "reserve %s %s%v from %s\n", r.JobID, r.NodeID, r.GPUs, s.since(r.Start))
 	}
-	ids := make([]string, 0, len(plan.Verdicts))
-	for id := range plan.Verdicts {
+	ids := make([]string, 0, plan.Verdicts.Len())
+	for id := range plan.Verdicts.All() {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		v := plan.Verdicts[id]
+		v := verdictOf(plan, id)
 		why := ""
 		if len(v.Reasons) > 0 {
 			why = v.Reasons[0].Scope + ": " + v.Reasons[0].Message

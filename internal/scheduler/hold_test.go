@@ -39,7 +39,7 @@ func TestBudgetHolds(t *testing.T) {
 		"blocked": {Queue: model.DefaultQueue, Reasons: []Reason{{Scope: "job", Message: "held by budget b1: block-new"}}},
 		"spot":    {Queue: model.DefaultQueue, Reasons: []Reason{{Scope: "job", Message: "held by budget b2: stop-spot (the job may run on spot)"}}},
 	}
-	if diff := cmp.Diff(want, plan.Verdicts); diff != "" {
+	if diff := cmp.Diff(want, plan.Verdicts.Map()); diff != "" {
 		t.Errorf("verdicts (-want +got):\n%s", diff)
 	}
 	if len(snap.Pending) != pending {

@@ -68,7 +68,7 @@ func TestIsolationFilters(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			plan := Schedule(snapshot([]*model.Node{tc.node}, tc.jobs), nil, now, 1)
 			codes := map[string]string{}
-			for id, v := range plan.Verdicts {
+			for id, v := range plan.Verdicts.All() {
 				if len(v.Reasons) > 0 {
 					codes[id] = v.Reasons[0].Code
 				}

@@ -19,15 +19,18 @@ import (
 // their old record (priority, enqueue time, back-off, deadline, spot
 // fallback, shape; as a new record or the old one changed in place with
 // a higher version), new jobs (some with deadlines or dependencies), the
-// priority classes redeclared, and the clock moved. It fails, too, when
-// the memory is never used or never sees a changed job, since then it
-// would show nothing.
+// priority classes redeclared, and the clock moved. A third of the change
+// sets leave the pending list alone but for one record changed in place
+// or the classes redeclared, so that the next pass may take the last
+// pass's jobs whole (jobMemory.lastList) and must see those two. It
+// fails, too, when the memory is never used, never sees a changed job or
+// never takes a list whole, since then it would show nothing.
 func TestMemoryChangesNothing(t *testing.T) {
 	offers := []model.Offer{
 		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.OnDemand, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 98},
 		{Provider: "aws", Region: "us-east-1", InstanceType: "p5.48xlarge", CapacityType: model.Spot, GPU: "H100", GPUCount: 8, GPUMemory: 80 * model.GiB, PricePerHour: 40, InterruptionRate: 0.05},
 	}
-	var hits, misses, changed, passes int
+	var hits, misses, changed, passes, quietPasses, inPlace, lists, merged int
 	worlds := 150
 	if testing.Short() {
 		worlds = 40
@@ -38,11 +41,35 @@ func TestMemoryChangesNothing(t *testing.T) {
 		var m Memory
 		at := now
 		seq := uint64(100000)
+		// change changes j as a submission or edit could.
+		change := func(j *model.Job) {
+			j.Version++
+			switch rng.Intn(6) {
+			case 0:
+				j.Spec.Priority = []string{"low", "normal", "high", "urgent"}[rng.Intn(4)]
+			case 1:
+				j.EnqueuedAt = at.Add(-time.Duration(rng.Intn(200)) * time.Minute)
+			case 2:
+				retry := at.Add(time.Duration(rng.Intn(30)-10) * time.Minute)
+				retryAt(retry, 1+rng.Intn(3))(j)
+			case 3:
+				deadlineIn(time.Duration(1+rng.Intn(10))*time.Hour, time.Duration(1+rng.Intn(5))*time.Hour, 30*time.Minute)(j)
+			case 4:
+				j.Spec.Spot = model.SpotAllowed
+				j.Spec.Retries.OnDemandAfterPreemptions = 1
+				j.Preemptions = rng.Intn(2)
+			case 5:
+				j.Spec.Resources.GPUs = []float64{0.5, 1, 2, 4, 8}[rng.Intn(5)]
+				j.Spec.Estimate.Runtime = model.Duration(time.Duration(1+rng.Intn(300)) * time.Minute)
+			}
+		}
 		for pass := range 10 {
 			snap := st.Snapshot()
 			full := Schedule(snap, offers, at, int64(i))
-			h0, m0 := m.mem.hits, m.mem.misses
+			h0, m0, l0, g0 := m.mem.hits, m.mem.misses, m.mem.lists, m.mem.merged
 			got := m.Schedule(snap, offers, at, int64(i))
+			lists += m.mem.lists - l0
+			merged += m.mem.merged - g0
 			if diff := cmp.Diff(full, got); diff != "" {
 				t.Fatalf("world %d, pass %d: the plan with the memory differs (-full +memory):\n%s", i, pass, diff)
 			}
@@ -50,8 +77,18 @@ func TestMemoryChangesNothing(t *testing.T) {
 			misses += m.mem.misses - m0
 			passes++
 
-			// The change set before the next pass.
-			commit(st, got, at)
+			// The change set before the next pass. A quiet one leaves
+			// the pending list as it is (the next pass may take the
+			// memory's list whole), but for at most one record changed
+			// in place or the classes redeclared.
+			quiet := rng.Intn(3) == 0
+			// Half the other change sets store only new records, as the
+			// controller does: the next pass may copy the jobs of the
+			// records it shares with this one (jobMemory.passJobs).
+			asController := rng.Intn(2) == 0
+			if !quiet {
+				commit(st, got, at)
+			}
 			at = at.Add(time.Duration(rng.Intn(90)) * time.Minute)
 			for _, a := range st.Snapshot().Live {
 				if rng.Intn(4) != 0 {
@@ -68,6 +105,20 @@ func TestMemoryChangesNothing(t *testing.T) {
 					st.PutJob(j)
 				}
 			}
+			if quiet {
+				quietPasses++
+				p := st.Snapshot().Pending
+				switch {
+				case len(p) > 0 && rng.Intn(2) == 0:
+					j := p[rng.Intn(len(p))] // changed in place
+					change(j)
+					st.PutJob(j)
+					inPlace++
+				case rng.Intn(3) == 0:
+					st.SetPriorityClasses([]model.PriorityClass{{Name: "urgent", Value: 500 + rng.Intn(1000), Preemptible: rng.Intn(2) == 0}})
+				}
+				continue
+			}
 			for _, j := range st.Snapshot().Pending {
 				switch rng.Intn(12) {
 				case 0:
@@ -76,31 +127,13 @@ func TestMemoryChangesNothing(t *testing.T) {
 					j.Version++
 					st.PutJob(j)
 				case 1, 2:
-					if rng.Intn(2) == 0 {
+					if asController || rng.Intn(2) == 0 {
 						// A new record, as the controller writes one.
 						j = j.Clone()
 					}
 					// Else the record is changed in place, its version
 					// raised: the memory must not trust the pointer alone.
-					j.Version++
-					switch rng.Intn(6) {
-					case 0:
-						j.Spec.Priority = []string{"low", "normal", "high", "urgent"}[rng.Intn(4)]
-					case 1:
-						j.EnqueuedAt = at.Add(-time.Duration(rng.Intn(200)) * time.Minute)
-					case 2:
-						retry := at.Add(time.Duration(rng.Intn(30)-10) * time.Minute)
-						retryAt(retry, 1+rng.Intn(3))(j)
-					case 3:
-						deadlineIn(time.Duration(1+rng.Intn(10))*time.Hour, time.Duration(1+rng.Intn(5))*time.Hour, 30*time.Minute)(j)
-					case 4:
-						j.Spec.Spot = model.SpotAllowed
-						j.Spec.Retries.OnDemandAfterPreemptions = 1
-						j.Preemptions = rng.Intn(2)
-					case 5:
-						j.Spec.Resources.GPUs = []float64{0.5, 1, 2, 4, 8}[rng.Intn(5)]
-						j.Spec.Estimate.Runtime = model.Duration(time.Duration(1+rng.Intn(300)) * time.Minute)
-					}
+					change(j)
 					st.PutJob(j)
 					changed++
 				}
@@ -128,9 +161,11 @@ func TestMemoryChangesNothing(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d passes: %d jobs from the memory, %d derived anew, %d jobs changed", passes, hits, misses, changed)
-	if hits < misses || changed == 0 {
-		t.Errorf("%d jobs from the memory, %d derived, %d changed: the worlds do not exercise the memory", hits, misses, changed)
+	t.Logf("%d passes: %d jobs from the memory (%d copied from the last pass's list), %d derived anew, %d jobs changed; %d quiet change sets (%d records changed in place), %d passes took the last list whole",
+		passes, hits, merged, misses, changed, quietPasses, inPlace, lists)
+	if hits < misses || changed == 0 || lists == 0 || inPlace == 0 || merged == 0 {
+		t.Errorf("%d jobs from the memory, %d derived, %d changed, %d lists taken whole, %d changed in place: the worlds do not exercise the memory",
+			hits, misses, changed, lists, inPlace)
 	}
 }
 

@@ -17,7 +17,7 @@ type Plan struct {
 	Candidates   []Candidate
 	Reservations []Reservation
 	// Verdicts explain, for every pending job not bound, why not.
-	Verdicts map[string]Verdict
+	Verdicts Verdicts
 	// Wake is the earliest time at which a pass over the same snapshot and
 	// offers could decide otherwise through the clock alone: a back-off
 	// ending (RetryAt), a nomination expiring, a deadline job's spot risk

@@ -50,7 +50,7 @@ func TestDeclaredPriorityClasses(t *testing.T) {
 			for _, pe := range plan.Preemptions {
 				got.Victims = append(got.Victims, pe.JobID)
 			}
-			for _, r := range plan.Verdicts["p"].Reasons {
+			for _, r := range verdictOf(plan, "p").Reasons {
 				got.Codes = append(got.Codes, r.Code)
 				if r.Code == ReasonNonPreemptible && !strings.Contains(r.Message, "would preempt only non-preemptible work") {
 					t.Errorf("reason %q", r.Message)

@@ -56,7 +56,7 @@ func TestProjectQuota(t *testing.T) {
 			w.submit(tc.jobs...)
 			plan := Schedule(w.st.Snapshot(), offers, now, 1)
 			got := want{Bound: boundIDs(plan)}
-			for id, v := range plan.Verdicts {
+			for id, v := range plan.Verdicts.All() {
 				for _, r := range v.Reasons {
 					if got.Codes == nil {
 						got.Codes = map[string][]string{}

@@ -218,7 +218,8 @@ func (q *queueState) fairKey() float64 { return (q.dom + q.usage) / q.weight }
 // The returned order breaks ties between queues of equal fair share: it is
 // a shuffle seeded by seed and the snapshot's version, so no queue wins
 // every tie by its name, while one snapshot and seed always give one order.
-func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64, mem *jobMemory) (map[string]*queueState, []*queueState) {
+// slots[i] is snap.Pending[i]'s place in the plan's verdicts (nil: i).
+func buildQueues(snap *state.Snapshot, slots []int, capacity map[string]float64, projects map[string]*projectState, now time.Time, seed int64, mem *jobMemory) (map[string]*queueState, []*queueState) {
 	qs := map[string]*queueState{}
 	cohorts := map[string]*cohortState{}
 	newQ := func(name string) *queueState {
@@ -276,22 +277,22 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 			}
 		}
 	}
-	// The pass's jobs take one allocation (none with a memory, which
-	// keeps them) and each queue's list another, rather than one per job
-	// and a list grown job by job.
-	var pjs []pjob
-	all := make([]*pjob, len(snap.Pending))
-	if mem == nil {
-		pjs = make([]pjob, len(snap.Pending))
-	}
-	for i, j := range snap.Pending {
-		var pj *pjob
-		if mem != nil {
-			pj = mem.pjob(j, snap.PriorityClasses)
-		} else {
+	// The pass's jobs lie in one array, in the pending list's order, and
+	// each queue's list takes one allocation, rather than one per job and
+	// a list grown job by job. With a memory the array is the memory's
+	// (jobMemory.passJobs): the pass walks memory laid out in its order.
+	var all []*pjob
+	if mem != nil {
+		all = mem.passJobs(snap)
+	} else {
+		pjs := make([]pjob, len(snap.Pending))
+		all = make([]*pjob, len(snap.Pending))
+		for i, j := range snap.Pending {
 			pjs[i] = jobPJob(j, snap.PriorityClasses)
-			pj = &pjs[i]
+			all[i] = &pjs[i]
 		}
+	}
+	for i, pj := range all {
 		q := qs[pj.queue]
 		if q == nil {
 			q = newQ(pj.queue)
@@ -299,10 +300,13 @@ func buildQueues(snap *state.Snapshot, capacity map[string]float64, projects map
 			qs[q.name] = q
 		}
 		pj.q = q
+		pj.slot = i
+		if slots != nil {
+			pj.slot = slots[i]
+		}
 		pj.atPass(now)
 		pj.proj = projects[pj.project]
 		q.pending++
-		all[i] = pj
 	}
 	for _, pj := range all {
 		q := pj.q
@@ -361,6 +365,7 @@ type pjob struct {
 	key         *fitKey
 	q           *queueState
 	proj        *projectState // nil: the project has no quota
+	slot        int           // the job's place in the plan's Verdicts
 	prio        int           // class value
 	eff         float64       // aged priority, for order
 	preemptible bool

@@ -82,10 +82,10 @@ func TestQuotaAndBorrowing(t *testing.T) {
 	if strings.Contains(got, "a3") || strings.Contains(got, "s2") {
 		t.Errorf("bound %s: a3 exceeds the borrowing limit and s2 the solo quota", got)
 	}
-	if msg := fmt.Sprint(plan.Verdicts["a3"].Reasons); !strings.Contains(msg, "borrowingLimit") {
+	if msg := fmt.Sprint(verdictOf(plan, "a3").Reasons); !strings.Contains(msg, "borrowingLimit") {
 		t.Errorf("a3 verdict = %s, want borrowingLimit", msg)
 	}
-	if msg := fmt.Sprint(plan.Verdicts["s2"].Reasons); !strings.Contains(msg, "no cohort") {
+	if msg := fmt.Sprint(verdictOf(plan, "s2").Reasons); !strings.Contains(msg, "no cohort") {
 		t.Errorf("s2 verdict = %s, want no cohort", msg)
 	}
 }
@@ -127,7 +127,7 @@ func TestPreemptInQueueForPriority(t *testing.T) {
 	if len(plan.Preemptions) != 0 {
 		t.Fatalf("second pass preempted %+v; want to wait for the stopping victim", plan.Preemptions)
 	}
-	if msg := fmt.Sprint(plan.Verdicts["hi"].Reasons); !strings.Contains(msg, "waiting for 1 preempted") {
+	if msg := fmt.Sprint(verdictOf(plan, "hi").Reasons); !strings.Contains(msg, "waiting for 1 preempted") {
 		t.Fatalf("verdict = %s", msg)
 	}
 }
@@ -141,7 +141,7 @@ func TestBackfillReservation(t *testing.T) {
 	if got := strings.Join(boundIDs(plan), ","); got != "short" {
 		t.Fatalf("bound %q, want only short (long would delay big's reserved start)", got)
 	}
-	v := plan.Verdicts["big"]
+	v := verdictOf(plan, "big")
 	if v.EstimatedStart == nil || !v.EstimatedStart.Equal(now.Add(time.Hour)) {
 		t.Fatalf("big's estimated start = %v, want now+1h", v.EstimatedStart)
 	}
@@ -175,10 +175,10 @@ func TestSharedGPUs(t *testing.T) {
 			t.Fatalf("shared GPU %s holds %g", g, f)
 		}
 	}
-	if len(plan.Verdicts) == 0 {
+	if plan.Verdicts.Len() == 0 {
 		t.Fatalf("every fraction bound (2.5 GPUs on 2 shared GPUs): %v", per)
 	}
-	if _, pending := plan.Verdicts["whole"]; pending {
+	if _, pending := plan.Verdicts.Get("whole"); pending {
 		t.Fatalf("the whole-GPU job should run on the unshared node")
 	}
 }
@@ -199,7 +199,7 @@ func TestDependencies(t *testing.T) {
 	if got := strings.Join(boundIDs(plan), ","); got != "ok,any" {
 		t.Fatalf("bound %q, want ok,any", got)
 	}
-	if msg := fmt.Sprint(plan.Verdicts["never"].Reasons); !strings.Contains(msg, "can never start") {
+	if msg := fmt.Sprint(verdictOf(plan, "never").Reasons); !strings.Contains(msg, "can never start") {
 		t.Fatalf("never: %s", msg)
 	}
 }

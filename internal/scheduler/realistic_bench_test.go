@@ -267,8 +267,8 @@ func BenchmarkFullFleetDeepQueue(b *testing.B) {
 			b.Logf("%d full nodes (unique address label, 8 one-GPU attempts each), %d queued asks of 1 GPU / 8 CPU / 64 GiB, 4 queues / 2 cohorts at %g nominal, live use %v of nominal",
 				nodes, pending, nominal, tc.share)
 			st, plan, bound, alloc := timedPasses(b, func() *state.State { return fullFleet(nodes, pending, nominal, tc.share) })
-			if bound != 0 || len(plan.Verdicts) != pending {
-				b.Fatalf("bound %d, %d verdicts; want 0 and %d", bound, len(plan.Verdicts), pending)
+			if bound != 0 || plan.Verdicts.Len() != pending {
+				b.Fatalf("bound %d, %d verdicts; want 0 and %d", bound, plan.Verdicts.Len(), pending)
 			}
 			reclaim := tc.share[0] > 1
 			if (len(plan.Preemptions) > 0) != reclaim || len(plan.Preemptions) > maxPreemptors {

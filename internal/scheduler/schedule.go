@@ -123,15 +123,15 @@ func Schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed in
 // off and a memory of earlier passes' jobs (nil: none), and how many turns
 // it reused.
 func schedule(snap *state.Snapshot, offers []model.Offer, now time.Time, seed int64, reuse bool, mem *jobMemory) (Plan, int) {
-	plan := Plan{SnapshotVersion: snap.Version, Verdicts: make(map[string]Verdict, len(snap.Pending))}
-	snap = applyHolds(snap, now, plan.Verdicts) // budgets: jobs that wait for a new period
+	plan := Plan{SnapshotVersion: snap.Version, Verdicts: newVerdicts(snap.Pending)}
+	snap, slots := applyHolds(snap, now, &plan.Verdicts) // budgets: jobs that wait for a new period
 	s := &sched{snap: snap, offers: offers, now: now, plan: &plan, feas: map[fitKey]*feasibility{}}
 	if reuse {
 		s.turns = map[turnKey]turnMemo{}
 	}
 	s.c = newCluster(snap)
 	s.projects = buildProjects(snap)
-	s.queues, s.order = buildQueues(snap, s.c.capacity, s.projects, now, seed, mem)
+	s.queues, s.order = buildQueues(snap, slots, s.c.capacity, s.projects, now, seed, mem)
 	s.applyNominations()
 	for {
 		q := s.nextQueue()
@@ -179,11 +179,10 @@ func (s *sched) nextQueue() *queueState {
 
 func (s *sched) schedule(pj *pjob, position int) {
 	job := pj.job
-	id := pj.id
 	v := Verdict{Queue: pj.q.name, Position: position}
 	if pj.q.missing {
 		v.Reasons = []Reason{{Scope: "queue/" + pj.q.name, Message: "queue does not exist; create it (gpufleet queues apply -f queue.yaml) or submit to \"default\""}}
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		return
 	}
 	if until, ok := pj.backoff(s.now); ok {
@@ -192,7 +191,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		// nothing up for the jobs behind it.
 		v.Reasons = []Reason{backoffReason(job, until, s.now)}
 		v.RetryAt = &until
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		s.wakeAt(until)
 		return
 	}
@@ -202,7 +201,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 	if pj.after {
 		if r, ok := s.dependencies(job); !ok {
 			v.Reasons = r
-			s.plan.Verdicts[id] = v
+			s.plan.Verdicts.put(pj.slot, v)
 			return
 		}
 	}
@@ -210,7 +209,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		// Over its project's quota on every model it could use: no
 		// placement, preemption, reservation or new capacity helps.
 		v.Reasons = []Reason{r}
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		return
 	}
 	// Verdicts share reason slices (one per pass here, one per job shape
@@ -222,7 +221,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 		}
 		v.Reasons = s.noNodes
 		s.candidates(pj, s.feasible(pj), &v)
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		return
 	}
 	f := s.feasible(pj)
@@ -232,7 +231,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			v.Reasons = append([]Reason{{Scope: "job", Message: fmt.Sprintf("asks for %.2f of a GPU, but no node pool marks its GPUs shareable", pj.share)}}, v.Reasons...)
 		}
 		s.candidates(pj, f, &v)
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		return
 	}
 	tk, remember := s.turnKeyOf(pj, f)
@@ -241,7 +240,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 			s.blocked = append(s.blocked, pj)
 			v.Reasons = r
 			s.candidates(pj, f, &v)
-			s.plan.Verdicts[id] = v
+			s.plan.Verdicts.put(pj.slot, v)
 			return
 		}
 	}
@@ -257,7 +256,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 	s.blocked = append(s.blocked, pj)
 	v.Reasons = append(reasons, s.reservedReasons(pj, f)...)
 	if s.preempt(pj, f, &v) {
-		s.plan.Verdicts[id] = v
+		s.plan.Verdicts.put(pj.slot, v)
 		return
 	}
 	if remember && s.reserveSkips(pj) {
@@ -265,7 +264,7 @@ func (s *sched) schedule(pj *pjob, position int) {
 	}
 	s.reserve(pj, f, &v)
 	s.candidates(pj, f, &v)
-	s.plan.Verdicts[id] = v
+	s.plan.Verdicts.put(pj.slot, v)
 }
 
 // projectBlocked reports whether pj's project quota refuses it on every

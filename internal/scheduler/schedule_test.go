@@ -139,7 +139,7 @@ func TestSchedule(t *testing.T) {
 				t.Errorf("bindings (-want +got):\n%s", diff)
 			}
 			for jobID, wants := range tc.verdicts {
-				v, ok := plan.Verdicts[jobID]
+				v, ok := plan.Verdicts.Get(jobID)
 				if !ok {
 					t.Errorf("no verdict for %s", jobID)
 					continue
@@ -151,8 +151,8 @@ func TestSchedule(t *testing.T) {
 					}
 				}
 			}
-			if len(plan.Verdicts) != len(tc.verdicts) {
-				t.Errorf("verdicts for %d jobs, want %d: %v", len(plan.Verdicts), len(tc.verdicts), plan.Verdicts)
+			if plan.Verdicts.Len() != len(tc.verdicts) {
+				t.Errorf("verdicts for %d jobs, want %d: %v", plan.Verdicts.Len(), len(tc.verdicts), plan.Verdicts.Map())
 			}
 		})
 	}
@@ -232,7 +232,7 @@ func TestScheduleInvariants(t *testing.T) {
 			if len(b.Replicas) != j.Spec.Replicas {
 				t.Fatalf("round %d: %s bound %d of %d replicas", round, j.ID, len(b.Replicas), j.Spec.Replicas)
 			}
-			if _, pending := plan.Verdicts[j.ID]; pending {
+			if _, pending := plan.Verdicts.Get(j.ID); pending {
 				t.Fatalf("round %d: %s both bound and pending", round, j.ID)
 			}
 			for _, p := range b.Replicas {
@@ -255,8 +255,8 @@ func TestScheduleInvariants(t *testing.T) {
 				}
 			}
 		}
-		if len(plan.Bindings)+len(plan.Verdicts) != len(jobs) {
-			t.Fatalf("round %d: %d bound + %d pending != %d jobs", round, len(plan.Bindings), len(plan.Verdicts), len(jobs))
+		if len(plan.Bindings)+plan.Verdicts.Len() != len(jobs) {
+			t.Fatalf("round %d: %d bound + %d pending != %d jobs", round, len(plan.Bindings), plan.Verdicts.Len(), len(jobs))
 		}
 	}
 }

@@ -147,7 +147,7 @@ func TestDeadlineWeighsSpotRisk(t *testing.T) {
 	// When no offer is left, explain says why, with the best chance.
 	plan := Schedule(snapshot(nil, []*model.Job{job("j", 1, 8, deadlineIn(4*h+30*time.Minute, 4*h, 30*time.Minute))}), []model.Offer{stormy}, now, 1)
 	var msgs []string
-	for _, r := range plan.Verdicts["j"].Reasons {
+	for _, r := range verdictOf(plan, "j").Reasons {
 		msgs = append(msgs, r.Scope+": "+r.Message)
 	}
 	want := []string{"job: no nodes are registered", "offer: no offer in the catalog meets the job's constraints",

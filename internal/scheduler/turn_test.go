@@ -196,8 +196,8 @@ func TestTurnReuseSeesNewReservations(t *testing.T) {
 	snap := w.st.Snapshot()
 	off, _ := schedule(snap, nil, now, 1, false, nil)
 	on, _ := schedule(snap, nil, now, 1, true, nil)
-	if len(off.Reservations) == 0 || !hasCode(off.Verdicts["b"], ReasonReserved) {
-		t.Fatalf("the world does not show what it is for: reservations %v, b's verdict %v", off.Reservations, off.Verdicts["b"])
+	if len(off.Reservations) == 0 || !hasCode(verdictOf(off, "b"), ReasonReserved) {
+		t.Fatalf("the world does not show what it is for: reservations %v, b's verdict %v", off.Reservations, verdictOf(off, "b"))
 	}
 	if diff := cmp.Diff(off, on); diff != "" {
 		t.Errorf("the plan with turns reused differs (-full +reused):\n%s", diff)
@@ -211,4 +211,10 @@ func hasCode(v Verdict, code string) bool {
 		}
 	}
 	return false
+}
+
+// verdictOf is p's verdict for job id, the zero Verdict when it has none.
+func verdictOf(p Plan, id string) Verdict {
+	v, _ := p.Verdicts.Get(id)
+	return v
 }

@@ -62,3 +62,55 @@ func TestFencedStore(t *testing.T) {
 		t.Errorf("meta k = %q, want a1: the fenced write must not be stored", d.Meta["k"])
 	}
 }
+
+// batchRecorder is a backing store that keeps the batches handed to it,
+// by way in, without storing them.
+type batchRecorder struct {
+	backingStore // nil: only Submit and Prepare are called
+	submitted    []*store.Batch
+	prepared     []*store.Batch
+}
+
+func (r *batchRecorder) Submit(b *store.Batch) <-chan error {
+	r.submitted = append(r.submitted, b)
+	ch := make(chan error, 1)
+	ch <- nil
+	return ch
+}
+
+func (r *batchRecorder) Prepare(b *store.Batch) func() <-chan error {
+	r.prepared = append(r.prepared, b)
+	return func() <-chan error { return r.Submit(b) }
+}
+
+// TestFencedStorePrepareFencesAsSubmit: fencedStore's Prepare puts the
+// same fence on a batch as its Submit does, before the backing store sees
+// it and before the batch is queued (its encoding may carry the fence),
+// and passes it on to the backing store's Prepare rather than Submit.
+// Needs no database: TestWrappersPassPrepareOn finds wrappers by reading
+// the source; this checks what a known one does.
+func TestFencedStorePrepareFencesAsSubmit(t *testing.T) {
+	fence := &store.Fence{Lease: leader.LeaseName, Holder: "a http://a", Epoch: 7}
+	rec := &batchRecorder{}
+	fs := &fencedStore{backingStore: rec, fence: fence}
+	if err := <-fs.Submit(&store.Batch{}); err != nil {
+		t.Fatal(err)
+	}
+	queue := fs.Prepare(&store.Batch{})
+	if len(rec.prepared) != 1 || len(rec.submitted) != 1 {
+		t.Fatalf("after a Submit and a Prepare the backing store saw %d Prepares and %d Submits, want 1 and 1",
+			len(rec.prepared), len(rec.submitted))
+	}
+	if got := rec.submitted[0].Fence; got != fence {
+		t.Fatalf("Submit passed on a batch fenced with %p, want the leader's %p", got, fence)
+	}
+	if got := rec.prepared[0].Fence; got != rec.submitted[0].Fence {
+		t.Errorf("Prepare passed on a batch fenced with %p, Submit with %p", got, rec.submitted[0].Fence)
+	}
+	if err := <-queue(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.submitted[1].Fence; got != fence {
+		t.Errorf("the prepared batch was queued fenced with %p, want %p", got, fence)
+	}
+}

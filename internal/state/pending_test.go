@@ -131,3 +131,79 @@ func ids0(js []*model.Job) []string {
 	}
 	return out
 }
+
+// Two snapshots with one PendingGen hold the same pending records,
+// unchanged (the scheduler's Memory then takes its last pass's jobs
+// whole), and two consecutive ones with one InPlaceGen hold any record
+// they share unchanged (the Memory copies its job), whatever mix of submissions, new versions, records changed in
+// place and stored again, jobs leaving and other changes came between:
+// each snapshot's records are written down as they were when it was
+// taken and compared with the last snapshot of the same generation.
+func TestPendingGenChangesWithEveryQueuedRecord(t *testing.T) {
+	type rec struct {
+		j       *model.Job
+		version uint64
+		state   model.JobState
+		prio    string
+	}
+	var same, moved, sharedRecords int
+	for world := range 200 {
+		rng := rand.New(rand.NewSource(int64(world)))
+		s := New()
+		var ids []string
+		byGen := map[uint64][]rec{}
+		var prev map[*model.Job]rec
+		var prevInPlace uint64
+		for step := range 200 {
+			switch op := rng.Intn(10); {
+			case op < 2 || len(ids) == 0:
+				id := fmt.Sprintf("j%d", step)
+				ids = append(ids, id)
+				s.PutJob(&model.Job{ID: id, Seq: uint64(step), Version: 1, State: model.JobQueued})
+			case op < 4: // a new record
+				j, _ := s.Job(ids[rng.Intn(len(ids))])
+				j = j.Clone()
+				j.Version++
+				j.State = []model.JobState{model.JobQueued, model.JobAdmitted, model.JobRunning}[rng.Intn(3)]
+				s.PutJob(j)
+			case op < 5: // the same record changed in place
+				j, _ := s.Job(ids[rng.Intn(len(ids))])
+				j.Version++
+				j.Spec.Priority = []string{"low", "high"}[rng.Intn(2)]
+				s.PutJob(j)
+			case op < 6: // something else changes
+				s.PutQueue(&model.Queue{Name: fmt.Sprintf("q%d", rng.Intn(3))})
+			default:
+				snap := s.Snapshot()
+				var now []rec
+				for _, j := range snap.Pending {
+					now = append(now, rec{j, j.Version, j.State, j.Spec.Priority})
+				}
+				if snap.InPlaceGen == prevInPlace && prev != nil {
+					for _, r := range now {
+						if p, ok := prev[r.j]; ok && p != r {
+							t.Fatalf("world %d, step %d: in-place generation %d kept, but record %s went from %+v to %+v", world, step, snap.InPlaceGen, r.j.ID, p, r)
+						}
+					}
+					sharedRecords++
+				}
+				prev, prevInPlace = map[*model.Job]rec{}, snap.InPlaceGen
+				for _, r := range now {
+					prev[r.j] = r
+				}
+				if was, ok := byGen[snap.PendingGen]; ok {
+					if !slices.Equal(was, now) {
+						t.Fatalf("world %d, step %d: pending generation %d holds %v, earlier %v", world, step, snap.PendingGen, now, was)
+					}
+					same++
+				} else {
+					moved++
+				}
+				byGen[snap.PendingGen] = now
+			}
+		}
+	}
+	if same == 0 || moved == 0 || sharedRecords == 0 {
+		t.Errorf("%d snapshots kept the generation, %d moved it, %d kept the in-place generation: the worlds show nothing", same, moved, sharedRecords)
+	}
+}

@@ -13,6 +13,17 @@ type Snapshot struct {
 	Version uint64
 	// Pending holds queued jobs in acceptance order (Seq).
 	Pending []*model.Job
+	// PendingGen changes whenever a queued job's record is put (a new
+	// one, one replaced or changed in place, one leaving the queue): two
+	// snapshots of one State with the same PendingGen have the same
+	// pending records, unchanged. 0: unknown (a snapshot not taken from
+	// a State).
+	PendingGen uint64
+	// InPlaceGen changes whenever a job's record already stored is stored
+	// again (changed in place, as the controller never does): between two
+	// snapshots of one State with the same InPlaceGen, a record in both
+	// pending lists is unchanged.
+	InPlaceGen uint64
 	// Nodes are the nodes that are not terminated, ordered by id.
 	Nodes []NodeView
 	// Live holds starting and running attempts, ordered by id; LiveJobs[i]
@@ -80,7 +91,7 @@ type NodeView struct {
 // rebuilt only for nodes that changed, so a snapshot of a large, quiet
 // fleet costs a copy of its node views.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), HalfLife: s.halfLife}
+	snap := &Snapshot{Version: s.version, Pending: s.sortedPending(), PendingGen: s.pendingGen, InPlaceGen: s.inPlaceGen, HalfLife: s.halfLife}
 	// Terminated nodes hold nothing and take nothing: left out.
 	order := s.activeNodes()
 	snap.Nodes = make([]NodeView, len(order))

@@ -39,6 +39,11 @@ type State struct {
 	pendingOrder []*model.Job
 	gone         map[*model.Job]bool
 	orderDirty   bool
+	// pendingGen counts puts of queued records (new, replaced, changed in
+	// place, leaving the queue): Snapshot.PendingGen; jobGen counts
+	// every put of a job (JobGen); inPlaceGen every put of a record
+	// already stored (Snapshot.InPlaceGen).
+	pendingGen, jobGen, inPlaceGen uint64
 
 	counts map[model.JobState]int
 	// version increases with every change, so a snapshot can be labelled.
@@ -548,9 +553,13 @@ func (s *State) setLive(jobID string, a *model.Attempt) {
 // index and counts in step.
 func (s *State) PutJob(j *model.Job) {
 	s.version++
+	s.jobGen++
 	old, existed := s.jobs[j.ID]
 	if existed {
 		s.counts[old.State]--
+		if old == j {
+			s.inPlaceGen++
+		}
 	}
 	s.counts[j.State]++
 	s.jobs[j.ID] = j
@@ -561,6 +570,9 @@ func (s *State) PutJob(j *model.Job) {
 		delete(s.nominations, j.ID)
 	}
 	old, wasPending := s.pending[j.ID]
+	if wasPending || j.State == model.JobQueued {
+		s.pendingGen++
+	}
 	if wasPending && old != j {
 		s.leftQueue(old)
 	}
@@ -582,6 +594,10 @@ func (s *State) PutJob(j *model.Job) {
 		}
 	}
 }
+
+// JobGen counts the jobs stored (PutJob): while it stands, every job
+// reads as it did, so a caller may keep what it derived from jobs alone.
+func (s *State) JobGen() uint64 { return s.jobGen }
 
 // ArrayTasks returns the tasks of an array job, by index; none when id
 // names no array.

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -25,12 +26,62 @@ import (
 //   - a struct that embeds a Store interface (store.Store, or an
 //     interface that embeds it) must declare Prepare: the interface does
 //     not promote it.
+//   - a struct that declares Submit(*Batch) and holds a store (a field,
+//     named or embedded, of a Store interface or of a type with its own
+//     Submit(*Batch)) must declare Prepare, however its Submit reaches
+//     the store: a method value, a helper.
+//
+// It reads syntax, not types (go/types over the module and its tests
+// would need export data for every dependency: go list -export -deps
+// -test ./... did not finish in 5 minutes on a loaded 2-core machine), so
+// it cannot see a store reached through a global or a closure;
+// TestFencedStorePrepareFencesAsSubmit (internal/server) checks what the
+// known wrapper does at run time.
 //
 // New wrappers anywhere in the tree are checked as they are written, with
 // no list to keep up; the test fails if it finds none of the wrappers it
 // knows, so it cannot pass by finding nothing.
 func TestWrappersPassPrepareOn(t *testing.T) {
 	root := moduleRoot(t)
+	problems, found := checkWrappers(t, root)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	for _, known := range []string{"internal/server.fencedStore", "internal/store/postgres.fenced"} {
+		for _, kind := range []string{kindSubmits, kindHolds} {
+			if names := found[kind]; !slices.Contains(names, filepath.FromSlash(known)) {
+				t.Errorf("the known wrapper %s was not found as one that %s: the check is broken (found %v)", known, kind, names)
+			}
+		}
+	}
+}
+
+// TestWrapperCheckFindsIndirectWrappers: checkWrappers flags the wrappers
+// in testdata/wrappers, which forward to the store they hold through a
+// method value, a helper, or a concrete store, and passes the one that
+// declares Prepare.
+func TestWrapperCheckFindsIndirectWrappers(t *testing.T) {
+	problems, _ := checkWrappers(t, filepath.Join("testdata", "wrappers"))
+	var flagged []string
+	for _, p := range problems {
+		for _, name := range []string{"methodValue", "viaHelper", "concrete", "good"} {
+			if strings.Contains(p, " "+name+" ") && !slices.Contains(flagged, name) {
+				flagged = append(flagged, name)
+			}
+		}
+	}
+	slices.Sort(flagged)
+	if want := []string{"concrete", "methodValue", "viaHelper"}; !slices.Equal(flagged, want) {
+		t.Errorf("flagged %v, want %v; all problems:\n%s", flagged, want, strings.Join(problems, "\n"))
+	}
+}
+
+// checkWrappers reads every Go file under root (a module's tree, tests
+// included) and returns each wrapper of a store lacking Prepare as a
+// problem, and the wrappers it found (directory relative to root, a dot
+// and the type's name), by the kind of check that found them.
+func checkWrappers(t *testing.T, root string) (problems []string, found map[string][]string) {
+	t.Helper()
 	fset := token.NewFileSet()
 	type pkgKey = string // directory
 	var (
@@ -41,6 +92,7 @@ func TestWrappersPassPrepareOn(t *testing.T) {
 		structs  []struct {
 			dir, name string
 			st        *ast.StructType
+			file      *ast.File
 		}
 	)
 	var files []*ast.File
@@ -91,7 +143,8 @@ func TestWrappersPassPrepareOn(t *testing.T) {
 					structs = append(structs, struct {
 						dir, name string
 						st        *ast.StructType
-					}{dirs[i], ts.Name.Name, ty})
+						file      *ast.File
+					}{dirs[i], ts.Name.Name, ty, f})
 				}
 			}
 		}
@@ -135,27 +188,65 @@ func TestWrappersPassPrepareOn(t *testing.T) {
 			}
 		}
 	}
-	var found []string
+	// A struct that holds a store (a field, named or embedded, of a Store
+	// interface or of a type with Submit(*Batch)) and declares
+	// Submit(*Batch) itself is a wrapper however its Submit reaches the
+	// store (a method value, a helper): it must declare Prepare.
+	storeDir := filepath.Join(root, "internal", "store")
+	holders := map[string]bool{storeDir + ".Store": true}
+	for k := range storeIfs {
+		holders[k] = true
+	}
+	for i, f := range files {
+		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv != nil && len(fd.Recv.List) == 1 && fd.Name.Name == "Submit" && isBatchParam(fd.Type) {
+				holders[dirs[i]+"."+receiverName(fd.Recv.List[0].Type)] = true
+			}
+		}
+	}
+	holds := map[pkgKey]map[string]token.Pos{}
+	for _, s := range structs {
+		if !holders[s.dir+"."+s.name] {
+			continue // declares no Submit(*Batch)
+		}
+		for _, fld := range s.st.Fields.List {
+			if key := typeKey(fld.Type, s.dir, s.file, root); key != "" && holders[key] {
+				if holds[s.dir] == nil {
+					holds[s.dir] = map[string]token.Pos{}
+				}
+				holds[s.dir][s.name] = fld.Pos()
+			}
+		}
+	}
+	found = map[string][]string{}
 	check := func(kind string, byDir map[pkgKey]map[string]token.Pos) {
 		for dir, types := range byDir {
 			for name, pos := range types {
 				rel, _ := filepath.Rel(root, dir)
-				found = append(found, rel+"."+name)
+				found[kind] = append(found[kind], rel+"."+name)
 				if !prepares[dir][name] {
-					t.Errorf("%s: %s %s has no Prepare: declare one that does to a batch what its Submit does and passes it on with store.Prepare",
-						fset.Position(pos), name, kind)
+					problems = append(problems, fmt.Sprintf("%s: %s %s has no Prepare: declare one that does to a batch what its Submit does and passes it on with store.Prepare",
+						fset.Position(pos), name, kind))
 				}
 			}
 		}
 	}
-	check("passes batches on to another store's Submit but", submits)
+	check(kindSubmits, submits)
+	check(kindHolds, holds)
 	check("embeds a store.Store interface but", embeds)
-	for _, known := range []string{"internal/server.fencedStore", "internal/store/postgres.fenced"} {
-		if !slices.Contains(found, filepath.FromSlash(known)) {
-			t.Errorf("the known wrapper %s was not found: the check is broken (found %v)", known, found)
-		}
+	slices.Sort(problems)
+	problems = slices.Compact(problems)
+	for _, names := range found {
+		slices.Sort(names)
 	}
+	return problems, found
 }
+
+// Kinds of wrapper checkWrappers finds, as its problems word them.
+const (
+	kindSubmits = "passes batches on to another store's Submit but"
+	kindHolds   = "holds a store and declares Submit(*Batch) but"
+)
 
 // moduleRoot is the directory of the go.mod above the test's directory.
 func moduleRoot(t *testing.T) string {
@@ -230,16 +321,45 @@ func isBatchParam(ft *ast.FuncType) bool {
 	return false
 }
 
-// callsSubmit reports whether body calls a method named Submit, or
-// store.Commit: it passes its batch on to another store.
+// typeKey names the type e refers to (through a pointer) as its
+// package's directory and name, for a type of this module declared in
+// dir (an identifier) or imported by f (pkg.Name); "" for any other.
+func typeKey(e ast.Expr, dir string, f *ast.File, root string) string {
+	if st, ok := e.(*ast.StarExpr); ok {
+		e = st.X
+	}
+	switch x := e.(type) {
+	case *ast.Ident:
+		return dir + "." + x.Name
+	case *ast.SelectorExpr:
+		pkg, ok := x.X.(*ast.Ident)
+		if !ok {
+			return ""
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			name := filepath.Base(path)
+			if imp.Name != nil {
+				name = imp.Name.Name
+			}
+			if rel, ok := strings.CutPrefix(path, modulePath+"/"); ok && name == pkg.Name {
+				return filepath.Join(root, filepath.FromSlash(rel)) + "." + x.Sel.Name
+			}
+		}
+	}
+	return ""
+}
+
+// modulePath is the module's import path (go.mod).
+const modulePath = "github.com/gpufleet/gpufleet"
+
+// callsSubmit reports whether body refers to a method named Submit (a
+// call, or a method value called later), or calls store.Commit: it passes
+// its batch on to another store.
 func callsSubmit(body *ast.BlockStmt) bool {
 	found := false
 	ast.Inspect(body, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok {
-			return !found
-		}
-		if sel, ok := call.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Submit" || exprString(sel) == "store.Commit") {
+		if sel, ok := n.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Submit" || exprString(sel) == "store.Commit") {
 			found = true
 		}
 		return !found
