@@ -479,7 +479,7 @@ func billedIn(n *model.Node, from time.Time) bool {
 func (c *Controller) nodeUsageLocked(from time.Time) []cost.NodeUsage {
 	// Every node billed after from is active or stopped after it; in id
 	// order, as the ledger's entries are.
-	nodes := append(c.st.ActiveNodes(), c.st.NodesStoppedAfter(from)...)
+	nodes := slices.Concat(c.st.ActiveNodes(), c.st.NodesStoppedAfter(from))
 	slices.SortFunc(nodes, func(a, b *model.Node) int { return strings.Compare(a.ID, b.ID) })
 	idx := make(map[string]int, len(nodes))
 	out := make([]cost.NodeUsage, 0, len(nodes))

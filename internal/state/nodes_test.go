@@ -72,6 +72,11 @@ func TestNodeOrders(t *testing.T) {
 		if got := ids(s.ActiveNodes()); !slices.Equal(got, active) {
 			t.Fatalf("step %d: ActiveNodes %v, want %v", step, got, active)
 		}
+		for _, n := range s.ActiveNodes() { // kept between puts: never a replaced record
+			if cur, _ := s.Node(n.ID); cur != n {
+				t.Fatalf("step %d: ActiveNodes holds an old record of %s", step, n.ID)
+			}
+		}
 		at := t0.Add(time.Duration(rng.IntN(100)) * time.Minute)
 		var stopped []*model.Node
 		for _, n := range all {

@@ -23,6 +23,9 @@ type State struct {
 	// nodeStates increases whenever a node is added or its State changes
 	// (NodeStateGen).
 	nodeStates uint64
+	// activeList is ActiveNodes' answer until the next PutNode; nil:
+	// not built.
+	activeList []*model.Node
 	nodes      map[string]*nodeEntry
 	// liveOn indexes live by node: node id → attempt id → the attempt,
 	// for every node one of its replicas is on, so that a node's desired
@@ -379,13 +382,19 @@ func (s *State) Nodes() []*model.Node {
 func (s *State) NodeStateGen() uint64 { return s.nodeStates }
 
 // ActiveNodes returns the nodes that are not terminated, ordered by id.
+// The slice is shared by the calls between two puts of a node (a scale
+// cycle, a cost pass and the next wake each walk every node, and a large
+// owned fleet rarely changes): a caller must not write its elements, and
+// an append copies it.
 func (s *State) ActiveNodes() []*model.Node {
-	order := s.activeNodes()
-	out := make([]*model.Node, len(order))
-	for i, e := range order {
-		out[i] = e.node
+	if s.activeList == nil {
+		order := s.activeNodes()
+		s.activeList = make([]*model.Node, len(order))
+		for i, e := range order {
+			s.activeList[i] = e.node
+		}
 	}
-	return out
+	return s.activeList[:len(s.activeList):len(s.activeList)]
 }
 
 func (s *State) sortedNodes() []*nodeEntry { return s.nodeOrder }
@@ -681,6 +690,7 @@ func (s *State) release(a *model.Attempt) {
 // their node re-registers).
 func (s *State) PutNode(n *model.Node) {
 	s.version++
+	s.activeList = nil
 	e, ok := s.nodes[n.ID]
 	if ok {
 		was, is := e.node.State == model.NodeTerminated, n.State == model.NodeTerminated
