@@ -22,7 +22,7 @@ import (
 // (Controller.Sync) as a long-polling agent would: when it has something
 // to report (a replica started, exited or checkpointed) or when its
 // node's desired set moved (Controller.NodeStatus, the generation a
-// long poll waits on). A replica "runs" until its job's trace runtime is
+// long poll waits on; Controller.MovedNodes says which nodes to ask). A replica "runs" until its job's trace runtime is
 // done, from where its attempt resumed; a job with a checkpoint interval
 // uploads a checkpoint and tells the controller
 // each interval (ReplicaStatus.Checkpoint, as an agent syncing checkpoints
