@@ -130,8 +130,19 @@ func newHarness(t *testing.T, st *memStore, clk *clock.Fake, opts ...func(*Confi
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{t: t, clk: clk, store: st, c: c, cancel: cancel, done: make(chan struct{})}
+	armed := clk.Waiters()
 	go func() { _ = c.Run(ctx); close(h.done) }()
 	t.Cleanup(func() { h.stop(); c.Close() })
+	// Run graces every node (lastSeen = now) before it arms its ticker;
+	// a test that advances the clock before that would see the grace land
+	// later, at the advanced time (TestUnansweredSyncDoesNotCountAsHeard
+	// failed so at load).
+	for deadline := time.Now().Add(10 * time.Second); clk.Waiters() <= armed; {
+		if time.Now().After(deadline) {
+			t.Fatal("the controller's Run did not arm its ticker within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return h
 }
 
