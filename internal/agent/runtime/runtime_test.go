@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -118,5 +120,53 @@ func TestClaimFolderLeavesItsParentPassable(t *testing.T) {
 		if got := fi.Mode().Perm(); got != want {
 			t.Errorf("%s: mode %v, want %v", dir, got, want)
 		}
+	}
+}
+
+// TestUsersKeepTheLiveUIDsOfARestartedAgent: a restarted agent keeps the
+// claim of a uid whose replica ran on (it has processes) until it adopts
+// the replica again, so that another agent on the machine cannot hand it
+// to a second tenant meanwhile (and kill the replica when reclaiming it);
+// the claim of a uid with nothing left is dropped.
+func TestUsersKeepTheLiveUIDsOfARestartedAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a process as a workload user needs root")
+	}
+	t.Parallel()
+	claims := t.TempDir()
+	const first = 4_000_000_000 // far from any uid in use on the machine
+	a, err := NewUsers(first, 2, claims, "agent-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, _ := a.Acquire("att-running")
+	ended, _ := a.Acquire("att-ended")
+	replica := exec.Command("sleep", "60")
+	replica.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(running.UID), Gid: uint32(running.GID)}}
+	if err := replica.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Process.Kill(); replica.Wait() })
+
+	// agent-a restarts; agent-b, beside it, starts an attempt meanwhile.
+	restarted, err := NewUsers(first, 2, claims, "agent-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewUsers(first, 2, claims, "agent-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := b.Acquire("att-b"); err != nil || u != ended {
+		t.Fatalf("another agent got %v (%v), want the ended replica's %v", u, err, ended)
+	}
+	if u, err := b.Acquire("att-b2"); err == nil {
+		t.Fatalf("another agent got %v, the uid of a replica still running", u)
+	}
+	if u, err := restarted.Acquire("att-new"); err == nil {
+		t.Fatalf("the restarted agent handed a new attempt %v, the uid of a replica still running", u)
+	}
+	if err := restarted.Hold("att-running", running); err != nil {
+		t.Fatalf("adopting the running replica's user: %v", err)
 	}
 }
