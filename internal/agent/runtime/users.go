@@ -38,9 +38,9 @@ type Users struct {
 	mu    sync.Mutex
 	held  map[string]*holding // by attempt id
 	byUID map[int]string      // attempt id holding a uid
-	// kept are the uids of an earlier run still claimed because they have
-	// processes (NewUsers): handed out by Hold alone, to the replica
-	// adopted with them.
+	// kept are the uids of an earlier run still claimed because they are
+	// in use (NewUsers): handed out by Hold alone, to the replica adopted
+	// with them.
 	kept    map[int]bool
 	nextUID int // where the search for a free id starts
 }
@@ -55,12 +55,14 @@ const DefaultClaimDir = "/var/lib/gpufleet/uids"
 
 // NewUsers returns an allocator over uids [first, first+count) that claims
 // them in claimDir as owner. It drops the claims owner left from an
-// earlier run, except those of uids that still have processes: a replica
-// that ran on while its agent restarted keeps its uid claimed machine-wide
-// until it is adopted again (Hold), rather than leaving it for another
-// agent on the machine to hand to a second tenant, whose end would then
-// reclaim the uid and kill the first one's replica (KillUser).
-func NewUsers(first, count int, claimDir, owner string) (*Users, error) {
+// earlier run, except those of uids in inUse (the caller's record of what
+// its earlier run has not released: the owners of replicas' folders) and
+// of uids that still have processes. A replica that ran on, or ended,
+// while its agent restarted thus keeps its uid claimed machine-wide until
+// it is adopted again (Hold), rather than leaving it for another agent on
+// the machine to hand to a second tenant, who could read what it left and
+// whose end would reclaim the uid, killing the replica (KillUser).
+func NewUsers(first, count int, claimDir, owner string, inUse map[int]bool) (*Users, error) {
 	// The parent (/var/lib/gpufleet) also holds the work root, which
 	// workload users must pass through: a parent MkdirAll made would be
 	// 0700, so make it 0711 first; the claims themselves stay private.
@@ -85,7 +87,7 @@ func NewUsers(first, count int, claimDir, owner string) (*Users, error) {
 		if err != nil || string(data) != owner {
 			continue
 		}
-		if uid, err := strconv.Atoi(e.Name()); err == nil && live[uid] {
+		if uid, err := strconv.Atoi(e.Name()); err == nil && (live[uid] || inUse[uid]) {
 			kept[uid] = true
 			continue
 		}
