@@ -61,7 +61,8 @@ const DefaultClaimDir = "/var/lib/gpufleet/uids"
 // while its agent restarted thus keeps its uid claimed machine-wide until
 // it is adopted again (Hold), rather than leaving it for another agent on
 // the machine to hand to a second tenant, who could read what it left and
-// whose end would reclaim the uid, killing the replica (KillUser).
+// whose end would reclaim the uid, killing the replica (KillUser). A kept
+// uid that no adopted replica takes back stays claimed until the next start.
 func NewUsers(first, count int, claimDir, owner string, inUse map[int]bool) (*Users, error) {
 	// The parent (/var/lib/gpufleet) also holds the work root, which
 	// workload users must pass through: a parent MkdirAll made would be
