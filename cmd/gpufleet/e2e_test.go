@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -255,6 +256,8 @@ func TestKill9(t *testing.T) {
 	dataDir, listen := t.TempDir(), freePort(t)
 	marks := sharedDir(t)
 	s := startServer(t, dataDir, listen)
+	servers := []*serverProc{s}
+	keepServerOutputs(t, dataDir, &servers)
 
 	script := func(name, body string) []string {
 		return []string{"run", "--name", name, "--", "sh", "-c", fmt.Sprintf("umask 0; echo $$ >> %s/%s.starts; %s", marks, name, body)}
@@ -281,6 +284,7 @@ func TestKill9(t *testing.T) {
 	waitFile(t, filepath.Join(dataDir, "agent", "replicas", model.ReplicaID(model.AttemptID(finisher, 1), 0), "exit.json"))
 
 	s2 := startServer(t, dataDir, listen)
+	servers = append(servers, s2)
 	for _, id := range []string{survivor, finisher, victim, queued} {
 		s2.job(id) // every accepted job is still there
 	}
@@ -303,7 +307,11 @@ func TestKill9(t *testing.T) {
 	}
 	v = s2.waitJob(survivor, func(v api.JobView) bool { return v.State.Terminal() }, "ended")
 	if v.State != model.JobSucceeded || v.Attempts != 1 {
-		t.Fatalf("survivor = %s after %d attempts, want succeeded in its one re-adopted attempt", v.State, v.Attempts)
+		code := "none"
+		if v.ExitCode != nil {
+			code = fmt.Sprint(*v.ExitCode)
+		}
+		t.Fatalf("survivor = %s (%q, exit code %s) after %d attempts, want succeeded in its one re-adopted attempt", v.State, v.Reason, code, v.Attempts)
 	}
 	if got := s2.gpufleet("jobs", "logs", survivor); got != "finished\n" {
 		t.Fatalf("survivor's log = %q", got)
@@ -313,6 +321,47 @@ func TestKill9(t *testing.T) {
 		t.Fatalf("survivor started %d times, want once", n)
 	}
 	s2.gpufleet("jobs", "cancel", victim)
+}
+
+// keepOutputs keeps processes' output, by name: whole, in
+// GPUFLEET_TEST_LOGDIR when it is set (of every run, so a passing run's
+// timeline can be read too), else the end of each in the test's log of a
+// failed run.
+func keepOutputs(t *testing.T, outs map[string]string) {
+	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
+	if !t.Failed() && dir == "" {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(outs)) {
+		if dir != "" {
+			path := filepath.Join(dir, t.Name()+"-"+name+".log")
+			if err := os.WriteFile(path, []byte(outs[name]), 0o644); err == nil {
+				t.Logf("%s's output: %s", name, path)
+				continue
+			}
+		}
+		t.Logf("--- the end of %s's output:\n%s", name, lastOf(outs[name], 6000))
+	}
+}
+
+// keepServerOutputs keeps, at the end of the test, the output of the
+// servers *servers has by then, all on dataDir, and the logs of its
+// replicas' supervisors (keepOutputs). Registered after dataDir was made,
+// it runs before dataDir is removed.
+func keepServerOutputs(t *testing.T, dataDir string, servers *[]*serverProc) {
+	t.Cleanup(func() {
+		outs := map[string]string{}
+		for i, s := range *servers {
+			s.kill() // its output is complete
+			outs[fmt.Sprintf("server-%d", i+1)] = s.out.String()
+		}
+		logs, _ := filepath.Glob(filepath.Join(dataDir, "agent", "replicas", "*", supervisor.LogFile))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			outs["supervisor-"+filepath.Base(filepath.Dir(l))] = string(b)
+		}
+		keepOutputs(t, outs)
+	})
 }
 
 // killReplica SIGKILLs a replica's supervisor and its process group and

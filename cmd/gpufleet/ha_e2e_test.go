@@ -604,14 +604,8 @@ func adminToken(t *testing.T, r *replica, within time.Duration) string {
 	}
 }
 
-// dumpLogs keeps the processes' output: whole, in GPUFLEET_TEST_LOGDIR
-// when it is set (of every run, so a passing run's timeline can be read
-// too), else the end of each in the test's log of a failed run.
+// dumpLogs keeps the processes' output (keepOutputs).
 func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
-	dir := os.Getenv("GPUFLEET_TEST_LOGDIR")
-	if !t.Failed() && dir == "" {
-		return
-	}
 	outs := map[string]string{}
 	for _, r := range rs {
 		outs["replica-"+r.id] = r.out.String()
@@ -619,16 +613,7 @@ func dumpLogs(t *testing.T, rs []*replica, agents []*remoteAgent) {
 	for _, a := range agents {
 		outs["agent-"+a.node] = a.out.String()
 	}
-	for _, name := range slices.Sorted(maps.Keys(outs)) {
-		if dir != "" {
-			path := filepath.Join(dir, t.Name()+"-"+name+".log")
-			if err := os.WriteFile(path, []byte(outs[name]), 0o644); err == nil {
-				t.Logf("%s's output: %s", name, path)
-				continue
-			}
-		}
-		t.Logf("--- the end of %s's output:\n%s", name, lastOf(outs[name], 6000))
-	}
+	keepOutputs(t, outs)
 }
 
 // applyDocs applies fleet documents (JSON) as one revision.

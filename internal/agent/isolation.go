@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/model"
@@ -86,7 +87,7 @@ func NewIsolation(ctx context.Context, dir string, o IsolationOptions) (Isolatio
 		if claims == "" {
 			claims = runtime.DefaultClaimDir
 		}
-		if iso.Users, err = runtime.NewUsers(first, count, claims, iso.WorkRoot); err != nil {
+		if iso.Users, err = runtime.NewUsers(first, count, claims, iso.WorkRoot, folderOwners(filepath.Join(iso.WorkRoot, workReplicas))); err != nil {
 			return iso, nil, err
 		}
 		if err := reachable(iso.WorkRoot); err != nil {
@@ -120,6 +121,25 @@ func NewIsolation(ctx context.Context, dir string, o IsolationOptions) (Isolatio
 		return iso, nil, fmt.Errorf("--container-runtime %q: want auto, podman or none", o.Containers)
 	}
 	return iso, notes, nil
+}
+
+// folderOwners returns the uids, other than the agent's own, that own a
+// folder in dir: in the replicas' folder of the work root, the workload
+// users of the replicas not yet released (a release deletes the folder
+// before it gives the user back).
+func folderOwners(dir string) map[int]bool {
+	entries, _ := os.ReadDir(dir) // none yet: no user in use
+	owners := map[int]bool{}
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+			owners[int(st.Uid)] = true
+		}
+	}
+	return owners
 }
 
 // reachable checks that every folder above dir lets others pass (x), so

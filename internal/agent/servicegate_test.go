@@ -42,7 +42,7 @@ func TestServiceReplicaIsReachableOnlyThroughItsGate(t *testing.T) {
 		return dir
 	}
 	work := filepath.Join(passable(t.TempDir()), "work")
-	users, err := runtime.NewUsers(3_000_000_100, 4, filepath.Join(t.TempDir(), "claims"), work)
+	users, err := runtime.NewUsers(3_000_000_100, 4, filepath.Join(t.TempDir(), "claims"), work, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gpufleet/gpufleet/internal/agent/runtime"
 	"github.com/gpufleet/gpufleet/internal/agentapi"
 )
@@ -31,7 +32,7 @@ func TestAttemptsRunAsTheirOwnUsers(t *testing.T) {
 		return dir
 	}
 	work := filepath.Join(passable(t.TempDir()), "work")
-	users, err := runtime.NewUsers(3_000_000_000, 4, filepath.Join(t.TempDir(), "claims"), work)
+	users, err := runtime.NewUsers(3_000_000_000, 4, filepath.Join(t.TempDir(), "claims"), work, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,4 +83,29 @@ func endLogOf(t *testing.T, cp *fakeControlPlane, id string) string {
 		t.Fatalf("no end of %s's log", id)
 	}
 	return string(l.data)
+}
+
+// TestFolderOwnersNamesTheWorkloadUsersOfUnreleasedReplicas: the uids a
+// restarted agent keeps claimed (runtime.NewUsers) are those owning a
+// replica's folder; folders of the agent's own are not a workload's.
+func TestFolderOwnersNamesTheWorkloadUsersOfUnreleasedReplicas(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a folder to a workload user needs root")
+	}
+	dir := t.TempDir()
+	for name, uid := range map[string]int{"r-running": 4_000_000_010, "r-ended": 4_000_000_011, "r-unowned": os.Getuid()} {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(map[int]bool{4_000_000_010: true, 4_000_000_011: true}, folderOwners(dir)); diff != "" {
+		t.Errorf("owners (-want +got):\n%s", diff)
+	}
+	if got := folderOwners(filepath.Join(dir, "none")); len(got) != 0 {
+		t.Errorf("a missing folder has owners %v", got)
+	}
 }

@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,7 +18,7 @@ import (
 func TestUsersNeverShareAUID(t *testing.T) {
 	t.Parallel()
 	claims := t.TempDir()
-	a, err := NewUsers(5000, 3, claims, "agent-a")
+	a, err := NewUsers(5000, 3, claims, "agent-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +28,7 @@ func TestUsersNeverShareAUID(t *testing.T) {
 	if u1 != u1b || u1 == u2 {
 		t.Fatalf("att-1 got %v and %v, att-2 %v: want one user per attempt", u1, u1b, u2)
 	}
-	b, err := NewUsers(5000, 3, claims, "agent-b")
+	b, err := NewUsers(5000, 3, claims, "agent-b", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestUsersNeverShareAUID(t *testing.T) {
 		t.Fatalf("after release, another agent got %v (%v); want %v", u, err, u1)
 	}
 	// A restarted agent drops only its own stale claims.
-	if _, err := NewUsers(5000, 3, claims, "agent-a"); err != nil {
+	if _, err := NewUsers(5000, 3, claims, "agent-a", nil); err != nil {
 		t.Fatal(err)
 	}
 	left, _ := os.ReadDir(claims)
@@ -107,7 +109,7 @@ func TestGPUDevices(t *testing.T) {
 func TestClaimFolderLeavesItsParentPassable(t *testing.T) {
 	parent := filepath.Join(t.TempDir(), "var-lib-gpufleet")
 	claims := filepath.Join(parent, "uids")
-	if _, err := NewUsers(5000, 1, claims, "agent-a"); err != nil {
+	if _, err := NewUsers(5000, 1, claims, "agent-a", nil); err != nil {
 		t.Fatal(err)
 	}
 	for dir, want := range map[string]os.FileMode{parent: 0o711, claims: 0o700} {
@@ -117,6 +119,60 @@ func TestClaimFolderLeavesItsParentPassable(t *testing.T) {
 		}
 		if got := fi.Mode().Perm(); got != want {
 			t.Errorf("%s: mode %v, want %v", dir, got, want)
+		}
+	}
+}
+
+// TestUsersKeepTheUIDsARestartedAgentStillUses: a restarted agent keeps
+// the claims of the uids its earlier run has not released, until it adopts
+// their replicas again: one whose replica ran on (it has processes) and
+// one the caller says is in use (a replica that ended meanwhile, its folder
+// not yet deleted), so that another agent on the machine cannot hand them
+// to a second tenant meanwhile (who could read the folder, and whose end
+// would kill the running replica when reclaiming the uid). The claim of a
+// uid with nothing left is dropped.
+func TestUsersKeepTheUIDsARestartedAgentStillUses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a process as a workload user needs root")
+	}
+	t.Parallel()
+	claims := t.TempDir()
+	const first = 4_000_000_000 // far from any uid in use on the machine
+	a, err := NewUsers(first, 3, claims, "agent-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, _ := a.Acquire("att-running")
+	ended, _ := a.Acquire("att-ended")
+	released, _ := a.Acquire("att-released")
+	replica := exec.Command("sleep", "60")
+	replica.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(running.UID), Gid: uint32(running.GID)}}
+	if err := replica.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Process.Kill(); replica.Wait() })
+
+	// agent-a restarts; agent-b, beside it, starts attempts meanwhile.
+	restarted, err := NewUsers(first, 3, claims, "agent-a", map[int]bool{ended.UID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewUsers(first, 3, claims, "agent-b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, err := b.Acquire("att-b"); err != nil || u != released {
+		t.Fatalf("another agent got %v (%v), want the released %v", u, err, released)
+	}
+	if u, err := b.Acquire("att-b2"); err == nil {
+		t.Fatalf("another agent got %v, a uid the restarted agent still uses", u)
+	}
+	if u, err := restarted.Acquire("att-new"); err == nil {
+		t.Fatalf("the restarted agent handed a new attempt %v, a uid it still uses", u)
+	}
+	for att, u := range map[string]User{"att-running": running, "att-ended": ended} {
+		if err := restarted.Hold(att, u); err != nil {
+			t.Fatalf("adopting %s's user: %v", att, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,10 +35,14 @@ type Users struct {
 	// in its claims.
 	claims, owner string
 
-	mu      sync.Mutex
-	held    map[string]*holding // by attempt id
-	byUID   map[int]string      // attempt id holding a uid
-	nextUID int                 // where the search for a free id starts
+	mu    sync.Mutex
+	held  map[string]*holding // by attempt id
+	byUID map[int]string      // attempt id holding a uid
+	// kept are the uids of an earlier run still claimed because they are
+	// in use (NewUsers): handed out by Hold alone, to the replica adopted
+	// with them.
+	kept    map[int]bool
+	nextUID int // where the search for a free id starts
 }
 
 type holding struct {
@@ -50,8 +55,15 @@ const DefaultClaimDir = "/var/lib/gpufleet/uids"
 
 // NewUsers returns an allocator over uids [first, first+count) that claims
 // them in claimDir as owner. It drops the claims owner left from an
-// earlier run; a replica that is adopted claims its uid again (Hold).
-func NewUsers(first, count int, claimDir, owner string) (*Users, error) {
+// earlier run, except those of uids in inUse (the caller's record of what
+// its earlier run has not released: the owners of replicas' folders) and
+// of uids that still have processes. A replica that ran on, or ended,
+// while its agent restarted thus keeps its uid claimed machine-wide until
+// it is adopted again (Hold), rather than leaving it for another agent on
+// the machine to hand to a second tenant, who could read what it left and
+// whose end would reclaim the uid, killing the replica (KillUser). A kept
+// uid that no adopted replica takes back stays claimed until the next start.
+func NewUsers(first, count int, claimDir, owner string, inUse map[int]bool) (*Users, error) {
 	// The parent (/var/lib/gpufleet) also holds the work root, which
 	// workload users must pass through: a parent MkdirAll made would be
 	// 0700, so make it 0711 first; the claims themselves stay private.
@@ -65,13 +77,24 @@ func NewUsers(first, count int, claimDir, owner string) (*Users, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the uid claim folder: %w", err)
 	}
+	live, err := liveUIDs()
+	if err != nil {
+		return nil, fmt.Errorf("looking for the processes of earlier claims: %w", err)
+	}
+	kept := map[int]bool{}
 	for _, e := range entries {
 		p := filepath.Join(claimDir, e.Name())
-		if data, err := os.ReadFile(p); err == nil && string(data) == owner {
-			os.Remove(p)
+		data, err := os.ReadFile(p)
+		if err != nil || string(data) != owner {
+			continue
 		}
+		if uid, err := strconv.Atoi(e.Name()); err == nil && (live[uid] || inUse[uid]) {
+			kept[uid] = true
+			continue
+		}
+		os.Remove(p)
 	}
-	return &Users{first: first, count: count, claims: claimDir, owner: owner, held: map[string]*holding{}, byUID: map[int]string{}, nextUID: first}, nil
+	return &Users{first: first, count: count, claims: claimDir, owner: owner, held: map[string]*holding{}, byUID: map[int]string{}, kept: kept, nextUID: first}, nil
 }
 
 // claim takes uid machine-wide; false when another owner holds it.
@@ -109,7 +132,7 @@ func (u *Users) Acquire(attempt string) (User, error) {
 	}
 	for i := range u.count {
 		uid := u.first + (u.nextUID-u.first+i)%u.count
-		if _, busy := u.byUID[uid]; busy {
+		if _, busy := u.byUID[uid]; busy || u.kept[uid] {
 			continue
 		}
 		if ok, err := u.claim(uid); err != nil {
@@ -146,6 +169,7 @@ func (u *Users) Hold(attempt string, user User) error {
 		return nil
 	}
 	u.held[attempt], u.byUID[user.UID] = &holding{user: user, refs: 1}, attempt
+	delete(u.kept, user.UID)
 	return nil
 }
 
@@ -219,11 +243,33 @@ func KillUser(uid int, wait time.Duration) error {
 
 // ProcessesOf lists the live processes of uid (zombies excluded).
 func ProcessesOf(uid int) ([]int, error) {
+	var pids []int
+	err := eachProcess(func(pid int, uids []int) {
+		if slices.Contains(uids, uid) {
+			pids = append(pids, pid)
+		}
+	})
+	return pids, err
+}
+
+// liveUIDs is the set of uids, real or effective, of the live processes.
+func liveUIDs() (map[int]bool, error) {
+	live := map[int]bool{}
+	err := eachProcess(func(_ int, uids []int) {
+		for _, u := range uids {
+			live[u] = true
+		}
+	})
+	return live, err
+}
+
+// eachProcess calls fn with every live process (zombies excluded) and its
+// real and effective uids.
+func eachProcess(fn func(pid int, uids []int)) error {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
+		return fmt.Errorf("listing processes: %w", err)
 	}
-	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -234,7 +280,7 @@ func ProcessesOf(uid int) ([]int, error) {
 			continue // gone meanwhile
 		}
 		var state string
-		match := false
+		var uids []int
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			line := sc.Text()
@@ -244,18 +290,18 @@ func ProcessesOf(uid int) ([]int, error) {
 			case strings.HasPrefix(line, "Uid:"):
 				f := strings.Fields(line)
 				for _, s := range f[1:min(len(f), 3)] { // real, effective
-					if s == strconv.Itoa(uid) {
-						match = true
+					if u, err := strconv.Atoi(s); err == nil {
+						uids = append(uids, u)
 					}
 				}
 			}
 		}
 		f.Close()
-		if match && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
-			pids = append(pids, pid)
+		if !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
+			fn(pid, uids)
 		}
 	}
-	return pids, nil
+	return nil
 }
 
 // chownTree gives dir and everything in it to uid:gid without following
