@@ -99,6 +99,25 @@ func (f *twoNodes) pass(c *Controller) {
 	}
 }
 
+// runToEnd has both agents report their replicas running (n1's from
+// slowStart, n2's from start), runs a pass, ends both 10 s later, runs the
+// pass after, and checks that each job is billed every second of its run
+// exactly once.
+func (f *twoNodes) runToEnd(t *testing.T, c *Controller, slowStart, start time.Time) {
+	t.Helper()
+	f.sync(c, "n1", seenRunning(f.slowR, slowStart, f.clk.Now()))
+	f.sync(c, "n2", seenRunning(f.fastR, start, f.clk.Now()))
+	f.pass(c)
+	f.clk.Advance(10 * time.Second)
+	end := f.clk.Now()
+	f.sync(c, "n1", exitedAt(f.slowR, 0, "", slowStart, end))
+	f.sync(c, "n2", exitedAt(f.fastR, 0, "", start, end))
+	f.clk.Advance(5 * time.Second)
+	f.pass(c)
+	checkMeteredOnce(t, f.st, f.slow, slowStart, end)
+	checkMeteredOnce(t, f.st, f.fast, start, end)
+}
+
 func seenRunning(id string, start, seen time.Time) agentapi.ReplicaStatus {
 	return agentapi.ReplicaStatus{ID: id, Phase: agentapi.PhaseRunning, StartedAt: start, ObservedAt: &seen}
 }
@@ -146,17 +165,7 @@ func TestSlowNodeHoldsOnlyItself(t *testing.T) {
 	}
 	// n1's agent reports the start at last, then both jobs end.
 	f.clk.Advance(5 * time.Second)
-	f.sync(c, "n1", seenRunning(f.slowR, slowStart, f.clk.Now()))
-	f.sync(c, "n2", seenRunning(f.fastR, start, f.clk.Now()))
-	f.pass(c)
-	f.clk.Advance(10 * time.Second)
-	end := f.clk.Now()
-	f.sync(c, "n1", exitedAt(f.slowR, 0, "", slowStart, end))
-	f.sync(c, "n2", exitedAt(f.fastR, 0, "", start, end))
-	f.clk.Advance(5 * time.Second)
-	f.pass(c)
-	checkMeteredOnce(t, f.st, f.slow, slowStart, end)
-	checkMeteredOnce(t, f.st, f.fast, start, end)
+	f.runToEnd(t, c, slowStart, start)
 	c.mu.Lock()
 	to, left := c.cost.meteredTo, len(c.cost.behind)
 	c.mu.Unlock()
@@ -232,17 +241,7 @@ func heldAcrossTakeover(t *testing.T, tamper func(meta map[string]string)) {
 	}
 	f.pass(c) // before any agent has synced with it
 	f.clk.Advance(2 * time.Second)
-	f.sync(c, "n1", seenRunning(f.slowR, slowStart, f.clk.Now()))
-	f.sync(c, "n2", seenRunning(f.fastR, start, f.clk.Now()))
-	f.pass(c)
-	f.clk.Advance(10 * time.Second)
-	end := f.clk.Now()
-	f.sync(c, "n1", exitedAt(f.slowR, 0, "", slowStart, end))
-	f.sync(c, "n2", exitedAt(f.fastR, 0, "", start, end))
-	f.clk.Advance(5 * time.Second)
-	f.pass(c)
-	checkMeteredOnce(t, f.st, f.slow, slowStart, end)
-	checkMeteredOnce(t, f.st, f.fast, start, end)
+	f.runToEnd(t, c, slowStart, start)
 	c.mu.Lock()
 	to := c.cost.meteredTo
 	c.mu.Unlock()

@@ -6,11 +6,12 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 // TestWrappersPassPrepareOn reads every Go file in the module (tests
@@ -42,7 +43,7 @@ import (
 // no list to keep up; the test fails if it finds none of the wrappers it
 // knows, so it cannot pass by finding nothing.
 func TestWrappersPassPrepareOn(t *testing.T) {
-	root := moduleRoot(t)
+	root := testutil.ModuleRoot(t)
 	problems, found := checkWrappers(t, root)
 	for _, p := range problems {
 		t.Error(p)
@@ -247,25 +248,6 @@ const (
 	kindSubmits = "passes batches on to another store's Submit but"
 	kindHolds   = "holds a store and declares Submit(*Batch) but"
 )
-
-// moduleRoot is the directory of the go.mod above the test's directory.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = up
-	}
-}
 
 func receiverName(e ast.Expr) string {
 	for {

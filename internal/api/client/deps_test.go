@@ -7,28 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpufleet/gpufleet/internal/testutil"
 )
 
 const module = "github.com/gpufleet/gpufleet"
-
-// moduleRoot walks up from the test's directory to go.mod.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
 
 // deps returns the module's packages that pkg imports, directly or not,
 // outside tests. Packages outside the module are left out: none of them
@@ -81,7 +64,7 @@ func under(p, pkg string) bool { return p == pkg || strings.HasPrefix(p, pkg+"/"
 // persists model types without importing the pure core; and cmd/ wires
 // through internal/server without importing the controller.
 func TestDependencyDirections(t *testing.T) {
-	root := moduleRoot(t)
+	root := testutil.ModuleRoot(t)
 	in := func(name string) string { return module + "/internal/" + name }
 	rules := []struct {
 		pkg       string
